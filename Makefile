@@ -1,0 +1,40 @@
+# grpo-adv: `make demo` and `make test` set everything up themselves (a .venv here).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+DEMO_OUT ?= demo_out
+
+.PHONY: install demo test lint format bench sample-data clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	@mkdir -p $(DEMO_OUT)
+	$(BIN)/grpo-adv compute sample_data/rewards.parquet -o $(DEMO_OUT)/rewards.adv.parquet \
+		--summary $(DEMO_OUT)/groups.md --force
+	@echo "--- cat sample_data/rewards.jsonl | grpo-adv compute - | head -n 3"
+	cat sample_data/rewards.jsonl | $(BIN)/grpo-adv compute - --quiet | head -n 3
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check grpo_cli tests sample_data
+	$(BIN)/ruff format --check grpo_cli tests sample_data
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff format grpo_cli tests sample_data
+	$(BIN)/ruff check --fix grpo_cli tests sample_data
+
+sample-data: $(STAMP)
+	$(BIN)/python sample_data/make_sample_data.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,354 @@
+"""Reading reward logs and writing annotated files and tables, safely.
+
+Formats: ``parquet``, ``csv``, ``jsonl`` (one JSON object per line, also ``.ndjson``) and
+``json`` (one JSON array of objects). Tables can also be written as ``markdown``.
+
+Detection, in order: an explicit format; the file's suffix; the content's first bytes
+(Parquet magic ``PAR1``; first non-blank byte ``{`` for JSONL, ``[`` for a JSON array;
+anything else is CSV). ``.json`` files are always sniffed, since many are really JSONL.
+
+Writes are atomic: the data goes to a hidden temporary file in the target folder, which
+is renamed over the target only once complete, so a failed or interrupted run leaves
+no partial file and an existing file is never half-overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, BinaryIO, Final
+
+import polars as pl
+
+from grpo_cli.errors import InputError, OptionsError, OutputError
+
+DATA_FORMATS: Final = ("parquet", "csv", "jsonl", "json")
+TABLE_FORMATS: Final = (*DATA_FORMATS, "markdown")
+
+SUFFIX_FORMATS: Final[dict[str, str]] = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".md": "markdown",
+    ".markdown": "markdown",
+}
+FORMAT_SUFFIXES: Final[dict[str, str]] = {
+    "parquet": ".parquet",
+    "csv": ".csv",
+    "jsonl": ".jsonl",
+    "json": ".json",
+    "markdown": ".md",
+}
+PARQUET_MAGIC: Final = b"PAR1"
+SNIFF_BYTES: Final = 4096
+STDIN_NAME: Final = "<stdin>"
+
+
+@dataclass(frozen=True)
+class RewardLog:
+    """A reward log read into memory, with the format it was read as."""
+
+    frame: pl.DataFrame
+    format: str
+    source: str
+
+
+def normalize_format(name: str, *, allowed: Sequence[str] = DATA_FORMATS) -> str:
+    """Map a user-given format name (``ndjson``, ``md``, ``pq`` ...) to a canonical one."""
+    aliases = {"ndjson": "jsonl", "md": "markdown", "pq": "parquet"}
+    canonical = aliases.get(name.lower(), name.lower())
+    if canonical not in allowed:
+        raise OptionsError(
+            f"unknown format {name!r}",
+            hint=f"choose one of: {', '.join(allowed)}",
+        )
+    return canonical
+
+
+def sniff_format(head: bytes) -> str:
+    """Guess a data format from the first bytes of a file or stream."""
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet"
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if text.startswith(b"{"):
+        return "jsonl"
+    if text.startswith(b"["):
+        return "json"
+    return "csv"
+
+
+def format_from_suffix(path: Path) -> str | None:
+    """The format a file's suffix names, or None (``.json`` and unknown suffixes)."""
+    return SUFFIX_FORMATS.get(path.suffix.lower())
+
+
+def read_rewards(
+    source: str | Path | BinaryIO,
+    fmt: str | None = None,
+    *,
+    string_cols: Iterable[str] = (),
+) -> RewardLog:
+    """Read a whole reward log into memory.
+
+    Args:
+        source: a path, ``"-"`` for standard input, or an open binary stream.
+        fmt: force a format instead of detecting it.
+        string_cols: columns CSV must read as text (group keys: ``"007"`` stays ``"007"``).
+
+    Raises:
+        InputError: missing, unreadable, empty or malformed input.
+    """
+    if isinstance(source, str) and source == "-":
+        import sys
+
+        source = sys.stdin.buffer
+    if isinstance(source, str | Path):
+        path = Path(source)
+        data = _read_file_bytes(path)
+        name = str(path)
+        if fmt is None:
+            fmt = format_from_suffix(path)
+            if fmt == "markdown":
+                raise InputError(
+                    f"{name} is a Markdown file, not a reward log",
+                    hint="give a Parquet, CSV or JSONL file",
+                )
+    else:
+        data = source.read()
+        name = STDIN_NAME
+    if not data.strip():
+        raise InputError(
+            f"{name} is empty",
+            hint="give a reward log with a header or JSON objects and at least one row",
+        )
+    if fmt is None:
+        fmt = sniff_format(data[:SNIFF_BYTES])
+    frame = _parse(data, fmt, name, list(string_cols))
+    if frame.height == 0:
+        raise InputError(
+            f"{name} has no rows (columns: {', '.join(frame.columns) or 'none'})",
+            hint="give a reward log with at least one row",
+        )
+    return RewardLog(frame=frame, format=fmt, source=name)
+
+
+def _read_file_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(
+            f"no such file: {path}", hint="check the path, or give - to read standard input"
+        ) from None
+    except IsADirectoryError:
+        raise InputError(
+            f"{path} is a directory, not a file", hint="give the path of one reward log file"
+        ) from None
+    except PermissionError:
+        raise InputError(
+            f"permission denied reading {path}", hint="check the file's permissions"
+        ) from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataFrame:
+    import io
+
+    buffer = io.BytesIO(data)
+    try:
+        if fmt == "parquet":
+            return pl.read_parquet(buffer)
+        if fmt == "csv":
+            overrides: dict[str, pl.DataType] = {col: pl.String() for col in string_cols}
+            return pl.read_csv(buffer, schema_overrides=overrides, infer_schema_length=None)
+        if fmt == "jsonl":
+            return pl.read_ndjson(buffer, infer_schema_length=None)
+        if fmt == "json":
+            return pl.read_json(buffer, infer_schema_length=None)
+    except pl.exceptions.PolarsError as exc:
+        raise _parse_error(data, fmt, name, exc) from None
+    raise OptionsError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(DATA_FORMATS)}")
+
+
+def _parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError:
+    detail = _first_line(str(exc))
+    if fmt == "jsonl":
+        located = _locate_bad_json_line(data)
+        if located is not None:
+            line_no, problem = located
+            return InputError(
+                f"{name} line {line_no}: {problem}",
+                hint="each line must be one JSON object, e.g. "
+                '{"prompt_id": "p1", "reward": 1.0}',
+            )
+    hints = {
+        "parquet": "the file may be truncated or not Parquet; pass --format to read it as another",
+        "csv": "check the delimiter and quoting; pass --format to read it as another format",
+        "jsonl": "each line must be one JSON object",
+        "json": "a .json file must hold one array of objects, or one object per line",
+    }
+    return InputError(f"cannot read {name} as {fmt}: {detail}", hint=hints[fmt])
+
+
+def _locate_bad_json_line(data: bytes) -> tuple[int, str] | None:
+    """Find the first line of a JSONL payload that is not one JSON object (error path only)."""
+    for line_no, raw in enumerate(data.splitlines(), start=1):
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            value = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+            return line_no, f"malformed JSON ({reason})"
+        if not isinstance(value, dict):
+            return line_no, f"expected a JSON object, got {type(value).__name__}"
+    return None
+
+
+def _first_line(text: str) -> str:
+    stripped = text.strip()
+    return stripped.splitlines()[0] if stripped else "unknown error"
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def output_format_for(path: Path, requested: str | None, fallback: str) -> str:
+    """Choose the output format: ``requested`` (checked against the suffix), the suffix,
+    or ``fallback`` (usually the input's format)."""
+    by_suffix = format_from_suffix(path)
+    if path.suffix.lower() == ".json":
+        by_suffix = "json"
+    if requested is not None:
+        if by_suffix is not None and by_suffix != requested:
+            raise OptionsError(
+                f"--output-format {requested} does not match the suffix of {path}",
+                hint=f"name the file with {FORMAT_SUFFIXES[requested]}, or drop --output-format",
+            )
+        return requested
+    return by_suffix or fallback
+
+
+def default_output_path(input_path: Path, input_fmt: str, output_fmt: str) -> Path:
+    """``<stem>.adv.<suffix>`` beside the input; the input's suffix kept when formats agree."""
+    suffix = input_path.suffix
+    if output_fmt != input_fmt or format_from_suffix(input_path) != input_fmt:
+        suffix = FORMAT_SUFFIXES[output_fmt]
+    stem = input_path.stem if input_path.suffix else input_path.name
+    return input_path.with_name(f"{stem}.adv{suffix}")
+
+
+def frame_to_markdown(frame: pl.DataFrame, float_format: str = "{:.6g}") -> str:
+    """A GitHub-flavoured Markdown table of ``frame`` (floats to 6 significant digits)."""
+
+    def cell(value: object) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, float):
+            return float_format.format(value)
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = [
+        "| " + " | ".join(frame.columns) + " |",
+        "|" + "|".join("---" for _ in frame.columns) + "|",
+    ]
+    lines.extend("| " + " | ".join(cell(v) for v in row) + " |" for row in frame.iter_rows())
+    return "\n".join(lines) + "\n"
+
+
+def write_frame(frame: pl.DataFrame, sink: IO[bytes], fmt: str) -> None:
+    """Write ``frame`` to an open binary stream in ``fmt``."""
+    try:
+        if fmt == "parquet":
+            frame.write_parquet(sink)
+        elif fmt == "csv":
+            frame.write_csv(sink)
+        elif fmt == "jsonl":
+            frame.write_ndjson(sink)
+        elif fmt == "json":
+            frame.write_json(sink)
+        elif fmt == "markdown":
+            sink.write(frame_to_markdown(frame).encode())
+        else:
+            raise OptionsError(f"unknown format {fmt!r}")
+    except pl.exceptions.PolarsError as exc:
+        raise OutputError(
+            f"cannot write {fmt}: {_first_line(str(exc))}",
+            hint="nested columns need --output-format parquet or jsonl",
+        ) from None
+
+
+def is_same_file(a: Path, b: Path) -> bool:
+    """True when ``a`` and ``b`` name one file (through links too)."""
+    try:
+        return a.exists() and b.exists() and a.samefile(b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def check_output_path(path: Path, *, force: bool, protected: Sequence[Path] = ()) -> None:
+    """Refuse to write over an input (ever) or over an existing file (without ``force``)."""
+    for original in protected:
+        if is_same_file(path, original) or path.resolve() == original.resolve():
+            raise OutputError(
+                f"refusing to overwrite the input {original}",
+                hint="choose another output path with -o",
+            )
+    if path.is_dir():
+        raise OutputError(f"{path} is a directory", hint="give a file path with -o")
+    if path.exists() and not force:
+        raise OutputError(
+            f"{path} already exists", hint="pass --force to overwrite it, or choose another -o"
+        )
+    if not path.parent.is_dir():
+        raise OutputError(
+            f"folder {path.parent} does not exist", hint="create it first, or choose another -o"
+        )
+
+
+def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Call ``write`` on a temporary file beside ``path``, then rename it over ``path``.
+
+    On any failure (an exception, Ctrl-C) the temporary file is removed and ``path`` is
+    left as it was.
+    """
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    except OSError as exc:
+        raise OutputError(
+            f"cannot write to {path.parent}: {exc.strerror or exc}",
+            hint="check the folder's permissions, or choose another -o",
+        ) from None
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o666 & ~umask)
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def write_table(frame: pl.DataFrame, path: Path, *, force: bool, protected: Sequence[Path] = ()) -> str:
+    """Write a (summary) table to ``path``, format from its suffix; returns the format."""
+    fmt = format_from_suffix(path) or ("json" if path.suffix.lower() == ".json" else None)
+    if fmt is None:
+        raise OptionsError(
+            f"cannot tell the table format of {path}",
+            hint="end the file name with .csv, .parquet, .jsonl, .json or .md",
+        )
+    check_output_path(path, force=force, protected=protected)
+    atomic_write(path, lambda sink: write_frame(frame, sink, fmt))
+    return fmt
