@@ -127,4 +127,6 @@ def compute_advantages(
         ]
     if isinstance(frame, pl.LazyFrame):
         return frame.with_columns(columns)
-    return frame.lazy().with_columns(columns).collect(engine="streaming")
+    # Explicitly in-memory: Polars 2.1's default engine may stream, and its streaming windowed
+    # std varies in the last bit from run to run. Results must be repeatable.
+    return frame.lazy().with_columns(columns).collect(engine="in-memory")

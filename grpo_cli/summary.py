@@ -38,7 +38,7 @@ def group_table(frame: pl.DataFrame, options: AdvantageOptions) -> pl.DataFrame:
         .with_columns(
             zero_std=((pl.col("size") - pl.col("n_null")) >= 2) & (pl.col("max") == pl.col("min"))
         )
-        .collect()
+        .collect(engine="in-memory")
     )
 
 

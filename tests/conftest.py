@@ -1,0 +1,56 @@
+"""Shared fixtures: a CLI runner, tiny hand-built logs and the sample files by format."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_DIR = ROOT / "sample_data"
+SAMPLE_FILES = {
+    "parquet": SAMPLE_DIR / "rewards.parquet",
+    "csv": SAMPLE_DIR / "rewards.csv",
+    "jsonl": SAMPLE_DIR / "rewards.jsonl",
+}
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def sample_copy(tmp_path: Path) -> dict[str, Path]:
+    """The sample files copied into a temporary folder (outputs land beside them)."""
+    copies = {}
+    for fmt, path in SAMPLE_FILES.items():
+        target = tmp_path / path.name
+        shutil.copyfile(path, target)
+        copies[fmt] = target
+    return copies
+
+
+def make_log(groups: dict[str, list[float | None]]) -> pl.DataFrame:
+    """A log with one row per reward, grouped by ``prompt_id``, in the order given."""
+    prompt_ids = [key for key, rewards in groups.items() for _ in rewards]
+    rewards = [r for values in groups.values() for r in values]
+    return pl.DataFrame(
+        {"prompt_id": prompt_ids, "reward": rewards}, schema={"prompt_id": pl.String, "reward": pl.Float64}
+    )
+
+
+@pytest.fixture
+def tiny_log() -> pl.DataFrame:
+    """A singleton group, a zero-variance group, a group with a null, a normal group."""
+    return make_log(
+        {
+            "single": [0.7],
+            "flat": [1.0, 1.0, 1.0],
+            "with_null": [1.0, None, 0.0, 0.5],
+            "normal": [1.0, 0.0, 0.0, 1.0],
+        }
+    )

@@ -1,0 +1,290 @@
+"""`grpo-adv compute` end to end: formats, stdin, outputs, summaries and errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from grpo_cli import compute_advantages
+from grpo_cli.cli import app
+from tests.conftest import ROOT, SAMPLE_FILES
+
+EXPECTED = compute_advantages(pl.read_parquet(SAMPLE_FILES["parquet"]))["advantage"]
+
+
+def read_any(path: Path, fmt: str) -> pl.DataFrame:
+    return {
+        "parquet": pl.read_parquet,
+        "csv": lambda p: pl.read_csv(p, schema_overrides={"prompt_id": pl.String}),
+        "jsonl": pl.read_ndjson,
+        "json": pl.read_json,
+    }[fmt](path)
+
+
+@pytest.mark.parametrize("fmt", sorted(SAMPLE_FILES))
+@pytest.mark.parametrize("via", ["file", "stdin"])
+def test_every_format_from_file_or_stdin_gives_the_same_advantages(
+    runner: CliRunner, sample_copy: dict[str, Path], tmp_path: Path, fmt: str, via: str
+) -> None:
+    out = tmp_path / f"out.{fmt}"
+    if via == "file":
+        result = runner.invoke(app, ["compute", str(sample_copy[fmt]), "-o", str(out), "-q"])
+    else:
+        args = ["compute", "-", "-o", str(out), "-q"]
+        result = runner.invoke(app, args, input=sample_copy[fmt].read_bytes())
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    annotated = read_any(out, fmt)
+    assert annotated["advantage"].to_list() == EXPECTED.to_list()
+
+
+def test_parquet_output_keeps_every_column_row_and_dtype(
+    runner: CliRunner, sample_copy: dict[str, Path]
+) -> None:
+    result = runner.invoke(app, ["compute", str(sample_copy["parquet"]), "--with-stats"])
+    assert result.exit_code == 0, result.stderr
+    original = pl.read_parquet(sample_copy["parquet"])
+    annotated = pl.read_parquet(sample_copy["parquet"].with_name("rewards.adv.parquet"))
+    assert annotated.columns == [*original.columns, "advantage", "group_size", "group_mean",
+                                 "group_std"]
+    assert annotated.select(original.columns).equals(original)
+    assert annotated.schema["advantage"] == pl.Float64
+
+
+@pytest.mark.parametrize(("fmt", "suffix"), [("csv", ".csv"), ("jsonl", ".jsonl")])
+def test_default_output_sits_beside_the_input(
+    runner: CliRunner, sample_copy: dict[str, Path], fmt: str, suffix: str
+) -> None:
+    result = runner.invoke(app, ["compute", str(sample_copy[fmt]), "-q"])
+    assert result.exit_code == 0, result.stderr
+    out = sample_copy[fmt].with_name(f"rewards.adv{suffix}")
+    assert read_any(out, fmt)["advantage"].to_list() == EXPECTED.to_list()
+
+
+def test_csv_in_parquet_out(runner: CliRunner, sample_copy: dict[str, Path]) -> None:
+    args = ["compute", str(sample_copy["csv"]), "--output-format", "parquet", "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    out = sample_copy["csv"].with_name("rewards.adv.parquet")
+    annotated = pl.read_parquet(out)
+    assert annotated["advantage"].to_list() == EXPECTED.to_list()
+    assert annotated.schema["step"] == pl.Int64
+
+
+def test_stdin_goes_to_stdout_as_jsonl_and_humans_read_stderr(
+    runner: CliRunner, sample_copy: dict[str, Path]
+) -> None:
+    result = runner.invoke(app, ["compute", "-"], input=sample_copy["jsonl"].read_bytes())
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == EXPECTED.len()
+    assert [json.loads(line)["advantage"] for line in lines] == EXPECTED.to_list()
+    assert "warning: 1 null reward(s): left out of their group's statistics" in result.stderr
+    assert "groups" in result.stderr and "64" in result.stderr
+
+
+def test_dash_o_is_stdout_for_a_file_input(runner: CliRunner, sample_copy: dict[str, Path]) -> None:
+    result = runner.invoke(app, ["compute", str(sample_copy["csv"]), "-o", "-", "-q"])
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[0] == (
+        "step,prompt_id,completion_id,task,completion,length,reward,advantage"
+    )
+    assert sorted(p.name for p in sample_copy["csv"].parent.iterdir()) == [
+        "rewards.csv", "rewards.jsonl", "rewards.parquet",
+    ]
+
+
+def test_csv_stdin_by_content_or_flag(runner: CliRunner, sample_copy: dict[str, Path]) -> None:
+    data = sample_copy["csv"].read_bytes()
+    for extra in ([], ["--format", "csv"]):
+        result = runner.invoke(app, ["compute", "-", "-q", *extra], input=data)
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.splitlines()[0].endswith(",reward,advantage")
+
+
+def test_summary_files_in_every_format(
+    runner: CliRunner, sample_copy: dict[str, Path], tmp_path: Path
+) -> None:
+    for suffix in (".csv", ".parquet", ".jsonl", ".json", ".md"):
+        summary = tmp_path / f"groups{suffix}"
+        out = tmp_path / f"out{suffix}.parquet"
+        args = ["compute", str(sample_copy["parquet"]), "-o", str(out), "--summary", str(summary)]
+        result = runner.invoke(app, [*args, "-q"])
+        assert result.exit_code == 0, result.stderr
+        assert summary.stat().st_size > 0
+    table = pl.read_parquet(tmp_path / "groups.parquet")
+    assert table.columns == ["prompt_id", "size", "n_null", "mean", "std", "min", "max", "zero_std"]
+    assert table.height == 64
+    assert table["size"].sum() == EXPECTED.len()
+    assert table.filter(pl.col("prompt_id") == "p003")["zero_std"].to_list() == [True]
+    assert (tmp_path / "groups.md").read_text().startswith(
+        "| prompt_id | size | n_null | mean | std | min | max | zero_std |\n|---|"
+    )
+    assert pl.read_json(tmp_path / "groups.json").equals(pl.read_ndjson(tmp_path / "groups.jsonl"))
+
+
+def test_terminal_summary_figures(runner: CliRunner, sample_copy: dict[str, Path]) -> None:
+    result = runner.invoke(app, ["compute", str(sample_copy["parquet"])])
+    assert result.exit_code == 0
+    err = result.stderr
+    for line in (
+        "│ rows                          │ 570",
+        "│ groups                        │ 64  (by prompt_id)",
+        "│ group size min / median / max │ 1 / 9 / 16",
+        "│ singleton groups              │ 1 (--singleton zero)",
+        "│ null rewards                  │ 1",
+        "│ estimator                     │ grpo (ddof 1, eps 1e-08)",
+    ):
+        assert line in err
+    quiet = runner.invoke(app, ["compute", str(sample_copy["parquet"]), "-q", "-f"])
+    assert (quiet.exit_code, quiet.stderr) == (0, "")
+
+
+def _run_error(runner: CliRunner, args: list[str], stdin: bytes | None = None) -> tuple[int, str]:
+    result = runner.invoke(app, args, input=stdin)
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    return result.exit_code, result.stderr
+
+
+def test_errors_say_one_line_and_a_hint(runner: CliRunner, sample_copy: dict[str, Path],
+                                        tmp_path: Path) -> None:
+    csv = str(sample_copy["csv"])
+    cases: list[tuple[list[str], bytes | None, int, str]] = [
+        (["compute", csv, "-r", "score"], None, 3,
+         "error: reward column 'score' not found; the input has columns: step, prompt_id, "
+         "completion_id, task, completion, length, reward\n"
+         "hint: choose the reward column with --reward-col, e.g. --reward-col reward\n"),
+        (["compute", csv, "-g", "uid"], None, 3,
+         "error: group column 'uid' not found; the input has columns: step, prompt_id, "
+         "completion_id, task, completion, length, reward\n"
+         "hint: choose the group column with --group-col, e.g. --group-col prompt_id\n"),
+        (["compute", csv, "-r", "task"], None, 3,
+         "error: reward column 'task' holds String values, not numbers (row 1: 'math')\n"
+         "hint: rewards must be numeric; check --reward-col, or convert the column\n"),
+        (["compute", str(tmp_path / "missing.jsonl")], None, 3,
+         f"error: no such file: {tmp_path / 'missing.jsonl'}\n"
+         "hint: check the path, or give - to read standard input\n"),
+        (["compute", "-"], b"", 3,
+         "error: <stdin> is empty\n"
+         "hint: give a reward log with a header or JSON objects and at least one row\n"),
+        (["compute", "-"], b'{"prompt_id": "a", "reward": 1}\n{"prompt_id": "a", "reward": }\n',
+         3,
+         "error: <stdin> line 2: malformed JSON (Expecting value)\n"
+         'hint: each line must be one JSON object, e.g. {"prompt_id": "p1", "reward": 1.0}\n'),
+        (["compute", csv, "--ddof", "2"], None, 2,
+         "error: --ddof must be 0 or 1, got 2\n"
+         "hint: 1 = sample std (TRL, verl, the lessons), 0 = population std\n"),
+        (["compute", csv, "--estimator", "ppo"], None, 2,
+         "error: unknown estimator 'ppo'\nhint: choose one of: grpo\n"),
+        (["compute", csv, "--format", "xlsx"], None, 2,
+         "error: unknown format 'xlsx'\nhint: choose one of: parquet, csv, jsonl, json\n"),
+        (["compute", csv, "-o", csv, "--force"], None, 4,
+         f"error: refusing to overwrite the input {csv}\n"
+         "hint: choose another output path with -o\n"),
+    ]
+    for args, stdin, code, message in cases:
+        assert _run_error(runner, args, stdin) == (code, message), args
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["rewards.csv", "rewards.jsonl", "rewards.parquet"]
+    )
+
+
+def test_refuses_to_clobber_without_force(runner: CliRunner, sample_copy: dict[str, Path]) -> None:
+    out = sample_copy["csv"].with_name("rewards.adv.csv")
+    out.write_text("keep me\n")
+    code, err = _run_error(runner, ["compute", str(sample_copy["csv"])])
+    assert (code, err) == (4, f"error: {out} already exists\n"
+                              "hint: pass --force to overwrite it, or choose another -o\n")
+    assert out.read_text() == "keep me\n"
+    forced = runner.invoke(app, ["compute", str(sample_copy["csv"]), "--force", "-q"])
+    assert forced.exit_code == 0
+    assert out.read_text().startswith("step,prompt_id")
+
+
+def test_failed_run_leaves_no_output_file(runner: CliRunner, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("prompt_id,reward\na,1\na,abc\n")
+    out = tmp_path / "out.parquet"
+    code, err = _run_error(runner, ["compute", str(bad), "-o", str(out)])
+    assert code == 3
+    assert err.startswith("error: reward column 'reward' holds String values, not numbers (row 2:")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv"]
+
+
+def test_interrupted_write_leaves_nothing(
+    runner: CliRunner, sample_copy: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import grpo_cli.io
+
+    real_write = grpo_cli.io.write_frame
+
+    def write_then_interrupt(frame: pl.DataFrame, sink: object, fmt: str) -> None:
+        real_write(frame, sink, fmt)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(grpo_cli.io, "write_frame", write_then_interrupt)
+    result = runner.invoke(app, ["compute", str(sample_copy["parquet"])])
+    assert result.exit_code == 130
+    assert result.stderr == "error: interrupted; no output was written\n"
+    assert sorted(p.name for p in sample_copy["parquet"].parent.iterdir()) == [
+        "rewards.csv", "rewards.jsonl", "rewards.parquet",
+    ]
+
+
+def _cli_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_real_pipe_through_a_subprocess() -> None:
+    command = (
+        f"cat {SAMPLE_FILES['jsonl']} | {sys.executable} -m grpo_cli compute - --quiet | head -n 2"
+    )
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {command}"],
+        capture_output=True, text=True, env=_cli_env(), check=False, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [row["advantage"] for row in rows] == EXPECTED.to_list()[:2]
+
+
+def test_closed_pipe_on_a_big_output_exits_quietly(tmp_path: Path) -> None:
+    big = pl.read_parquet(SAMPLE_FILES["parquet"])
+    big = pl.concat([big.with_columns(pl.col("prompt_id") + f"-{i}") for i in range(200)])
+    source = tmp_path / "big.parquet"
+    big.write_parquet(source)
+    command = f"{sys.executable} -m grpo_cli compute {source} -o - --output-format jsonl -q | head -n 1"
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {command}"],
+        capture_output=True, text=True, env=_cli_env(), check=False, timeout=60,
+    )
+    assert done.returncode == 0
+    assert done.stderr == ""
+    assert json.loads(done.stdout)["prompt_id"] == big["prompt_id"][0]
+
+
+def test_version_and_module_entry_point() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_cli", "--version"],
+        capture_output=True, text=True, env=_cli_env(), check=True, timeout=60,
+    )
+    from grpo_cli import __version__
+
+    assert done.stdout == f"grpo-adv {__version__}\n"
+
+
+def test_help_does_not_import_polars() -> None:
+    code = "import sys; from grpo_cli.cli import app; print('polars' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_cli_env(), check=True
+    )
+    assert done.stdout == "False\n"

@@ -1,0 +1,201 @@
+"""Format detection, reading with clear errors, and safe (atomic) writing."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from grpo_cli.errors import InputError, OptionsError, OutputError
+from grpo_cli.io import (
+    atomic_write,
+    check_output_path,
+    default_output_path,
+    format_from_suffix,
+    frame_to_markdown,
+    output_format_for,
+    read_rewards,
+    sniff_format,
+    write_frame,
+)
+from tests.conftest import SAMPLE_FILES
+
+
+@pytest.mark.parametrize(
+    ("head", "fmt"),
+    [
+        (b"PAR1\x15\x04", "parquet"),
+        (b'{"prompt_id": "a"}\n', "jsonl"),
+        (b'\xef\xbb\xbf  \n{"a": 1}', "jsonl"),
+        (b'[{"a": 1}]', "json"),
+        (b"prompt_id,reward\n", "csv"),
+    ],
+)
+def test_sniff_format(head: bytes, fmt: str) -> None:
+    assert sniff_format(head) == fmt
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt"),
+    [("a.parquet", "parquet"), ("a.PQ", "parquet"), ("a.csv", "csv"), ("a.jsonl", "jsonl"),
+     ("a.ndjson", "jsonl"), ("a.json", None), ("a.log", None), ("a", None)],
+)
+def test_format_from_suffix(name: str, fmt: str | None) -> None:
+    assert format_from_suffix(Path(name)) == fmt
+
+
+@pytest.mark.parametrize("fmt", sorted(SAMPLE_FILES))
+def test_reads_each_sample_format_alike(fmt: str) -> None:
+    log = read_rewards(SAMPLE_FILES[fmt], string_cols=["prompt_id"])
+    reference = pl.read_parquet(SAMPLE_FILES["parquet"])
+    assert log.format == fmt
+    assert log.frame.equals(reference)
+
+
+def test_content_decides_when_the_suffix_says_nothing(tmp_path: Path) -> None:
+    for fmt, source in SAMPLE_FILES.items():
+        target = tmp_path / f"log_{fmt}.data"
+        target.write_bytes(source.read_bytes())
+        assert read_rewards(target).format == fmt
+    as_json = tmp_path / "lines.json"
+    as_json.write_bytes(SAMPLE_FILES["jsonl"].read_bytes())
+    assert read_rewards(as_json).format == "jsonl"
+    array = tmp_path / "array.json"
+    array.write_text('[{"prompt_id": "a", "reward": 1}, {"prompt_id": "a", "reward": 0.5}]')
+    log = read_rewards(array)
+    assert (log.format, log.frame["reward"].to_list()) == ("json", [1.0, 0.5])
+
+
+def test_csv_group_keys_stay_text(tmp_path: Path) -> None:
+    path = tmp_path / "ids.csv"
+    path.write_text("prompt_id,reward\n007,1\n7,0\n")
+    frame = read_rewards(path, string_cols=["prompt_id"]).frame
+    assert frame["prompt_id"].to_list() == ["007", "7"]
+
+
+def test_reads_a_stream() -> None:
+    log = read_rewards(io.BytesIO(b'{"prompt_id":"a","reward":1}\n{"prompt_id":"a","reward":2.5}\n'))
+    assert (log.format, log.source, log.frame["reward"].to_list()) == ("jsonl", "<stdin>", [1.0, 2.5])
+
+
+@pytest.mark.parametrize(
+    ("content", "name", "message"),
+    [
+        (b"", "empty.csv", "{path} is empty"),
+        (b"  \n", "blank.jsonl", "{path} is empty"),
+        (b"prompt_id,reward\n", "header.csv", "{path} has no rows (columns: prompt_id, reward)"),
+        (b'{"prompt_id":"a","reward":1}\n{"prompt_id":"a","reward":\n{"x":1}\n', "bad.jsonl",
+         "{path} line 2: malformed JSON (Expecting value)"),
+        (b'{"prompt_id":"a","reward":1}\n\n[1, 2]\n', "list.jsonl",
+         "{path} line 3: expected a JSON object, got list"),
+        (b"PAR1\x00\x00", "cut.parquet",
+         "cannot read {path} as parquet: parquet: File out of specification: A Parquet file "
+         "must contain a header and footer with at least 12 bytes"),
+    ],
+)
+def test_read_errors(tmp_path: Path, content: bytes, name: str, message: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(InputError) as info:
+        read_rewards(path)
+    assert info.value.message == message.format(path=path)
+    assert info.value.exit_code == 3
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as info:
+        read_rewards(tmp_path / "nope.csv")
+    assert info.value.message == f"no such file: {tmp_path / 'nope.csv'}"
+    assert info.value.hint == "check the path, or give - to read standard input"
+    with pytest.raises(InputError) as info:
+        read_rewards(tmp_path)
+    assert info.value.message == f"{tmp_path} is a directory, not a file"
+
+
+def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI runs as root, which reads any file: simulate the denial the OS gives a user.
+    path = tmp_path / "secret.csv"
+    path.write_text("prompt_id,reward\na,1\n")
+
+    def deny(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", deny)
+    with pytest.raises(InputError) as info:
+        read_rewards(path)
+    assert info.value.message == f"permission denied reading {path}"
+    assert info.value.hint == "check the file's permissions"
+
+
+def test_default_output_path() -> None:
+    assert default_output_path(Path("d/r.parquet"), "parquet", "parquet") == Path("d/r.adv.parquet")
+    assert default_output_path(Path("r.ndjson"), "jsonl", "jsonl") == Path("r.adv.ndjson")
+    assert default_output_path(Path("r.csv"), "csv", "parquet") == Path("r.adv.parquet")
+    assert default_output_path(Path("r.log"), "jsonl", "jsonl") == Path("r.adv.jsonl")
+    assert default_output_path(Path("rewards"), "csv", "csv") == Path("rewards.adv.csv")
+
+
+def test_output_format_for() -> None:
+    assert output_format_for(Path("o.parquet"), None, "csv") == "parquet"
+    assert output_format_for(Path("o.out"), None, "csv") == "csv"
+    assert output_format_for(Path("o.out"), "jsonl", "csv") == "jsonl"
+    with pytest.raises(OptionsError) as info:
+        output_format_for(Path("o.csv"), "parquet", "csv")
+    assert info.value.message == "--output-format parquet does not match the suffix of o.csv"
+
+
+def test_check_output_path_protects_the_input_even_through_a_link(tmp_path: Path) -> None:
+    original = tmp_path / "r.csv"
+    original.write_text("x\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(original)
+    for target in (original, link):
+        with pytest.raises(OutputError) as info:
+            check_output_path(target, force=True, protected=[original])
+        assert info.value.message == f"refusing to overwrite the input {original}"
+    with pytest.raises(OutputError, match="already exists"):
+        check_output_path(original, force=False)
+    check_output_path(original, force=True)
+    with pytest.raises(OutputError, match="does not exist"):
+        check_output_path(tmp_path / "no" / "o.csv", force=False)
+
+
+def test_atomic_write_failure_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "out.csv"
+    target.write_text("precious\n")
+
+    def half_then_fail(sink: object) -> None:
+        assert hasattr(sink, "write")
+        sink.write(b"partial")  # type: ignore[attr-defined]
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, half_then_fail)
+    assert target.read_text() == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+def test_atomic_write_success_has_normal_permissions(tmp_path: Path) -> None:
+    target = tmp_path / "out.csv"
+    atomic_write(target, lambda sink: sink.write(b"a\n"))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.read_bytes() == b"a\n"
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_markdown_table() -> None:
+    frame = pl.DataFrame({"k": ["a|b", None], "x": [1 / 3, 2.0], "n": [1, 2]})
+    assert frame_to_markdown(frame) == (
+        "| k | x | n |\n|---|---|---|\n| a\\|b | 0.333333 | 1 |\n|  | 2 | 2 |\n"
+    )
+
+
+def test_nested_columns_cannot_go_to_csv() -> None:
+    frame = pl.DataFrame({"steps": [[1.0, 2.0]]})
+    with pytest.raises(OutputError) as info:
+        write_frame(frame, io.BytesIO(), "csv")
+    assert info.value.hint == "nested columns need --output-format parquet or jsonl"
