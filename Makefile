@@ -18,6 +18,8 @@ demo: $(STAMP)
 	@mkdir -p $(DEMO_OUT)
 	$(BIN)/grpo-adv compute sample_data/rewards.parquet -o $(DEMO_OUT)/rewards.adv.parquet \
 		--summary $(DEMO_OUT)/groups.md --force
+	@echo "--- head -n 5 $(DEMO_OUT)/groups.md"
+	@head -n 5 $(DEMO_OUT)/groups.md
 	@echo "--- cat sample_data/rewards.jsonl | grpo-adv compute - | head -n 3"
 	cat sample_data/rewards.jsonl | $(BIN)/grpo-adv compute - --quiet | head -n 3
 

@@ -325,7 +325,6 @@ def _compute(
         shown_output = f"{out_path} ({out_fmt})"
     if summary_path is not None:
         write_table(groups, summary_path, force=force, protected=protected)
-        shown_output += f"; groups: {summary_path}"
 
     console = stderr_console()
     if run.null_rewards and not quiet:
@@ -336,7 +335,8 @@ def _compute(
             "statistics; their advantage is null",
         )
     if not quiet:
-        render_run_summary(console, run, options, shown_output)
+        shown_table = None if summary_path is None else str(summary_path)
+        render_run_summary(console, run, options, shown_output, shown_table)
 
 
 def main() -> None:

@@ -185,8 +185,7 @@ def _parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError
             line_no, problem = located
             return InputError(
                 f"{name} line {line_no}: {problem}",
-                hint="each line must be one JSON object, e.g. "
-                '{"prompt_id": "p1", "reward": 1.0}',
+                hint='each line must be one JSON object, e.g. {"prompt_id": "p1", "reward": 1.0}',
             )
     hints = {
         "parquet": "the file may be truncated or not Parquet; pass --format to read it as another",
@@ -274,7 +273,7 @@ def write_frame(frame: pl.DataFrame, sink: IO[bytes], fmt: str) -> None:
         elif fmt == "jsonl":
             frame.write_ndjson(sink)
         elif fmt == "json":
-            frame.write_json(sink)
+            sink.write(frame.write_json().encode())
         elif fmt == "markdown":
             sink.write(frame_to_markdown(frame).encode())
         else:
@@ -341,7 +340,9 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         raise
 
 
-def write_table(frame: pl.DataFrame, path: Path, *, force: bool, protected: Sequence[Path] = ()) -> str:
+def write_table(
+    frame: pl.DataFrame, path: Path, *, force: bool, protected: Sequence[Path] = ()
+) -> str:
     """Write a (summary) table to ``path``, format from its suffix; returns the format."""
     fmt = format_from_suffix(path) or ("json" if path.suffix.lower() == ".json" else None)
     if fmt is None:

@@ -45,10 +45,13 @@ class AdvantageOptions:
     advantage_col: str = "advantage"
 
     def __post_init__(self) -> None:
-        group_cols = (self.group_cols,) if isinstance(self.group_cols, str) else self.group_cols
-        object.__setattr__(self, "group_cols", tuple(group_cols))
+        given: object = self.group_cols  # a single name is accepted too
+        group_cols = (given,) if isinstance(given, str) else tuple(self.group_cols)
+        object.__setattr__(self, "group_cols", group_cols)
         if not self.group_cols:
-            raise OptionsError("no group column given", hint="pass --group-col COL (e.g. prompt_id)")
+            raise OptionsError(
+                "no group column given", hint="pass --group-col COL (e.g. prompt_id)"
+            )
         if len(set(self.group_cols)) != len(self.group_cols):
             raise OptionsError(
                 f"group column repeated: {', '.join(self.group_cols)}",

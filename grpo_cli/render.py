@@ -47,7 +47,11 @@ def _share(count: int, total: int) -> str:
 
 
 def render_run_summary(
-    console: Console, summary: RunSummary, options: AdvantageOptions, output: str
+    console: Console,
+    summary: RunSummary,
+    options: AdvantageOptions,
+    output: str,
+    group_table_path: str | None = None,
 ) -> None:
     """The summary table of one ``compute`` run."""
     table = Table(title="grpo-adv compute", show_header=False, title_justify="left")
@@ -64,12 +68,12 @@ def render_run_summary(
         f"{_share(summary.zero_std_groups, summary.groups)}; "
         f"frac_reward_zero_std {summary.frac_reward_zero_std:.4f}",
     )
-    table.add_row("singleton groups", f"{summary.singleton_groups} (--singleton {options.singleton})")
+    table.add_row(
+        "singleton groups", f"{summary.singleton_groups} (--singleton {options.singleton})"
+    )
     nan_note = f" ({summary.nan_rewards} NaN)" if summary.nan_rewards else ""
     table.add_row("null rewards", f"{summary.null_rewards}{nan_note}")
-    table.add_row(
-        "reward mean / std", f"{_num(summary.reward_mean)} / {_num(summary.reward_std)}"
-    )
+    table.add_row("reward mean / std", f"{_num(summary.reward_mean)} / {_num(summary.reward_std)}")
     table.add_row(
         "advantage min / max", f"{_num(summary.advantage_min)} / {_num(summary.advantage_max)}"
     )
@@ -78,4 +82,6 @@ def render_run_summary(
         f"{options.estimator} (ddof {options.ddof}, eps {options.eps:g})",
     )
     table.add_row("output", _escape(output))
+    if group_table_path is not None:
+        table.add_row("group table", _escape(group_table_path))
     console.print(table)

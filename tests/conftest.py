@@ -39,7 +39,8 @@ def make_log(groups: dict[str, list[float | None]]) -> pl.DataFrame:
     prompt_ids = [key for key, rewards in groups.items() for _ in rewards]
     rewards = [r for values in groups.values() for r in values]
     return pl.DataFrame(
-        {"prompt_id": prompt_ids, "reward": rewards}, schema={"prompt_id": pl.String, "reward": pl.Float64}
+        {"prompt_id": prompt_ids, "reward": rewards},
+        schema={"prompt_id": pl.String, "reward": pl.Float64},
     )
 
 

@@ -52,8 +52,13 @@ def test_parquet_output_keeps_every_column_row_and_dtype(
     assert result.exit_code == 0, result.stderr
     original = pl.read_parquet(sample_copy["parquet"])
     annotated = pl.read_parquet(sample_copy["parquet"].with_name("rewards.adv.parquet"))
-    assert annotated.columns == [*original.columns, "advantage", "group_size", "group_mean",
-                                 "group_std"]
+    assert annotated.columns == [
+        *original.columns,
+        "advantage",
+        "group_size",
+        "group_mean",
+        "group_std",
+    ]
     assert annotated.select(original.columns).equals(original)
     assert annotated.schema["advantage"] == pl.Float64
 
@@ -97,7 +102,9 @@ def test_dash_o_is_stdout_for_a_file_input(runner: CliRunner, sample_copy: dict[
         "step,prompt_id,completion_id,task,completion,length,reward,advantage"
     )
     assert sorted(p.name for p in sample_copy["csv"].parent.iterdir()) == [
-        "rewards.csv", "rewards.jsonl", "rewards.parquet",
+        "rewards.csv",
+        "rewards.jsonl",
+        "rewards.parquet",
     ]
 
 
@@ -124,8 +131,10 @@ def test_summary_files_in_every_format(
     assert table.height == 64
     assert table["size"].sum() == EXPECTED.len()
     assert table.filter(pl.col("prompt_id") == "p003")["zero_std"].to_list() == [True]
-    assert (tmp_path / "groups.md").read_text().startswith(
-        "| prompt_id | size | n_null | mean | std | min | max | zero_std |\n|---|"
+    assert (
+        (tmp_path / "groups.md")
+        .read_text()
+        .startswith("| prompt_id | size | n_null | mean | std | min | max | zero_std |\n|---|")
     )
     assert pl.read_json(tmp_path / "groups.json").equals(pl.read_ndjson(tmp_path / "groups.jsonl"))
 
@@ -154,41 +163,81 @@ def _run_error(runner: CliRunner, args: list[str], stdin: bytes | None = None) -
     return result.exit_code, result.stderr
 
 
-def test_errors_say_one_line_and_a_hint(runner: CliRunner, sample_copy: dict[str, Path],
-                                        tmp_path: Path) -> None:
+def test_errors_say_one_line_and_a_hint(
+    runner: CliRunner, sample_copy: dict[str, Path], tmp_path: Path
+) -> None:
     csv = str(sample_copy["csv"])
     cases: list[tuple[list[str], bytes | None, int, str]] = [
-        (["compute", csv, "-r", "score"], None, 3,
-         "error: reward column 'score' not found; the input has columns: step, prompt_id, "
-         "completion_id, task, completion, length, reward\n"
-         "hint: choose the reward column with --reward-col, e.g. --reward-col reward\n"),
-        (["compute", csv, "-g", "uid"], None, 3,
-         "error: group column 'uid' not found; the input has columns: step, prompt_id, "
-         "completion_id, task, completion, length, reward\n"
-         "hint: choose the group column with --group-col, e.g. --group-col prompt_id\n"),
-        (["compute", csv, "-r", "task"], None, 3,
-         "error: reward column 'task' holds String values, not numbers (row 1: 'math')\n"
-         "hint: rewards must be numeric; check --reward-col, or convert the column\n"),
-        (["compute", str(tmp_path / "missing.jsonl")], None, 3,
-         f"error: no such file: {tmp_path / 'missing.jsonl'}\n"
-         "hint: check the path, or give - to read standard input\n"),
-        (["compute", "-"], b"", 3,
-         "error: <stdin> is empty\n"
-         "hint: give a reward log with a header or JSON objects and at least one row\n"),
-        (["compute", "-"], b'{"prompt_id": "a", "reward": 1}\n{"prompt_id": "a", "reward": }\n',
-         3,
-         "error: <stdin> line 2: malformed JSON (Expecting value)\n"
-         'hint: each line must be one JSON object, e.g. {"prompt_id": "p1", "reward": 1.0}\n'),
-        (["compute", csv, "--ddof", "2"], None, 2,
-         "error: --ddof must be 0 or 1, got 2\n"
-         "hint: 1 = sample std (TRL, verl, the lessons), 0 = population std\n"),
-        (["compute", csv, "--estimator", "ppo"], None, 2,
-         "error: unknown estimator 'ppo'\nhint: choose one of: grpo\n"),
-        (["compute", csv, "--format", "xlsx"], None, 2,
-         "error: unknown format 'xlsx'\nhint: choose one of: parquet, csv, jsonl, json\n"),
-        (["compute", csv, "-o", csv, "--force"], None, 4,
-         f"error: refusing to overwrite the input {csv}\n"
-         "hint: choose another output path with -o\n"),
+        (
+            ["compute", csv, "-r", "score"],
+            None,
+            3,
+            "error: reward column 'score' not found; the input has columns: step, prompt_id, "
+            "completion_id, task, completion, length, reward\n"
+            "hint: choose the reward column with --reward-col, e.g. --reward-col reward\n",
+        ),
+        (
+            ["compute", csv, "-g", "uid"],
+            None,
+            3,
+            "error: group column 'uid' not found; the input has columns: step, prompt_id, "
+            "completion_id, task, completion, length, reward\n"
+            "hint: choose the group column with --group-col, e.g. --group-col prompt_id\n",
+        ),
+        (
+            ["compute", csv, "-r", "task"],
+            None,
+            3,
+            "error: reward column 'task' holds String values, not numbers (row 1: 'math')\n"
+            "hint: rewards must be numeric; check --reward-col, or convert the column\n",
+        ),
+        (
+            ["compute", str(tmp_path / "missing.jsonl")],
+            None,
+            3,
+            f"error: no such file: {tmp_path / 'missing.jsonl'}\n"
+            "hint: check the path, or give - to read standard input\n",
+        ),
+        (
+            ["compute", "-"],
+            b"",
+            3,
+            "error: <stdin> is empty\n"
+            "hint: give a reward log with a header or JSON objects and at least one row\n",
+        ),
+        (
+            ["compute", "-"],
+            b'{"prompt_id": "a", "reward": 1}\n{"prompt_id": "a", "reward": }\n',
+            3,
+            "error: <stdin> line 2: malformed JSON (Expecting value)\n"
+            'hint: each line must be one JSON object, e.g. {"prompt_id": "p1", "reward": 1.0}\n',
+        ),
+        (
+            ["compute", csv, "--ddof", "2"],
+            None,
+            2,
+            "error: --ddof must be 0 or 1, got 2\n"
+            "hint: 1 = sample std (TRL, verl, the lessons), 0 = population std\n",
+        ),
+        (
+            ["compute", csv, "--estimator", "ppo"],
+            None,
+            2,
+            "error: unknown estimator 'ppo'\nhint: choose one of: grpo\n",
+        ),
+        (
+            ["compute", csv, "--format", "xlsx"],
+            None,
+            2,
+            "error: unknown format 'xlsx'\nhint: choose one of: parquet, csv, jsonl, json\n",
+        ),
+        (
+            ["compute", csv, "-o", csv, "--force"],
+            None,
+            4,
+            f"error: refusing to overwrite the input {csv}\n"
+            "hint: choose another output path with -o\n",
+        ),
     ]
     for args, stdin, code, message in cases:
         assert _run_error(runner, args, stdin) == (code, message), args
@@ -201,8 +250,10 @@ def test_refuses_to_clobber_without_force(runner: CliRunner, sample_copy: dict[s
     out = sample_copy["csv"].with_name("rewards.adv.csv")
     out.write_text("keep me\n")
     code, err = _run_error(runner, ["compute", str(sample_copy["csv"])])
-    assert (code, err) == (4, f"error: {out} already exists\n"
-                              "hint: pass --force to overwrite it, or choose another -o\n")
+    assert (code, err) == (
+        4,
+        f"error: {out} already exists\nhint: pass --force to overwrite it, or choose another -o\n",
+    )
     assert out.read_text() == "keep me\n"
     forced = runner.invoke(app, ["compute", str(sample_copy["csv"]), "--force", "-q"])
     assert forced.exit_code == 0
@@ -235,7 +286,9 @@ def test_interrupted_write_leaves_nothing(
     assert result.exit_code == 130
     assert result.stderr == "error: interrupted; no output was written\n"
     assert sorted(p.name for p in sample_copy["parquet"].parent.iterdir()) == [
-        "rewards.csv", "rewards.jsonl", "rewards.parquet",
+        "rewards.csv",
+        "rewards.jsonl",
+        "rewards.parquet",
     ]
 
 
@@ -249,7 +302,11 @@ def test_real_pipe_through_a_subprocess() -> None:
     )
     done = subprocess.run(
         ["bash", "-c", f"set -o pipefail; {command}"],
-        capture_output=True, text=True, env=_cli_env(), check=False, timeout=60,
+        capture_output=True,
+        text=True,
+        env=_cli_env(),
+        check=False,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
@@ -262,10 +319,16 @@ def test_closed_pipe_on_a_big_output_exits_quietly(tmp_path: Path) -> None:
     big = pl.concat([big.with_columns(pl.col("prompt_id") + f"-{i}") for i in range(200)])
     source = tmp_path / "big.parquet"
     big.write_parquet(source)
-    command = f"{sys.executable} -m grpo_cli compute {source} -o - --output-format jsonl -q | head -n 1"
+    command = (
+        f"{sys.executable} -m grpo_cli compute {source} -o - --output-format jsonl -q | head -n 1"
+    )
     done = subprocess.run(
         ["bash", "-c", f"set -o pipefail; {command}"],
-        capture_output=True, text=True, env=_cli_env(), check=False, timeout=60,
+        capture_output=True,
+        text=True,
+        env=_cli_env(),
+        check=False,
+        timeout=60,
     )
     assert done.returncode == 0
     assert done.stderr == ""
@@ -275,7 +338,11 @@ def test_closed_pipe_on_a_big_output_exits_quietly(tmp_path: Path) -> None:
 def test_version_and_module_entry_point() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "grpo_cli", "--version"],
-        capture_output=True, text=True, env=_cli_env(), check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        env=_cli_env(),
+        check=True,
+        timeout=60,
     )
     from grpo_cli import __version__
 

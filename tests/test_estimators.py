@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 import pytest
 
@@ -18,13 +19,16 @@ def advantages(frame: pl.DataFrame, **options: object) -> list[float | None]:
     return compute_advantages(frame, **options)["advantage"].to_list()  # type: ignore[arg-type]
 
 
-def lesson_torch_formula(rewards: np.ndarray, group_size: int, eps: float = 1e-8) -> np.ndarray:
+def lesson_torch_formula(
+    rewards: npt.NDArray[np.float64], group_size: int, eps: float = 1e-8
+) -> npt.NDArray[np.float64]:
     """The reference lesson's PyTorch function, written with numpy: view(B, G), mean and
     std(dim=1) (torch's default correction=1), (r - mean) / (std + eps), flatten."""
     grouped = rewards.reshape(-1, group_size)
     mean = grouped.mean(axis=1, keepdims=True)
     std = grouped.std(axis=1, ddof=1, keepdims=True)
-    return ((grouped - mean) / (std + eps)).reshape(-1)
+    result: npt.NDArray[np.float64] = ((grouped - mean) / (std + eps)).reshape(-1)
+    return result
 
 
 class TestLessonExamples:
@@ -39,7 +43,8 @@ class TestLessonExamples:
     def test_matches_the_lessons_torch_function(self) -> None:
         rewards = np.array([1, 0, 0, 1, 0, 0, 1, 1], dtype=np.float64)
         log = make_log({"p1": list(rewards[:4]), "p2": list(rewards[4:])})
-        np.testing.assert_allclose(advantages(log), lesson_torch_formula(rewards, 4), rtol=1e-15)
+        got = np.array(advantages(log), dtype=np.float64)
+        np.testing.assert_allclose(got, lesson_torch_formula(rewards, 4), rtol=1e-15)
 
     def test_hugging_face_eight_responses_ddof0(self) -> None:
         log = make_log({"q": [1, 0, 1, 0, 1, 0, 1, 0]})
@@ -60,10 +65,22 @@ class TestHandComputed:
         log = make_log({"g": [1, 2, 3, 4]})
         sample = advantages(log, eps=0.0)
         population = advantages(log, ddof=0, eps=0.0)
-        assert sample == pytest.approx([-1.5 / math.sqrt(5 / 3), -0.5 / math.sqrt(5 / 3),
-                                        0.5 / math.sqrt(5 / 3), 1.5 / math.sqrt(5 / 3)])
-        assert population == pytest.approx([-1.5 / math.sqrt(1.25), -0.5 / math.sqrt(1.25),
-                                            0.5 / math.sqrt(1.25), 1.5 / math.sqrt(1.25)])
+        assert sample == pytest.approx(
+            [
+                -1.5 / math.sqrt(5 / 3),
+                -0.5 / math.sqrt(5 / 3),
+                0.5 / math.sqrt(5 / 3),
+                1.5 / math.sqrt(5 / 3),
+            ]
+        )
+        assert population == pytest.approx(
+            [
+                -1.5 / math.sqrt(1.25),
+                -0.5 / math.sqrt(1.25),
+                0.5 / math.sqrt(1.25),
+                1.5 / math.sqrt(1.25),
+            ]
+        )
 
     def test_eps_is_added_to_the_std(self) -> None:
         log = make_log({"g": [0, 1]})
@@ -76,9 +93,15 @@ class TestHandComputed:
         got = advantages(log, eps=0.0)
         b_std = math.sqrt((3 * 0.25**2 + 0.75**2) / 3)  # = 0.5
         expected = [
-            -0.5 / math.sqrt(0.5), 0.5 / math.sqrt(0.5),
-            -0.25 / b_std, -0.25 / b_std, -0.25 / b_std, 0.75 / b_std,
-            -1.0, 0.0, 1.0,
+            -0.5 / math.sqrt(0.5),
+            0.5 / math.sqrt(0.5),
+            -0.25 / b_std,
+            -0.25 / b_std,
+            -0.25 / b_std,
+            0.75 / b_std,
+            -1.0,
+            0.0,
+            1.0,
         ]
         assert got == pytest.approx(expected, rel=1e-14)
 
@@ -89,7 +112,11 @@ class TestHandComputed:
 
     def test_composite_group_key(self) -> None:
         log = pl.DataFrame(
-            {"step": [1, 1, 2, 2], "prompt_id": ["p", "p", "p", "p"], "reward": [0.0, 1.0, 3.0, 3.0]}
+            {
+                "step": [1, 1, 2, 2],
+                "prompt_id": ["p", "p", "p", "p"],
+                "reward": [0.0, 1.0, 3.0, 3.0],
+            }
         )
         by_both = advantages(log, group_cols=("step", "prompt_id"), eps=0.0)
         assert by_both == pytest.approx([-1 / math.sqrt(2), 1 / math.sqrt(2), 0.0, 0.0])
@@ -154,8 +181,14 @@ class TestApi:
 
     def test_with_stats_columns(self, tiny_log: pl.DataFrame) -> None:
         got = compute_advantages(tiny_log, with_stats=True)
-        assert got.columns == ["prompt_id", "reward", "advantage", "group_size", "group_mean",
-                               "group_std"]
+        assert got.columns == [
+            "prompt_id",
+            "reward",
+            "advantage",
+            "group_size",
+            "group_mean",
+            "group_std",
+        ]
         assert got.schema["advantage"] == pl.Float64
         assert got.schema["group_size"] == pl.Int64
         flat = got.filter(pl.col("prompt_id") == "flat")
@@ -183,8 +216,9 @@ class TestApi:
             ({"typo": 1}, "unknown option(s): typo"),
         ],
     )
-    def test_bad_options(self, tiny_log: pl.DataFrame, overrides: dict[str, object],
-                         message: str) -> None:
+    def test_bad_options(
+        self, tiny_log: pl.DataFrame, overrides: dict[str, object], message: str
+    ) -> None:
         with pytest.raises(OptionsError) as info:
             compute_advantages(tiny_log, **overrides)  # type: ignore[arg-type]
         assert info.value.message == message
@@ -196,7 +230,10 @@ class TestApi:
         assert info.value.message == (
             "reward column 'score' not found; the input has columns: prompt_id, reward"
         )
-        assert info.value.hint == "choose the reward column with --reward-col, e.g. --reward-col reward"
+        assert (
+            info.value.hint
+            == "choose the reward column with --reward-col, e.g. --reward-col reward"
+        )
 
     def test_text_rewards_are_refused_with_an_example(self) -> None:
         log = pl.DataFrame({"prompt_id": ["a", "a"], "reward": ["1.0", "abc"]})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
+from typing import IO
 
 import polars as pl
 import pytest
@@ -40,8 +41,16 @@ def test_sniff_format(head: bytes, fmt: str) -> None:
 
 @pytest.mark.parametrize(
     ("name", "fmt"),
-    [("a.parquet", "parquet"), ("a.PQ", "parquet"), ("a.csv", "csv"), ("a.jsonl", "jsonl"),
-     ("a.ndjson", "jsonl"), ("a.json", None), ("a.log", None), ("a", None)],
+    [
+        ("a.parquet", "parquet"),
+        ("a.PQ", "parquet"),
+        ("a.csv", "csv"),
+        ("a.jsonl", "jsonl"),
+        ("a.ndjson", "jsonl"),
+        ("a.json", None),
+        ("a.log", None),
+        ("a", None),
+    ],
 )
 def test_format_from_suffix(name: str, fmt: str | None) -> None:
     assert format_from_suffix(Path(name)) == fmt
@@ -77,8 +86,14 @@ def test_csv_group_keys_stay_text(tmp_path: Path) -> None:
 
 
 def test_reads_a_stream() -> None:
-    log = read_rewards(io.BytesIO(b'{"prompt_id":"a","reward":1}\n{"prompt_id":"a","reward":2.5}\n'))
-    assert (log.format, log.source, log.frame["reward"].to_list()) == ("jsonl", "<stdin>", [1.0, 2.5])
+    log = read_rewards(
+        io.BytesIO(b'{"prompt_id":"a","reward":1}\n{"prompt_id":"a","reward":2.5}\n')
+    )
+    assert (log.format, log.source, log.frame["reward"].to_list()) == (
+        "jsonl",
+        "<stdin>",
+        [1.0, 2.5],
+    )
 
 
 @pytest.mark.parametrize(
@@ -87,13 +102,22 @@ def test_reads_a_stream() -> None:
         (b"", "empty.csv", "{path} is empty"),
         (b"  \n", "blank.jsonl", "{path} is empty"),
         (b"prompt_id,reward\n", "header.csv", "{path} has no rows (columns: prompt_id, reward)"),
-        (b'{"prompt_id":"a","reward":1}\n{"prompt_id":"a","reward":\n{"x":1}\n', "bad.jsonl",
-         "{path} line 2: malformed JSON (Expecting value)"),
-        (b'{"prompt_id":"a","reward":1}\n\n[1, 2]\n', "list.jsonl",
-         "{path} line 3: expected a JSON object, got list"),
-        (b"PAR1\x00\x00", "cut.parquet",
-         "cannot read {path} as parquet: parquet: File out of specification: A Parquet file "
-         "must contain a header and footer with at least 12 bytes"),
+        (
+            b'{"prompt_id":"a","reward":1}\n{"prompt_id":"a","reward":\n{"x":1}\n',
+            "bad.jsonl",
+            "{path} line 2: malformed JSON (Expecting value)",
+        ),
+        (
+            b'{"prompt_id":"a","reward":1}\n\n[1, 2]\n',
+            "list.jsonl",
+            "{path} line 3: expected a JSON object, got list",
+        ),
+        (
+            b"PAR1\x00\x00",
+            "cut.parquet",
+            "cannot read {path} as parquet: parquet: File out of specification: A Parquet file "
+            "must contain a header and footer with at least 12 bytes",
+        ),
     ],
 )
 def test_read_errors(tmp_path: Path, content: bytes, name: str, message: str) -> None:
@@ -167,9 +191,8 @@ def test_atomic_write_failure_leaves_the_old_file_and_no_temp(tmp_path: Path) ->
     target = tmp_path / "out.csv"
     target.write_text("precious\n")
 
-    def half_then_fail(sink: object) -> None:
-        assert hasattr(sink, "write")
-        sink.write(b"partial")  # type: ignore[attr-defined]
+    def half_then_fail(sink: IO[bytes]) -> None:
+        sink.write(b"partial")
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -180,7 +203,11 @@ def test_atomic_write_failure_leaves_the_old_file_and_no_temp(tmp_path: Path) ->
 
 def test_atomic_write_success_has_normal_permissions(tmp_path: Path) -> None:
     target = tmp_path / "out.csv"
-    atomic_write(target, lambda sink: sink.write(b"a\n"))
+
+    def write_line(sink: IO[bytes]) -> None:
+        sink.write(b"a\n")
+
+    atomic_write(target, write_line)
     umask = os.umask(0)
     os.umask(umask)
     assert target.read_bytes() == b"a\n"

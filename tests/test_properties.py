@@ -101,9 +101,9 @@ def test_positive_affine_maps_leave_advantages_unchanged_up_to_eps(
     moved = compute_advantages(log.with_columns(pl.col("reward") * scale + shift))
     np.testing.assert_allclose(moved["advantage"].to_numpy(), base, atol=1e-6)
     exact = compute_advantages(log, eps=0.0)["advantage"].to_numpy()
-    moved_exact = compute_advantages(
-        log.with_columns(pl.col("reward") * scale + shift), eps=0.0
-    )["advantage"].to_numpy()
+    moved_exact = compute_advantages(log.with_columns(pl.col("reward") * scale + shift), eps=0.0)[
+        "advantage"
+    ].to_numpy()
     np.testing.assert_allclose(moved_exact, exact, atol=1e-9)
 
 
