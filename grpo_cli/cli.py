@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from grpo_cli.io import RewardLog
+    from grpo_cli.options import AdvantageOptions
 
 app = typer.Typer(
     name="grpo-adv",
@@ -103,10 +104,18 @@ def _stdout_binary() -> IO[bytes]:
     return sys.stdout.buffer
 
 
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def _stdin_is_terminal() -> bool:
+    return sys.stdin is None or sys.stdin.isatty()
+
+
 def _write_stdout(frame: pl.DataFrame, fmt: str) -> None:
     from grpo_cli.io import write_frame
 
-    if fmt == "parquet" and sys.stdout.isatty():
+    if fmt == "parquet" and _stdout_is_terminal():
         raise OptionsError(
             "refusing to write Parquet to a terminal",
             hint="redirect it (> out.parquet), pipe it, or give -o FILE",
@@ -120,7 +129,7 @@ def _read_input(source: str, fmt: str | None, group_cols: tuple[str, ...]) -> Re
     from grpo_cli.io import read_rewards
 
     if source == "-":
-        if sys.stdin is None or sys.stdin.isatty():
+        if _stdin_is_terminal():
             raise OptionsError(
                 "no data on standard input (it is a terminal)",
                 hint="pipe a log in, e.g. cat rewards.jsonl | grpo-adv compute -",
@@ -224,11 +233,9 @@ def compute(
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
     with _user_errors():
-        _compute(
-            source=source,
-            output=output,
-            input_format=input_format,
-            output_format=output_format,
+        from grpo_cli.options import AdvantageOptions
+
+        options = AdvantageOptions(
             group_cols=tuple(group_col or ("prompt_id",)),
             reward_col=reward_col,
             estimator=estimator,
@@ -237,6 +244,13 @@ def compute(
             singleton=singleton,
             with_stats=with_stats,
             advantage_col=advantage_col,
+        )
+        _compute(
+            source,
+            options,
+            output=output,
+            input_format=input_format,
+            output_format=output_format,
             summary_path=summary_path,
             force=force,
             quiet=quiet,
@@ -244,23 +258,17 @@ def compute(
 
 
 def _compute(
-    *,
     source: str,
+    options: AdvantageOptions,
+    *,
     output: str | None,
     input_format: str | None,
     output_format: str | None,
-    group_cols: tuple[str, ...],
-    reward_col: str,
-    estimator: str,
-    ddof: int,
-    eps: float,
-    singleton: str,
-    with_stats: bool,
-    advantage_col: str,
     summary_path: Path | None,
     force: bool,
     quiet: bool,
 ) -> None:
+    """Read, compute, write the outputs, then tell the user what happened."""
     from grpo_cli.compute import compute_advantages
     from grpo_cli.io import (
         atomic_write,
@@ -271,20 +279,9 @@ def _compute(
         write_frame,
         write_table,
     )
-    from grpo_cli.options import AdvantageOptions
     from grpo_cli.render import print_warning, render_run_summary, stderr_console
     from grpo_cli.summary import group_table, summarize_run
 
-    options = AdvantageOptions(
-        group_cols=group_cols,
-        reward_col=reward_col,
-        estimator=estimator,
-        ddof=ddof,
-        eps=eps,
-        singleton=singleton,
-        with_stats=with_stats,
-        advantage_col=advantage_col,
-    )
     in_fmt = normalize_format(input_format) if input_format else None
     out_fmt_requested = normalize_format(output_format) if output_format else None
     input_path = None if source == "-" else Path(source)

@@ -296,11 +296,9 @@ def _cli_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def test_real_pipe_through_a_subprocess() -> None:
-    command = (
-        f"cat {SAMPLE_FILES['jsonl']} | {sys.executable} -m grpo_cli compute - --quiet | head -n 2"
-    )
-    done = subprocess.run(
+def _bash_pipeline(command: str) -> subprocess.CompletedProcess[str]:
+    """Run a shell pipeline with pipefail, so any stage's failure shows in the status."""
+    return subprocess.run(
         ["bash", "-c", f"set -o pipefail; {command}"],
         capture_output=True,
         text=True,
@@ -308,6 +306,11 @@ def test_real_pipe_through_a_subprocess() -> None:
         check=False,
         timeout=60,
     )
+
+
+def test_real_pipe_through_a_subprocess() -> None:
+    cli = f"{sys.executable} -m grpo_cli"
+    done = _bash_pipeline(f"cat {SAMPLE_FILES['jsonl']} | {cli} compute - --quiet | head -n 2")
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     rows = [json.loads(line) for line in done.stdout.splitlines()]
@@ -319,20 +322,39 @@ def test_closed_pipe_on_a_big_output_exits_quietly(tmp_path: Path) -> None:
     big = pl.concat([big.with_columns(pl.col("prompt_id") + f"-{i}") for i in range(200)])
     source = tmp_path / "big.parquet"
     big.write_parquet(source)
-    command = (
-        f"{sys.executable} -m grpo_cli compute {source} -o - --output-format jsonl -q | head -n 1"
-    )
-    done = subprocess.run(
-        ["bash", "-c", f"set -o pipefail; {command}"],
-        capture_output=True,
-        text=True,
-        env=_cli_env(),
-        check=False,
-        timeout=60,
-    )
+    cli = f"{sys.executable} -m grpo_cli"
+    done = _bash_pipeline(f"{cli} compute {source} -o - --output-format jsonl -q | head -n 1")
     assert done.returncode == 0
     assert done.stderr == ""
     assert json.loads(done.stdout)["prompt_id"] == big["prompt_id"][0]
+
+
+def test_stdin_terminal_gets_a_hint_not_a_hang(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import grpo_cli.cli
+
+    monkeypatch.setattr(grpo_cli.cli, "_stdin_is_terminal", lambda: True)
+    code, err = _run_error(runner, ["compute", "-"])
+    assert (code, err) == (
+        2,
+        "error: no data on standard input (it is a terminal)\n"
+        "hint: pipe a log in, e.g. cat rewards.jsonl | grpo-adv compute -\n",
+    )
+
+
+def test_parquet_is_never_written_to_a_terminal(
+    runner: CliRunner, sample_copy: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import grpo_cli.cli
+
+    monkeypatch.setattr(grpo_cli.cli, "_stdout_is_terminal", lambda: True)
+    code, err = _run_error(runner, ["compute", str(sample_copy["parquet"]), "-o", "-"])
+    assert (code, err) == (
+        2,
+        "error: refusing to write Parquet to a terminal\n"
+        "hint: redirect it (> out.parquet), pipe it, or give -o FILE\n",
+    )
 
 
 def test_version_and_module_entry_point() -> None:
