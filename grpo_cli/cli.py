@@ -161,6 +161,7 @@ def compute(
         typer.Option(
             "--output",
             "-o",
+            metavar="PATH",
             help="Output file, or - for standard output. Default: <stem>.adv.<suffix> beside "
             "INPUT; standard output when INPUT is -.",
             show_default=False,
@@ -170,6 +171,7 @@ def compute(
         str | None,
         typer.Option(
             "--format",
+            metavar="FORMAT",
             help="Input format: parquet, csv, jsonl or json. Default: from the suffix, "
             "else from the content.",
             show_default=False,
@@ -179,6 +181,7 @@ def compute(
         str | None,
         typer.Option(
             "--output-format",
+            metavar="FORMAT",
             help="Output format: parquet, csv, jsonl or json. Default: from -o's suffix, "
             "else the input's format.",
             show_default=False,
@@ -189,21 +192,32 @@ def compute(
         typer.Option(
             "--group-col",
             "-g",
+            metavar="COL",
             help="Column identifying a group; repeat for a composite key "
             "(-g step -g prompt_id). Default: prompt_id.",
             show_default=False,
         ),
     ] = None,
     reward_col: Annotated[
-        str, typer.Option("--reward-col", "-r", help="Numeric reward column.")
+        str, typer.Option("--reward-col", "-r", metavar="COL", help="Numeric reward column.")
     ] = "reward",
-    estimator: Annotated[str, typer.Option("--estimator", help=_ESTIMATOR_HELP)] = "grpo",
+    estimator: Annotated[
+        str, typer.Option("--estimator", metavar="NAME", help=_ESTIMATOR_HELP)
+    ] = "grpo",
     ddof: Annotated[
         int,
-        typer.Option("--ddof", help="Std degrees-of-freedom correction: 1 sample, 0 population."),
+        typer.Option(
+            "--ddof",
+            metavar="0|1",
+            help="Std degrees-of-freedom correction: 1 sample, 0 population.",
+        ),
     ] = 1,
-    eps: Annotated[float, typer.Option("--eps", help="Added to the group std.")] = 1e-8,
-    singleton: Annotated[str, typer.Option("--singleton", help=_SINGLETON_HELP)] = "zero",
+    eps: Annotated[
+        float, typer.Option("--eps", metavar="FLOAT", help="Added to the group std.")
+    ] = 1e-8,
+    singleton: Annotated[
+        str, typer.Option("--singleton", metavar="POLICY", help=_SINGLETON_HELP)
+    ] = "zero",
     with_stats: Annotated[
         bool,
         typer.Option(
@@ -211,12 +225,14 @@ def compute(
         ),
     ] = False,
     advantage_col: Annotated[
-        str, typer.Option("--advantage-col", help="Name of the output advantage column.")
+        str,
+        typer.Option("--advantage-col", metavar="COL", help="Name of the output advantage column."),
     ] = "advantage",
     summary_path: Annotated[
         Path | None,
         typer.Option(
             "--summary",
+            metavar="PATH",
             help="Write the per-group table here (.csv, .parquet, .jsonl, .json or .md).",
             show_default=False,
         ),
