@@ -12,26 +12,26 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated
+from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from grpo_cli import __version__
+from grpo_cli import cli_options as opt
 from grpo_cli.errors import (
+    EXIT_DIFFERENT,
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     GrpoAdvError,
     OptionsError,
     OutputError,
 )
-from grpo_cli.estimators import ESTIMATORS
-from grpo_cli.options import SINGLETON_POLICIES
 
 if TYPE_CHECKING:
     import polars as pl
 
     from grpo_cli.io import RewardLog
-    from grpo_cli.options import AdvantageOptions
 
 app = typer.Typer(
     name="grpo-adv",
@@ -61,8 +61,8 @@ def root(
 ) -> None:
     """Compute, check and explain GRPO group-relative advantages from reward logs.
 
-    Exit codes: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 output refused or failed,
-    130 interrupted.
+    Exit codes: 0 ok, 1 verify found differences, 2 usage, 3 bad input, 4 output refused
+    or failed, 70 internal error, 130 interrupted.
     """
 
 
@@ -87,6 +87,8 @@ def _user_errors() -> Iterator[None]:
 
     try:
         yield
+    except typer.Exit:
+        raise
     except GrpoAdvError as exc:
         print_error(stderr_console(), exc)
         raise typer.Exit(exc.exit_code) from None
@@ -97,7 +99,21 @@ def _user_errors() -> Iterator[None]:
         if _is_broken_pipe(exc):
             _silence_stdout()
             raise typer.Exit(EXIT_OK) from None
-        raise
+        _internal_error(exc)
+    except Exception as exc:
+        _internal_error(exc)
+
+
+def _internal_error(exc: BaseException) -> NoReturn:
+    from grpo_cli.render import print_error, stderr_console
+
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    error = GrpoAdvError(
+        f"internal error: {type(exc).__name__}: {detail}",
+        hint="this is a bug in grpo-adv; please report it with the command you ran",
+    )
+    print_error(stderr_console(), error)
+    raise typer.Exit(EXIT_INTERNAL) from None
 
 
 def _stdout_binary() -> IO[bytes]:
@@ -125,99 +141,74 @@ def _write_stdout(frame: pl.DataFrame, fmt: str) -> None:
     sink.flush()
 
 
-def _read_input(source: str, fmt: str | None, group_cols: tuple[str, ...]) -> RewardLog:
-    from grpo_cli.io import read_rewards
+def _read_input(sources: list[str], fmt: str | None, group_cols: tuple[str, ...]) -> RewardLog:
+    from grpo_cli.io import normalize_format, read_many, read_rewards
 
-    if source == "-":
+    fmt = normalize_format(fmt) if fmt else None
+    if sources == ["-"]:
         if _stdin_is_terminal():
             raise OptionsError(
                 "no data on standard input (it is a terminal)",
                 hint="pipe a log in, e.g. cat rewards.jsonl | grpo-adv compute -",
             )
         return read_rewards(sys.stdin.buffer, fmt, string_cols=group_cols)
-    return read_rewards(source, fmt, string_cols=group_cols)
+    return read_many(sources, fmt, string_cols=group_cols)
 
 
-_ESTIMATOR_HELP = "Advantage estimator: " + "; ".join(
-    f"{e.name} = {e.summary}" for e in ESTIMATORS.values()
-)
-_SINGLETON_HELP = "What a group with one valid reward gets: " + "; ".join(
-    f"{name} = {text}" for name, text in SINGLETON_POLICIES.items()
-)
+def _output_target(
+    sources: list[str], output: str | None, output_format: str | None, input_format: str
+) -> tuple[Path | None, str]:
+    """Where the data goes (None: standard output) and in which format."""
+    from grpo_cli.io import default_output_path, normalize_format, output_format_for
+
+    requested = normalize_format(output_format) if output_format else None
+    if output == "-" or (output is None and sources == ["-"]):
+        return None, requested or input_format
+    if output is not None:
+        path = Path(output)
+        return path, output_format_for(path, requested, input_format)
+    if len(sources) != 1 or Path(sources[0]).is_dir():
+        raise OptionsError(
+            "several inputs are read as one log: say where it goes",
+            hint="give -o PATH (or -o - for standard output)",
+        )
+    fmt = requested or input_format
+    return default_output_path(Path(sources[0]), input_format, fmt), fmt
+
+
+def _protected_inputs(sources: list[str]) -> list[Path]:
+    if sources == ["-"]:
+        return []
+    from grpo_cli.io import expand_sources
+
+    return expand_sources(sources)
 
 
 @app.command()
 def compute(
-    source: Annotated[
-        str,
-        typer.Argument(
-            metavar="INPUT",
-            help="Reward log: .parquet, .csv, .jsonl/.ndjson or .json; - reads standard input.",
-            show_default=False,
-        ),
-    ],
-    output: Annotated[
-        str | None,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="PATH",
-            help="Output file, or - for standard output. Default: <stem>.adv.<suffix> beside "
-            "INPUT; standard output when INPUT is -.",
-            show_default=False,
-        ),
-    ] = None,
-    input_format: Annotated[
-        str | None,
-        typer.Option(
-            "--format",
-            metavar="FORMAT",
-            help="Input format: parquet, csv, jsonl or json. Default: from the suffix, "
-            "else from the content.",
-            show_default=False,
-        ),
-    ] = None,
-    output_format: Annotated[
-        str | None,
-        typer.Option(
-            "--output-format",
-            metavar="FORMAT",
-            help="Output format: parquet, csv, jsonl or json. Default: from -o's suffix, "
-            "else the input's format.",
-            show_default=False,
-        ),
-    ] = None,
-    group_col: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--group-col",
-            "-g",
-            metavar="COL",
-            help="Column identifying a group; repeat for a composite key "
-            "(-g step -g prompt_id). Default: prompt_id.",
-            show_default=False,
-        ),
-    ] = None,
-    reward_col: Annotated[
-        str, typer.Option("--reward-col", "-r", metavar="COL", help="Numeric reward column.")
-    ] = "reward",
-    estimator: Annotated[
-        str, typer.Option("--estimator", metavar="NAME", help=_ESTIMATOR_HELP)
-    ] = "grpo",
-    ddof: Annotated[
-        int,
-        typer.Option(
-            "--ddof",
-            metavar="0|1",
-            help="Std degrees-of-freedom correction: 1 sample, 0 population.",
-        ),
-    ] = 1,
-    eps: Annotated[
-        float, typer.Option("--eps", metavar="FLOAT", help="Added to the group std.")
-    ] = 1e-8,
-    singleton: Annotated[
-        str, typer.Option("--singleton", metavar="POLICY", help=_SINGLETON_HELP)
-    ] = "zero",
+    sources: opt.Sources,
+    output: opt.Output = None,
+    input_format: opt.InputFormat = None,
+    output_format: opt.OutputFormat = None,
+    preset: opt.Preset = None,
+    group_col: opt.GroupCol = None,
+    reward_col: opt.RewardCol = None,
+    reward_weights: opt.RewardWeights = None,
+    aggregation: opt.Aggregation = None,
+    estimator: opt.Estimator = None,
+    ddof: opt.Ddof = None,
+    eps: opt.Eps = None,
+    eps_mode: opt.EpsMode = None,
+    singleton: opt.Singleton = None,
+    nulls: opt.Nulls = None,
+    clip: opt.Clip = None,
+    clip_stage: opt.ClipStage = None,
+    batch_col: opt.BatchCol = None,
+    group_size: opt.GroupSize = None,
+    length_col: opt.LengthCol = None,
+    token_weighted: opt.TokenWeighted = None,
+    baseline_col: opt.BaselineCol = None,
+    step_rewards_col: opt.StepRewardsCol = None,
     with_stats: Annotated[
         bool,
         typer.Option(
@@ -225,45 +216,43 @@ def compute(
         ),
     ] = False,
     advantage_col: Annotated[
-        str,
-        typer.Option("--advantage-col", metavar="COL", help="Name of the output advantage column."),
+        str, typer.Option("--advantage-col", metavar="COL", help="Name of the output column.")
     ] = "advantage",
-    summary_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--summary",
-            metavar="PATH",
-            help="Write the per-group table here (.csv, .parquet, .jsonl, .json or .md).",
-            show_default=False,
-        ),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", "-f", help="Overwrite existing output files.")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="Print nothing on stderr but errors.")
-    ] = False,
+    summary_path: opt.SummaryPath = None,
+    force: opt.Force = False,
+    quiet: opt.Quiet = False,
 ) -> None:
     """Annotate a reward log with group-relative advantages.
 
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
     with _user_errors():
-        from grpo_cli.options import AdvantageOptions
-
-        options = AdvantageOptions(
-            group_cols=tuple(group_col or ("prompt_id",)),
+        explicit = opt.explicit_fields(
+            group_col=group_col,
             reward_col=reward_col,
+            reward_weights=reward_weights,
+            aggregation=aggregation,
             estimator=estimator,
             ddof=ddof,
             eps=eps,
+            eps_mode=eps_mode,
             singleton=singleton,
-            with_stats=with_stats,
+            nulls=nulls,
+            clip=clip,
+            clip_stage=clip_stage,
+            batch_col=batch_col,
+            group_size=group_size,
+            length_col=length_col,
+            token_weighted=token_weighted,
+            baseline_col=baseline_col,
+            step_rewards_col=step_rewards_col,
+            with_stats=with_stats or None,
             advantage_col=advantage_col,
         )
         _compute(
-            source,
-            options,
+            sources,
+            preset,
+            explicit,
             output=output,
             input_format=input_format,
             output_format=output_format,
@@ -274,8 +263,9 @@ def compute(
 
 
 def _compute(
-    source: str,
-    options: AdvantageOptions,
+    sources: list[str],
+    preset: str | None,
+    explicit: dict[str, Any],
     *,
     output: str | None,
     input_format: str | None,
@@ -285,38 +275,17 @@ def _compute(
     quiet: bool,
 ) -> None:
     """Read, compute, write the outputs, then tell the user what happened."""
-    from grpo_cli.compute import compute_advantages
-    from grpo_cli.io import (
-        atomic_write,
-        check_output_path,
-        default_output_path,
-        normalize_format,
-        output_format_for,
-        write_frame,
-        write_table,
-    )
+    from grpo_cli.io import atomic_write, check_output_path, write_frame, write_table
+    from grpo_cli.pipeline import annotate
+    from grpo_cli.presets import get_preset
     from grpo_cli.render import print_warning, render_run_summary, stderr_console
-    from grpo_cli.summary import group_table, summarize_run
 
-    in_fmt = normalize_format(input_format) if input_format else None
-    out_fmt_requested = normalize_format(output_format) if output_format else None
-    input_path = None if source == "-" else Path(source)
-    protected = [input_path] if input_path is not None else []
-
-    log = _read_input(source, in_fmt, options.group_cols)
-
-    # Where the data goes: a file (atomic) or standard output.
-    out_path: Path | None
-    if output == "-" or (output is None and input_path is None):
-        out_path = None
-        out_fmt = out_fmt_requested or log.format
-    elif output is None:
-        assert input_path is not None
-        out_fmt = out_fmt_requested or log.format
-        out_path = default_output_path(input_path, log.format, out_fmt)
-    else:
-        out_path = Path(output)
-        out_fmt = output_format_for(out_path, out_fmt_requested, log.format)
+    if preset is not None:
+        get_preset(preset)
+    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    log = _read_input(sources, input_format, key_cols)
+    out_path, out_fmt = _output_target(sources, output, output_format, log.format)
+    protected = _protected_inputs(sources)
     if out_path is not None:
         check_output_path(out_path, force=force, protected=protected)
     if summary_path is not None:
@@ -326,30 +295,146 @@ def _compute(
             )
         check_output_path(summary_path, force=force, protected=protected)
 
-    annotated = compute_advantages(log.frame, options)
-    groups = group_table(annotated, options)
-    run = summarize_run(annotated, groups, options)
+    result = annotate(log.frame, preset, **explicit)
 
     if out_path is None:
-        _write_stdout(annotated, out_fmt)
+        _write_stdout(result.frame, out_fmt)
         shown_output = "standard output"
     else:
-        atomic_write(out_path, lambda sink: write_frame(annotated, sink, out_fmt))
+        atomic_write(out_path, lambda sink: write_frame(result.frame, sink, out_fmt))
         shown_output = f"{out_path} ({out_fmt})"
     if summary_path is not None:
-        write_table(groups, summary_path, force=force, protected=protected)
-
+        write_table(result.groups, summary_path, force=force, protected=protected)
+    if quiet:
+        return
     console = stderr_console()
-    if run.null_rewards and not quiet:
-        nan_part = f", {run.nan_rewards} of them NaN" if run.nan_rewards else ""
+    if result.run.null_rewards:
+        fate = {
+            "exclude": "their advantage is null",
+            "zero": "their advantage is 0",
+        }.get(result.options.nulls, "")
         print_warning(
             console,
-            f"{run.null_rewards} null reward(s){nan_part}: left out of their group's "
-            "statistics; their advantage is null",
+            f"{result.run.null_rewards} null or NaN reward(s): left out of the statistics; {fate}",
         )
-    if not quiet:
-        shown_table = None if summary_path is None else str(summary_path)
-        render_run_summary(console, run, options, shown_output, shown_table)
+    render_run_summary(
+        console,
+        result.run,
+        result.options,
+        output=shown_output,
+        group_table_path=None if summary_path is None else str(summary_path),
+        preset=preset,
+        layout=result.layout,
+    )
+
+
+@app.command()
+def verify(
+    sources: opt.Sources,
+    preset: opt.Preset = None,
+    advantage_col: Annotated[
+        str,
+        typer.Option(
+            "--advantage-col", metavar="COL", help="The logged advantage column to check."
+        ),
+    ] = "advantage",
+    tol: Annotated[
+        float,
+        typer.Option(
+            "--tol",
+            metavar="FLOAT",
+            help="Largest absolute difference that still agrees (float32 trainers: ~1e-5).",
+        ),
+    ] = 1e-5,
+    top: Annotated[
+        int, typer.Option("--top", metavar="N", help="How many of the worst groups to show.")
+    ] = 5,
+    input_format: opt.InputFormat = None,
+    group_col: opt.GroupCol = None,
+    reward_col: opt.RewardCol = None,
+    reward_weights: opt.RewardWeights = None,
+    aggregation: opt.Aggregation = None,
+    estimator: opt.Estimator = None,
+    ddof: opt.Ddof = None,
+    eps: opt.Eps = None,
+    eps_mode: opt.EpsMode = None,
+    singleton: opt.Singleton = None,
+    nulls: opt.Nulls = None,
+    clip: opt.Clip = None,
+    clip_stage: opt.ClipStage = None,
+    batch_col: opt.BatchCol = None,
+    group_size: opt.GroupSize = None,
+    length_col: opt.LengthCol = None,
+    token_weighted: opt.TokenWeighted = None,
+    baseline_col: opt.BaselineCol = None,
+    step_rewards_col: opt.StepRewardsCol = None,
+    quiet: opt.Quiet = False,
+) -> None:
+    """Recompute advantages and compare them with a logged advantage column.
+
+    Exits 0 when every row agrees within --tol, 1 when some do not.
+    """
+    with _user_errors():
+        from grpo_cli.render import render_verify_report, stderr_console
+        from grpo_cli.verify import verify_advantages
+
+        explicit = opt.explicit_fields(
+            group_col=group_col,
+            reward_col=reward_col,
+            reward_weights=reward_weights,
+            aggregation=aggregation,
+            estimator=estimator,
+            ddof=ddof,
+            eps=eps,
+            eps_mode=eps_mode,
+            singleton=singleton,
+            nulls=nulls,
+            clip=clip,
+            clip_stage=clip_stage,
+            batch_col=batch_col,
+            group_size=group_size,
+            length_col=length_col,
+            token_weighted=token_weighted,
+            baseline_col=baseline_col,
+            step_rewards_col=step_rewards_col,
+        )
+        key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+        log = _read_input(sources, input_format, key_cols)
+        report = verify_advantages(
+            log.frame, preset, advantage_col=advantage_col, tol=tol, top=top, **explicit
+        )
+        if not quiet:
+            render_verify_report(stderr_console(), report, preset=preset, source=log.source)
+    if not report.agree:
+        raise typer.Exit(EXIT_DIFFERENT)
+
+
+@app.command()
+def presets(
+    output_format: Annotated[
+        str,
+        typer.Option(
+            "--format", metavar="FORMAT", help="table (the terminal) or markdown (for docs)."
+        ),
+    ] = "table",
+) -> None:
+    """List the trainer presets and the conventions each one sets."""
+    with _user_errors():
+        from grpo_cli.presets import presets_frame
+        from grpo_cli.render import render_presets
+
+        if output_format == "markdown":
+            from grpo_cli.io import frame_to_markdown
+
+            typer.echo(frame_to_markdown(presets_frame()), nl=False)
+        elif output_format == "table":
+            from rich.console import Console
+
+            render_presets(Console(soft_wrap=False))
+        else:
+            raise OptionsError(
+                f"unknown --format {output_format!r}", hint="choose table or markdown"
+            )
 
 
 def main() -> None:

@@ -1,98 +1,282 @@
 """``compute_advantages``: the one entry point that annotates a reward log.
 
-Pipeline, all in Polars window expressions over the group key (no Python loop over rows
-or groups), in float64:
+Pipeline, all in Polars window expressions (no Python loop over rows or groups), float64:
 
-1. ``r`` = the reward cast to Float64, NaN turned into null. Null rewards are left out of
-   every group statistic and get a null advantage.
-2. Per group: count of valid rewards, mean, std (ddof 0 or 1), max == min.
-3. The estimator's formula (see :mod:`grpo_cli.estimators`).
-4. Shared policies: a null reward gives null; a group with exactly one valid reward gives
-   what ``singleton`` says (``zero``, ``raw`` reward or ``null``).
+1. Resolve keys: the group key is ``group_cols``, or with ``group_size`` G the position
+   ``row_in_batch // G`` (consecutive runs of G rows, within each batch value); the batch
+   key is ``batch_col`` or one constant batch.
+2. The reward ``r``: each reward column cast to Float64 with NaN as null; ``nulls=fill_zero``
+   fills nulls with 0; several columns are combined (``sum_then_normalize``: weighted sum
+   with nulls as 0, null only when every reward is null; ``normalize_then_sum``: see
+   :func:`gdpo_expr`). ``singleton=drop`` removes groups with exactly one valid reward.
+3. The estimator's formula (:mod:`grpo_cli.estimators`).
+4. Shared policies, in order: a null reward gives null (``nulls=exclude``) or 0
+   (``nulls=zero``); a one-reward group gives the singleton policy's value; ``clip``.
 
-Rows keep their input order, and every input column is returned unchanged.
+Rows keep their input order (dropped singletons aside), every input column is returned
+unchanged, and the result is bit-for-bit repeatable.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
 
 import polars as pl
 
 from grpo_cli.errors import InputError
-from grpo_cli.estimators import EstimatorParams, GroupStats, get_estimator
+from grpo_cli.estimators import EstimatorContext, get_estimator
 from grpo_cli.options import AdvantageOptions
-from grpo_cli.schema import check_reward_dtype, describe_bad_reward, require_columns
+from grpo_cli.schema import (
+    check_list_dtype,
+    check_numeric_dtype,
+    describe_bad_reward,
+    require_columns,
+)
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
+BATCH_KEY: Final = "__grpo_batch"
+POSITION_KEY: Final = "__grpo_position"
+REWARD_KEY: Final = "__grpo_reward"
+ROW_KEY: Final = "__grpo_row"
 
-def reward_expr(column: str) -> pl.Expr:
-    """The reward as Float64 with NaN turned into null (booleans become 0.0/1.0)."""
-    return pl.col(column).cast(pl.Float64).fill_nan(None)
+
+@dataclass(frozen=True)
+class Keys:
+    """The resolved key columns of a computation (temporary ones start with ``__grpo_``)."""
+
+    group: tuple[str, ...]
+    batch: tuple[str, ...]
+
+    @property
+    def temporary(self) -> tuple[str, ...]:
+        return tuple(k for k in (*self.group, *self.batch) if k.startswith("__grpo_"))
 
 
-def group_stats(options: AdvantageOptions) -> GroupStats:
-    """Window expressions of the per-group statistics for ``options``."""
-    keys = list(options.group_cols)
-    r = reward_expr(options.reward_col)
-    return GroupStats(
-        reward=r,
-        count=r.count().over(keys),
-        mean=r.mean().over(keys),
-        std=r.std(ddof=options.ddof).over(keys),
-        is_constant=r.max().over(keys) == r.min().over(keys),
+def resolve_keys(options: AdvantageOptions) -> Keys:
+    """The group and batch key columns the options call for."""
+    batch = (options.batch_col,) if options.batch_col else (BATCH_KEY,)
+    if options.group_size is not None:
+        extra = (options.batch_col,) if options.batch_col else ()
+        return Keys(group=(*extra, POSITION_KEY), batch=batch)
+    return Keys(group=options.group_cols, batch=batch)
+
+
+def with_keys(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame:
+    """Add the temporary key columns (constant batch, positional group) ``options`` need."""
+    columns = []
+    if options.batch_col is None:
+        columns.append(pl.lit(0, dtype=pl.Int8).alias(BATCH_KEY))
+    if options.group_size is not None:
+        position = pl.int_range(pl.len(), dtype=pl.Int64)
+        if options.batch_col is not None:
+            position = position.over(options.batch_col)
+        columns.append((position // options.group_size).alias(POSITION_KEY))
+    return frame.with_columns(columns) if columns else frame
+
+
+def reward_expr(column: str, nulls: str = "exclude") -> pl.Expr:
+    """One reward column as Float64, NaN as null (``fill_zero``: null and NaN as 0)."""
+    r = pl.col(column).cast(pl.Float64).fill_nan(None)
+    return r.fill_null(0.0) if nulls == "fill_zero" else r
+
+
+def combined_reward(options: AdvantageOptions) -> pl.Expr:
+    """The one reward the estimator sees: the weighted sum of the reward columns, nulls
+    counting 0, null when every reward of the row is null (TRL's weighted nansum)."""
+    parts = [reward_expr(c, options.nulls) for c in options.reward_cols]
+    if len(parts) == 1 and options.weights == (1.0,):
+        return parts[0]
+    weighted = [part * weight for part, weight in zip(parts, options.weights, strict=True)]
+    all_null = pl.all_horizontal([part.is_null() for part in parts])
+    return pl.when(all_null).then(None).otherwise(pl.sum_horizontal(weighted)).cast(pl.Float64)
+
+
+def estimator_context(
+    options: AdvantageOptions, keys: Keys, reward: pl.Expr | None = None
+) -> EstimatorContext:
+    """The window helpers for ``options`` over ``reward`` (default: the combined reward)."""
+    return EstimatorContext(
+        reward=pl.col(REWARD_KEY) if reward is None else reward,
+        group_keys=keys.group,
+        batch_keys=keys.batch,
+        ddof=options.ddof,
+        eps=options.eps,
+        eps_mode=options.eps_mode,
+        singleton_unit=options.singleton == "verl",
+        length=pl.col(options.length_col) if options.length_col else None,
+        token_weighted=options.token_weighted,
+        baseline=pl.col(options.baseline_col) if options.baseline_col else None,
+        shaped_clip=options.clip if options.clip_stage == "shaped" else None,
     )
 
 
-def advantage_expr(options: AdvantageOptions) -> pl.Expr:
-    """The advantage column's expression: estimator plus the null and singleton policies."""
-    stats = group_stats(options)
+def gdpo_expr(options: AdvantageOptions, keys: Keys) -> pl.Expr:
+    """GDPO (TRL ``multi_objective_aggregation='normalize_then_sum'``): each reward k is
+    z-scored in its group, ``z_k = norm(r_k - mean_g, var_g)`` (null where fewer than two
+    valid values with ddof 1), ``s = sum_k w_k z_k`` with nulls as 0 (null when every
+    reward is null), then ``A = norm(s - mean_b(s), var_b(s))``."""
+    grpo = get_estimator("grpo").fn
+    zs = []
+    for column, weight in zip(options.reward_cols, options.weights, strict=True):
+        ctx = estimator_context(options, keys, reward_expr(column, options.nulls))
+        zs.append(grpo(ctx) * weight)
+    all_null = pl.all_horizontal(
+        [reward_expr(c, options.nulls).is_null() for c in options.reward_cols]
+    )
+    summed = pl.when(all_null).then(None).otherwise(pl.sum_horizontal(zs))
+    return estimator_context(options, keys).batch_zscore(summed)
+
+
+def advantage_expr(options: AdvantageOptions, keys: Keys) -> pl.Expr:
+    """The advantage column (needs the key columns and REWARD_KEY): estimator + policies."""
     estimator = get_estimator(options.estimator)
-    params = EstimatorParams(ddof=options.ddof, eps=options.eps)
-    singleton_value = {
-        "zero": pl.lit(0.0),
-        "raw": stats.reward,
-        "null": pl.lit(None, dtype=pl.Float64),
-    }[options.singleton]
-    return (
-        pl.when(stats.reward.is_null())
-        .then(pl.lit(None, dtype=pl.Float64))
-        .when(stats.count == 1)
-        .then(singleton_value)
-        .otherwise(estimator.fn(stats, params))
-        .cast(pl.Float64)
-        .alias(options.advantage_col)
-    )
+    ctx = estimator_context(options, keys)
+    gdpo = options.aggregation == "normalize_then_sum"
+    value = gdpo_expr(options, keys) if gdpo else estimator.fn(ctx)
+    null_value = pl.lit(0.0) if options.nulls == "zero" else pl.lit(None, dtype=pl.Float64)
+    if estimator.uses_groups and options.singleton in ("zero", "raw", "null"):
+        singleton_value = {
+            "zero": pl.lit(0.0),
+            "raw": ctx.reward,
+            "null": pl.lit(None, dtype=pl.Float64),
+        }[options.singleton]
+        value = pl.when(ctx.is_singleton()).then(singleton_value).otherwise(value)
+    result = pl.when(ctx.reward.is_null()).then(null_value).otherwise(value).cast(pl.Float64)
+    whitened = gdpo or estimator.whitens
+    if options.clip is not None and (options.clip_stage == "advantage" or not whitened):
+        result = result.clip(*options.clip)
+    return result.alias(options.advantage_col)
 
 
 def validate_frame(frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions) -> None:
     """Check the columns the options need, and that no added column already exists."""
     schema = frame.collect_schema()
-    require_columns(schema, options.group_cols, "group")
-    require_columns(schema, [options.reward_col], "reward")
-    try:
-        check_reward_dtype(schema, options.reward_col)
-    except InputError as exc:
-        if isinstance(frame, pl.DataFrame):
-            exc.message += describe_bad_reward(frame, options.reward_col)
-            exc.args = (exc.message,)
-        raise
+    estimator = get_estimator(options.estimator)
+    if estimator.uses_groups and options.group_size is None:
+        require_columns(schema, options.group_cols, "group")
+    for role, column in (
+        ("batch", options.batch_col),
+        ("length", options.length_col),
+        ("baseline", options.baseline_col),
+        ("step rewards", options.step_rewards_col),
+    ):
+        if column is not None:
+            require_columns(schema, [column], role)
+    if options.step_rewards_col is not None and estimator.name == "process":
+        check_list_dtype(schema, options.step_rewards_col)
+    else:
+        require_columns(schema, options.reward_cols, "reward")
+        for column in options.reward_cols:
+            _check_reward_column(frame, schema, column)
+    for role, column in (("length", options.length_col), ("baseline", options.baseline_col)):
+        if column is not None:
+            check_numeric_dtype(schema, column, role)
     existing = [col for col in options.added_columns() if col in schema]
     if existing:
         raise InputError(
             f"the input already has a column named {existing[0]!r}",
             hint="name the output column with --advantage-col, or drop the existing column",
         )
-    keys_null = frame.lazy().select(
-        pl.any_horizontal(*(pl.col(c).is_null() for c in options.group_cols)).sum()
-    )
-    n_null_keys = int(keys_null.collect().item())
-    if n_null_keys:
+    _check_nulls(frame, options, estimator.uses_groups)
+
+
+def _check_reward_column(
+    frame: pl.DataFrame | pl.LazyFrame, schema: pl.Schema, column: str
+) -> None:
+    try:
+        check_numeric_dtype(schema, column, "reward")
+    except InputError as exc:
+        if isinstance(frame, pl.DataFrame):
+            exc.message += describe_bad_reward(frame, column)
+            exc.args = (exc.message,)
+        raise
+
+
+def _check_nulls(
+    frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions, uses_groups: bool
+) -> None:
+    key_cols = list(options.group_cols) if uses_groups and options.group_size is None else []
+    if options.batch_col:
+        key_cols.append(options.batch_col)
+    checks = {}
+    if key_cols:
+        checks["keys"] = pl.any_horizontal(*(pl.col(c).is_null() for c in key_cols)).sum()
+    if options.nulls == "error":
+        rewards = [reward_expr(c) for c in options.reward_cols if c in frame.collect_schema()]
+        if rewards:
+            checks["rewards"] = pl.any_horizontal(*(r.is_null() for r in rewards)).sum()
+    if not checks:
+        return
+    counts = frame.lazy().select(**checks).collect(engine="in-memory").row(0, named=True)
+    if counts.get("keys"):
         raise InputError(
-            f"{n_null_keys} row(s) have a null group key ({', '.join(options.group_cols)})",
+            f"{counts['keys']} row(s) have a null group or batch key ({', '.join(key_cols)})",
             hint="every response needs the id of its prompt; fill or drop those rows first",
         )
+    if counts.get("rewards"):
+        raise InputError(
+            f"{counts['rewards']} row(s) have a null or NaN reward (--nulls error)",
+            hint="choose --nulls exclude, zero or fill_zero to accept them",
+        )
+
+
+def _check_group_size(frame: pl.LazyFrame, options: AdvantageOptions) -> None:
+    """Positional groups need every batch to hold a whole number of groups."""
+    if options.group_size is None:
+        return
+    by = [options.batch_col] if options.batch_col else [BATCH_KEY]
+    sizes = frame.group_by(by, maintain_order=True).agg(rows=pl.len())
+    bad = sizes.filter(pl.col("rows") % options.group_size != 0).collect(engine="in-memory")
+    if bad.height:
+        where = f"{by[0]}={bad[by[0]][0]}" if options.batch_col else "the input"
+        raise InputError(
+            f"{where} has {bad['rows'][0]} rows, not a multiple of --group-size "
+            f"{options.group_size}",
+            hint="positional groups are consecutive runs of --group-size rows; check the "
+            "value (the trainer's num_generations) or give --group-col",
+        )
+
+
+def prepare(frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame:
+    """The frame with temporary key and reward columns, singletons dropped if asked."""
+    lazy = with_keys(frame.lazy(), options)
+    _check_group_size(lazy, options)
+    keys = resolve_keys(options)
+    if get_estimator(options.estimator).name == "process":
+        return lazy
+    lazy = lazy.with_columns(combined_reward(options).alias(REWARD_KEY))
+    if options.singleton == "drop" and get_estimator(options.estimator).uses_groups:
+        ctx = estimator_context(options, keys)
+        lazy = lazy.filter(~ctx.is_singleton())
+    return lazy
+
+
+def annotate_lazy(
+    frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions
+) -> tuple[pl.LazyFrame, Keys]:
+    """The annotated frame *with* the temporary key and reward columns, and the keys.
+
+    For callers that also want per-group tables (see :mod:`grpo_cli.pipeline`); most
+    users want :func:`compute_advantages`.
+    """
+    validate_frame(frame, options)
+    keys = resolve_keys(options)
+    prepared = prepare(frame, options)
+    if options.estimator == "process":
+        from grpo_cli.process import process_advantages
+
+        return process_advantages(prepared, options, keys), keys
+    columns = [advantage_expr(options, keys)]
+    if options.with_stats:
+        ctx = estimator_context(options, keys)
+        columns += [
+            ctx.in_group(pl.len()).cast(pl.Int64).alias("group_size"),
+            ctx.in_group(ctx.reward.mean()).alias("group_mean"),
+            ctx.in_group(ctx.reward.std(ddof=options.ddof)).alias("group_std"),
+        ]
+    return prepared.with_columns(columns), keys
 
 
 def compute_advantages(
@@ -101,32 +285,30 @@ def compute_advantages(
     """Annotate a reward log with group-relative advantages.
 
     Args:
-        frame: a Polars DataFrame or LazyFrame with the group and reward columns.
+        frame: a Polars DataFrame or LazyFrame with the columns the options name.
         options: the computation's options (defaults: GRPO, ddof 1, eps 1e-8).
         **overrides: option fields to change, e.g. ``ddof=0, group_cols=("step", "prompt_id")``.
 
     Returns:
-        The same kind of frame: every input row in input order, every input column
-        unchanged, plus ``advantage`` (Float64) and, with ``with_stats``, ``group_size``
-        (rows in the group), ``group_mean`` and ``group_std`` (over valid rewards).
+        The same kind of frame: every input row in input order (but for dropped singleton
+        groups), every input column unchanged, plus ``advantage`` (Float64; a list of
+        Float64 for ``process``) and, with ``with_stats``, ``group_size`` (rows in the
+        group), ``group_mean`` and ``group_std`` (over the valid rewards).
 
     Raises:
         OptionsError: invalid options.
-        InputError: a missing column, non-numeric rewards, a null group key.
+        InputError: a missing column, non-numeric rewards, a null key, a bad group size.
     """
     options = (options or AdvantageOptions()).with_overrides(**overrides)
-    validate_frame(frame, options)
-    columns = [advantage_expr(options)]
-    if options.with_stats:
-        stats = group_stats(options)
-        keys = list(options.group_cols)
-        columns += [
-            pl.len().over(keys).cast(pl.Int64).alias("group_size"),
-            stats.mean.alias("group_mean"),
-            stats.std.alias("group_std"),
-        ]
+    original = frame.collect_schema().names()
+    annotated, _ = annotate_lazy(frame, options)
+    result = annotated.select(*original, *options.added_columns())
     if isinstance(frame, pl.LazyFrame):
-        return frame.with_columns(columns)
-    # Explicitly in-memory: Polars 2.1's default engine may stream, and its streaming windowed
-    # std varies in the last bit from run to run. Results must be repeatable.
-    return frame.lazy().with_columns(columns).collect(engine="in-memory")
+        return result
+    return collect(result)
+
+
+def collect(frame: pl.LazyFrame) -> pl.DataFrame:
+    """Collect with the in-memory engine: Polars 2.1's default engine may stream, and its
+    streaming windowed std varies in the last bit from run to run. Results must repeat."""
+    return frame.collect(engine="in-memory")

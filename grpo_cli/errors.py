@@ -7,11 +7,12 @@ Exit codes (also in the README):
 
 ====  ===============================================================
 0     success
-1     internal error (a bug: please report it)
+1     ``verify``: the logged advantages differ from the recomputed ones
 2     usage error: an option value or combination that cannot work
 3     input error: the input is missing, unreadable or not a reward log
 4     output error: the output exists (without ``--force``), is the input,
       or cannot be written
+70    internal error (a bug: please report it)
 130   interrupted (Ctrl-C); no output file is left behind
 ====  ===============================================================
 """
@@ -19,10 +20,11 @@ Exit codes (also in the README):
 from __future__ import annotations
 
 EXIT_OK = 0
-EXIT_INTERNAL = 1
+EXIT_DIFFERENT = 1
 EXIT_USAGE = 2
 EXIT_INPUT = 3
 EXIT_OUTPUT = 4
+EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 
 

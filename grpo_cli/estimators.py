@@ -1,9 +1,15 @@
 """The registry of advantage estimators.
 
-Every estimator is a pure function ``fn(stats, params) -> polars.Expr`` over per-group
-statistics given as window expressions (see :class:`GroupStats`). Policies shared by all
-estimators (null rewards, one-response groups) are applied by :mod:`grpo_cli.compute`, so an
-estimator only states its formula and its own edge cases.
+Every estimator is a pure function ``fn(ctx) -> polars.Expr`` that states its formula with
+the window helpers of :class:`EstimatorContext` (group and batch statistics over valid
+rewards). Policies shared by all estimators (null rewards, one-response groups, clipping)
+are applied by :mod:`grpo_cli.compute`, so an estimator states only its formula and its own
+edge cases.
+
+Notation: ``r`` the reward, ``g`` the response's group (one prompt), ``b`` its batch (the
+whole input, or one value of ``batch_col``), ``n_g`` the number of valid rewards in g.
+``norm(x, var)`` divides by the eps-stabilised spread: ``x / (sqrt(var) + eps)`` (eps_mode
+``std``), ``x / sqrt(var + eps)`` (``var``) or ``x / sqrt(max(var, eps))`` (``var_floor``).
 
 Polars is imported inside the functions: the CLI reads the registry (names and help) without
 paying for the Polars import, which keeps ``grpo-adv --help`` fast.
@@ -22,54 +28,158 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class GroupStats:
-    """Per-row window expressions over the row's group (valid rewards only).
+class EstimatorContext:
+    """Everything an estimator may read, as Polars expressions and parameters.
 
     Attributes:
-        reward: the reward as Float64, NaN turned into null.
-        count: number of non-null rewards in the group.
-        mean: group mean of the non-null rewards.
-        std: group std with the chosen ddof (null when count <= ddof).
-        is_constant: True when every non-null reward of the group is equal (max == min).
+        reward: the reward as Float64; null marks a row left out of every statistic.
+        group_keys: columns of the group key (for ``.over``).
+        batch_keys: columns of the batch key (a constant column when the input is one batch).
+        ddof: delta degrees of freedom of every variance.
+        eps: the stabiliser; eps_mode: where it goes (see module docstring).
+        singleton_unit: a group with one valid reward has mean 0 and variance 1 (verl).
+        length: response lengths (token weights), or None.
+        token_weighted: weight batch statistics by ``length``.
+        baseline: a per-row baseline reward, or None.
+        shaped_clip: bounds applied to a value before batch whitening, or None.
     """
 
     reward: pl.Expr
-    count: pl.Expr
-    mean: pl.Expr
-    std: pl.Expr
-    is_constant: pl.Expr
-
-
-@dataclass(frozen=True)
-class EstimatorParams:
-    """Numeric parameters an estimator may read."""
-
+    group_keys: tuple[str, ...]
+    batch_keys: tuple[str, ...]
     ddof: int
     eps: float
+    eps_mode: str
+    singleton_unit: bool = False
+    length: pl.Expr | None = None
+    token_weighted: bool = False
+    baseline: pl.Expr | None = None
+    shaped_clip: tuple[float, float] | None = None
+
+    # ---------------------------------------------------------------- group statistics
+    def in_group(self, expr: pl.Expr) -> pl.Expr:
+        """``expr`` evaluated over the row's group."""
+        return expr.over(list(self.group_keys))
+
+    def in_batch(self, expr: pl.Expr) -> pl.Expr:
+        """``expr`` evaluated over the row's batch."""
+        return expr.over(list(self.batch_keys))
+
+    def count(self) -> pl.Expr:
+        """``n_g``: valid rewards in the group."""
+        return self.in_group(self.reward.count())
+
+    def is_singleton(self) -> pl.Expr:
+        """The group has exactly one valid reward."""
+        return self.count() == 1
+
+    def _unit_for_singletons(self, expr: pl.Expr, value: float) -> pl.Expr:
+        import polars as pl
+
+        if not self.singleton_unit:
+            return expr
+        return pl.when(self.is_singleton()).then(pl.lit(value)).otherwise(expr)
+
+    def group_mean(self) -> pl.Expr:
+        """Mean of the group's valid rewards (0 for a singleton under ``singleton_unit``)."""
+        return self._unit_for_singletons(self.in_group(self.reward.mean()), 0.0)
+
+    def group_sum(self) -> pl.Expr:
+        """Sum of the group's valid rewards."""
+        return self.in_group(self.reward.sum())
+
+    def group_var(self) -> pl.Expr:
+        """Variance with ``ddof`` (null when n_g <= ddof; 1 for a singleton under
+        ``singleton_unit``)."""
+        return self._unit_for_singletons(self.in_group(self.reward.var(ddof=self.ddof)), 1.0)
+
+    def is_constant(self) -> pl.Expr:
+        """At least two valid rewards, all equal: the group carries no relative signal."""
+        r = self.reward
+        return (self.count() >= 2) & (self.in_group(r.max()) == self.in_group(r.min()))
+
+    def norm(self, centered: pl.Expr, var: pl.Expr) -> pl.Expr:
+        """``centered`` divided by the eps-stabilised spread of ``var`` (per eps_mode)."""
+        if self.eps_mode == "std":
+            return centered / (var.sqrt() + self.eps)
+        if self.eps_mode == "var":
+            return centered / (var + self.eps).sqrt()
+        import polars as pl
+
+        return centered / pl.max_horizontal(var, pl.lit(self.eps)).sqrt()
+
+    # ---------------------------------------------------------------- batch statistics
+    def _weights(self, x: pl.Expr) -> pl.Expr:
+        import polars as pl
+
+        if self.token_weighted and self.length is not None:
+            return pl.when(x.is_not_null()).then(self.length.cast(pl.Float64))
+        return pl.when(x.is_not_null()).then(pl.lit(1.0))
+
+    def batch_mean(self, x: pl.Expr) -> pl.Expr:
+        """Mean of ``x`` over the batch (length-weighted when token_weighted)."""
+        w = self._weights(x)
+        return self.in_batch((x * w).sum()) / self.in_batch(w.sum())
+
+    def batch_var(self, x: pl.Expr) -> pl.Expr:
+        """Variance of ``x`` over the batch with ``ddof``; token-weighted, it is
+        ``sum(L (x - m)^2) / (sum(L) - ddof)``, ``sum(L)`` being the token count."""
+        w = self._weights(x)
+        mean = self.batch_mean(x)
+        return self.in_batch((w * (x - mean) ** 2).sum()) / (self.in_batch(w.sum()) - self.ddof)
+
+    def batch_zscore(self, x: pl.Expr) -> pl.Expr:
+        """``norm(x - batch_mean(x), batch_var(x))``: batch whitening (of ``x`` clipped to
+        ``shaped_clip`` first, when set)."""
+        if self.shaped_clip is not None:
+            x = x.clip(*self.shaped_clip)
+        return self.norm(x - self.batch_mean(x), self.batch_var(x))
 
 
-EstimatorFn = Callable[[GroupStats, EstimatorParams], "pl.Expr"]
+EstimatorFn = Callable[[EstimatorContext], "pl.Expr"]
 
 
 @dataclass(frozen=True)
 class Estimator:
-    """A registered estimator: its name, one-line help and function."""
+    """A registered estimator.
+
+    Attributes:
+        name: the ``--estimator`` value.
+        summary: one line for ``--help``: the formula.
+        source: the paper or trainer file it reproduces.
+        fn: the formula.
+        uses_groups: whether it needs a group key (and so the singleton policy applies).
+        needs: extra columns it reads: ``length``, ``baseline``, ``step_rewards``.
+        whitens: whether it ends with a batch whitening (see ``clip_stage``).
+    """
 
     name: str
     summary: str
+    source: str
     fn: EstimatorFn
+    uses_groups: bool = True
+    needs: frozenset[str] = frozenset()
+    whitens: bool = False
 
 
 ESTIMATORS: Final[dict[str, Estimator]] = {}
 
 
-def register_estimator(name: str, summary: str) -> Callable[[EstimatorFn], EstimatorFn]:
+def register_estimator(
+    name: str,
+    summary: str,
+    source: str,
+    *,
+    uses_groups: bool = True,
+    needs: frozenset[str] = frozenset(),
+    whitens: bool = False,
+) -> Callable[[EstimatorFn], EstimatorFn]:
     """Register ``fn`` under ``name``; ``summary`` becomes its line in ``--help``."""
 
     def decorate(fn: EstimatorFn) -> EstimatorFn:
         if name in ESTIMATORS:
             raise ValueError(f"estimator {name!r} registered twice")
-        ESTIMATORS[name] = Estimator(name=name, summary=summary, fn=fn)
+        ESTIMATORS[name] = Estimator(name, summary, source, fn, uses_groups, needs, whitens)
         return fn
 
     return decorate
@@ -86,18 +196,182 @@ def get_estimator(name: str) -> Estimator:
         ) from None
 
 
-@register_estimator("grpo", "group z-score (r - mean_g) / (std_g + eps), DeepSeekMath GRPO")
-def grpo(stats: GroupStats, params: EstimatorParams) -> pl.Expr:
-    """GRPO outcome advantage (Shao et al. 2024, DeepSeekMath, sec. 4.1.2).
+def _zero_if_constant(ctx: EstimatorContext, expr: pl.Expr) -> pl.Expr:
+    """Exactly 0 in a zero-variance group, where rounding could leave ``r - mean`` at 1e-17."""
+    import polars as pl
 
-    ``A_i = (r_i - mean_g) / (std_g + eps)`` with ``std_g`` using ``params.ddof`` and eps
-    added to the std, not the variance.
+    return pl.when(ctx.is_constant()).then(pl.lit(0.0)).otherwise(expr)
 
-    Edge cases: a zero-variance group (all rewards equal) gives exactly 0, also where
-    floating-point rounding would leave ``r - mean`` at 1e-17. Groups of one valid reward
-    are handled by the caller's singleton policy.
+
+@register_estimator(
+    "grpo",
+    "group z-score (r - mean_g) / (std_g + eps)",
+    "DeepSeekMath (Shao et al. 2024) sec. 4.1.2; TRL grpo_trainer.py; verl core_algos.py "
+    "compute_grpo_outcome_advantage; OpenRLHF group_norm",
+)
+def grpo(ctx: EstimatorContext) -> pl.Expr:
+    """GRPO outcome advantage: ``A = (r - mean_g) / (std_g + eps)`` (eps_mode std).
+
+    A zero-variance group gives exactly 0. Under ``singleton=verl`` a one-response group
+    has mean 0 and std 1: ``A = r / (1 + eps)``.
+    """
+    return _zero_if_constant(ctx, ctx.norm(ctx.reward - ctx.group_mean(), ctx.group_var()))
+
+
+@register_estimator(
+    "dr_grpo",
+    "r - mean_g (no std)",
+    "Dr. GRPO (Liu et al. 2025, 'Understanding R1-Zero-Like Training'); verl grpo with "
+    "norm_adv_by_std_in_grpo=False; OpenRLHF dr_grpo; TRL scale_rewards='none'",
+)
+def dr_grpo(ctx: EstimatorContext) -> pl.Expr:
+    """``A = r - mean_g``: the group baseline without the std division. Shift invariant."""
+    return _zero_if_constant(ctx, ctx.reward - ctx.group_mean())
+
+
+@register_estimator(
+    "batch_std",
+    "(r - mean_g) / (std_b + eps): group mean, batch std",
+    "TRL grpo_trainer.py scale_rewards='batch' (PPO-Lite)",
+)
+def batch_std(ctx: EstimatorContext) -> pl.Expr:
+    """``A = norm(r - mean_g, var_b(r))``: centred in the group, scaled by the std of all
+    valid rewards of the batch."""
+    return _zero_if_constant(
+        ctx, ctx.norm(ctx.reward - ctx.group_mean(), ctx.batch_var(ctx.reward))
+    )
+
+
+@register_estimator(
+    "rloo",
+    "r - mean of the other responses = n/(n-1) (r - mean_g)",
+    "RLOO (Ahmadian et al. 2024); verl compute_rloo_outcome_advantage; OpenRLHF rloo; "
+    "TRL rloo_trainer.py",
+)
+def rloo(ctx: EstimatorContext) -> pl.Expr:
+    """Leave-one-out baseline: ``A_i = r_i - (sum_g - r_i) / (n_g - 1)``.
+
+    Sums to 0 over each group. A one-response group has no other response: its advantage is
+    the singleton policy's (verl leaves the raw reward: ``singleton=verl`` or ``raw``).
     """
     import polars as pl
 
-    zscore = (stats.reward - stats.mean) / (stats.std + params.eps)
-    return pl.when(stats.is_constant).then(pl.lit(0.0)).otherwise(zscore)
+    n = ctx.count().cast(pl.Float64)
+    loo = ctx.reward - (ctx.group_sum() - ctx.reward) / (n - 1.0)
+    return (
+        pl.when(ctx.is_singleton())
+        .then(ctx.reward - ctx.group_mean())
+        .otherwise(_zero_if_constant(ctx, loo))
+    )
+
+
+@register_estimator(
+    "reinforce_pp_baseline",
+    "r - mean_g, then whitened over the batch",
+    "REINFORCE++-baseline (Hu et al. 2025); verl "
+    "compute_reinforce_plus_plus_baseline_outcome_advantage; OpenRLHF reinforce_baseline",
+    whitens=True,
+)
+def reinforce_pp_baseline(ctx: EstimatorContext) -> pl.Expr:
+    """``x = r - mean_g``; ``A = norm(x - mean_b(x), var_b(x))`` (length-weighted with
+    token_weighted). A zero-variance group has x = 0 exactly before whitening."""
+    return ctx.batch_zscore(_zero_if_constant(ctx, ctx.reward - ctx.group_mean()))
+
+
+@register_estimator(
+    "reinforce_pp",
+    "batch z-score of the raw reward",
+    "REINFORCE++ (Hu et al. 2025); verl compute_reinforce_plus_plus_outcome_advantage "
+    "with gamma = 1",
+    uses_groups=False,
+    whitens=True,
+)
+def reinforce_pp(ctx: EstimatorContext) -> pl.Expr:
+    """``A = norm(r - mean_b, var_b)``: no group baseline (the outcome reward on the last
+    token with gamma 1 makes every token's return r)."""
+    return ctx.batch_zscore(ctx.reward)
+
+
+@register_estimator(
+    "opo",
+    "r - length-weighted mean_g",
+    "OPO (Hao et al. 2025, on-policy RL with optimal baseline); verl compute_opo_outcome_advantage",
+    needs=frozenset({"length"}),
+)
+def opo(ctx: EstimatorContext) -> pl.Expr:
+    """``A = r - sum_g(L r) / sum_g(L)`` with L the response length (``length_col``).
+
+    Under ``singleton=verl`` a one-response group has baseline 0 (``A = r``).
+    """
+    import polars as pl
+
+    assert ctx.length is not None
+    weight = pl.when(ctx.reward.is_not_null()).then(ctx.length.cast(pl.Float64))
+    baseline = ctx.in_group((weight * ctx.reward).sum()) / ctx.in_group(weight.sum())
+    baseline = ctx._unit_for_singletons(baseline, 0.0)
+    return _zero_if_constant(ctx, ctx.reward - baseline)
+
+
+@register_estimator(
+    "gpg",
+    "alpha (r - mean_g), alpha = batch size / non-zero rewards in batch",
+    "GPG (Chu et al. 2025); verl compute_gpg_outcome_advantage",
+)
+def gpg(ctx: EstimatorContext) -> pl.Expr:
+    """``A = alpha (r - mean_g)`` with ``alpha = B / max(#{r != 0 in b}, 1)``, B the number of
+    valid rewards in the batch."""
+    import polars as pl
+
+    r = ctx.reward
+    valid = ctx.in_batch(r.count()).cast(pl.Float64)
+    nonzero = ctx.in_batch((r != 0).sum()).cast(pl.Float64)
+    alpha = valid / pl.max_horizontal(nonzero, pl.lit(1.0))
+    return alpha * _zero_if_constant(ctx, r - ctx.group_mean())
+
+
+@register_estimator(
+    "grpo_passk",
+    "only a group's unique best gets norm(max - second max, var_g); others 0",
+    "Pass@k training (Chen et al. 2025, arXiv 2508.10751); verl "
+    "compute_grpo_passk_outcome_advantage",
+)
+def grpo_passk(ctx: EstimatorContext) -> pl.Expr:
+    """The response with the group's maximum reward gets ``norm(r_max - r_2nd, var_g)``;
+    every other response 0. A tie for the maximum gives 0 to all (r_max = r_2nd)."""
+    import polars as pl
+
+    r = ctx.reward
+    best = ctx.in_group(r.max())
+    n_best = ctx.in_group((r == best).sum())
+    second = ctx.in_group(pl.when(r < best).then(r).max())
+    gap = ctx.norm(best - second, ctx.group_var())
+    return pl.when((r == best) & (n_best == 1)).then(gap).otherwise(pl.lit(0.0))
+
+
+@register_estimator(
+    "remax",
+    "r - b, b the reward of a greedy response (--baseline-col)",
+    "ReMax (Li et al. 2023); verl compute_remax_outcome_advantage",
+    uses_groups=False,
+    needs=frozenset({"baseline"}),
+)
+def remax(ctx: EstimatorContext) -> pl.Expr:
+    """``A = r - b`` with b from ``baseline_col`` (null b gives a null advantage)."""
+    import polars as pl
+
+    assert ctx.baseline is not None
+    return ctx.reward - ctx.baseline.cast(pl.Float64)
+
+
+@register_estimator(
+    "process",
+    "per step: suffix sum of step rewards z-scored over the whole group",
+    "DeepSeekMath (Shao et al. 2024) sec. 4.1.3, process supervision",
+    needs=frozenset({"step_rewards"}),
+)
+def process(ctx: EstimatorContext) -> pl.Expr:
+    """Process supervision, on the exploded step rewards (one row per step, see
+    :mod:`grpo_cli.process`): ``z = norm(s - mean_g(s), var_g(s))`` over all step rewards of
+    all responses of the group; a step's advantage is the sum of z over that step and the
+    later steps of the same response (computed by the caller)."""
+    return _zero_if_constant(ctx, ctx.norm(ctx.reward - ctx.group_mean(), ctx.group_var()))

@@ -15,6 +15,7 @@ no partial file and an existing file is never half-overwritten.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -279,6 +280,9 @@ def write_frame(frame: pl.DataFrame, sink: IO[bytes], fmt: str) -> None:
         else:
             raise OptionsError(f"unknown format {fmt!r}")
     except pl.exceptions.PolarsError as exc:
+        if "broken pipe" in str(exc).lower():
+            # The reader closed the pipe (``| head``): not a failure of ours.
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe") from None
         raise OutputError(
             f"cannot write {fmt}: {_first_line(str(exc))}",
             hint="nested columns need --output-format parquet or jsonl",
@@ -353,3 +357,78 @@ def write_table(
     check_output_path(path, force=force, protected=protected)
     atomic_write(path, lambda sink: write_frame(frame, sink, fmt))
     return fmt
+
+
+# --------------------------------------------------------------------------- several files
+
+
+def _natural_key(path: Path) -> tuple[tuple[int, int | str], ...]:
+    """Sort ``2.jsonl`` before ``10.jsonl``: digit runs compare as numbers."""
+    import re
+
+    parts = re.split(r"(\d+)", path.name)
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p)
+
+
+def expand_sources(sources: Sequence[str]) -> list[Path]:
+    """Paths of every input: a folder gives its reward-log files (by suffix), a glob its
+    matches, both in natural order (step 2 before step 10)."""
+    import glob
+
+    paths: list[Path] = []
+    for source in sources:
+        path = Path(source)
+        if path.is_dir():
+            found = sorted(
+                (
+                    p
+                    for p in path.iterdir()
+                    if p.is_file() and format_from_suffix(p) in DATA_FORMATS
+                ),
+                key=_natural_key,
+            )
+            if not found:
+                raise InputError(
+                    f"folder {path} holds no .parquet, .csv, .jsonl or .ndjson file",
+                    hint="give the files themselves, or a glob such as 'dumps/*.jsonl'",
+                )
+            paths.extend(found)
+        elif any(ch in source for ch in "*?[") and not path.exists():
+            matches = sorted(map(Path, glob.glob(source)), key=_natural_key)  # noqa: PTH207
+            if not matches:
+                raise InputError(f"no file matches {source}", hint="check the pattern")
+            paths.extend(matches)
+        else:
+            paths.append(path)
+    return paths
+
+
+def read_many(
+    sources: Sequence[str], fmt: str | None = None, *, string_cols: Iterable[str] = ()
+) -> RewardLog:
+    """Read one or several inputs (files, folders, globs) as one log, rows in file order.
+
+    Columns missing from some files are null there; numeric types are widened to agree.
+    """
+    if list(sources) == ["-"]:
+        return read_rewards("-", fmt, string_cols=string_cols)
+    if "-" in sources:
+        raise OptionsError(
+            "standard input (-) cannot be combined with files", hint="give either - or files"
+        )
+    paths = expand_sources(sources)
+    if len(paths) == 1:
+        return read_rewards(paths[0], fmt, string_cols=string_cols)
+    logs = [read_rewards(p, fmt, string_cols=string_cols) for p in paths]
+    try:
+        frame = pl.concat([log.frame for log in logs], how="diagonal_relaxed")
+    except pl.exceptions.PolarsError as exc:
+        raise InputError(
+            f"cannot combine the {len(paths)} inputs into one log: {_first_line(str(exc))}",
+            hint="the files must share their column types",
+        ) from None
+    formats = {log.format for log in logs}
+    shown = f"{len(paths)} files ({paths[0]} ... {paths[-1]})"
+    return RewardLog(
+        frame=frame, format=formats.pop() if len(formats) == 1 else "parquet", source=shown
+    )

@@ -1,6 +1,7 @@
 """Options of an advantage computation: one frozen, validated dataclass.
 
-This module imports nothing heavy, so the CLI can build its help from it quickly.
+Every policy is an explicit field with a documented default. This module imports nothing
+heavy, so the CLI can build its help from it quickly.
 """
 
 from __future__ import annotations
@@ -13,10 +14,43 @@ from grpo_cli.errors import OptionsError
 
 SINGLETON_POLICIES: Final[dict[str, str]] = {
     "zero": "advantage 0: one response carries no relative information (default)",
-    "raw": "advantage = the raw reward (about what verl gives: mean 0, std 1)",
-    "null": "advantage null: left out, like a null reward",
+    "raw": "advantage = the raw reward",
+    "null": "advantage null, like a null reward",
+    "drop": "the row is left out of the output and of every statistic",
+    "verl": "the estimator runs with group mean 0 and std 1, as verl does (grpo: r / (1 + eps))",
+    "formula": "no special case: the estimator's formula as it stands (null where undefined)",
+}
+CLIP_STAGES: Final[dict[str, str]] = {
+    "advantage": "clip the final advantage (default)",
+    "shaped": "clip the value before batch whitening, as OpenRLHF clamps its shaped reward "
+    "(the same as advantage for estimators without whitening)",
+}
+NULL_POLICIES: Final[dict[str, str]] = {
+    "exclude": "left out of every statistic; advantage null (default)",
+    "zero": "left out of every statistic; advantage 0 (TRL >= 1.6: unscorable completions)",
+    "fill_zero": "the reward counts as 0 (TRL < 1.6)",
+    "error": "refuse the input",
+}
+EPS_MODES: Final[dict[str, str]] = {
+    "std": "divide by (std + eps) (default; TRL, verl grpo, OpenRLHF group_norm)",
+    "var": "divide by sqrt(var + eps) (verl batch whitening)",
+    "var_floor": "divide by sqrt(max(var, eps)) (OpenRLHF batch whitening)",
+}
+AGGREGATIONS: Final[dict[str, str]] = {
+    "sum_then_normalize": "weighted sum of the rewards (nulls count 0), then the estimator "
+    "(TRL's default)",
+    "normalize_then_sum": "each reward z-scored in its group, weighted sum, then a batch "
+    "z-score (TRL's GDPO)",
 }
 STATS_COLUMNS: Final = ("group_size", "group_mean", "group_std")
+
+
+def _as_tuple(value: object) -> tuple[Any, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple):
+        return tuple(value)
+    raise OptionsError(f"expected a name or a list of names, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -25,30 +59,66 @@ class AdvantageOptions:
 
     Attributes:
         group_cols: columns whose values together identify a group (one prompt).
-        reward_col: the numeric reward column (booleans count as 0/1).
+        reward_cols: reward column(s); several are combined per ``aggregation``.
+        reward_weights: one weight per reward column (default 1 each).
+        aggregation: how several rewards combine (see AGGREGATIONS).
         estimator: a name in :data:`grpo_cli.estimators.ESTIMATORS`.
-        ddof: delta degrees of freedom of the group std: 1 = sample std (torch's default,
-            TRL, verl), 0 = population std.
-        eps: added to the std before dividing: ``(r - mean) / (std + eps)``.
-        singleton: what a group with exactly one valid reward gets (see SINGLETON_POLICIES).
+        ddof: delta degrees of freedom of every std and variance: 1 = sample (torch's
+            default, TRL, verl), 0 = population.
+        eps: the stabiliser, placed per ``eps_mode``.
+        eps_mode: where eps goes (see EPS_MODES).
+        singleton: a group with exactly one valid reward (see SINGLETON_POLICIES).
+        nulls: null or NaN rewards (see NULL_POLICIES).
+        clip: ``(lo, hi)`` bounds applied to the advantage after the estimator.
+        clip_stage: where ``clip`` applies (see CLIP_STAGES).
+        batch_col: batch statistics are per value of this column (e.g. ``step``); None
+            makes the whole input one batch.
+        group_size: positional groups: consecutive runs of this many rows (within each
+            batch) form a group; replaces group_cols.
+        length_col: response lengths in tokens (OPO weights, token-weighted statistics).
+        token_weighted: weight batch statistics by ``length_col``.
+        baseline_col: a per-row baseline reward (ReMax).
+        step_rewards_col: a list column of per-step rewards (process supervision).
         with_stats: also output ``group_size``, ``group_mean`` and ``group_std``.
         advantage_col: name of the output column.
     """
 
     group_cols: tuple[str, ...] = ("prompt_id",)
-    reward_col: str = "reward"
+    reward_cols: tuple[str, ...] = ("reward",)
+    reward_weights: tuple[float, ...] | None = None
+    aggregation: str = "sum_then_normalize"
     estimator: str = "grpo"
     ddof: int = 1
     eps: float = 1e-8
+    eps_mode: str = "std"
     singleton: str = "zero"
+    nulls: str = "exclude"
+    clip: tuple[float, float] | None = None
+    clip_stage: str = "advantage"
+    batch_col: str | None = None
+    group_size: int | None = None
+    length_col: str | None = None
+    token_weighted: bool = False
+    baseline_col: str | None = None
+    step_rewards_col: str | None = None
     with_stats: bool = False
     advantage_col: str = "advantage"
 
     def __post_init__(self) -> None:
-        given: object = self.group_cols  # a single name is accepted too
-        group_cols = (given,) if isinstance(given, str) else tuple(self.group_cols)
-        object.__setattr__(self, "group_cols", group_cols)
-        if not self.group_cols:
+        object.__setattr__(self, "group_cols", _as_tuple(self.group_cols))
+        object.__setattr__(self, "reward_cols", _as_tuple(self.reward_cols))
+        if self.reward_weights is not None:
+            weights = tuple(float(w) for w in _as_tuple(self.reward_weights))
+            object.__setattr__(self, "reward_weights", weights)
+        if self.clip is not None:
+            object.__setattr__(self, "clip", tuple(float(c) for c in self.clip))
+        self._check_columns()
+        self._check_numbers()
+        self._check_choices()
+        self._check_estimator_needs()
+
+    def _check_columns(self) -> None:
+        if not self.group_cols and self.group_size is None:
             raise OptionsError(
                 "no group column given", hint="pass --group-col COL (e.g. prompt_id)"
             )
@@ -57,11 +127,29 @@ class AdvantageOptions:
                 f"group column repeated: {', '.join(self.group_cols)}",
                 hint="give each --group-col once",
             )
-        if self.reward_col in self.group_cols:
+        if not self.reward_cols:
+            raise OptionsError("no reward column given", hint="pass --reward-col COL")
+        if len(set(self.reward_cols)) != len(self.reward_cols):
             raise OptionsError(
-                f"{self.reward_col!r} is both the reward and a group column",
+                f"reward column repeated: {', '.join(self.reward_cols)}",
+                hint="give each --reward-col once",
+            )
+        both = set(self.reward_cols) & set(self.group_cols)
+        if both:
+            raise OptionsError(
+                f"{sorted(both)[0]!r} is both a reward and a group column",
                 hint="check --reward-col and --group-col",
             )
+        added = self.added_columns()
+        taken = set(self.reward_cols) | set(self.group_cols)
+        clash = set(added) & taken
+        if clash or len(set(added)) != len(added):
+            raise OptionsError(
+                f"output column name clashes with an input role: {', '.join(sorted(clash))}",
+                hint="choose another name with --advantage-col",
+            )
+
+    def _check_numbers(self) -> None:
         if self.ddof not in (0, 1):
             raise OptionsError(
                 f"--ddof must be 0 or 1, got {self.ddof}",
@@ -71,28 +159,86 @@ class AdvantageOptions:
             raise OptionsError(
                 f"--eps must be a finite number >= 0, got {self.eps}", hint="e.g. --eps 1e-8"
             )
-        if self.singleton not in SINGLETON_POLICIES:
+        weights = self.reward_weights
+        if weights is not None:
+            if len(weights) != len(self.reward_cols):
+                raise OptionsError(
+                    f"{len(weights)} reward weight(s) for {len(self.reward_cols)} reward column(s)",
+                    hint="give one weight per --reward-col, e.g. --reward-weights 1,0.5",
+                )
+            if not all(math.isfinite(w) for w in weights):
+                raise OptionsError("reward weights must be finite numbers")
+        if self.clip is not None:
+            lo, hi = self.clip
+            if not (len(self.clip) == 2 and lo < hi):
+                raise OptionsError(
+                    f"--clip needs LO,HI with LO < HI, got {self.clip}", hint="e.g. --clip -10,10"
+                )
+        if self.group_size is not None and self.group_size < 1:
             raise OptionsError(
-                f"unknown --singleton policy {self.singleton!r}",
-                hint=f"choose one of: {', '.join(SINGLETON_POLICIES)}",
+                f"--group-size must be at least 1, got {self.group_size}",
+                hint="the number of responses sampled per prompt (num_generations)",
             )
+
+    def _check_choices(self) -> None:
+        for value, choices, flag in (
+            (self.singleton, SINGLETON_POLICIES, "--singleton"),
+            (self.nulls, NULL_POLICIES, "--nulls"),
+            (self.eps_mode, EPS_MODES, "--eps-mode"),
+            (self.aggregation, AGGREGATIONS, "--aggregation"),
+            (self.clip_stage, CLIP_STAGES, "--clip-stage"),
+        ):
+            if value not in choices:
+                raise OptionsError(
+                    f"unknown {flag} value {value!r}", hint=f"choose one of: {', '.join(choices)}"
+                )
+
+    def _check_estimator_needs(self) -> None:
         from grpo_cli.estimators import get_estimator
 
-        get_estimator(self.estimator)
-        added = self.added_columns()
-        clash = set(added) & ({self.reward_col} | set(self.group_cols))
-        if clash or len(set(added)) != len(added):
+        estimator = get_estimator(self.estimator)
+        for need, flag in (
+            ("length", "--length-col"),
+            ("baseline", "--baseline-col"),
+            ("step_rewards", "--step-rewards-col"),
+        ):
+            if need in estimator.needs and getattr(self, f"{need}_col") is None:
+                raise OptionsError(
+                    f"estimator {estimator.name} needs {flag}",
+                    hint=f"name the column with {flag} COL",
+                )
+        if self.token_weighted and self.length_col is None:
+            raise OptionsError("--token-weighted needs --length-col", hint="name the length column")
+        if self.aggregation == "normalize_then_sum" and self.estimator != "grpo":
             raise OptionsError(
-                f"output column name clashes with an input role: {', '.join(sorted(clash))}",
-                hint="choose another name with --advantage-col",
+                f"--aggregation normalize_then_sum works with --estimator grpo, not "
+                f"{self.estimator}",
+                hint="use --aggregation sum_then_normalize with this estimator",
             )
+        if estimator.name == "process" and len(self.reward_cols) > 1:
+            raise OptionsError("estimator process takes its rewards from --step-rewards-col")
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        """The reward weights, 1.0 each unless given."""
+        return self.reward_weights or tuple(1.0 for _ in self.reward_cols)
+
+    @property
+    def reward_col(self) -> str:
+        """The first reward column (the one reward in the common single-reward case)."""
+        return self.reward_cols[0]
 
     def added_columns(self) -> tuple[str, ...]:
         """The columns the computation appends, in order."""
         return (self.advantage_col, *(STATS_COLUMNS if self.with_stats else ()))
 
     def with_overrides(self, **overrides: Any) -> AdvantageOptions:
-        """A copy with some fields changed (unknown names raise OptionsError)."""
+        """A copy with some fields changed (unknown names raise OptionsError).
+
+        ``reward_col="score"`` is accepted for ``reward_cols=("score",)``.
+        """
+        if "reward_col" in overrides:
+            overrides["reward_cols"] = _as_tuple(overrides.pop("reward_col"))
         known = {f.name for f in fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:

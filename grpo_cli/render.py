@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from grpo_cli.errors import GrpoAdvError
     from grpo_cli.options import AdvantageOptions
     from grpo_cli.summary import RunSummary
+    from grpo_cli.verify import VerifyReport
 
 
 def stderr_console() -> Console:
@@ -50,15 +51,29 @@ def render_run_summary(
     console: Console,
     summary: RunSummary,
     options: AdvantageOptions,
+    *,
     output: str,
     group_table_path: str | None = None,
+    preset: str | None = None,
+    layout: str | None = None,
 ) -> None:
     """The summary table of one ``compute`` run."""
     table = Table(title="grpo-adv compute", show_header=False, title_justify="left")
     table.add_column("figure", style="bold")
     table.add_column("value")
     table.add_row("rows", f"{summary.rows:,}")
-    table.add_row("groups", f"{summary.groups:,}  (by {', '.join(options.group_cols)})")
+    grouping = (
+        f"runs of {options.group_size} rows"
+        if options.group_size
+        else ", ".join(options.group_cols)
+    )
+    table.add_row("groups", f"{summary.groups:,}  (by {_escape(grouping)})")
+    batch = (
+        f"{summary.batches:,} (by {options.batch_col})"
+        if options.batch_col
+        else "the whole input is one batch"
+    )
+    table.add_row("batches", batch)
     table.add_row(
         "group size min / median / max",
         f"{summary.group_size_min} / {summary.group_size_median:g} / {summary.group_size_max}",
@@ -71,17 +86,79 @@ def render_run_summary(
     table.add_row(
         "singleton groups", f"{summary.singleton_groups} (--singleton {options.singleton})"
     )
-    nan_note = f" ({summary.nan_rewards} NaN)" if summary.nan_rewards else ""
-    table.add_row("null rewards", f"{summary.null_rewards}{nan_note}")
+    table.add_row("null rewards", f"{summary.null_rewards} (--nulls {options.nulls})")
     table.add_row("reward mean / std", f"{_num(summary.reward_mean)} / {_num(summary.reward_std)}")
     table.add_row(
         "advantage min / max", f"{_num(summary.advantage_min)} / {_num(summary.advantage_max)}"
     )
-    table.add_row(
-        "estimator",
-        f"{options.estimator} (ddof {options.ddof}, eps {options.eps:g})",
-    )
+    method = f"{options.estimator} (ddof {options.ddof}, eps {options.eps:g} {options.eps_mode}"
+    if options.clip is not None:
+        method += f", clip [{options.clip[0]:g}, {options.clip[1]:g}]"
+    if len(options.reward_cols) > 1:
+        method += f", {len(options.reward_cols)} rewards {options.aggregation}"
+    table.add_row("estimator", method + ")")
+    if preset is not None:
+        table.add_row("preset", preset + (f" (read as a {layout} dump)" if layout else ""))
     table.add_row("output", _escape(output))
     if group_table_path is not None:
         table.add_row("group table", _escape(group_table_path))
+    console.print(table)
+
+
+def render_verify_report(
+    console: Console, report: VerifyReport, *, preset: str | None, source: str
+) -> None:
+    """The outcome of ``verify``: agreement figures and the worst groups."""
+    verdict = "[bold green]agree[/]" if report.agree else "[bold red]differ[/]"
+    console.print(
+        f"{_escape(source)} vs {preset or 'the given options'}: {verdict} "
+        f"(tolerance {report.tol:g})",
+        emoji=False,
+    )
+    table = Table(show_header=False)
+    table.add_column("figure", style="bold")
+    table.add_column("value")
+    table.add_row("rows compared", f"{report.rows:,}")
+    table.add_row("max |difference|", f"{report.max_abs_diff:.3g}")
+    table.add_row("rows over tolerance", f"{report.rows_over:,}")
+    table.add_row("groups over tolerance", f"{report.groups_over:,} of {report.groups:,}")
+    console.print(table)
+    if report.worst.height:
+        worst = Table(title="worst groups", title_justify="left")
+        for column in report.worst.columns:
+            worst.add_column(column)
+        for row in report.worst.iter_rows():
+            worst.add_row(*(_escape(_cell(v)) for v in row))
+        console.print(worst)
+
+
+def _cell(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def render_presets(console: Console) -> None:
+    """``grpo-adv presets``: one row per preset, its conventions on one folded line."""
+    from grpo_cli.presets import presets_frame
+
+    table = Table(title="grpo-adv presets (explicit options override them)", show_lines=True)
+    table.add_column("preset", style="bold", no_wrap=True)
+    table.add_column("reproduces", overflow="fold")
+    table.add_column("conventions", overflow="fold")
+    for row in presets_frame().iter_rows(named=True):
+        conventions = [
+            f"estimator {row['estimator']}",
+            f"ddof {row['ddof']}",
+            f"eps {row['eps']}",
+            f"singleton {row['singleton']}",
+            f"nulls {row['nulls']}",
+        ]
+        if row["clip"]:
+            conventions.append(f"clip {row['clip']}")
+        if row["token_weighted"]:
+            conventions.append("token-weighted")
+        if row["aggregation"] != "sum_then_normalize":
+            conventions.append(row["aggregation"])
+        if row["layout"]:
+            conventions.append(f"reads {row['layout']} dumps")
+        table.add_row(row["preset"], _escape(row["reproduces"]), _escape(", ".join(conventions)))
     console.print(table)

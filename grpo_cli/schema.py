@@ -10,7 +10,15 @@ import polars as pl
 from grpo_cli.errors import InputError
 
 # Column roles -> the CLI flag that sets them (for hints).
-ROLE_FLAGS = {"group": "--group-col", "reward": "--reward-col"}
+ROLE_FLAGS = {
+    "group": "--group-col",
+    "reward": "--reward-col",
+    "batch": "--batch-col",
+    "length": "--length-col",
+    "baseline": "--baseline-col",
+    "step rewards": "--step-rewards-col",
+    "advantage": "--advantage-col",
+}
 
 
 def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> None:
@@ -23,7 +31,7 @@ def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> Non
         close = difflib.get_close_matches(column, available, n=1, cutoff=0.5)
         flag = ROLE_FLAGS.get(role, "--" + role)
         fitting = [name for name in available if _fits_role(schema[name], role)]
-        fitting.sort(key=lambda name: schema[name] != pl.String)
+        fitting.sort(key=lambda name: not _prefers(schema[name], role))
         suggestion = (close or fitting or ["NAME"])[0]
         raise InputError(
             f"{role} column {column!r} not found; the input has columns: {shown}",
@@ -33,21 +41,38 @@ def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> Non
 
 def _fits_role(dtype: pl.DataType, role: str) -> bool:
     """Whether a column of ``dtype`` could play ``role`` (used to suggest a column)."""
-    if role == "reward":
-        return dtype.is_float()
-    if role == "group":
+    if role in ("reward", "length", "baseline", "advantage"):
+        return dtype.is_numeric()
+    if role in ("group", "batch"):
         return dtype == pl.String or dtype.is_integer()
     return True
 
 
-def check_reward_dtype(schema: pl.Schema, column: str) -> None:
-    """Rewards must be numbers (integers, floats, decimals) or booleans (read as 0/1)."""
+def _prefers(dtype: pl.DataType, role: str) -> bool:
+    """Among fitting columns, the likelier kind: floats for rewards, text for keys."""
+    return dtype.is_float() if role in ("reward", "advantage") else dtype == pl.String
+
+
+def check_numeric_dtype(schema: pl.Schema, column: str, role: str = "reward") -> None:
+    """``column`` must hold numbers (integers, floats, decimals) or booleans (read as 0/1)."""
     dtype = schema[column]
     if dtype.is_numeric() or dtype == pl.Boolean or dtype == pl.Null:
         return
     raise InputError(
-        f"reward column {column!r} holds {dtype} values, not numbers",
-        hint="rewards must be numeric; check --reward-col, or convert the column",
+        f"{role} column {column!r} holds {dtype} values, not numbers",
+        hint=f"{role}s must be numeric; check {ROLE_FLAGS.get(role, 'the column')}, "
+        "or convert the column",
+    )
+
+
+def check_list_dtype(schema: pl.Schema, column: str) -> None:
+    """``column`` must be a list of numbers (per-step rewards)."""
+    dtype = schema[column]
+    if isinstance(dtype, pl.List) and (dtype.inner.is_numeric() or dtype.inner == pl.Null):
+        return
+    raise InputError(
+        f"step rewards column {column!r} holds {dtype} values, not lists of numbers",
+        hint="give one list of per-step rewards per response, e.g. [0.1, 0.0, 1.0]",
     )
 
 

@@ -1,8 +1,9 @@
 """Summary tables of a reward log, as Polars frames and plain dataclasses (no Rich here).
 
-Definitions (the README repeats them):
+Definitions (the README repeats them). The reward is the one the estimator saw (the
+weighted sum of several reward columns; for ``process``, every step reward).
 
-- ``size``: rows in the group; ``n_null``: rows whose reward is null or NaN.
+- ``size``: rows (responses) in the group; ``n_null``: null or NaN rewards.
 - ``mean``, ``std`` (with the run's ddof), ``min``, ``max``: over the valid rewards.
 - ``zero_std``: the group has at least two valid rewards and they are all equal.
 - ``frac_reward_zero_std`` (TRL's metric): the share of *responses* whose group is zero_std.
@@ -12,34 +13,54 @@ Definitions (the README repeats them):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import polars as pl
 
-from grpo_cli.compute import reward_expr
+from grpo_cli.compute import POSITION_KEY, REWARD_KEY, ROW_KEY, Keys, collect, reward_expr
+from grpo_cli.layouts import UID_GROUP
 from grpo_cli.options import AdvantageOptions
 
-GROUP_TABLE_COLUMNS = ("size", "n_null", "mean", "std", "min", "max", "zero_std")
+GROUP_TABLE_COLUMNS: Final = ("size", "n_null", "mean", "std", "min", "max", "zero_std")
+DISPLAY_NAMES: Final = {POSITION_KEY: "group_index", UID_GROUP: "group"}
 
 
-def group_table(frame: pl.DataFrame, options: AdvantageOptions) -> pl.DataFrame:
-    """One row per group, in order of first appearance: keys, then GROUP_TABLE_COLUMNS."""
-    r = reward_expr(options.reward_col)
-    return (
-        frame.lazy()
-        .group_by(list(options.group_cols), maintain_order=True)
+def reward_units(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame:
+    """One row per reward the estimator saw, with ROW_KEY (the response) and REWARD_KEY."""
+    if options.estimator == "process" and options.step_rewards_col:
+        column = options.step_rewards_col
+        return (
+            frame.with_row_index(ROW_KEY)
+            .explode(column)
+            .with_columns(reward_expr(column, options.nulls).alias(REWARD_KEY))
+        )
+    return frame.with_row_index(ROW_KEY)
+
+
+def group_table(annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys) -> pl.DataFrame:
+    """One row per group, in order of first appearance: keys, then GROUP_TABLE_COLUMNS.
+
+    ``annotated`` is :func:`grpo_cli.compute.annotate_lazy`'s frame (with its key columns).
+    Temporary key columns get readable names (``group_index``, ``group``).
+    """
+    r = pl.col(REWARD_KEY)
+    table = (
+        reward_units(annotated, options)
+        .group_by(list(keys.group), maintain_order=True)
         .agg(
-            size=pl.len().cast(pl.Int64),
+            size=pl.col(ROW_KEY).n_unique().cast(pl.Int64),
             n_null=r.is_null().sum().cast(pl.Int64),
             mean=r.mean(),
             std=r.std(ddof=options.ddof),
             min=r.min(),
             max=r.max(),
+            valid=r.count(),
         )
-        .with_columns(
-            zero_std=((pl.col("size") - pl.col("n_null")) >= 2) & (pl.col("max") == pl.col("min"))
-        )
-        .collect(engine="in-memory")
+        .with_columns(zero_std=(pl.col("valid") >= 2) & (pl.col("max") == pl.col("min")))
+        .drop("valid")
     )
+    renames = {k: DISPLAY_NAMES[k] for k in keys.group if k in DISPLAY_NAMES}
+    return collect(table.rename(renames))
 
 
 @dataclass(frozen=True)
@@ -48,6 +69,7 @@ class RunSummary:
 
     rows: int
     groups: int
+    batches: int
     group_size_min: int
     group_size_median: float
     group_size_max: int
@@ -56,7 +78,6 @@ class RunSummary:
     frac_reward_zero_std: float
     singleton_groups: int
     null_rewards: int
-    nan_rewards: int
     reward_mean: float | None
     reward_std: float | None
     advantage_min: float | None
@@ -64,24 +85,30 @@ class RunSummary:
 
 
 def summarize_run(
-    annotated: pl.DataFrame, groups: pl.DataFrame, options: AdvantageOptions
+    annotated: pl.LazyFrame, groups: pl.DataFrame, options: AdvantageOptions, keys: Keys
 ) -> RunSummary:
-    """Overall figures from an annotated frame and its :func:`group_table`.
+    """Overall figures of an annotated frame (with keys) and its :func:`group_table`.
 
     ``reward_std`` is the std of all valid rewards with ddof 1, as TRL logs ``reward_std``.
     """
-    raw = pl.col(options.reward_col)
-    r = reward_expr(options.reward_col)
-    is_float = annotated.schema[options.reward_col].is_float()
+    r = pl.col(REWARD_KEY)
     adv = pl.col(options.advantage_col)
-    overall = annotated.select(
-        rows=pl.len(),
-        null_rewards=r.is_null().sum(),
-        nan_rewards=raw.is_nan().sum() if is_float else pl.lit(0),
-        reward_mean=r.mean(),
-        reward_std=r.std(ddof=1),
-        advantage_min=adv.min(),
-        advantage_max=adv.max(),
+    if options.estimator == "process":
+        adv = adv.explode()
+    overall = collect(
+        reward_units(annotated, options).select(
+            null_rewards=r.is_null().sum(),
+            reward_mean=r.mean(),
+            reward_std=r.std(ddof=1),
+        )
+    ).row(0, named=True)
+    per_row = collect(
+        annotated.select(
+            rows=pl.len(),
+            batches=pl.struct(list(keys.batch)).n_unique(),
+            advantage_min=adv.min(),
+            advantage_max=adv.max(),
+        )
     ).row(0, named=True)
     valid = pl.col("size") - pl.col("n_null")
     per_group = groups.select(
@@ -94,21 +121,21 @@ def summarize_run(
         singleton_groups=(valid == 1).sum(),
     ).row(0, named=True)
     n_groups = int(per_group["groups"])
-    rows = int(overall["rows"])
+    rows = int(per_row["rows"])
     return RunSummary(
         rows=rows,
         groups=n_groups,
-        group_size_min=int(per_group["size_min"]),
-        group_size_median=float(per_group["size_median"]),
-        group_size_max=int(per_group["size_max"]),
+        batches=int(per_row["batches"]),
+        group_size_min=int(per_group["size_min"] or 0),
+        group_size_median=float(per_group["size_median"] or 0),
+        group_size_max=int(per_group["size_max"] or 0),
         zero_std_groups=int(per_group["zero_std_groups"]),
         zero_std_group_share=per_group["zero_std_groups"] / n_groups if n_groups else 0.0,
         frac_reward_zero_std=per_group["zero_std_rows"] / rows if rows else 0.0,
         singleton_groups=int(per_group["singleton_groups"]),
         null_rewards=int(overall["null_rewards"]),
-        nan_rewards=int(overall["nan_rewards"]),
         reward_mean=overall["reward_mean"],
         reward_std=overall["reward_std"],
-        advantage_min=overall["advantage_min"],
-        advantage_max=overall["advantage_max"],
+        advantage_min=per_row["advantage_min"],
+        advantage_max=per_row["advantage_max"],
     )

@@ -91,7 +91,10 @@ def test_stdin_goes_to_stdout_as_jsonl_and_humans_read_stderr(
     lines = result.stdout.splitlines()
     assert len(lines) == EXPECTED.len()
     assert [json.loads(line)["advantage"] for line in lines] == EXPECTED.to_list()
-    assert "warning: 1 null reward(s): left out of their group's statistics" in result.stderr
+    assert (
+        "warning: 1 null or NaN reward(s): left out of the statistics; their advantage is null"
+        in result.stderr
+    )
     assert "groups" in result.stderr and "64" in result.stderr
 
 
@@ -149,7 +152,8 @@ def test_terminal_summary_figures(runner: CliRunner, sample_copy: dict[str, Path
         "│ group size min / median / max │ 1 / 9 / 16",
         "│ singleton groups              │ 1 (--singleton zero)",
         "│ null rewards                  │ 1",
-        "│ estimator                     │ grpo (ddof 1, eps 1e-08)",
+        "│ estimator                     │ grpo (ddof 1, eps 1e-08 std)",
+        "│ batches                       │ the whole input is one batch",
     ):
         assert line in err
     quiet = runner.invoke(app, ["compute", str(sample_copy["parquet"]), "-q", "-f"])
@@ -223,7 +227,8 @@ def test_errors_say_one_line_and_a_hint(
             ["compute", csv, "--estimator", "ppo"],
             None,
             2,
-            "error: unknown estimator 'ppo'\nhint: choose one of: grpo\n",
+            "error: unknown estimator 'ppo'\nhint: choose one of: grpo, dr_grpo, batch_std, rloo, "
+            "reinforce_pp_baseline, reinforce_pp, opo, gpg, grpo_passk, remax, process\n",
         ),
         (
             ["compute", csv, "--format", "xlsx"],

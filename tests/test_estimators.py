@@ -210,9 +210,9 @@ class TestApi:
             ({"ddof": 2}, "--ddof must be 0 or 1, got 2"),
             ({"eps": -1.0}, "--eps must be a finite number >= 0, got -1.0"),
             ({"eps": math.inf}, "--eps must be a finite number >= 0, got inf"),
-            ({"singleton": "drop"}, "unknown --singleton policy 'drop'"),
+            ({"singleton": "bogus"}, "unknown --singleton value 'bogus'"),
             ({"group_cols": ()}, "no group column given"),
-            ({"reward_col": "prompt_id"}, "'prompt_id' is both the reward and a group column"),
+            ({"reward_col": "prompt_id"}, "'prompt_id' is both a reward and a group column"),
             ({"typo": 1}, "unknown option(s): typo"),
         ],
     )
@@ -256,7 +256,7 @@ class TestApi:
         log = pl.DataFrame({"prompt_id": ["a", None, "a"], "reward": [1.0, 0.0, 0.0]})
         with pytest.raises(InputError) as info:
             compute_advantages(log)
-        assert info.value.message == "1 row(s) have a null group key (prompt_id)"
+        assert info.value.message == "1 row(s) have a null group or batch key (prompt_id)"
 
 
 def test_results_are_bit_for_bit_repeatable() -> None:

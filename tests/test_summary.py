@@ -7,13 +7,11 @@ import math
 import polars as pl
 import pytest
 
-from grpo_cli import compute_advantages
-from grpo_cli.options import AdvantageOptions
-from grpo_cli.summary import group_table, summarize_run
+from grpo_cli.pipeline import annotate
 
 
 def test_group_table_by_hand(tiny_log: pl.DataFrame) -> None:
-    table = group_table(tiny_log, AdvantageOptions())
+    table = annotate(tiny_log).groups
     assert table["prompt_id"].to_list() == ["single", "flat", "with_null", "normal"]
     assert table["size"].to_list() == [1, 3, 4, 4]
     assert table["n_null"].to_list() == [0, 0, 1, 0]
@@ -25,7 +23,7 @@ def test_group_table_by_hand(tiny_log: pl.DataFrame) -> None:
 
 
 def test_group_table_uses_the_runs_ddof(tiny_log: pl.DataFrame) -> None:
-    table = group_table(tiny_log, AdvantageOptions(ddof=0))
+    table = annotate(tiny_log, ddof=0).groups
     assert table["std"].to_list() == pytest.approx([0.0, 0.0, math.sqrt(1 / 6), 0.5])
     # A singleton is never a zero-variance group, whatever the ddof.
     assert table["zero_std"].to_list() == [False, True, False, False]
@@ -35,7 +33,7 @@ def test_group_table_composite_key() -> None:
     log = pl.DataFrame(
         {"step": [2, 1, 2, 1], "prompt_id": ["p", "p", "p", "q"], "reward": [1.0, 0.0, 1.0, 1.0]}
     )
-    table = group_table(log, AdvantageOptions(group_cols=("step", "prompt_id")))
+    table = annotate(log, group_cols=("step", "prompt_id")).groups
     assert table.select("step", "prompt_id", "size").rows() == [
         (2, "p", 2),
         (1, "p", 1),
@@ -46,9 +44,7 @@ def test_group_table_composite_key() -> None:
 def test_run_figures_by_hand(tiny_log: pl.DataFrame) -> None:
     nan_row = pl.DataFrame({"prompt_id": ["nan_group", "nan_group"], "reward": [float("nan"), 2.0]})
     log = pl.concat([tiny_log, nan_row])
-    options = AdvantageOptions(eps=0.0)
-    annotated = compute_advantages(log, options)
-    run = summarize_run(annotated, group_table(annotated, options), options)
+    run = annotate(log, eps=0.0).run
     valid = [0.7, 1.0, 1.0, 1.0, 1.0, 0.0, 0.5, 1.0, 0.0, 0.0, 1.0, 2.0]
     mean = sum(valid) / len(valid)
     std = math.sqrt(sum((v - mean) ** 2 for v in valid) / (len(valid) - 1))
@@ -59,7 +55,8 @@ def test_run_figures_by_hand(tiny_log: pl.DataFrame) -> None:
     assert run.zero_std_group_share == pytest.approx(1 / 5)
     assert run.frac_reward_zero_std == pytest.approx(3 / 14)
     assert run.singleton_groups == 2  # "single" and "nan_group" (one valid reward)
-    assert (run.null_rewards, run.nan_rewards) == (2, 1)
+    assert run.null_rewards == 2  # a null and a NaN
+    assert run.batches == 1
     assert run.reward_mean == pytest.approx(mean)
     assert run.reward_std == pytest.approx(std)
     assert run.advantage_min == pytest.approx(-1.0)
