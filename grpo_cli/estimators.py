@@ -130,10 +130,20 @@ class EstimatorContext:
 
     def batch_zscore(self, x: pl.Expr) -> pl.Expr:
         """``norm(x - batch_mean(x), batch_var(x))``: batch whitening (of ``x`` clipped to
-        ``shaped_clip`` first, when set)."""
+        ``shaped_clip`` first, when set).
+
+        A batch whose values are all equal, or with too few values for a variance
+        (count <= ddof), gives exactly 0: it carries no relative information.
+        """
+        import polars as pl
+
         if self.shaped_clip is not None:
             x = x.clip(*self.shaped_clip)
-        return self.norm(x - self.batch_mean(x), self.batch_var(x))
+        flat = (self.in_batch(x.count()) <= self.ddof) | (
+            self.in_batch(x.max()) == self.in_batch(x.min())
+        )
+        whitened = self.norm(x - self.batch_mean(x), self.batch_var(x))
+        return pl.when(flat).then(pl.lit(0.0)).otherwise(whitened)
 
 
 EstimatorFn = Callable[[EstimatorContext], "pl.Expr"]
