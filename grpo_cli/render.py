@@ -118,6 +118,7 @@ def render_verify_report(
     table = Table(show_header=False)
     table.add_column("figure", style="bold")
     table.add_column("value")
+    table.add_row("recomputed as", _escape(describe_method(report.options, report.layout)))
     table.add_row("rows compared", f"{report.rows:,}")
     table.add_row("max |difference|", f"{report.max_abs_diff:.3g}")
     table.add_row("rows over tolerance", f"{report.rows_over:,}")
@@ -130,6 +131,28 @@ def render_verify_report(
         for row in report.worst.iter_rows():
             worst.add_row(*(_escape(_cell(v)) for v in row))
         console.print(worst)
+
+
+def describe_method(options: AdvantageOptions, layout: str | None = None) -> str:
+    """One line saying how advantages were computed: estimator, rewards, groups, batches."""
+    rewards = ", ".join(options.reward_cols)
+    if options.reward_weights is not None:
+        rewards += " (weights " + ", ".join(f"{w:g}" for w in options.weights) + ")"
+    if options.group_size:
+        groups = f"runs of {options.group_size} rows"
+    else:
+        shown = {"__grpo_uid_group": "uid (without _session_index)"}
+        groups = ", ".join(shown.get(c, c) for c in options.group_cols)
+    text = (
+        f"{options.estimator}, ddof {options.ddof}, eps {options.eps:g} {options.eps_mode}, "
+        f"singleton {options.singleton}, nulls {options.nulls}; rewards {rewards}; "
+        f"groups by {groups}"
+    )
+    if options.batch_col:
+        text += f" within {options.batch_col}"
+    if layout:
+        text += f"; read as a {layout} dump"
+    return text
 
 
 def _cell(value: object) -> str:

@@ -14,6 +14,7 @@ import polars as pl
 
 from grpo_cli.compute import annotate_lazy, collect
 from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import resolve
 from grpo_cli.schema import require_columns
 
@@ -32,6 +33,8 @@ class VerifyReport:
         groups_over: groups holding at least one such row.
         worst: the groups with the largest differences: keys, size, max_abs_diff.
         tol: the tolerance.
+        options: the options the advantages were recomputed with.
+        layout: the trainer dump layout the log was read as, if any.
     """
 
     rows: int
@@ -41,6 +44,8 @@ class VerifyReport:
     groups_over: int
     worst: pl.DataFrame
     tol: float
+    options: AdvantageOptions
+    layout: str | None
 
     @property
     def agree(self) -> bool:
@@ -104,4 +109,6 @@ def verify_advantages(
         groups_over=int((per_group["max_abs_diff"] > tol).sum()),
         worst=worst,
         tol=tol,
+        options=resolved.options,
+        layout=resolved.layout,
     )

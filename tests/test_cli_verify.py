@@ -1,0 +1,288 @@
+"""`verify`, `presets` and trainer dump layouts, from the command line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from grpo_cli.cli import app
+from grpo_cli.errors import OptionsError
+from grpo_cli.layouts import apply_layout
+from grpo_cli.pipeline import annotate
+from grpo_cli.presets import PRESETS
+from tests.conftest import SAMPLE_DIR
+
+TRL_DIR = SAMPLE_DIR / "trl_completions"
+VERL_DIR = SAMPLE_DIR / "verl_dump"
+
+
+def load_dump_maker() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "make_trainer_dumps", SAMPLE_DIR / "make_trainer_dumps.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dump_script_regenerates_the_committed_dumps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = load_dump_maker()
+    monkeypatch.setattr(module, "HERE", tmp_path)
+    module.main()
+    for committed in [*TRL_DIR.iterdir(), *VERL_DIR.iterdir()]:
+        fresh = tmp_path / committed.parent.name / committed.name
+        if committed.suffix == ".parquet":
+            assert pl.read_parquet(fresh).equals(pl.read_parquet(committed))
+        else:
+            assert fresh.read_text() == committed.read_text()
+
+
+class TestVerify:
+    def test_trl_dump_agrees_with_trl(self, runner: CliRunner) -> None:
+        args = [
+            "verify",
+            str(TRL_DIR),
+            "--preset",
+            "trl",
+            "--group-size",
+            "4",
+            "--reward-weights",
+            "1,0.5",
+        ]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.stderr
+        assert "vs trl: agree (tolerance 1e-05)" in result.stderr
+        assert "rows compared         │ 64" in result.stderr
+        assert "groups over tolerance │ 0 of 16" in result.stderr
+
+    def test_trl_dump_differs_from_trl_batch(self, runner: CliRunner) -> None:
+        args = [
+            "verify",
+            str(TRL_DIR),
+            "--preset",
+            "trl-batch",
+            "--group-size",
+            "4",
+            "--reward-weights",
+            "1,0.5",
+        ]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1
+        assert "vs trl-batch: differ" in result.stderr
+        assert "worst groups" in result.stderr
+
+    def test_verl_dump_agrees_with_verl_to_float32(self, runner: CliRunner) -> None:
+        result = runner.invoke(app, ["verify", str(VERL_DIR), "--preset", "verl"])
+        assert result.exit_code == 0, result.stderr
+        assert "groups over tolerance │ 0 of 18" in result.stderr
+        strict = runner.invoke(
+            app, ["verify", str(VERL_DIR), "--preset", "verl", "--tol", "1e-12", "-q"]
+        )
+        assert (strict.exit_code, strict.stderr) == (1, "")
+
+    def test_a_glob_reads_the_files_as_one_log(self, runner: CliRunner) -> None:
+        result = runner.invoke(app, ["verify", str(VERL_DIR / "*.jsonl"), "--preset", "verl"])
+        assert result.exit_code == 0, result.stderr
+        assert "3 files" in result.stderr
+
+    def test_missing_advantage_column(
+        self, runner: CliRunner, sample_copy: dict[str, Path]
+    ) -> None:
+        result = runner.invoke(app, ["verify", str(sample_copy["parquet"])])
+        assert result.exit_code == 3
+        assert result.stderr.startswith("error: advantage column 'advantage' not found;")
+
+    def test_verify_what_compute_wrote(
+        self, runner: CliRunner, sample_copy: dict[str, Path]
+    ) -> None:
+        out = sample_copy["parquet"].with_name("out.parquet")
+        done = runner.invoke(
+            app,
+            [
+                "compute",
+                str(sample_copy["parquet"]),
+                "--preset",
+                "openrlhf-group-norm",
+                "-o",
+                str(out),
+                "-q",
+            ],
+        )
+        assert done.exit_code == 0
+        same = runner.invoke(
+            app, ["verify", str(out), "--preset", "openrlhf-group-norm", "--tol", "0"]
+        )
+        assert same.exit_code == 0, same.stderr
+        assert "max |difference|      │ 0" in same.stderr
+        other = runner.invoke(app, ["verify", str(out), "--preset", "trl", "-q"])
+        assert other.exit_code == 1
+
+
+class TestLayouts:
+    def test_verl_uid_groups_drop_session_and_index(self) -> None:
+        frame = pl.DataFrame(
+            {
+                "input": ["q"] * 4,
+                "score": [1.0, 0.0, 1.0, 1.0],
+                "step": [1] * 4,
+                "uid": ["u-1_0_0", "u-1_0_1", "x_y_0_0", "x_y_0_1"],
+            }
+        )
+        result = annotate(frame, "verl")
+        assert result.options.group_cols == ("__grpo_uid_group",)
+        assert result.options.reward_cols == ("score",)
+        assert result.options.batch_col == "step"
+        assert result.groups["group"].to_list() == ["u-1", "x_y"]
+        assert result.frame.columns == ["input", "score", "step", "uid", "advantage"]
+
+    def test_legacy_verl_dump_groups_by_step_and_input(self) -> None:
+        frame = pl.DataFrame(
+            {"input": ["q1", "q1", "q2", "q1"], "score": [1.0, 0.0, 1.0, 1.0], "step": [1, 1, 1, 2]}
+        )
+        result = annotate(frame, "verl")
+        assert result.options.group_cols == ("step", "input")
+        # (1, q1) has two responses; (1, q2) and (2, q1) are singletons (verl: r / (1 + 1e-6)).
+        assert result.frame["advantage"].to_list() == pytest.approx(
+            [0.5 / (0.5**0.5 + 1e-6), -0.5 / (0.5**0.5 + 1e-6), 1 / (1 + 1e-6), 1 / (1 + 1e-6)]
+        )
+
+    def test_trl_layout_needs_the_group_size(self) -> None:
+        frame = pl.read_parquet(next(TRL_DIR.iterdir())).drop("advantage")
+        with pytest.raises(OptionsError) as info:
+            apply_layout(frame, "trl", {}, explicit=set())
+        assert info.value.hint == (
+            "pass --group-size G with your GRPOConfig num_generations (TRL's default is 8)"
+        )
+
+    def test_trl_layout_takes_numeric_columns_as_rewards(self) -> None:
+        frame = pl.read_parquet(next(TRL_DIR.iterdir())).drop("advantage")
+        _, fields, _ = apply_layout(frame, "trl", {"group_size": 4}, explicit={"group_size"})
+        assert fields["reward_cols"] == ("accuracy_reward", "format_reward")
+        assert fields["batch_col"] == "step"
+
+    def test_explicit_options_beat_the_layout(self) -> None:
+        frame = pl.DataFrame(
+            {"input": ["q"] * 2, "score": [1.0, 0.0], "mine": [0.0, 1.0], "step": [1, 1]}
+        )
+        result = annotate(frame, "verl", reward_cols=("mine",), group_cols=("input",))
+        assert result.options.reward_cols == ("mine",)
+        assert result.frame["advantage"].to_list() == pytest.approx(
+            [-0.5 / (0.5**0.5 + 1e-6), 0.5 / (0.5**0.5 + 1e-6)]
+        )
+
+
+class TestPresetsCommand:
+    def test_table_lists_every_preset(self, runner: CliRunner) -> None:
+        result = runner.invoke(app, ["presets"])
+        assert result.exit_code == 0
+        for name in PRESETS:
+            assert name in result.stdout
+
+    def test_markdown_is_the_readme_table(self, runner: CliRunner) -> None:
+        result = runner.invoke(app, ["presets", "--format", "markdown"])
+        assert result.exit_code == 0
+        assert result.stdout.startswith("| preset | reproduces | estimator | ddof | eps |")
+        readme = (SAMPLE_DIR.parent / "README.md").read_text()
+        assert result.stdout in readme
+
+
+class TestComputeWithPresets:
+    def test_preset_and_override(self, runner: CliRunner, sample_copy: dict[str, Path]) -> None:
+        args = [
+            "compute",
+            str(sample_copy["jsonl"]),
+            "--preset",
+            "verl",
+            "--eps",
+            "0.5",
+            "-o",
+            "-",
+            "-q",
+        ]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.stderr
+        rows = [json.loads(line) for line in result.stdout.splitlines()]
+        expected = annotate(pl.read_ndjson(sample_copy["jsonl"]), "verl", eps=0.5).frame
+        assert [r["advantage"] for r in rows] == expected["advantage"].to_list()
+
+    def test_summary_names_the_preset_and_batch(
+        self, runner: CliRunner, sample_copy: dict[str, Path]
+    ) -> None:
+        args = [
+            "compute",
+            str(sample_copy["parquet"]),
+            "--preset",
+            "openrlhf-reinforce-baseline",
+            "--length-col",
+            "length",
+            "--batch-col",
+            "step",
+        ]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.stderr
+        assert "│ preset                        │ openrlhf-reinforce-baseline" in result.stderr
+        assert "│ batches                       │ 4 (by step)" in result.stderr
+
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (
+                ["--clip", "10"],
+                "error: --clip needs 2 comma-separated numbers, got '10'\n"
+                "hint: e.g. --clip -10,10\n",
+            ),
+            (
+                ["--clip", "a,b"],
+                "error: --clip needs comma-separated numbers, got 'a,b'\n"
+                "hint: e.g. --clip -10,10\n",
+            ),
+            (
+                ["--reward-weights", "1,2"],
+                "error: 2 reward weight(s) for 1 reward column(s)\n"
+                "hint: give one weight per --reward-col, e.g. --reward-weights 1,0.5\n",
+            ),
+            (
+                ["--preset", "ppo"],
+                "error: unknown preset 'ppo'\nhint: choose one of: "
+                + ", ".join(PRESETS)
+                + " (grpo-adv presets shows them)\n",
+            ),
+            (
+                ["--estimator", "opo"],
+                "error: estimator opo needs --length-col\n"
+                "hint: name the column with --length-col COL\n",
+            ),
+            (
+                ["--preset", "openrlhf-reinforce-baseline"],
+                "error: --token-weighted needs --length-col\nhint: name the length column\n",
+            ),
+        ],
+    )
+    def test_option_errors(
+        self, runner: CliRunner, sample_copy: dict[str, Path], args: list[str], message: str
+    ) -> None:
+        result = runner.invoke(app, ["compute", str(sample_copy["csv"]), "-o", "-", *args])
+        assert (result.exit_code, result.stderr) == (2, message)
+        assert result.stdout == ""
+
+    def test_clip_accepts_a_negative_first_value(
+        self, runner: CliRunner, sample_copy: dict[str, Path]
+    ) -> None:
+        args = ["compute", str(sample_copy["csv"]), "-o", "-", "-q", "--clip", "-0.5,0.5"]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.stderr
+        values = [
+            float(line.rsplit(",", 1)[1])
+            for line in result.stdout.splitlines()[1:]
+            if not line.endswith(",")
+        ]
+        assert max(values) == 0.5 and min(values) == -0.5
