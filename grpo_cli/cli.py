@@ -308,6 +308,8 @@ def _compute(
     if quiet:
         return
     console = stderr_console()
+    for warning in result.warnings:
+        print_warning(console, warning)
     if result.run.null_rewards:
         fate = {
             "exclude": "their advantage is null",

@@ -35,6 +35,7 @@ class Annotation:
     run: RunSummary
     options: AdvantageOptions
     layout: str | None
+    warnings: tuple[str, ...] = ()
 
 
 def resolve(frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any]) -> Resolved:
@@ -62,4 +63,18 @@ def annotate(frame: pl.DataFrame, preset: str | None = None, **explicit: Any) ->
     run = summarize_run(full, groups, options, keys)
     output_columns = [c for c in frame.columns if c not in resolved.derived]
     output = collect(full.select(*output_columns, *options.added_columns()))
-    return Annotation(output, groups, run, options, resolved.layout)
+    return Annotation(output, groups, run, options, resolved.layout, _warnings(preset, run))
+
+
+def _warnings(preset: str | None, run: RunSummary) -> tuple[str, ...]:
+    """What the user should know about how the log fits the preset's trainer."""
+    if preset is None or not get_preset(preset).fixed_groups:
+        return ()
+    if run.group_size_min == run.group_size_max:
+        return ()
+    trainer = get_preset(preset).trainer.split()[0]
+    return (
+        f"{trainer} samples groups of one fixed size; this log's groups hold "
+        f"{run.group_size_min} to {run.group_size_max} responses: grpo-adv extends the "
+        "trainer's NaN-aware statistics to them",
+    )

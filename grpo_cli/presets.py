@@ -42,6 +42,7 @@ class Preset:
         options: AdvantageOptions fields it sets.
         layout: the trainer's dump layout (``trl``, ``verl``) it can read as is, or None.
         notes: known differences from the trainer, if any.
+        fixed_groups: the trainer only knows groups of one size (num_generations).
     """
 
     name: str
@@ -51,6 +52,7 @@ class Preset:
     options: dict[str, Any] = field(default_factory=dict)
     layout: str | None = None
     notes: str = ""
+    fixed_groups: bool = False
 
 
 _TRL_COMMON: Final[dict[str, Any]] = {
@@ -93,6 +95,7 @@ PRESETS: Final[dict[str, Preset]] = {
             {**_TRL_COMMON, "estimator": "grpo"},
             layout="trl",
             notes="A group with one scorable reward gets 0 (nanstd is NaN, then nan_to_num).",
+            fixed_groups=True,
         ),
         Preset(
             "trl-batch",
@@ -101,6 +104,7 @@ PRESETS: Final[dict[str, Preset]] = {
             TRL_SOURCE,
             {**_TRL_COMMON, "estimator": "batch_std"},
             layout="trl",
+            fixed_groups=True,
         ),
         Preset(
             "trl-none",
@@ -109,6 +113,7 @@ PRESETS: Final[dict[str, Preset]] = {
             TRL_SOURCE,
             {**_TRL_COMMON, "estimator": "dr_grpo"},
             layout="trl",
+            fixed_groups=True,
         ),
         Preset(
             "trl-gdpo",
@@ -122,6 +127,7 @@ PRESETS: Final[dict[str, Preset]] = {
                 "singleton": "formula",
             },
             layout="trl",
+            fixed_groups=True,
         ),
         Preset(
             "verl",
@@ -187,6 +193,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "(r - mean_g) / (std_g + 1e-9), clipped to [-10, 10]",
             OPENRLHF_SOURCE,
             {**_OPENRLHF_COMMON, "estimator": "grpo"},
+            fixed_groups=True,
         ),
         Preset(
             "openrlhf-rloo",
@@ -194,6 +201,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "r - (sum_g - r)/(n - 1), clipped to [-10, 10]",
             OPENRLHF_SOURCE,
             {**_OPENRLHF_COMMON, "estimator": "rloo"},
+            fixed_groups=True,
         ),
         Preset(
             "openrlhf-dr-grpo",
@@ -201,6 +209,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "r - mean_g, clipped to [-10, 10]",
             OPENRLHF_SOURCE,
             {**_OPENRLHF_COMMON, "estimator": "dr_grpo"},
+            fixed_groups=True,
         ),
         Preset(
             "openrlhf-reinforce-baseline",
@@ -218,6 +227,7 @@ PRESETS: Final[dict[str, Preset]] = {
                 "clip_stage": "shaped",
             },
             notes="OpenRLHF clamps the shaped reward r - mean_g before whitening.",
+            fixed_groups=True,
         ),
     )
 }

@@ -8,6 +8,9 @@ trainers' torch code (rewards.view(-1, G), nanmean / nanstd, + eps).
 - ``verl_dump/{1,2,3}.jsonl``: verl v1-trainer rollout dumps (``input``, ``output``, ``gts``,
   ``score``, ``step``, ``uid`` = ``{uuid}_{session}_{index}``), rollout.n = 4, grpo; verl
   does not dump advantages, so ``advantage`` is the one a user logged beside them.
+- ``openrlhf_log.jsonl``: OpenRLHF writes no per-sample dump; this is the log a user writes
+  from a reward function (``prompt``, ``response``, ``label``, ``reward``) plus the
+  ``group_norm`` advantage, n_samples_per_prompt = 8.
 
 Run from the repository root: ``python sample_data/make_trainer_dumps.py``.
 """
@@ -120,11 +123,41 @@ def make_verl(rng: np.random.Generator) -> None:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+def openrlhf_group_norm(rewards: np.ndarray, n: int) -> np.ndarray:
+    """OpenRLHF group_norm in float32: (r - mean) / (std + 1e-9) over view(-1, n), then the
+    compute_reward clamp to [-10, 10]."""
+    grouped = rewards.reshape(-1, n)
+    mean = grouped.mean(axis=1, keepdims=True, dtype=F32)
+    std = grouped.std(axis=1, ddof=1, keepdims=True, dtype=F32)
+    shaped = ((grouped - mean) / (std + F32(1e-9))).reshape(-1)
+    clipped: np.ndarray = np.clip(shaped, -10, 10).astype(F32)
+    return clipped
+
+
+def make_openrlhf(rng: np.random.Generator) -> None:
+    """OpenRLHF writes no per-sample dump: users log from their reward function. This is
+    such a log (prompt, response, label, reward) plus the advantage, n_samples_per_prompt=8."""
+    n, prompts = 8, 5
+    rewards = rng.integers(0, 5, size=n * prompts).astype(F32) / 4
+    advantages = openrlhf_group_norm(rewards, n)
+    with (HERE / "openrlhf_log.jsonl").open("w") as handle:
+        for i, (reward, advantage) in enumerate(zip(rewards, advantages, strict=True)):
+            row = {
+                "prompt": f"Prove lemma {i // n}.",
+                "response": f"Proof attempt {i % n}.",
+                "label": "qed",
+                "reward": float(reward),
+                "advantage": float(advantage),
+            }
+            handle.write(json.dumps(row) + "\n")
+
+
 def main() -> None:
     rng = np.random.default_rng(20260101)
     make_trl(rng)
     make_verl(rng)
-    print(f"wrote {HERE / 'trl_completions'} and {HERE / 'verl_dump'}")
+    make_openrlhf(rng)
+    print(f"wrote the TRL, verl and OpenRLHF logs in {HERE}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from tests.conftest import SAMPLE_DIR
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
 VERL_DIR = SAMPLE_DIR / "verl_dump"
+OPENRLHF_LOG = SAMPLE_DIR / "openrlhf_log.jsonl"
 
 
 def load_dump_maker() -> ModuleType:
@@ -38,8 +39,9 @@ def test_dump_script_regenerates_the_committed_dumps(
     module = load_dump_maker()
     monkeypatch.setattr(module, "HERE", tmp_path)
     module.main()
-    for committed in [*TRL_DIR.iterdir(), *VERL_DIR.iterdir()]:
-        fresh = tmp_path / committed.parent.name / committed.name
+    for committed in [*TRL_DIR.iterdir(), *VERL_DIR.iterdir(), OPENRLHF_LOG]:
+        relative = committed.relative_to(SAMPLE_DIR)
+        fresh = tmp_path / relative
         if committed.suffix == ".parquet":
             assert pl.read_parquet(fresh).equals(pl.read_parquet(committed))
         else:
@@ -88,6 +90,14 @@ class TestVerify:
             app, ["verify", str(VERL_DIR), "--preset", "verl", "--tol", "1e-12", "-q"]
         )
         assert (strict.exit_code, strict.stderr) == (1, "")
+
+    def test_openrlhf_user_log_agrees_with_group_norm(self, runner: CliRunner) -> None:
+        args = ["verify", str(OPENRLHF_LOG), "--preset", "openrlhf-group-norm", "-g", "prompt"]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.stderr
+        assert "groups over tolerance │ 0 of 5" in result.stderr
+        rloo = runner.invoke(app, [*args[:3], "openrlhf-rloo", "-g", "prompt", "-q"])
+        assert rloo.exit_code == 1
 
     def test_a_glob_reads_the_files_as_one_log(self, runner: CliRunner) -> None:
         result = runner.invoke(app, ["verify", str(VERL_DIR / "*.jsonl"), "--preset", "verl"])
@@ -213,6 +223,20 @@ class TestComputeWithPresets:
         rows = [json.loads(line) for line in result.stdout.splitlines()]
         expected = annotate(pl.read_ndjson(sample_copy["jsonl"]), "verl", eps=0.5).frame
         assert [r["advantage"] for r in rows] == expected["advantage"].to_list()
+
+    def test_fixed_group_trainers_warn_about_variable_groups(
+        self, runner: CliRunner, sample_copy: dict[str, Path]
+    ) -> None:
+        result = runner.invoke(app, ["compute", str(sample_copy["parquet"]), "--preset", "trl"])
+        assert result.exit_code == 0
+        assert result.stderr.startswith(
+            "warning: TRL samples groups of one fixed size; this log's groups hold 1 to 16 "
+            "responses: grpo-adv extends the trainer's NaN-aware statistics to them\n"
+        )
+        verl = runner.invoke(
+            app, ["compute", str(sample_copy["parquet"]), "--preset", "verl", "-f"]
+        )
+        assert "fixed size" not in verl.stderr
 
     def test_summary_names_the_preset_and_batch(
         self, runner: CliRunner, sample_copy: dict[str, Path]
