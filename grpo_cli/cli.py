@@ -227,28 +227,10 @@ def compute(
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
     with _user_errors():
-        explicit = opt.explicit_fields(
-            group_col=group_col,
-            reward_col=reward_col,
-            reward_weights=reward_weights,
-            aggregation=aggregation,
-            estimator=estimator,
-            ddof=ddof,
-            eps=eps,
-            eps_mode=eps_mode,
-            singleton=singleton,
-            nulls=nulls,
-            clip=clip,
-            clip_stage=clip_stage,
-            batch_col=batch_col,
-            group_size=group_size,
-            length_col=length_col,
-            token_weighted=token_weighted,
-            baseline_col=baseline_col,
-            step_rewards_col=step_rewards_col,
-            with_stats=with_stats or None,
-            advantage_col=advantage_col,
-        )
+        explicit = opt.policy_fields(locals())
+        if with_stats:
+            explicit["with_stats"] = True
+        explicit["advantage_col"] = advantage_col
         _compute(
             sources,
             preset,
@@ -380,26 +362,7 @@ def verify(
         from grpo_cli.render import render_verify_report, stderr_console
         from grpo_cli.verify import verify_advantages
 
-        explicit = opt.explicit_fields(
-            group_col=group_col,
-            reward_col=reward_col,
-            reward_weights=reward_weights,
-            aggregation=aggregation,
-            estimator=estimator,
-            ddof=ddof,
-            eps=eps,
-            eps_mode=eps_mode,
-            singleton=singleton,
-            nulls=nulls,
-            clip=clip,
-            clip_stage=clip_stage,
-            batch_col=batch_col,
-            group_size=group_size,
-            length_col=length_col,
-            token_weighted=token_weighted,
-            baseline_col=baseline_col,
-            step_rewards_col=step_rewards_col,
-        )
+        explicit = opt.policy_fields(locals())
         key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
         log = _read_input(sources, input_format, key_cols)
         report = verify_advantages(

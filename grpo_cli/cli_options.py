@@ -270,6 +270,33 @@ def parse_floats(text: str, flag: str, count: int | None = None) -> tuple[float,
     return values
 
 
+POLICY_PARAMS = (
+    "group_col",
+    "reward_col",
+    "reward_weights",
+    "aggregation",
+    "estimator",
+    "ddof",
+    "eps",
+    "eps_mode",
+    "singleton",
+    "nulls",
+    "clip",
+    "clip_stage",
+    "batch_col",
+    "group_size",
+    "length_col",
+    "token_weighted",
+    "baseline_col",
+    "step_rewards_col",
+)
+
+
+def policy_fields(params: dict[str, Any]) -> dict[str, Any]:
+    """The policy options among a command's parameters, as option fields (given ones only)."""
+    return explicit_fields(**{name: params[name] for name in POLICY_PARAMS})
+
+
 def explicit_fields(**given: Any) -> dict[str, Any]:
     """The AdvantageOptions fields the user gave (None means not given)."""
     fields: dict[str, Any] = {}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
+from types import ModuleType
 
 import polars as pl
 import pytest
@@ -55,3 +57,12 @@ def tiny_log() -> pl.DataFrame:
             "normal": [1.0, 0.0, 0.0, 1.0],
         }
     )
+
+
+def load_script(name: str) -> ModuleType:
+    """Import one of sample_data's generator scripts by file name."""
+    spec = importlib.util.spec_from_file_location(name, SAMPLE_DIR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

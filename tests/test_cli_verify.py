@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import polars as pl
 import pytest
@@ -16,27 +14,17 @@ from grpo_cli.errors import OptionsError
 from grpo_cli.layouts import apply_layout
 from grpo_cli.pipeline import annotate
 from grpo_cli.presets import PRESETS
-from tests.conftest import SAMPLE_DIR
+from tests.conftest import SAMPLE_DIR, load_script
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
 VERL_DIR = SAMPLE_DIR / "verl_dump"
 OPENRLHF_LOG = SAMPLE_DIR / "openrlhf_log.jsonl"
 
 
-def load_dump_maker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "make_trainer_dumps", SAMPLE_DIR / "make_trainer_dumps.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_dump_script_regenerates_the_committed_dumps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    module = load_dump_maker()
+    module = load_script("make_trainer_dumps")
     monkeypatch.setattr(module, "HERE", tmp_path)
     module.main()
     for committed in [*TRL_DIR.iterdir(), *VERL_DIR.iterdir(), OPENRLHF_LOG]:

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from types import ModuleType
-
 import polars as pl
 
-from tests.conftest import SAMPLE_DIR, SAMPLE_FILES
-
-
-def load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "make_sample_data", SAMPLE_DIR / "make_sample_data.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.conftest import SAMPLE_FILES, load_script
 
 
 def test_script_regenerates_the_committed_files() -> None:
-    frame = load_generator().make_sample_log()
+    frame = load_script("make_sample_data").make_sample_log()
     assert frame.equals(pl.read_parquet(SAMPLE_FILES["parquet"]))
     assert frame.equals(pl.read_ndjson(SAMPLE_FILES["jsonl"]))
     assert frame.equals(pl.read_csv(SAMPLE_FILES["csv"], schema_overrides={"reward": pl.Float64}))
