@@ -27,13 +27,13 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check grpo_cli tests sample_data
-	$(BIN)/ruff format --check grpo_cli tests sample_data
+	$(BIN)/ruff check grpo_cli tests sample_data benchmarks
+	$(BIN)/ruff format --check grpo_cli tests sample_data benchmarks
 	$(BIN)/mypy
 
 format: $(STAMP)
-	$(BIN)/ruff format grpo_cli tests sample_data
-	$(BIN)/ruff check --fix grpo_cli tests sample_data
+	$(BIN)/ruff format grpo_cli tests sample_data benchmarks
+	$(BIN)/ruff check --fix grpo_cli tests sample_data benchmarks
 
 sample-data: $(STAMP)
 	$(BIN)/python sample_data/make_sample_data.py

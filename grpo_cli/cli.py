@@ -209,6 +209,7 @@ def compute(
     token_weighted: opt.TokenWeighted = None,
     baseline_col: opt.BaselineCol = None,
     step_rewards_col: opt.StepRewardsCol = None,
+    deterministic: opt.Deterministic = None,
     with_stats: Annotated[
         bool,
         typer.Option(
@@ -352,6 +353,7 @@ def verify(
     token_weighted: opt.TokenWeighted = None,
     baseline_col: opt.BaselineCol = None,
     step_rewards_col: opt.StepRewardsCol = None,
+    deterministic: opt.Deterministic = None,
     quiet: opt.Quiet = False,
 ) -> None:
     """Recompute advantages and compare them with a logged advantage column.

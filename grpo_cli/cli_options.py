@@ -219,6 +219,16 @@ StepRewardsCol = Annotated[
         show_default=False,
     ),
 ]
+Deterministic = Annotated[
+    bool | None,
+    typer.Option(
+        "--deterministic/--fast",
+        help="Bit-for-bit repeatable results (Polars' in-memory engine, about 2x slower on "
+        "large logs). Default --fast: the streaming engine, whose parallel sums may differ in "
+        "the last bit (~1e-16 relative) between runs.",
+        show_default=False,
+    ),
+]
 Output = Annotated[
     str | None,
     typer.Option(
@@ -289,6 +299,7 @@ POLICY_PARAMS = (
     "token_weighted",
     "baseline_col",
     "step_rewards_col",
+    "deterministic",
 )
 
 

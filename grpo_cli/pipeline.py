@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from grpo_cli.compute import annotate_lazy, collect
+from grpo_cli.compute import annotate_frame, collect
 from grpo_cli.layouts import apply_layout, detect_layout
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.presets import get_preset, merge_options
@@ -57,8 +57,8 @@ def annotate(frame: pl.DataFrame, preset: str | None = None, **explicit: Any) ->
     the run's figures."""
     resolved = resolve(frame, preset, explicit)
     options = resolved.options
-    lazy, keys = annotate_lazy(resolved.frame, options)
-    full = collect(lazy).lazy()
+    frame_full, keys = annotate_frame(resolved.frame, options)
+    full = frame_full.lazy()
     groups = group_table(full, options, keys)
     run = summarize_run(full, groups, options, keys)
     output_columns = [c for c in frame.columns if c not in resolved.derived]

@@ -44,10 +44,12 @@ def group_table(annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys) 
     Temporary key columns get readable names (``group_index``, ``group``).
     """
     r = pl.col(REWARD_KEY)
+    firsts = [pl.col(c).first() for c in keys.exact] if keys.hashed else []
     table = (
         reward_units(annotated, options)
         .group_by(list(keys.group), maintain_order=True)
         .agg(
+            *firsts,
             size=pl.col(ROW_KEY).n_unique().cast(pl.Int64),
             n_null=r.is_null().sum().cast(pl.Int64),
             mean=r.mean(),
@@ -57,10 +59,10 @@ def group_table(annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys) 
             valid=r.count(),
         )
         .with_columns(zero_std=(pl.col("valid") >= 2) & (pl.col("max") == pl.col("min")))
-        .drop("valid")
+        .select(*keys.exact, *GROUP_TABLE_COLUMNS)
     )
-    renames = {k: DISPLAY_NAMES[k] for k in keys.group if k in DISPLAY_NAMES}
-    return collect(table.rename(renames))
+    renames = {k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES}
+    return collect(table.rename(renames), deterministic=options.deterministic)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ def summarize_run(
             null_rewards=r.is_null().sum(),
             reward_mean=r.mean(),
             reward_std=r.std(ddof=1),
-        )
+        ),
+        deterministic=options.deterministic,
     ).row(0, named=True)
     per_row = collect(
         annotated.select(

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from grpo_cli.compute import annotate_lazy, collect
+from grpo_cli.compute import annotate_frame, collect
 from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import resolve
@@ -74,8 +74,8 @@ def verify_advantages(
             hint="name the logged advantage column with --advantage-col",
         )
     resolved = resolve(frame.drop(advantage_col), preset, {**explicit, "advantage_col": RECOMPUTED})
-    lazy, keys = annotate_lazy(resolved.frame.with_columns(frame[advantage_col]), resolved.options)
-    pairs = lazy.select(*keys.group, pl.col(advantage_col), pl.col(RECOMPUTED))
+    full, keys = annotate_frame(resolved.frame.with_columns(frame[advantage_col]), resolved.options)
+    pairs = full.lazy().select(*keys.exact, pl.col(advantage_col), pl.col(RECOMPUTED))
     if is_list:
         pairs = pairs.explode(advantage_col, RECOMPUTED)
     stored = pl.col(advantage_col).cast(pl.Float64).fill_nan(None)
@@ -89,7 +89,7 @@ def verify_advantages(
         .alias("abs_diff")
     )
     rows = collect(pairs.with_columns(diff))
-    per_group = rows.group_by(list(keys.group), maintain_order=True).agg(
+    per_group = rows.group_by(list(keys.exact), maintain_order=True).agg(
         size=pl.len(), max_abs_diff=pl.col("abs_diff").max()
     )
     worst = (
@@ -99,7 +99,7 @@ def verify_advantages(
     )
     from grpo_cli.summary import DISPLAY_NAMES
 
-    worst = worst.rename({k: DISPLAY_NAMES[k] for k in keys.group if k in DISPLAY_NAMES})
+    worst = worst.rename({k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES})
     max_diff = rows["abs_diff"].max()
     return VerifyReport(
         rows=rows.height,

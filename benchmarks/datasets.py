@@ -1,0 +1,74 @@
+"""Seeded synthetic reward logs for the benchmarks.
+
+Like a GRPO training run: ``prompt_id`` strings ("p000123-s0042"), a ``step``, rewards
+binary for 60% of groups and continuous for the rest; group sizes 8 (45%), 16 (35%), else
+uniform in 1..64 (about 15.7 rows a group). Rows are shuffled globally (``order="shuffled"``),
+within each step (``"step"``) or left grouped (``"grouped"``). ``text=True`` adds a
+``prompt`` (~200 characters) and a ``completion`` (~1000, with commas, quotes, newlines).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+STEPS = 16
+
+
+def make_log(
+    rows: int, *, seed: int = 42, order: str = "shuffled", text: bool = False
+) -> pl.DataFrame:
+    """A synthetic reward log of about ``rows`` rows (exactly ``rows``)."""
+    rng = np.random.default_rng(seed)
+    n_groups = rows // 15 + 64
+    kind = rng.random(n_groups)
+    sizes = np.where(kind < 0.45, 8, np.where(kind < 0.80, 16, rng.integers(1, 65, n_groups)))
+    cut = int(np.searchsorted(np.cumsum(sizes), rows)) + 1
+    sizes = sizes[:cut]
+    sizes[-1] -= int(sizes.sum()) - rows
+    sizes = sizes[sizes > 0]
+    group = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+    step = group * STEPS // len(sizes)
+    binary = rng.random(len(sizes)) < 0.6
+    skill = rng.random(len(sizes))
+    noise = rng.random(rows)
+    reward = np.where(binary[group], (noise < skill[group]).astype(np.float64), noise.round(4))
+    frame = pl.DataFrame(
+        {
+            "step": step,
+            "prompt_id": pl.Series(group).cast(pl.String),
+            "reward": reward,
+        }
+    ).with_columns(
+        prompt_id=pl.format(
+            "p{}-s{}", pl.col("prompt_id").str.zfill(6), pl.col("step").cast(pl.String).str.zfill(4)
+        )
+    )
+    if text:
+        words = np.array(["the", "answer", "is", "42,", '"so"', "therefore\n", "we", "get", "x=3;"])
+        prompt = [" ".join(words[rng.integers(0, len(words), 40)]) for _ in range(min(rows, 4096))]
+        completion = [" ".join(words[rng.integers(0, len(words), 200)]) for _ in range(4096)]
+        frame = frame.with_columns(
+            prompt=pl.Series(prompt)[np.arange(rows) % len(prompt)],
+            completion=pl.Series(completion)[rng.integers(0, len(completion), rows)],
+        )
+    if order == "shuffled":
+        frame = frame[rng.permutation(rows)]
+    elif order == "step":
+        perm = np.lexsort((rng.random(rows), frame["step"].to_numpy()))
+        frame = frame[perm]
+    elif order != "grouped":
+        raise ValueError(f"unknown order {order!r}")
+    return frame
+
+
+def write_log(path: Path, rows: int, **kwargs: object) -> Path:
+    """Write :func:`make_log` to ``path`` (Parquet, zstd) unless it already exists."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".part")
+        make_log(rows, **kwargs).write_parquet(tmp)  # type: ignore[arg-type]
+        tmp.rename(path)
+    return path
