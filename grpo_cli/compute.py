@@ -44,6 +44,9 @@ CHECK_LO: Final = "__grpo_check_lo"
 CHECK_HI: Final = "__grpo_check_hi"
 REWARD_KEY: Final = "__grpo_reward"
 ROW_KEY: Final = "__grpo_row"
+SIZE_KEY: Final = "__grpo_size"
+VALID_KEY: Final = "__grpo_valid"
+CONSTANT_KEY: Final = "__grpo_constant"
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,17 @@ def collision_columns(keys: Keys) -> list[pl.Expr]:
     return [
         check.min().over(GROUP_HASH).alias(CHECK_LO),
         check.max().over(GROUP_HASH).alias(CHECK_HI),
+    ]
+
+
+def profile_columns(options: AdvantageOptions, keys: Keys) -> list[pl.Expr]:
+    """Per row, its group's size, valid rewards and zero variance (for the run summary,
+    which then needs no second grouping of the key)."""
+    ctx = estimator_context(options, keys)
+    return [
+        ctx.in_group(pl.len()).cast(pl.Int64).alias(SIZE_KEY),
+        ctx.count().cast(pl.Int64).alias(VALID_KEY),
+        ctx.is_constant().alias(CONSTANT_KEY),
     ]
 
 
@@ -320,7 +334,11 @@ def annotate_lazy(
         from grpo_cli.process import process_advantages
 
         return process_advantages(prepared, options, keys), keys
-    columns = [advantage_expr(options, keys), *collision_columns(keys)]
+    columns = [
+        advantage_expr(options, keys),
+        *collision_columns(keys),
+        *profile_columns(options, keys),
+    ]
     if options.with_stats:
         ctx = estimator_context(options, keys)
         columns += [

@@ -5,11 +5,12 @@ per-group table and the run's figures."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import polars as pl
 
-from grpo_cli.compute import annotate_frame, collect
+from grpo_cli.compute import Keys, annotate_frame
 from grpo_cli.layouts import apply_layout, detect_layout
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.presets import get_preset, merge_options
@@ -26,16 +27,23 @@ class Resolved:
     layout: str | None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Annotation:
-    """The result of :func:`annotate`."""
+    """The result of :func:`annotate`: the output frame, the run's figures, and the
+    per-group table on demand (``groups``: one more grouping of the key)."""
 
     frame: pl.DataFrame
-    groups: pl.DataFrame
     run: RunSummary
     options: AdvantageOptions
     layout: str | None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[str, ...]
+    full: pl.DataFrame
+    keys: Keys
+
+    @cached_property
+    def groups(self) -> pl.DataFrame:
+        """One row per group: keys, size, n_null, mean, std, min, max, zero_std."""
+        return group_table(self.full.lazy(), self.options, self.keys)
 
 
 def resolve(frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any]) -> Resolved:
@@ -57,13 +65,12 @@ def annotate(frame: pl.DataFrame, preset: str | None = None, **explicit: Any) ->
     the run's figures."""
     resolved = resolve(frame, preset, explicit)
     options = resolved.options
-    frame_full, keys = annotate_frame(resolved.frame, options)
-    full = frame_full.lazy()
-    groups = group_table(full, options, keys)
-    run = summarize_run(full, groups, options, keys)
+    full, keys = annotate_frame(resolved.frame, options)
+    run = summarize_run(full.lazy(), options, keys)
     output_columns = [c for c in frame.columns if c not in resolved.derived]
-    output = collect(full.select(*output_columns, *options.added_columns()))
-    return Annotation(output, groups, run, options, resolved.layout, _warnings(preset, run))
+    output = full.select(*output_columns, *options.added_columns())
+    warnings = _warnings(preset, run)
+    return Annotation(output, run, options, resolved.layout, warnings, full, keys)
 
 
 def _warnings(preset: str | None, run: RunSummary) -> tuple[str, ...]:

@@ -17,7 +17,17 @@ from typing import Final
 
 import polars as pl
 
-from grpo_cli.compute import POSITION_KEY, REWARD_KEY, ROW_KEY, Keys, collect, reward_expr
+from grpo_cli.compute import (
+    CONSTANT_KEY,
+    POSITION_KEY,
+    REWARD_KEY,
+    ROW_KEY,
+    SIZE_KEY,
+    VALID_KEY,
+    Keys,
+    collect,
+    reward_expr,
+)
 from grpo_cli.layouts import UID_GROUP
 from grpo_cli.options import AdvantageOptions
 
@@ -45,12 +55,14 @@ def group_table(annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys) 
     """
     r = pl.col(REWARD_KEY)
     firsts = [pl.col(c).first() for c in keys.exact] if keys.hashed else []
+    process = options.estimator == "process"
+    size = pl.col(ROW_KEY).n_unique() if process else pl.len()
+    units = reward_units(annotated, options) if process else annotated
     table = (
-        reward_units(annotated, options)
-        .group_by(list(keys.group), maintain_order=True)
+        units.group_by(list(keys.group), maintain_order=True)
         .agg(
             *firsts,
-            size=pl.col(ROW_KEY).n_unique().cast(pl.Int64),
+            size=size.cast(pl.Int64),
             n_null=r.is_null().sum().cast(pl.Int64),
             mean=r.mean(),
             std=r.std(ddof=options.ddof),
@@ -86,13 +98,88 @@ class RunSummary:
     advantage_max: float | None
 
 
-def summarize_run(
+def summarize_run(annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys) -> RunSummary:
+    """Overall figures of an annotated frame (with its key and profile columns).
+
+    Group figures come from each row's group size, valid count and zero-variance flag
+    (``compute.profile_columns``): a group of size s contributes 1/s from each of its rows,
+    so no second grouping of the key is needed. ``reward_std`` is the std of all valid
+    rewards with ddof 1, as TRL logs ``reward_std``.
+    """
+    if SIZE_KEY not in annotated.collect_schema():
+        return _summarize_from_groups(
+            annotated, group_table(annotated, options, keys), options, keys
+        )
+    r = pl.col(REWARD_KEY)
+    adv = pl.col(options.advantage_col)
+    size = pl.col(SIZE_KEY)
+    share = 1.0 / size.cast(pl.Float64)
+    figures = collect(
+        annotated.select(
+            rows=pl.len(),
+            batches=pl.struct(list(keys.batch)).n_unique(),
+            groups=share.sum(),
+            size_min=size.min(),
+            size_max=size.max(),
+            zero_std_groups=share.filter(pl.col(CONSTANT_KEY)).sum(),
+            zero_std_rows=pl.col(CONSTANT_KEY).sum(),
+            singleton_groups=share.filter(pl.col(VALID_KEY) == 1).sum(),
+            null_rewards=r.is_null().sum(),
+            reward_mean=r.mean(),
+            reward_std=r.std(ddof=1),
+            advantage_min=adv.min(),
+            advantage_max=adv.max(),
+        ),
+        deterministic=options.deterministic,
+    ).row(0, named=True)
+    # Median group size: sizes weighted by their number of groups (rows / size).
+    by_size = collect(annotated.group_by(SIZE_KEY).agg(n=pl.len()).sort(SIZE_KEY))
+    median = _weighted_median(
+        by_size[SIZE_KEY].to_list(),
+        [n // s for n, s in zip(by_size["n"].to_list(), by_size[SIZE_KEY].to_list(), strict=True)],
+    )
+    n_groups = round(figures["groups"] or 0)
+    rows = int(figures["rows"])
+    zero_std_groups = round(figures["zero_std_groups"] or 0)
+    return RunSummary(
+        rows=rows,
+        groups=n_groups,
+        batches=int(figures["batches"]),
+        group_size_min=int(figures["size_min"] or 0),
+        group_size_median=median,
+        group_size_max=int(figures["size_max"] or 0),
+        zero_std_groups=zero_std_groups,
+        zero_std_group_share=zero_std_groups / n_groups if n_groups else 0.0,
+        frac_reward_zero_std=int(figures["zero_std_rows"]) / rows if rows else 0.0,
+        singleton_groups=round(figures["singleton_groups"] or 0),
+        null_rewards=int(figures["null_rewards"]),
+        reward_mean=figures["reward_mean"],
+        reward_std=figures["reward_std"],
+        advantage_min=figures["advantage_min"],
+        advantage_max=figures["advantage_max"],
+    )
+
+
+def _weighted_median(values: list[int], counts: list[int]) -> float:
+    """The median of a multiset given as sorted values and their counts (mean of the two
+    middle elements for an even total, as Polars' median)."""
+    total = sum(counts)
+    if total == 0:
+        return 0.0
+    middle = [(total - 1) // 2, total // 2]
+    found: list[int] = []
+    seen = 0
+    for value, count in zip(values, counts, strict=True):
+        while len(found) < 2 and middle[len(found)] < seen + count:
+            found.append(value)
+        seen += count
+    return (found[0] + found[1]) / 2
+
+
+def _summarize_from_groups(
     annotated: pl.LazyFrame, groups: pl.DataFrame, options: AdvantageOptions, keys: Keys
 ) -> RunSummary:
-    """Overall figures of an annotated frame (with keys) and its :func:`group_table`.
-
-    ``reward_std`` is the std of all valid rewards with ddof 1, as TRL logs ``reward_std``.
-    """
+    """Overall figures from the per-group table (process supervision's exploded steps)."""
     r = pl.col(REWARD_KEY)
     adv = pl.col(options.advantage_col)
     if options.estimator == "process":
