@@ -35,6 +35,16 @@ format: $(STAMP)
 	$(BIN)/ruff format grpo_cli tests sample_data benchmarks
 	$(BIN)/ruff check --fix grpo_cli tests sample_data benchmarks
 
+BENCH_STAMP := $(VENV)/.bench-stamp
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
+# Seeded synthetic logs, every method as a fresh process, ratios to the I/O floor.
+# BENCH_ARGS=--rows 1000000 for a quick run.
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/bench.py --report benchmarks/results/latest.md $(BENCH_ARGS)
+
 sample-data: $(STAMP)
 	$(BIN)/python sample_data/make_sample_data.py
 
