@@ -33,7 +33,7 @@ from pathlib import Path
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from datasets import write_log  # noqa: E402
+from datasets import write_log
 
 PANDAS = """
 import sys, pandas as pd

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -30,8 +31,10 @@ from grpo_cli.errors import (
 
 if TYPE_CHECKING:
     import polars as pl
+    from rich.console import Console
 
     from grpo_cli.io import RewardLog
+    from grpo_cli.pipeline import Annotation
 
 app = typer.Typer(
     name="grpo-adv",
@@ -210,6 +213,8 @@ def compute(
     baseline_col: opt.BaselineCol = None,
     step_rewards_col: opt.StepRewardsCol = None,
     deterministic: opt.Deterministic = None,
+    backend: opt.Backend = None,
+    device: opt.Device = None,
     with_stats: Annotated[
         bool,
         typer.Option(
@@ -220,6 +225,15 @@ def compute(
         str, typer.Option("--advantage-col", metavar="COL", help="Name of the output column.")
     ] = "advantage",
     summary_path: opt.SummaryPath = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out-dir",
+            metavar="DIR",
+            help="Write one annotated file per input into DIR (the inputs still form one log).",
+            show_default=False,
+        ),
+    ] = None,
     force: opt.Force = False,
     quiet: opt.Quiet = False,
 ) -> None:
@@ -237,6 +251,7 @@ def compute(
             preset,
             explicit,
             output=output,
+            out_dir=out_dir,
             input_format=input_format,
             output_format=output_format,
             summary_path=summary_path,
@@ -245,12 +260,16 @@ def compute(
         )
 
 
+SOURCE_COL = "__grpo_source"
+
+
 def _compute(
     sources: list[str],
     preset: str | None,
     explicit: dict[str, Any],
     *,
     output: str | None,
+    out_dir: Path | None,
     input_format: str | None,
     output_format: str | None,
     summary_path: Path | None,
@@ -258,39 +277,144 @@ def _compute(
     quiet: bool,
 ) -> None:
     """Read, compute, write the outputs, then tell the user what happened."""
-    from grpo_cli.io import atomic_write, check_output_path, write_frame, write_table
+    from grpo_cli.io import check_output_path, expand_sources, read_many
     from grpo_cli.pipeline import annotate
     from grpo_cli.presets import get_preset
-    from grpo_cli.render import print_warning, render_run_summary, stderr_console
+    from grpo_cli.render import DelayedProgress, stderr_console
 
     if preset is not None:
         get_preset(preset)
+    if out_dir is not None and output is not None:
+        raise OptionsError(
+            "give -o or --out-dir, not both", hint="--out-dir writes one file per input"
+        )
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
-    log = _read_input(sources, input_format, key_cols)
-    out_path, out_fmt = _output_target(sources, output, output_format, log.format)
-    protected = _protected_inputs(sources)
-    if out_path is not None:
-        check_output_path(out_path, force=force, protected=protected)
-    if summary_path is not None:
-        if out_path is not None and summary_path.resolve() == out_path.resolve():
-            raise OutputError(
-                "--summary and the output are the same file", hint="give them different paths"
-            )
-        check_output_path(summary_path, force=force, protected=protected)
-
-    result = annotate(log.frame, preset, **explicit)
-
-    if out_path is None:
-        _write_stdout(result.frame, out_fmt)
-        shown_output = "standard output"
-    else:
-        atomic_write(out_path, lambda sink: write_frame(result.frame, sink, out_fmt))
-        shown_output = f"{out_path} ({out_fmt})"
-    if summary_path is not None:
-        write_table(result.groups, summary_path, force=force, protected=protected)
-    if quiet:
-        return
+    paths = [] if sources == ["-"] else expand_sources(sources)
     console = stderr_console()
+    with DelayedProgress(console, enabled=console.is_terminal and not quiet) as progress:
+        reading = progress.add("reading", total=max(len(paths), 1))
+        if out_dir is not None:
+            if not paths:
+                raise OptionsError("--out-dir needs input files", hint="give files, not -")
+            fmt = _normalized(input_format)
+            log = read_many(
+                sources,
+                fmt,
+                string_cols=key_cols,
+                source_col=SOURCE_COL,
+                on_file=lambda _: progress.advance(reading),
+            )
+        else:
+            log = _read_input(sources, input_format, key_cols)
+            progress.advance(reading, len(paths) or 1)
+        targets = _targets(paths, log.format, output, output_format, out_dir, sources)
+        protected = _protected_inputs(sources)
+        for path, _ in targets.values():
+            if path is not None:
+                check_output_path(path, force=force, protected=protected)
+        if summary_path is not None:
+            if any(
+                path is not None and summary_path.resolve() == path.resolve()
+                for path, _ in targets.values()
+            ):
+                raise OutputError(
+                    "--summary and an output are the same file", hint="give them different paths"
+                )
+            check_output_path(summary_path, force=force, protected=protected)
+        computing = progress.add("computing", total=1)
+        result = annotate(log.frame, preset, **explicit)
+        progress.advance(computing)
+        writing = progress.add("writing", total=len(targets))
+        shown_output = _write_outputs(result.frame, targets, lambda: progress.advance(writing))
+        if summary_path is not None:
+            from grpo_cli.io import write_table
+
+            write_table(result.groups, summary_path, force=force, protected=protected)
+    if not quiet:
+        _report(console, result, preset, shown_output, summary_path)
+
+
+def _normalized(fmt: str | None) -> str | None:
+    from grpo_cli.io import normalize_format
+
+    return normalize_format(fmt) if fmt else None
+
+
+def _targets(
+    paths: list[Path],
+    input_format: str,
+    output: str | None,
+    output_format: str | None,
+    out_dir: Path | None,
+    sources: list[str],
+) -> dict[int | None, tuple[Path | None, str]]:
+    """Where each part of the output goes: {input index or None (all): (path or None
+    for standard output, format)}."""
+    from grpo_cli.io import default_output_path, format_from_suffix
+
+    if out_dir is None:
+        return {None: _output_target(sources, output, output_format, input_format)}
+    if not out_dir.is_dir():
+        raise OutputError(f"--out-dir {out_dir} is not a folder", hint="create it first")
+    targets: dict[int | None, tuple[Path | None, str]] = {}
+    seen: set[Path] = set()
+    for index, path in enumerate(paths):
+        own = format_from_suffix(path) or input_format
+        fmt = _normalized(output_format) or own
+        target = out_dir / default_output_path(path, own, fmt).name
+        if target in seen:
+            raise OutputError(
+                f"two inputs would both be written to {target}",
+                hint="inputs with the same name need separate runs",
+            )
+        seen.add(target)
+        targets[index] = (target, fmt)
+    return targets
+
+
+def _write_outputs(
+    frame: pl.DataFrame,
+    targets: dict[int | None, tuple[Path | None, str]],
+    on_written: Callable[[], None],
+) -> str:
+    """Write the whole frame, or each input's rows to its own file; return what to show."""
+    import polars as pl
+
+    from grpo_cli.io import atomic_write
+
+    shown = []
+    for index, (path, fmt) in targets.items():
+        part = frame if index is None else frame.filter(pl.col(SOURCE_COL) == index)
+        if SOURCE_COL in part.columns:
+            part = part.drop(SOURCE_COL)
+        if path is None:
+            _write_stdout(part, fmt)
+            shown.append("standard output")
+        else:
+            atomic_write(path, functools.partial(_write_part, part, fmt))
+            shown.append(f"{path} ({fmt})")
+        on_written()
+    if len(shown) > 2:
+        return f"{len(shown)} files: {shown[0]} ... {shown[-1]}"
+    return "; ".join(shown)
+
+
+def _write_part(frame: pl.DataFrame, fmt: str, sink: IO[bytes]) -> None:
+    from grpo_cli.io import write_frame
+
+    write_frame(frame, sink, fmt)
+
+
+def _report(
+    console: Console,
+    result: Annotation,
+    preset: str | None,
+    output: str,
+    summary_path: Path | None,
+) -> None:
+    """Warnings and the summary table on stderr."""
+    from grpo_cli.render import print_warning, render_run_summary
+
     for warning in result.warnings:
         print_warning(console, warning)
     if result.run.null_rewards:
@@ -306,7 +430,7 @@ def _compute(
         console,
         result.run,
         result.options,
-        output=shown_output,
+        output=output,
         group_table_path=None if summary_path is None else str(summary_path),
         preset=preset,
         layout=result.layout,
@@ -354,6 +478,8 @@ def verify(
     baseline_col: opt.BaselineCol = None,
     step_rewards_col: opt.StepRewardsCol = None,
     deterministic: opt.Deterministic = None,
+    backend: opt.Backend = None,
+    device: opt.Device = None,
     quiet: opt.Quiet = False,
 ) -> None:
     """Recompute advantages and compare them with a logged advantage column.

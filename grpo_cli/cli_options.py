@@ -13,7 +13,9 @@ from grpo_cli.errors import OptionsError
 from grpo_cli.estimators import ESTIMATORS
 from grpo_cli.options import (
     AGGREGATIONS,
+    BACKENDS,
     CLIP_STAGES,
+    DEVICES,
     EPS_MODES,
     NULL_POLICIES,
     SINGLETON_POLICIES,
@@ -229,6 +231,24 @@ Deterministic = Annotated[
         show_default=False,
     ),
 ]
+Backend = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        metavar="NAME",
+        help=_choices("Where the arithmetic runs", BACKENDS),
+        show_default=False,
+    ),
+]
+Device = Annotated[
+    str | None,
+    typer.Option(
+        "--device",
+        metavar="DEVICE",
+        help=_choices("The torch device", DEVICES),
+        show_default=False,
+    ),
+]
 Output = Annotated[
     str | None,
     typer.Option(
@@ -300,6 +320,8 @@ POLICY_PARAMS = (
     "baseline_col",
     "step_rewards_col",
     "deterministic",
+    "backend",
+    "device",
 )
 
 

@@ -380,12 +380,36 @@ def compute_advantages(
 
 def annotate_frame(frame: pl.DataFrame, options: AdvantageOptions) -> tuple[pl.DataFrame, Keys]:
     """Collect :func:`annotate_lazy` through hashed keys, falling back to the exact key in
-    the (about 1e-19 per pair of keys) event of a hash collision."""
+    the (about 1e-19 per pair of keys) event of a hash collision; or run the torch path."""
+    if options.backend == "torch":
+        return annotate_with_torch(frame, options)
     lazy, keys = annotate_lazy(frame, options, hashed=True)
     full = collect(lazy, deterministic=options.deterministic)
     if hash_collision(full, keys):
         lazy, keys = annotate_lazy(frame, options, hashed=False)
         full = collect(lazy, deterministic=options.deterministic)
+    return full, keys
+
+
+def annotate_with_torch(
+    frame: pl.DataFrame, options: AdvantageOptions
+) -> tuple[pl.DataFrame, Keys]:
+    """Polars prepares keys and rewards; :mod:`grpo_cli.torch_backend` does the arithmetic."""
+    from grpo_cli.torch_backend import check_supported, torch_columns
+
+    check_supported(options)
+    validate_frame(frame, options)
+    keys = resolve_keys(options)
+    prepared = collect(prepare(frame, options, keys), deterministic=True)
+    columns = torch_columns(prepared, options, keys)
+    full = prepared.hstack(columns)
+    if options.with_stats:
+        ctx = estimator_context(options, keys)
+        full = full.with_columns(
+            pl.col(SIZE_KEY).alias("group_size"),
+            ctx.in_group(ctx.reward.mean()).alias("group_mean"),
+            ctx.in_group(ctx.reward.std(ddof=options.ddof)).alias("group_std"),
+        )
     return full, keys
 
 

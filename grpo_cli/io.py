@@ -404,11 +404,18 @@ def expand_sources(sources: Sequence[str]) -> list[Path]:
 
 
 def read_many(
-    sources: Sequence[str], fmt: str | None = None, *, string_cols: Iterable[str] = ()
+    sources: Sequence[str],
+    fmt: str | None = None,
+    *,
+    string_cols: Iterable[str] = (),
+    source_col: str | None = None,
+    on_file: Callable[[Path], None] | None = None,
 ) -> RewardLog:
     """Read one or several inputs (files, folders, globs) as one log, rows in file order.
 
     Columns missing from some files are null there; numeric types are widened to agree.
+    ``source_col`` adds each row's input index (0, 1, ...); ``on_file`` is called after
+    each file is read (progress).
     """
     if list(sources) == ["-"]:
         return read_rewards("-", fmt, string_cols=string_cols)
@@ -417,9 +424,17 @@ def read_many(
             "standard input (-) cannot be combined with files", hint="give either - or files"
         )
     paths = expand_sources(sources)
-    if len(paths) == 1:
-        return read_rewards(paths[0], fmt, string_cols=string_cols)
-    logs = [read_rewards(p, fmt, string_cols=string_cols) for p in paths]
+    logs = []
+    for index, path in enumerate(paths):
+        log = read_rewards(path, fmt, string_cols=string_cols)
+        if source_col is not None:
+            column = pl.lit(index, dtype=pl.UInt32).alias(source_col)
+            log = RewardLog(log.frame.with_columns(column), log.format, log.source)
+        logs.append(log)
+        if on_file is not None:
+            on_file(path)
+    if len(logs) == 1:
+        return logs[0]
     try:
         frame = pl.concat([log.frame for log in logs], how="diagonal_relaxed")
     except pl.exceptions.PolarsError as exc:

@@ -42,6 +42,15 @@ AGGREGATIONS: Final[dict[str, str]] = {
     "normalize_then_sum": "each reward z-scored in its group, weighted sum, then a batch "
     "z-score (TRL's GDPO)",
 }
+BACKENDS: Final[dict[str, str]] = {
+    "polars": "Polars window expressions (default)",
+    "torch": "torch segment sums (index_add_) on --device; grpo, dr_grpo, rloo, batch_std",
+}
+DEVICES: Final[dict[str, str]] = {
+    "auto": "CUDA when torch sees it, else the CPU",
+    "cpu": "the CPU",
+    "cuda": "an NVIDIA GPU (an error when torch sees none)",
+}
 STATS_COLUMNS: Final = ("group_size", "group_mean", "group_std")
 
 
@@ -84,6 +93,9 @@ class AdvantageOptions:
         deterministic: bit-for-bit repeatable results (Polars' in-memory engine, about 2x
             slower on large logs); by default the streaming engine's parallel sums may
             differ in the last bit (about 1e-16 relative) from one run to the next.
+        backend: ``polars`` (default) or ``torch`` (segment sums on ``device``; see
+            :mod:`grpo_cli.torch_backend` for what it supports).
+        device: for torch: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
     """
 
     group_cols: tuple[str, ...] = ("prompt_id",)
@@ -107,6 +119,8 @@ class AdvantageOptions:
     with_stats: bool = False
     advantage_col: str = "advantage"
     deterministic: bool = False
+    backend: str = "polars"
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "group_cols", _as_tuple(self.group_cols))
@@ -191,6 +205,8 @@ class AdvantageOptions:
             (self.eps_mode, EPS_MODES, "--eps-mode"),
             (self.aggregation, AGGREGATIONS, "--aggregation"),
             (self.clip_stage, CLIP_STAGES, "--clip-stage"),
+            (self.backend, BACKENDS, "--backend"),
+            (self.device, DEVICES, "--device"),
         ):
             if value not in choices:
                 raise OptionsError(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.progress import TaskID
 from rich.table import Table
 
 if TYPE_CHECKING:
@@ -185,3 +187,42 @@ def render_presets(console: Console) -> None:
             conventions.append(f"reads {row['layout']} dumps")
         table.add_row(row["preset"], _escape(row["reproduces"]), _escape(", ".join(conventions)))
     console.print(table)
+
+
+class DelayedProgress:
+    """A transient Rich progress display on stderr that appears only when the work lasts
+    longer than ``delay`` seconds, and only when ``enabled`` (stderr is a terminal)."""
+
+    def __init__(self, console: Console, *, enabled: bool, delay: float = 1.5) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.enabled = enabled
+        self.delay = delay
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=console,
+            transient=True,
+        )
+        self._timer: threading.Timer | None = None
+
+    def __enter__(self) -> DelayedProgress:
+        if self.enabled:
+            self._timer = threading.Timer(self.delay, self.progress.start)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join()
+            self.progress.stop()
+
+    def add(self, description: str, total: int) -> TaskID:
+        """A new line of the display."""
+        return self.progress.add_task(description, total=total)
+
+    def advance(self, task: TaskID, steps: int = 1) -> None:
+        self.progress.advance(task, steps)

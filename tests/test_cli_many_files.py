@@ -1,0 +1,131 @@
+"""Several inputs: one log by default, one annotated file per input with --out-dir; and the
+progress display."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from grpo_cli.cli import app
+from grpo_cli.pipeline import annotate
+from grpo_cli.render import DelayedProgress
+from tests.conftest import SAMPLE_FILES
+
+
+@pytest.fixture
+def per_step(tmp_path: Path) -> list[Path]:
+    """The sample log split into one JSONL file per step (a group never spans steps)."""
+    log = pl.read_parquet(SAMPLE_FILES["parquet"])
+    folder = tmp_path / "steps"
+    folder.mkdir()
+    paths = []
+    for step in (1, 2, 3, 4):
+        path = folder / f"{step}.jsonl"
+        log.filter(pl.col("step") == step).write_ndjson(path)
+        paths.append(path)
+    return paths
+
+
+def test_a_folder_is_one_log(runner: CliRunner, per_step: list[Path], tmp_path: Path) -> None:
+    out = tmp_path / "all.parquet"
+    result = runner.invoke(
+        app, ["compute", str(per_step[0].parent), "-o", str(out), "-q", "--deterministic"]
+    )
+    assert result.exit_code == 0, result.stderr
+    whole = annotate(
+        pl.read_parquet(SAMPLE_FILES["parquet"]).sort("step", maintain_order=True),
+        deterministic=True,
+    ).frame
+    assert pl.read_parquet(out)["advantage"].to_list() == whole["advantage"].to_list()
+
+
+def test_several_inputs_need_an_output(runner: CliRunner, per_step: list[Path]) -> None:
+    result = runner.invoke(app, ["compute", *map(str, per_step)])
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "error: several inputs are read as one log: say where it goes\n"
+        "hint: give -o PATH (or -o - for standard output)\n",
+    )
+
+
+def test_out_dir_writes_one_file_per_input(
+    runner: CliRunner, per_step: list[Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "annotated"
+    out.mkdir()
+    args = [
+        "compute",
+        *map(str, per_step),
+        "--out-dir",
+        str(out),
+        "--output-format",
+        "parquet",
+        "-q",
+        "--deterministic",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == [f"{s}.adv.parquet" for s in (1, 2, 3, 4)]
+    combined = annotate(pl.concat([pl.read_ndjson(p) for p in per_step]), deterministic=True).frame
+    for step in (1, 2, 3, 4):
+        part = pl.read_parquet(out / f"{step}.adv.parquet")
+        assert part.columns == [*pl.read_ndjson(per_step[0]).columns, "advantage"]
+        expected = combined.filter(pl.col("step") == step)
+        assert part["advantage"].to_list() == expected["advantage"].to_list()
+
+
+def test_a_group_may_span_files(runner: CliRunner, tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("prompt_id,reward\np,1\n")
+    (tmp_path / "b.csv").write_text("prompt_id,reward\np,0\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [
+        "compute",
+        str(tmp_path / "a.csv"),
+        str(tmp_path / "b.csv"),
+        "--out-dir",
+        str(out),
+        "-q",
+    ]
+    assert runner.invoke(app, args).exit_code == 0
+    a = pl.read_csv(out / "a.adv.csv")["advantage"][0]
+    b = pl.read_csv(out / "b.adv.csv")["advantage"][0]
+    assert (a, b) == pytest.approx((0.5 / (0.5**0.5 + 1e-8), -0.5 / (0.5**0.5 + 1e-8)))
+
+
+def test_out_dir_refuses_to_clobber(
+    runner: CliRunner, per_step: list[Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "annotated"
+    out.mkdir()
+    (out / "2.adv.jsonl").write_text("keep\n")
+    result = runner.invoke(app, ["compute", *map(str, per_step), "--out-dir", str(out)])
+    assert result.exit_code == 4
+    assert result.stderr.startswith(f"error: {out / '2.adv.jsonl'} already exists")
+    assert sorted(p.name for p in out.iterdir()) == ["2.adv.jsonl"]
+    assert (out / "2.adv.jsonl").read_text() == "keep\n"
+
+
+def test_progress_appears_only_after_the_delay() -> None:
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=80)
+    with DelayedProgress(console, enabled=True, delay=0.0) as progress:
+        task = progress.add("reading", total=2)
+        progress.advance(task)
+        time.sleep(0.3)
+    assert "reading" in buffer.getvalue()
+    quiet = io.StringIO()
+    with DelayedProgress(Console(file=quiet, force_terminal=True), enabled=True, delay=60):
+        pass
+    assert quiet.getvalue() == ""
+    off = io.StringIO()
+    with DelayedProgress(Console(file=off, force_terminal=True), enabled=False, delay=0.0) as p:
+        p.add("reading", total=1)
+        time.sleep(0.2)
+    assert off.getvalue() == ""
