@@ -72,10 +72,30 @@ def check_supported(options: AdvantageOptions) -> None:
         )
 
 
-def dense_codes(frame: pl.DataFrame, columns: tuple[str, ...]) -> pl.Series:
-    """0..k-1 codes of the key ``columns`` (equal keys, equal codes)."""
+def dense_codes(frame: pl.DataFrame, columns: tuple[str, ...], *, exact: bool = False) -> pl.Series:
+    """0..k-1 codes of the key ``columns`` (equal keys, equal codes).
+
+    Unless ``exact``, text and composite keys are ranked through a 64-bit hash (ranking the
+    strings themselves is several times slower); :func:`codes_collide` checks the result.
+    """
     key = pl.col(columns[0]) if len(columns) == 1 else pl.struct(list(columns))
+    if not exact and not (len(columns) == 1 and frame.schema[columns[0]].is_integer()):
+        key = key.hash(seed=0)
     return frame.select((key.rank("dense") - 1).cast(pl.Int64)).to_series()
+
+
+def codes_collide(torch: Any, frame: pl.DataFrame, columns: tuple[str, ...], codes: Any) -> bool:
+    """Whether two different keys got one code: a second, independent hash then differs
+    within the code (checked on the device with scatter amin / amax)."""
+    key = pl.col(columns[0]) if len(columns) == 1 else pl.struct(list(columns))
+    second = frame.select(key.hash(seed=1)).to_series().to_numpy(writable=True).view("int64")
+    check = torch.as_tensor(second, device=codes.device)
+    size = int(codes.max().item()) + 1 if codes.numel() else 0
+    lo = torch.full((size,), torch.iinfo(torch.int64).max, device=codes.device)
+    hi = torch.full((size,), torch.iinfo(torch.int64).min, device=codes.device)
+    lo = lo.scatter_reduce(0, codes, check, "amin")
+    hi = hi.scatter_reduce(0, codes, check, "amax")
+    return bool((lo != hi).any().item())
 
 
 def torch_columns(frame: pl.DataFrame, options: AdvantageOptions, keys: Keys) -> pl.DataFrame:
@@ -89,8 +109,8 @@ def torch_columns(frame: pl.DataFrame, options: AdvantageOptions, keys: Keys) ->
     device = resolve_device(torch, options.device)
     reward = frame[REWARD_KEY].to_numpy(writable=True)  # nulls become NaN
     r = torch.as_tensor(reward, dtype=torch.float64, device=device)
-    group = torch.as_tensor(dense_codes(frame, keys.group).to_numpy(writable=True), device=device)
-    batch = torch.as_tensor(dense_codes(frame, keys.batch).to_numpy(writable=True), device=device)
+    group = _codes(torch, frame, keys.group, device)
+    batch = _codes(torch, frame, keys.batch, device)
     out = segment_advantages(torch, r, group, batch, options)
     return pl.DataFrame(
         {
@@ -100,6 +120,14 @@ def torch_columns(frame: pl.DataFrame, options: AdvantageOptions, keys: Keys) ->
             CONSTANT_KEY: out["constant"].cpu().numpy(),
         }
     ).with_columns(pl.col(options.advantage_col).fill_nan(None))
+
+
+def _codes(torch: Any, frame: pl.DataFrame, columns: tuple[str, ...], device: Any) -> Any:
+    codes = torch.as_tensor(dense_codes(frame, columns).to_numpy(writable=True), device=device)
+    if codes_collide(torch, frame, columns, codes):
+        exact = dense_codes(frame, columns, exact=True).to_numpy(writable=True)
+        codes = torch.as_tensor(exact, device=device)
+    return codes
 
 
 def segment_advantages(

@@ -134,3 +134,23 @@ def test_cli_torch_backend(runner: CliRunner) -> None:
     got = pl.read_ndjson(result.stdout.encode())["advantage"]
     expected = compute_advantages(pl.read_parquet(SAMPLE_FILES["parquet"]))["advantage"]
     assert (got - expected).abs().max() <= 1e-12  # type: ignore[operator]
+
+
+def test_a_hash_collision_falls_back_to_exact_codes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import grpo_cli.torch_backend as tb
+
+    monkeypatch.setattr(tb, "codes_collide", lambda *args: True)
+    log = hostile_log(with_nulls=True)
+    fallback = compute_advantages(log, backend="torch", device="cpu")["advantage"]
+    expected = compute_advantages(log, deterministic=True)["advantage"]
+    assert (fallback - expected).abs().max() <= 1e-12  # type: ignore[operator]
+
+
+def test_codes_collide_detects_merged_keys() -> None:
+    import grpo_cli.torch_backend as tb
+
+    frame = pl.DataFrame({"k": ["a", "b", "c"]})
+    merged = torch.tensor([0, 0, 1])
+    honest = torch.tensor([0, 1, 2])
+    assert tb.codes_collide(torch, frame, ("k",), merged)
+    assert not tb.codes_collide(torch, frame, ("k",), honest)

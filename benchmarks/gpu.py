@@ -1,0 +1,104 @@
+"""Time the torch path: the segment kernel alone, and ``grpo-adv compute`` end to end.
+
+    python benchmarks/gpu.py --device cuda --rows 10000000
+
+The kernel time excludes host-device copies and group coding (Polars); it is the median of
+``--rounds`` runs after a warm-up, with ``torch.cuda.synchronize`` around each on CUDA. The
+end-to-end time runs ``grpo-adv compute IN -o OUT --backend torch --device D`` as a fresh
+process, next to the Polars backend on the same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from datasets import write_log
+
+from grpo_cli.compute import REWARD_KEY, annotate_lazy, collect, prepare, resolve_keys
+from grpo_cli.options import AdvantageOptions
+from grpo_cli.torch_backend import (
+    dense_codes,
+    import_torch,
+    resolve_device,
+    segment_advantages,
+)
+
+
+def kernel_seconds(path: Path, device_name: str, rounds: int) -> tuple[float, str]:
+    torch = import_torch()
+    device = resolve_device(torch, device_name)
+    options = AdvantageOptions(backend="torch", device=device_name)
+    frame = pl.read_parquet(path)
+    keys = resolve_keys(options)
+    prepared = collect(prepare(frame, options, keys))
+    r = torch.as_tensor(prepared[REWARD_KEY].to_numpy(writable=True), device=device)
+    group = torch.as_tensor(
+        dense_codes(prepared, keys.group).to_numpy(writable=True), device=device
+    )
+    batch = torch.as_tensor(
+        dense_codes(prepared, keys.batch).to_numpy(writable=True), device=device
+    )
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    segment_advantages(torch, r, group, batch, options)  # warm-up
+    sync()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        segment_advantages(torch, r, group, batch, options)
+        sync()
+        times.append(time.perf_counter() - start)
+    # The same arithmetic on Polars, for scale (in-memory frame, streaming engine).
+    polars_times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        collect(annotate_lazy(frame, AdvantageOptions(), hashed=True)[0], deterministic=False)
+        polars_times.append(time.perf_counter() - start)
+    label = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    return statistics.median(
+        times
+    ), f"{label}; Polars compute {statistics.median(polars_times):.3f} s"
+
+
+def end_to_end(path: Path, args: list[str], rounds: int) -> float:
+    cli = str(Path(sys.executable).with_name("grpo-adv"))
+    out = Path(tempfile.mkdtemp()) / "out.parquet"
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        subprocess.run([cli, "compute", str(path), "-o", str(out), "-f", "-q", *args], check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench")
+    args = parser.parse_args()
+    path = write_log(args.data / f"shuffled_{args.rows}.parquet", args.rows)
+    kernel, where = kernel_seconds(path, args.device, args.rounds)
+    torch_e2e = end_to_end(path, ["--backend", "torch", "--device", args.device], args.rounds)
+    polars_e2e = end_to_end(path, [], args.rounds)
+    print(f"{args.rows:,} rows on {where}")
+    print(f"torch kernel alone:       {kernel:.4f} s ({args.rows / kernel / 1e6:.0f} M rows/s)")
+    print(f"end to end, --backend torch:  {torch_e2e:.2f} s")
+    print(f"end to end, --backend polars: {polars_e2e:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
