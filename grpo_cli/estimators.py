@@ -27,6 +27,29 @@ if TYPE_CHECKING:
     import polars as pl
 
 
+STAT_COLUMNS: Final = {
+    "count": "__grpo_n",
+    "mean": "__grpo_mean",
+    "var": "__grpo_var",
+    "max": "__grpo_max",
+    "min": "__grpo_min",
+}
+
+
+def group_stat_columns(reward: pl.Expr, group_keys: tuple[str, ...], ddof: int) -> list[pl.Expr]:
+    """The per-row group statistics of ``reward`` as plain window columns: in one
+    ``with_columns`` they share one grouping pass (nested in other expressions, Polars may
+    split them over several passes)."""
+    keys = list(group_keys)
+    return [
+        reward.count().over(keys).alias(STAT_COLUMNS["count"]),
+        reward.mean().over(keys).alias(STAT_COLUMNS["mean"]),
+        reward.var(ddof=ddof).over(keys).alias(STAT_COLUMNS["var"]),
+        reward.max().over(keys).alias(STAT_COLUMNS["max"]),
+        reward.min().over(keys).alias(STAT_COLUMNS["min"]),
+    ]
+
+
 @dataclass(frozen=True)
 class EstimatorContext:
     """Everything an estimator may read, as Polars expressions and parameters.
@@ -42,6 +65,8 @@ class EstimatorContext:
         token_weighted: weight batch statistics by ``length``.
         baseline: a per-row baseline reward, or None.
         shaped_clip: bounds applied to a value before batch whitening, or None.
+        precomputed: the group count, mean, variance, max and min of ``reward`` are already
+            columns (see :func:`group_stat_columns`): one window pass computes them all.
     """
 
     reward: pl.Expr
@@ -55,6 +80,7 @@ class EstimatorContext:
     token_weighted: bool = False
     baseline: pl.Expr | None = None
     shaped_clip: tuple[float, float] | None = None
+    precomputed: bool = False
 
     # ---------------------------------------------------------------- group statistics
     def in_group(self, expr: pl.Expr) -> pl.Expr:
@@ -65,9 +91,14 @@ class EstimatorContext:
         """``expr`` evaluated over the row's batch."""
         return expr.over(list(self.batch_keys))
 
+    def _stat(self, name: str, expr: pl.Expr) -> pl.Expr:
+        import polars as pl
+
+        return pl.col(STAT_COLUMNS[name]) if self.precomputed else self.in_group(expr)
+
     def count(self) -> pl.Expr:
         """``n_g``: valid rewards in the group."""
-        return self.in_group(self.reward.count())
+        return self._stat("count", self.reward.count())
 
     def is_singleton(self) -> pl.Expr:
         """The group has exactly one valid reward."""
@@ -82,7 +113,7 @@ class EstimatorContext:
 
     def group_mean(self) -> pl.Expr:
         """Mean of the group's valid rewards (0 for a singleton under ``singleton_unit``)."""
-        return self._unit_for_singletons(self.in_group(self.reward.mean()), 0.0)
+        return self._unit_for_singletons(self._stat("mean", self.reward.mean()), 0.0)
 
     def group_sum(self) -> pl.Expr:
         """Sum of the group's valid rewards."""
@@ -91,12 +122,12 @@ class EstimatorContext:
     def group_var(self) -> pl.Expr:
         """Variance with ``ddof`` (null when n_g <= ddof; 1 for a singleton under
         ``singleton_unit``)."""
-        return self._unit_for_singletons(self.in_group(self.reward.var(ddof=self.ddof)), 1.0)
+        return self._unit_for_singletons(self._stat("var", self.reward.var(ddof=self.ddof)), 1.0)
 
     def is_constant(self) -> pl.Expr:
         """At least two valid rewards, all equal: the group carries no relative signal."""
         r = self.reward
-        return (self.count() >= 2) & (self.in_group(r.max()) == self.in_group(r.min()))
+        return (self.count() >= 2) & (self._stat("max", r.max()) == self._stat("min", r.min()))
 
     def norm(self, centered: pl.Expr, var: pl.Expr) -> pl.Expr:
         """``centered`` divided by the eps-stabilised spread of ``var`` (per eps_mode)."""
