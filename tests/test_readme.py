@@ -47,3 +47,18 @@ def test_readme_example_runs(example: str, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_readme_summary_block_is_what_compute_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from grpo_cli.cli import app
+
+    shutil.copytree(SAMPLE_DIR, tmp_path / "sample_data")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["compute", "sample_data/rewards.parquet"])
+    assert result.exit_code == 0
+    block = README.split("prints a summary on stderr:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert result.stderr == block
