@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from grpo_cli.io import RewardLog
-    from grpo_cli.pipeline import Annotation
+    from grpo_cli.options import AdvantageOptions
+    from grpo_cli.summary import RunSummary
 
 app = typer.Typer(
     name="grpo-adv",
@@ -234,6 +235,15 @@ def compute(
             show_default=False,
         ),
     ] = None,
+    low_memory: Annotated[
+        bool,
+        typer.Option(
+            "--low-memory",
+            help="Logs larger than memory: Parquet in, Parquet out, in bounded memory "
+            "(spills partitions to a temporary folder beside the output; group-level "
+            "estimators only).",
+        ),
+    ] = False,
     force: opt.Force = False,
     quiet: opt.Quiet = False,
 ) -> None:
@@ -252,6 +262,7 @@ def compute(
             explicit,
             output=output,
             out_dir=out_dir,
+            low_memory=low_memory,
             input_format=input_format,
             output_format=output_format,
             summary_path=summary_path,
@@ -270,6 +281,7 @@ def _compute(
     *,
     output: str | None,
     out_dir: Path | None,
+    low_memory: bool,
     input_format: str | None,
     output_format: str | None,
     summary_path: Path | None,
@@ -277,6 +289,19 @@ def _compute(
     quiet: bool,
 ) -> None:
     """Read, compute, write the outputs, then tell the user what happened."""
+    if low_memory:
+        _compute_low_memory(
+            sources,
+            preset,
+            explicit,
+            output=output,
+            out_dir=out_dir,
+            output_format=output_format,
+            summary_path=summary_path,
+            force=force,
+            quiet=quiet,
+        )
+        return
     from grpo_cli.io import check_output_path, expand_sources, read_many
     from grpo_cli.pipeline import annotate
     from grpo_cli.presets import get_preset
@@ -331,7 +356,64 @@ def _compute(
 
             write_table(result.groups, summary_path, force=force, protected=protected)
     if not quiet:
-        _report(console, result, preset, shown_output, summary_path)
+        _report(
+            console,
+            result.run,
+            result.options,
+            result.warnings,
+            preset,
+            result.layout,
+            shown_output,
+            summary_path,
+        )
+
+
+def _compute_low_memory(
+    sources: list[str],
+    preset: str | None,
+    explicit: dict[str, Any],
+    *,
+    output: str | None,
+    out_dir: Path | None,
+    output_format: str | None,
+    summary_path: Path | None,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """``--low-memory``: one Parquet file in, one Parquet file out, bounded memory."""
+    from grpo_cli.io import atomic_path, check_output_path, expand_sources, sniff_format
+    from grpo_cli.lowmem import annotate_to_parquet
+    from grpo_cli.options import AdvantageOptions
+    from grpo_cli.presets import merge_options
+    from grpo_cli.render import stderr_console
+
+    paths = [] if sources == ["-"] else expand_sources(sources)
+    if len(paths) != 1 or out_dir is not None or summary_path is not None or output == "-":
+        raise OptionsError(
+            "--low-memory reads one Parquet file and writes one Parquet file",
+            hint="give one input file and -o OUT.parquet (no -, --out-dir or --summary)",
+        )
+    source = paths[0]
+    from grpo_cli.io import read_rewards
+
+    if not source.is_file():
+        read_rewards(source)  # raises the usual missing / folder / permission error
+    with source.open("rb") as handle:
+        if sniff_format(handle.read(4)) != "parquet":
+            raise OptionsError(
+                f"--low-memory needs a Parquet input; {source} is not Parquet",
+                hint="convert it first: grpo-adv compute IN -o IN.parquet, or drop --low-memory",
+            )
+    target, fmt = _output_target([str(source)], output, output_format, "parquet")
+    if target is None or fmt != "parquet":
+        raise OptionsError("--low-memory writes Parquet", hint="give -o OUT.parquet")
+    check_output_path(target, force=force, protected=[source])
+    options = AdvantageOptions(**merge_options(preset, explicit))
+    console = stderr_console()
+    with atomic_path(target) as tmp:
+        run = annotate_to_parquet(source, tmp, options)
+    if not quiet:
+        _report(console, run, options, (), preset, None, f"{target} (parquet)", None)
 
 
 def _normalized(fmt: str | None) -> str | None:
@@ -407,33 +489,35 @@ def _write_part(frame: pl.DataFrame, fmt: str, sink: IO[bytes]) -> None:
 
 def _report(
     console: Console,
-    result: Annotation,
+    run: RunSummary,
+    options: AdvantageOptions,
+    warnings: tuple[str, ...],
     preset: str | None,
+    layout: str | None,
     output: str,
     summary_path: Path | None,
 ) -> None:
     """Warnings and the summary table on stderr."""
     from grpo_cli.render import print_warning, render_run_summary
 
-    for warning in result.warnings:
+    for warning in warnings:
         print_warning(console, warning)
-    if result.run.null_rewards:
-        fate = {
-            "exclude": "their advantage is null",
-            "zero": "their advantage is 0",
-        }.get(result.options.nulls, "")
+    if run.null_rewards:
+        fate = {"exclude": "their advantage is null", "zero": "their advantage is 0"}.get(
+            options.nulls, ""
+        )
         print_warning(
             console,
-            f"{result.run.null_rewards} null or NaN reward(s): left out of the statistics; {fate}",
+            f"{run.null_rewards} null or NaN reward(s): left out of the statistics; {fate}",
         )
     render_run_summary(
         console,
-        result.run,
-        result.options,
+        run,
+        options,
         output=output,
         group_table_path=None if summary_path is None else str(summary_path),
         preset=preset,
-        layout=result.layout,
+        layout=layout,
     )
 
 

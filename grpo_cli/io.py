@@ -19,7 +19,7 @@ import errno
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO, Final
@@ -317,8 +317,9 @@ def check_output_path(path: Path, *, force: bool, protected: Sequence[Path] = ()
         )
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Call ``write`` on a temporary file beside ``path``, then rename it over ``path``.
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path``, renamed over ``path`` when the block succeeds.
 
     On any failure (an exception, Ctrl-C) the temporary file is removed and ``path`` is
     left as it was.
@@ -330,10 +331,10 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             f"cannot write to {path.parent}: {exc.strerror or exc}",
             hint="check the folder's permissions, or choose another -o",
         ) from None
+    os.close(fd)
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
+        yield tmp
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o666 & ~umask)
@@ -342,6 +343,13 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
+
+
+def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Call ``write`` on a temporary file beside ``path``, then rename it over ``path``
+    (see :func:`atomic_path`)."""
+    with atomic_path(path) as tmp, tmp.open("wb") as handle:
+        write(handle)
 
 
 def write_table(

@@ -1,0 +1,258 @@
+"""``--low-memory``: logs larger than memory, in bounded memory, exact.
+
+Three streaming passes over a Parquet log, spilling to a temporary folder:
+
+1. **Partition.** Stream the columns the computation needs, with each row's index, into
+   ``partitions`` files by a hash of the group key: every group lands whole in one file.
+2. **Compute.** Each partition (about rows / partitions rows) is annotated in memory with the
+   ordinary path (:func:`grpo_cli.compute.annotate_frame`), so every group statistic and
+   policy is the same; the advantages are spilled with their row index (rows keep their
+   input order within a partition).
+3. **Merge.** Stream the input in chunks of ``chunk_rows`` rows; for each chunk, read the
+   advantages of those row indices back from the partitions (row-group statistics skip the
+   rest), restore input order, and append the chunk to the output Parquet file.
+
+Peak memory is about one partition or one chunk, whichever is larger, whatever the log's
+size. Batch-level statistics (batch_std, gpg, the whitening estimators, GDPO) need the whole
+batch at once and are refused here.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import polars as pl
+
+from grpo_cli.compute import (
+    CONSTANT_KEY,
+    REWARD_KEY,
+    SIZE_KEY,
+    VALID_KEY,
+    annotate_frame,
+    collect,
+    resolve_keys,
+)
+from grpo_cli.errors import OptionsError
+from grpo_cli.estimators import get_estimator
+from grpo_cli.options import AdvantageOptions
+from grpo_cli.summary import RunSummary
+
+ROW: Final = "__grpo_lowmem_row"
+PART: Final = "__grpo_lowmem_part"
+BATCH_LEVEL: Final = frozenset({"batch_std", "gpg", "reinforce_pp", "reinforce_pp_baseline"})
+
+
+@dataclass
+class _Totals:
+    """Figures summed over partitions (each group lies in one partition)."""
+
+    rows: int = 0
+    groups: int = 0
+    zero_std_groups: int = 0
+    zero_std_rows: int = 0
+    singleton_groups: int = 0
+    null_rewards: int = 0
+    size_min: float | None = None
+    size_max: float | None = None
+    adv_min: float | None = None
+    adv_max: float | None = None
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    hist: dict[int, int] = field(default_factory=dict)
+    batches: set[object] = field(default_factory=set)
+
+    def add_rewards(self, n: int, mean: float, m2: float) -> None:
+        """Chan et al.'s parallel update of count, mean and sum of squared deviations."""
+        if n == 0:
+            return
+        total = self.n + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += m2 + delta * delta * self.n * n / total
+        self.n = total
+
+
+def check_low_memory(options: AdvantageOptions) -> None:
+    """Refuse what the partitioned path cannot compute exactly."""
+    estimator = get_estimator(options.estimator)
+    if estimator.name in BATCH_LEVEL or options.aggregation != "sum_then_normalize":
+        raise OptionsError(
+            f"--low-memory computes group-level estimators; {estimator.name} with "
+            f"--aggregation {options.aggregation} needs whole-batch statistics",
+            hint="drop --low-memory, or use grpo, dr_grpo, rloo, opo, grpo_passk or remax",
+        )
+    if estimator.name == "process" or options.group_size is not None:
+        raise OptionsError(
+            "--low-memory does not support process supervision or --group-size",
+            hint="drop --low-memory",
+        )
+    if options.singleton == "drop" or options.backend != "polars":
+        raise OptionsError(
+            "--low-memory keeps every row on the Polars backend (no --singleton drop, "
+            "no --backend torch)",
+            hint="drop --low-memory",
+        )
+
+
+def annotate_to_parquet(
+    source: Path,
+    output: Path,
+    options: AdvantageOptions,
+    *,
+    partitions: int = 64,
+    chunk_rows: int = 4_000_000,
+    on_step: Callable[[str], None] | None = None,
+) -> RunSummary:
+    """Annotate the Parquet log ``source`` into the Parquet file ``output`` in bounded
+    memory (see module docstring) and return the run's figures."""
+    check_low_memory(options)
+    step = on_step or (lambda _: None)
+    scan = pl.scan_parquet(source)
+    schema = scan.collect_schema()
+    from grpo_cli.compute import validate_frame
+
+    validate_frame(scan, options)
+    needed = _needed_columns(options, schema)
+    keys = resolve_keys(options)
+    key = pl.struct(list(keys.exact)) if len(keys.exact) > 1 else pl.col(keys.exact[0])
+    spill = Path(tempfile.mkdtemp(prefix=".grpo-adv-", dir=output.parent))
+    try:
+        step("partitioning")
+        (
+            scan.select(needed)
+            .with_row_index(ROW)
+            .with_columns((key.hash(seed=2) % partitions).alias(PART))
+            .sink_parquet(pl.PartitionBy(spill / "in", key=PART, include_key=False), mkdir=True)
+        )
+        step("computing")
+        totals = _compute_partitions(spill, options)
+        step("merging")
+        _merge(scan, spill, output, options.added_columns(), chunk_rows, totals.rows)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+    return _summary(totals, options)
+
+
+def _needed_columns(options: AdvantageOptions, schema: pl.Schema) -> list[str]:
+    names = [*options.group_cols, *options.reward_cols]
+    for extra in (options.batch_col, options.length_col, options.baseline_col):
+        if extra is not None:
+            names.append(extra)
+    return [name for name in dict.fromkeys(names) if name in schema]
+
+
+def _compute_partitions(spill: Path, options: AdvantageOptions) -> _Totals:
+    totals = _Totals()
+    out = spill / "adv"
+    out.mkdir()
+    for folder in sorted((spill / "in").iterdir()):
+        files = sorted(folder.glob("*.parquet"))
+        part = pl.read_parquet(files)
+        full, _ = annotate_frame(part, options)
+        full.select(ROW, *options.added_columns()).write_parquet(
+            out / f"{folder.name}.parquet", row_group_size=131_072
+        )
+        _accumulate(totals, full, options)
+    totals.groups = sum(totals.hist.values())
+    return totals
+
+
+def _accumulate(totals: _Totals, full: pl.DataFrame, options: AdvantageOptions) -> None:
+    r = pl.col(REWARD_KEY)
+    adv = pl.col(options.advantage_col)
+    size = pl.col(SIZE_KEY)
+    f = full.select(
+        rows=pl.len(),
+        zero_std_rows=pl.col(CONSTANT_KEY).sum(),
+        zero_std_groups=(1.0 / size).filter(pl.col(CONSTANT_KEY)).sum(),
+        singleton_groups=(1.0 / size).filter(pl.col(VALID_KEY) == 1).sum(),
+        nulls=r.is_null().sum(),
+        size_min=size.min(),
+        size_max=size.max(),
+        adv_min=adv.min(),
+        adv_max=adv.max(),
+        n=r.count(),
+        mean=r.mean(),
+        m2=((r - r.mean()) ** 2).sum(),
+    ).row(0, named=True)
+    totals.rows += int(f["rows"])
+    totals.zero_std_rows += int(f["zero_std_rows"])
+    totals.zero_std_groups += round(f["zero_std_groups"] or 0)
+    totals.singleton_groups += round(f["singleton_groups"] or 0)
+    totals.null_rewards += int(f["nulls"])
+    totals.size_min = _pick(min, totals.size_min, f["size_min"])
+    totals.size_max = _pick(max, totals.size_max, f["size_max"])
+    totals.adv_min = _pick(min, totals.adv_min, f["adv_min"])
+    totals.adv_max = _pick(max, totals.adv_max, f["adv_max"])
+    totals.add_rewards(int(f["n"]), f["mean"] or 0.0, f["m2"] or 0.0)
+    for s, n in full.group_by(SIZE_KEY).agg(n=pl.len()).iter_rows():
+        totals.hist[int(s)] = totals.hist.get(int(s), 0) + int(n) // int(s)
+    if options.batch_col is not None:
+        totals.batches.update(full[options.batch_col].unique().to_list())
+
+
+def _pick(fn: Callable[[float, float], float], a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return fn(a, b)
+
+
+def _merge(
+    scan: pl.LazyFrame,
+    spill: Path,
+    output: Path,
+    columns: tuple[str, ...],
+    chunk_rows: int,
+    rows: int,
+) -> None:
+    """Input chunks in order, each with its advantages, appended to one Parquet file."""
+    import pyarrow.parquet as pq
+
+    advantages = pl.scan_parquet(sorted((spill / "adv").glob("*.parquet")))
+    writer: pq.ParquetWriter | None = None
+    try:
+        for lo in range(0, rows, chunk_rows):
+            hi = min(lo + chunk_rows, rows)
+            chunk = collect(scan.slice(lo, hi - lo))
+            adv = collect(advantages.filter(pl.col(ROW).is_between(lo, hi - 1))).sort(ROW)
+            table = chunk.hstack(adv.select(columns)).to_arrow()
+            if writer is None:
+                writer = pq.ParquetWriter(output, table.schema, compression="zstd")
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _summary(totals: _Totals, options: AdvantageOptions) -> RunSummary:
+    from grpo_cli.summary import _weighted_median
+
+    sizes = sorted(totals.hist)
+    median = _weighted_median(sizes, [totals.hist[s] for s in sizes])
+    std = math.sqrt(totals.m2 / (totals.n - 1)) if totals.n > 1 else None
+    return RunSummary(
+        rows=totals.rows,
+        groups=totals.groups,
+        batches=len(totals.batches) if options.batch_col else 1,
+        group_size_min=int(totals.size_min or 0),
+        group_size_median=median,
+        group_size_max=int(totals.size_max or 0),
+        zero_std_groups=totals.zero_std_groups,
+        zero_std_group_share=totals.zero_std_groups / totals.groups if totals.groups else 0.0,
+        frac_reward_zero_std=totals.zero_std_rows / totals.rows if totals.rows else 0.0,
+        singleton_groups=totals.singleton_groups,
+        null_rewards=totals.null_rewards,
+        reward_mean=totals.mean if totals.n else None,
+        reward_std=std,
+        advantage_min=totals.adv_min,
+        advantage_max=totals.adv_max,
+    )
