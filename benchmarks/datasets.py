@@ -72,3 +72,47 @@ def write_log(path: Path, rows: int, **kwargs: object) -> Path:
         make_log(rows, **kwargs).write_parquet(tmp)  # type: ignore[arg-type]
         tmp.rename(path)
     return path
+
+
+def write_big_log(path: Path, rows: int, *, seed: int = 42, chunk: int = 10_000_000) -> Path:
+    """A shuffled numeric log too large to build in memory, written in chunks: the group
+    of every row is a global permutation of the group sizes, so groups span the file."""
+    if path.exists():
+        return path
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    n_groups = rows // 15 + 64
+    kind = rng.random(n_groups)
+    sizes = np.where(kind < 0.45, 8, np.where(kind < 0.80, 16, rng.integers(1, 65, n_groups)))
+    cut = int(np.searchsorted(np.cumsum(sizes), rows)) + 1
+    sizes = sizes[:cut]
+    sizes[-1] -= int(sizes.sum()) - rows
+    sizes = sizes[sizes > 0]
+    group = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
+    rng.shuffle(group)
+    binary = rng.random(len(sizes)) < 0.6
+    skill = rng.random(len(sizes))
+    tmp = path.with_suffix(".part")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = None
+    for lo in range(0, rows, chunk):
+        g = group[lo : lo + chunk]
+        noise = rng.random(len(g))
+        reward = np.where(binary[g], (noise < skill[g]).astype(np.float64), noise.round(4))
+        step = g.astype(np.int64) * STEPS // len(sizes)
+        frame = pl.DataFrame({"step": step, "prompt_id": g, "reward": reward}).with_columns(
+            prompt_id=pl.format(
+                "p{}-s{}",
+                pl.col("prompt_id").cast(pl.String).str.zfill(7),
+                pl.col("step").cast(pl.String).str.zfill(4),
+            )
+        )
+        table = frame.to_arrow()
+        if writer is None:
+            writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+        writer.write_table(table, row_group_size=1_000_000)
+    if writer is not None:
+        writer.close()
+    tmp.rename(path)
+    return path
