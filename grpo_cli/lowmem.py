@@ -38,13 +38,15 @@ from grpo_cli.compute import (
     collect,
     resolve_keys,
 )
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import GrpoAdvError, OptionsError
 from grpo_cli.estimators import get_estimator
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.summary import RunSummary
 
 ROW: Final = "__grpo_lowmem_row"
 PART: Final = "__grpo_lowmem_part"
+GROUP: Final = "__grpo_lowmem_group"
+CHECK: Final = "__grpo_lowmem_check"
 BATCH_LEVEL: Final = frozenset({"batch_std", "gpg", "reinforce_pp", "reinforce_pp_baseline"})
 
 
@@ -107,7 +109,7 @@ def annotate_to_parquet(
     options: AdvantageOptions,
     *,
     partitions: int = 64,
-    chunk_rows: int = 4_000_000,
+    chunk_rows: int = 2_000_000,
     on_step: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Annotate the Parquet log ``source`` into the Parquet file ``output`` in bounded
@@ -115,33 +117,73 @@ def annotate_to_parquet(
     check_low_memory(options)
     step = on_step or (lambda _: None)
     scan = pl.scan_parquet(source)
-    schema = scan.collect_schema()
+    schema = scan.collect_schema()  # also checks that the file is Parquet
     from grpo_cli.compute import validate_frame
 
     validate_frame(scan, options)
     needed = _needed_columns(options, schema)
     keys = resolve_keys(options)
-    key = pl.struct(list(keys.exact)) if len(keys.exact) > 1 else pl.col(keys.exact[0])
     spill = Path(tempfile.mkdtemp(prefix=".grpo-adv-", dir=output.parent))
     try:
         step("partitioning")
-        (
-            scan.select(needed)
-            .with_row_index(ROW)
-            .with_columns((key.hash(seed=2) % partitions).alias(PART))
-            .sink_parquet(pl.PartitionBy(spill / "in", key=PART, include_key=False), mkdir=True)
-        )
+        _partition(source, spill / "in", needed, keys.exact, partitions, chunk_rows)
         step("computing")
         totals = _compute_partitions(spill, options)
         step("merging")
-        _merge(scan, spill, output, options.added_columns(), chunk_rows, totals.rows)
+        _merge(source, spill, output, options.added_columns(), chunk_rows)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
     return _summary(totals, options)
 
 
+def _partition(
+    source: Path,
+    folder: Path,
+    needed: list[str],
+    key_cols: tuple[str, ...],
+    partitions: int,
+    batch: int,
+) -> None:
+    """Stream ``source`` in batches into one spill file per partition (one writer each, a
+    row group per batch: memory stays at about one batch). The group key is spilled as two
+    independent 64-bit hashes (fixed-width, far cheaper to move than strings): the first
+    identifies the group, the second detects a collision of the first."""
+    import pyarrow.parquet as pq
+
+    folder.mkdir()
+    writers: dict[int, pq.ParquetWriter] = {}
+    offset = 0
+    key = pl.struct(list(key_cols)) if len(key_cols) > 1 else pl.col(key_cols[0])
+    columns = list(dict.fromkeys([*needed, *key_cols]))
+    try:
+        for record_batch in pq.ParquetFile(source).iter_batches(batch_size=batch, columns=columns):
+            frame = pl.DataFrame(pl.from_arrow(record_batch))
+            frame = frame.with_row_index(ROW, offset=offset).with_columns(
+                key.hash(seed=0).alias(GROUP), key.hash(seed=1).alias(CHECK)
+            )
+            frame = frame.select(ROW, GROUP, CHECK, *needed).with_columns(
+                (pl.col(GROUP) % partitions).alias(PART)
+            )
+            offset += frame.height
+            # Sorted by partition, each partition's rows are one zero-copy slice.
+            frame = frame.sort(PART, maintain_order=True)
+            counts = frame.group_by(PART).agg(n=pl.len()).sort(PART)
+            table = frame.drop(PART).to_arrow()
+            start = 0
+            for part, n in counts.iter_rows():
+                index = int(part)
+                if index not in writers:
+                    path = folder / f"{index:05d}.parquet"
+                    writers[index] = pq.ParquetWriter(path, table.schema, compression="lz4")
+                writers[index].write_table(table.slice(start, n))
+                start += n
+    finally:
+        for writer in writers.values():
+            writer.close()
+
+
 def _needed_columns(options: AdvantageOptions, schema: pl.Schema) -> list[str]:
-    names = [*options.group_cols, *options.reward_cols]
+    names = [*options.reward_cols]
     for extra in (options.batch_col, options.length_col, options.baseline_col):
         if extra is not None:
             names.append(extra)
@@ -152,12 +194,17 @@ def _compute_partitions(spill: Path, options: AdvantageOptions) -> _Totals:
     totals = _Totals()
     out = spill / "adv"
     out.mkdir()
-    for folder in sorted((spill / "in").iterdir()):
-        files = sorted(folder.glob("*.parquet"))
-        part = pl.read_parquet(files)
-        full, _ = annotate_frame(part, options)
+    inner = options.with_overrides(group_cols=(GROUP,))
+    for path in sorted((spill / "in").glob("*.parquet")):
+        part = pl.read_parquet(path)
+        full, _ = annotate_frame(part, inner)
+        if full.select((pl.col(CHECK) != pl.col(CHECK).max().over(GROUP)).any()).item():
+            raise GrpoAdvError(
+                "two group keys share a 64-bit hash (about a 1e-6 chance in a 12M-group log)",
+                hint="run again without --low-memory",
+            )
         full.select(ROW, *options.added_columns()).write_parquet(
-            out / f"{folder.name}.parquet", row_group_size=131_072
+            out / path.name, compression="lz4", row_group_size=131_072
         )
         _accumulate(totals, full, options)
     totals.groups = sum(totals.hist.values())
@@ -207,23 +254,20 @@ def _pick(fn: Callable[[float, float], float], a: float | None, b: float | None)
 
 
 def _merge(
-    scan: pl.LazyFrame,
-    spill: Path,
-    output: Path,
-    columns: tuple[str, ...],
-    chunk_rows: int,
-    rows: int,
+    source: Path, spill: Path, output: Path, columns: tuple[str, ...], chunk_rows: int
 ) -> None:
-    """Input chunks in order, each with its advantages, appended to one Parquet file."""
+    """Input batches in order, each with its advantages, appended to one Parquet file."""
     import pyarrow.parquet as pq
 
     advantages = pl.scan_parquet(sorted((spill / "adv").glob("*.parquet")))
     writer: pq.ParquetWriter | None = None
+    lo = 0
     try:
-        for lo in range(0, rows, chunk_rows):
-            hi = min(lo + chunk_rows, rows)
-            chunk = collect(scan.slice(lo, hi - lo))
+        for record_batch in pq.ParquetFile(source).iter_batches(batch_size=chunk_rows):
+            chunk = pl.DataFrame(pl.from_arrow(record_batch))
+            hi = lo + chunk.height
             adv = collect(advantages.filter(pl.col(ROW).is_between(lo, hi - 1))).sort(ROW)
+            lo = hi
             table = chunk.hstack(adv.select(columns)).to_arrow()
             if writer is None:
                 writer = pq.ParquetWriter(output, table.schema, compression="zstd")
