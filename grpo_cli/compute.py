@@ -288,7 +288,8 @@ def _check_nulls(
             checks["rewards"] = pl.any_horizontal(*(r.is_null() for r in rewards)).sum()
     if not checks:
         return
-    counts = frame.lazy().select(**checks).collect(engine="in-memory").row(0, named=True)
+    # Integer counts: the streaming engine keeps a huge scanned log out of memory.
+    counts = frame.lazy().select(**checks).collect(engine="streaming").row(0, named=True)
     if counts.get("keys"):
         raise InputError(
             f"{counts['keys']} row(s) have a null group or batch key ({', '.join(key_cols)})",
