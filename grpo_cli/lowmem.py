@@ -108,7 +108,7 @@ def annotate_to_parquet(
     output: Path,
     options: AdvantageOptions,
     *,
-    partitions: int = 64,
+    partitions: int = 128,
     chunk_rows: int = 2_000_000,
     on_step: Callable[[str], None] | None = None,
 ) -> RunSummary:
