@@ -17,18 +17,24 @@ import polars as pl
 STEPS = 16
 
 
-def make_log(
-    rows: int, *, seed: int = 42, order: str = "shuffled", text: bool = False
-) -> pl.DataFrame:
-    """A synthetic reward log of about ``rows`` rows (exactly ``rows``)."""
-    rng = np.random.default_rng(seed)
+def group_sizes(rng: np.random.Generator, rows: int) -> np.ndarray:
+    """Group sizes adding up to ``rows``: 8 (45%), 16 (35%), else uniform in 1..64."""
     n_groups = rows // 15 + 64
     kind = rng.random(n_groups)
     sizes = np.where(kind < 0.45, 8, np.where(kind < 0.80, 16, rng.integers(1, 65, n_groups)))
     cut = int(np.searchsorted(np.cumsum(sizes), rows)) + 1
     sizes = sizes[:cut]
     sizes[-1] -= int(sizes.sum()) - rows
-    sizes = sizes[sizes > 0]
+    result: np.ndarray = sizes[sizes > 0]
+    return result
+
+
+def make_log(
+    rows: int, *, seed: int = 42, order: str = "shuffled", text: bool = False
+) -> pl.DataFrame:
+    """A synthetic reward log of about ``rows`` rows (exactly ``rows``)."""
+    rng = np.random.default_rng(seed)
+    sizes = group_sizes(rng, rows)
     group = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
     step = group * STEPS // len(sizes)
     binary = rng.random(len(sizes)) < 0.6
@@ -82,13 +88,7 @@ def write_big_log(path: Path, rows: int, *, seed: int = 42, chunk: int = 10_000_
     import pyarrow.parquet as pq
 
     rng = np.random.default_rng(seed)
-    n_groups = rows // 15 + 64
-    kind = rng.random(n_groups)
-    sizes = np.where(kind < 0.45, 8, np.where(kind < 0.80, 16, rng.integers(1, 65, n_groups)))
-    cut = int(np.searchsorted(np.cumsum(sizes), rows)) + 1
-    sizes = sizes[:cut]
-    sizes[-1] -= int(sizes.sum()) - rows
-    sizes = sizes[sizes > 0]
+    sizes = group_sizes(rng, rows)
     group = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
     rng.shuffle(group)
     binary = rng.random(len(sizes)) < 0.6
