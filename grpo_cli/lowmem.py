@@ -108,8 +108,8 @@ def annotate_to_parquet(
     output: Path,
     options: AdvantageOptions,
     *,
-    partitions: int = 128,
-    chunk_rows: int = 2_000_000,
+    partitions: int = 256,
+    chunk_rows: int = 1_000_000,
     on_step: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Annotate the Parquet log ``source`` into the Parquet file ``output`` in bounded
