@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, Final
 import polars as pl
 
 from grpo_cli.errors import OptionsError
+from grpo_cli.options import DEVICES
 
 if TYPE_CHECKING:
     from grpo_cli.compute import Keys
     from grpo_cli.options import AdvantageOptions
 
 SUPPORTED: Final = ("grpo", "dr_grpo", "rloo", "batch_std")
-DEVICES: Final = ("auto", "cpu", "cuda")
 INSTALL_HINT: Final = (
     "pip install 'grpo-adv[torch]' (on this project's machines: pip install torch==2.13.0)"
 )
