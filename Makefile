@@ -11,7 +11,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,plot]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -37,7 +37,7 @@ format: $(STAMP)
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,plot,bench]'
 	@touch $(BENCH_STAMP)
 
 # Seeded synthetic logs, every method as a fresh process, ratios to the I/O floor.

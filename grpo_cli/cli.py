@@ -586,6 +586,224 @@ def verify(
         raise typer.Exit(EXIT_DIFFERENT)
 
 
+By = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--by",
+        metavar="COL",
+        help="Per-step table by this column (repeat for several). Default: --batch-col, "
+        "else step when the log has it.",
+        show_default=False,
+    ),
+]
+
+
+def _report_for(
+    sources: list[str],
+    preset: str | None,
+    explicit: dict[str, Any],
+    input_format: str | None,
+    by: list[str] | None,
+) -> Any:
+    """Read the inputs and build the summarize report."""
+    from grpo_cli.pipeline import resolve
+    from grpo_cli.report import summarize as summarize_log
+
+    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    log = _read_input(sources, input_format, key_cols)
+    resolved = resolve(log.frame, preset, explicit)
+    return summarize_log(resolved.frame, resolved.options, tuple(by) if by else None)
+
+
+@app.command()
+def summarize(
+    sources: opt.Sources,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="Write the --level table; format from the suffix: .csv, .parquet, .json, "
+            ".jsonl or .md.",
+            show_default=False,
+        ),
+    ] = None,
+    level: Annotated[
+        str | None,
+        typer.Option(
+            "--level",
+            metavar="LEVEL",
+            help="Table written by -o: step, group or overall. Default: step when there is "
+            "a per-step column, else overall.",
+            show_default=False,
+        ),
+    ] = None,
+    by: By = None,
+    rows: Annotated[
+        int, typer.Option("--rows", metavar="N", help="Steps shown on the terminal.")
+    ] = 20,
+    input_format: opt.InputFormat = None,
+    preset: opt.Preset = None,
+    group_col: opt.GroupCol = None,
+    reward_col: opt.RewardCol = None,
+    reward_weights: opt.RewardWeights = None,
+    ddof: opt.Ddof = None,
+    nulls: opt.Nulls = None,
+    batch_col: opt.BatchCol = None,
+    group_size: opt.GroupSize = None,
+    advantage_col: Annotated[
+        str,
+        typer.Option(
+            "--advantage-col",
+            metavar="COL",
+            help="The advantage column of an annotated log (its metrics are added).",
+        ),
+    ] = "advantage",
+    force: opt.Force = False,
+    quiet: opt.Quiet = False,
+) -> None:
+    """Metrics per step, per group and overall, under the trainers' names.
+
+    Works on raw and annotated logs (the advantage metrics need the advantage column).
+    """
+    with _user_errors():
+        from grpo_cli.render import render_report, stderr_console
+
+        explicit = opt.explicit_fields(
+            group_col=group_col,
+            reward_col=reward_col,
+            reward_weights=reward_weights,
+            ddof=ddof,
+            nulls=nulls,
+            batch_col=batch_col,
+            group_size=group_size,
+            advantage_col=advantage_col,
+        )
+        report = _report_for(sources, preset, explicit, input_format, by)
+        chosen = level or ("step" if report.by else "overall")
+        table = report.table(chosen)
+        if output is not None:
+            from grpo_cli.io import write_table
+
+            write_table(table, output, force=force, protected=_protected_inputs(sources))
+        if not quiet:
+            console = stderr_console()
+            render_report(console, report, rows=rows)
+            if output is not None:
+                console.print(f"{chosen} table ({table.height:,} rows) written to {output}")
+
+
+@app.command()
+def plot(
+    sources: opt.Sources,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="The dashboard: .png, .svg or .html.",
+            show_default=False,
+        ),
+    ],
+    by: By = None,
+    input_format: opt.InputFormat = None,
+    preset: opt.Preset = None,
+    group_col: opt.GroupCol = None,
+    reward_col: opt.RewardCol = None,
+    reward_weights: opt.RewardWeights = None,
+    nulls: opt.Nulls = None,
+    batch_col: opt.BatchCol = None,
+    group_size: opt.GroupSize = None,
+    advantage_col: Annotated[
+        str,
+        typer.Option("--advantage-col", metavar="COL", help="The advantage column, if any."),
+    ] = "advantage",
+    force: opt.Force = False,
+    quiet: opt.Quiet = False,
+) -> None:
+    """Draw a dashboard: advantage and reward histograms, per-step curves.
+
+    Needs the plot extra: pip install 'grpo-adv[plot]'.
+    """
+    with _user_errors():
+        from grpo_cli.io import check_output_path
+        from grpo_cli.plot import check_plot_path, write_dashboard
+
+        fmt = check_plot_path(output)
+        check_output_path(output, force=force, protected=_protected_inputs(sources))
+        explicit = opt.explicit_fields(
+            group_col=group_col,
+            reward_col=reward_col,
+            reward_weights=reward_weights,
+            nulls=nulls,
+            batch_col=batch_col,
+            group_size=group_size,
+            advantage_col=advantage_col,
+        )
+        report = _report_for(sources, preset, explicit, input_format, by)
+        write_dashboard(report, output, fmt, title=", ".join(sources))
+        if not quiet:
+            from grpo_cli.render import stderr_console
+
+            stderr_console().print(f"dashboard written to {output}")
+
+
+@app.command()
+def explain(
+    sources: opt.Sources,
+    group: Annotated[
+        str,
+        typer.Option(
+            "--group",
+            metavar="KEY",
+            help="The group's key value (comma-separated for a composite key).",
+            show_default=False,
+        ),
+    ],
+    input_format: opt.InputFormat = None,
+    preset: opt.Preset = None,
+    group_col: opt.GroupCol = None,
+    reward_col: opt.RewardCol = None,
+    reward_weights: opt.RewardWeights = None,
+    estimator: opt.Estimator = None,
+    ddof: opt.Ddof = None,
+    eps: opt.Eps = None,
+    eps_mode: opt.EpsMode = None,
+    singleton: opt.Singleton = None,
+    nulls: opt.Nulls = None,
+    clip: opt.Clip = None,
+    batch_col: opt.BatchCol = None,
+) -> None:
+    """Show one group's advantages with the formula filled in.
+
+    Prints the rewards, n, mean, the std (ddof stated), eps, and each response's
+    advantage as the formula with numbers, for the chosen estimator or preset.
+    """
+    with _user_errors():
+        from grpo_cli.explain import explain_one
+        from grpo_cli.render import render_explanation, stderr_console
+
+        explicit = opt.explicit_fields(
+            group_col=group_col,
+            reward_col=reward_col,
+            reward_weights=reward_weights,
+            estimator=estimator,
+            ddof=ddof,
+            eps=eps,
+            eps_mode=eps_mode,
+            singleton=singleton,
+            nulls=nulls,
+            clip=clip,
+            batch_col=batch_col,
+        )
+        key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+        log = _read_input(sources, input_format, key_cols)
+        explanation = explain_one(log.frame, preset, explicit, group)
+        render_explanation(stderr_console(), explanation)
+
+
 @app.command()
 def presets(
     output_format: Annotated[

@@ -11,7 +11,9 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from grpo_cli.errors import GrpoAdvError
+    from grpo_cli.explain import Explanation
     from grpo_cli.options import AdvantageOptions
+    from grpo_cli.report import Report
     from grpo_cli.summary import RunSummary
     from grpo_cli.verify import VerifyReport
 
@@ -23,9 +25,9 @@ def stderr_console() -> Console:
 
 def print_error(console: Console, error: GrpoAdvError) -> None:
     """``error: <message>`` then ``hint: <hint>``, one line each."""
-    console.print(f"[bold red]error:[/] {error.message}", markup=True, emoji=False)
+    console.print(f"[bold red]error:[/] {_escape(error.message)}", markup=True, emoji=False)
     if error.hint:
-        console.print(f"[yellow]hint:[/] {error.hint}", markup=True, emoji=False)
+        console.print(f"[yellow]hint:[/] {_escape(error.hint)}", markup=True, emoji=False)
 
 
 def _escape(text: str) -> str:
@@ -226,3 +228,144 @@ class DelayedProgress:
 
     def advance(self, task: TaskID, steps: int = 1) -> None:
         self.progress.advance(task, steps)
+
+
+# --------------------------------------------------------------------------- summarize
+
+SPARK_BARS = "▁▂▃▄▅▆▇█"
+STEP_COLUMNS = (
+    "responses",
+    "groups",
+    "group_size_median",
+    "reward",
+    "reward_std",
+    "frac_reward_zero_std",
+    "group_reward_std",
+    "pass_at_n",
+    "advantage_mean",
+    "frac_zero_advantage",
+)
+SPARK_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "group_size_median", "pass_at_n")
+
+
+def sparkline(values: list[float | None]) -> str:
+    """One block character per value, scaled between the smallest and largest (a gap for
+    a missing value)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return ""
+    lo, hi = min(present), max(present)
+    span = hi - lo
+    out = []
+    for v in values:
+        if v is None:
+            out.append(" ")
+        else:
+            level = 0 if span == 0 else round((v - lo) / span * (len(SPARK_BARS) - 1))
+            out.append(SPARK_BARS[level])
+    return "".join(out)
+
+
+def histogram_lines(edges: list[float], counts: list[int], width: int = 40) -> list[str]:
+    """A horizontal bar per bin: ``[lo, hi)  count  ####``."""
+    if not counts:
+        return ["(no values)"]
+    top = max(counts) or 1
+    lines = []
+    for i, count in enumerate(counts):
+        bar = "█" * round(count / top * width)
+        lines.append(f"{edges[i]:>9.3g} .. {edges[i + 1]:<9.3g} {count:>8,}  {bar}")
+    return lines
+
+
+def render_report(console: Console, report: Report, *, rows: int = 20, bins: int = 12) -> None:
+    """Overall figures, the per-step table (first and last ``rows`` // 2 steps when there
+    are more), per-step sparklines, and histograms of rewards and advantages."""
+    import polars as pl
+
+    from grpo_cli.report import histogram
+
+    overall = report.overall.row(0, named=True)
+    table = Table(title="grpo-adv summarize: overall", show_header=False, title_justify="left")
+    table.add_column("metric", style="bold")
+    table.add_column("value")
+    for name, value in overall.items():
+        table.add_row(name, _value(value))
+    console.print(table)
+    steps = report.steps
+    if report.by and steps.height:
+        shown = [c for c in (*report.by, *STEP_COLUMNS) if c in steps.columns]
+        step_table = Table(
+            title=f"per {', '.join(report.by)} ({steps.height:,} values)", title_justify="left"
+        )
+        for name in shown:
+            step_table.add_column(name, justify="right")
+        half = max(rows // 2, 1)
+        picked = steps if steps.height <= rows else pl.concat([steps.head(half), steps.tail(half)])
+        for i, record in enumerate(picked.select(shown).iter_rows()):
+            if steps.height > rows and i == half:
+                step_table.add_row(*("..." for _ in shown))
+            step_table.add_row(*(_value(v) for v in record))
+        console.print(step_table)
+        for name in SPARK_METRICS:
+            if name in steps.columns:
+                series = steps[name].to_list()
+                line = sparkline(series)
+                present = [v for v in series if v is not None]
+                if present:
+                    console.print(
+                        f"{name:>22}  {line}  {_value(present[0])} → {_value(present[-1])}",
+                        emoji=False,
+                    )
+    for title, values in (("reward", report.rewards), ("advantage", report.advantages)):
+        if values is None:
+            continue
+        edges, counts = histogram(values, bins)
+        console.print(f"\n[bold]{title} histogram[/] ({values.len():,} values)")
+        for line in histogram_lines(edges, counts):
+            console.print(line, emoji=False, markup=False)
+
+
+def _value(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return _num(value, 4)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "-" if value is None else _escape(str(value))
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def render_explanation(console: Console, e: Explanation) -> None:
+    """One group, the formula filled in for every response."""
+    o = e.options
+    key = ", ".join(f"{k}={v}" for k, v in e.key.items())
+    console.print(f"[bold]group {_escape(key)}[/]: {e.size} responses", emoji=False)
+    console.print(
+        f"estimator {o.estimator}: {_escape(e.estimator_summary)}  "
+        f"(ddof={o.ddof}, eps={o.eps:g}, eps_mode={o.eps_mode}, singleton={o.singleton}, "
+        f"nulls={o.nulls}{', clip=' + str(o.clip) if o.clip else ''})",
+        emoji=False,
+    )
+    for line in e.steps:
+        console.print(f"  {_escape(line)}", emoji=False)
+    if e.formula:
+        console.print(f"  [bold]{_escape(e.formula)}[/]", emoji=False)
+    for note in e.notes:
+        console.print(f"  [yellow]note:[/] {_escape(note)}", emoji=False)
+    table = Table(title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("reward", justify="right")
+    table.add_column("with the numbers")
+    table.add_column("advantage", justify="right", style="bold")
+    for i, row in enumerate(e.rows):
+        formula = row.formula
+        if row.value is not None and row.policy is None:
+            formula = f"{formula} = {row.value:.6g}"
+        if row.policy is not None:
+            formula = f"{formula}  [{row.policy}]" if row.formula != "-" else row.policy
+        table.add_row(str(i), _num(row.reward, 6), _escape(formula), _num(row.advantage, 6))
+    console.print(table)

@@ -1,0 +1,307 @@
+"""``explain``: one group's advantages with every number of the formula filled in, the way
+the reference lessons teach it (no Rich here; :mod:`grpo_cli.render` draws it).
+
+The statistics are recomputed here in plain Python floats, from the group's valid rewards:
+
+    n = number of valid rewards, mean = sum(r) / n,
+    var = sum((r - mean)^2) / (n - ddof), std = sqrt(var)
+
+and each response's advantage is written out with the estimator's formula. The value shown
+as the advantage is the one ``compute`` writes (the same pipeline), so a test can check the
+filled-in arithmetic against it. Policies that override the formula (null reward, one-reward
+group, zero-variance group, clip) are stated per row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Final
+
+import polars as pl
+
+from grpo_cli.compute import REWARD_KEY
+from grpo_cli.errors import InputError
+from grpo_cli.options import AdvantageOptions
+
+FILLED: Final = ("grpo", "dr_grpo", "rloo", "batch_std")
+SHOWN_KEYS: Final = 8
+
+
+@dataclass(frozen=True)
+class ExplainedRow:
+    """One response: its reward, the formula with numbers, the advantage ``compute`` gives,
+    and the policy that decided it instead of the formula (if any)."""
+
+    reward: float | None
+    formula: str
+    value: float | None  # the formula's value, recomputed here
+    advantage: float | None  # the pipeline's
+    policy: str | None
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """One group, explained (see the module docstring)."""
+
+    key: dict[str, Any]
+    options: AdvantageOptions
+    estimator_summary: str
+    formula: str
+    size: int
+    n: int
+    mean: float | None
+    var: float | None
+    std: float | None
+    steps: tuple[str, ...]
+    rows: tuple[ExplainedRow, ...]
+    notes: tuple[str, ...]
+
+
+def parse_key(text: str, group_cols: tuple[str, ...]) -> tuple[str, ...]:
+    """``KEY`` as one value per group column (comma-separated for a composite key)."""
+    parts = tuple(p.strip() for p in text.split(",")) if len(group_cols) > 1 else (text,)
+    if len(parts) != len(group_cols):
+        raise InputError(
+            f"--group {text!r} gives {len(parts)} value(s) for {len(group_cols)} group columns",
+            hint=f"give one value per column, comma-separated: {','.join(group_cols).upper()}",
+        )
+    return parts
+
+
+def select_group(full: pl.DataFrame, group_cols: tuple[str, ...], text: str) -> pl.DataFrame:
+    """The rows of the group whose key reads ``text``; an error lists a few existing keys."""
+    values = parse_key(text, group_cols)
+    match = pl.all_horizontal(
+        pl.col(c).cast(pl.String) == v for c, v in zip(group_cols, values, strict=True)
+    )
+    rows = full.filter(match)
+    if rows.height == 0:
+        keys = (
+            full.select(
+                pl.concat_str([pl.col(c).cast(pl.String) for c in group_cols], separator=",")
+            )
+            .to_series()
+            .unique(maintain_order=True)
+        )
+        shown = ", ".join(keys.head(SHOWN_KEYS).to_list())
+        more = f" (and {keys.len() - SHOWN_KEYS} more)" if keys.len() > SHOWN_KEYS else ""
+        raise InputError(
+            f"no group {text!r} in {', '.join(group_cols)}",
+            hint=f"existing keys: {shown}{more}",
+        )
+    return rows
+
+
+def explain_group(
+    group_rows: pl.DataFrame,
+    options: AdvantageOptions,
+    estimator_summary: str,
+    batch_rewards: pl.Series | None = None,
+) -> Explanation:
+    """Explain ``group_rows`` (one group, with REWARD_KEY and the advantage column)."""
+    rewards = [_float(v) for v in group_rows[REWARD_KEY].to_list()]
+    advantages = [_float(v) for v in group_rows[options.advantage_col].to_list()]
+    valid = [r for r in rewards if r is not None]
+    n = len(valid)
+    ddof = options.ddof
+    mean = math.fsum(valid) / n if n else None
+    var = (
+        math.fsum((r - mean) ** 2 for r in valid) / (n - ddof)
+        if mean is not None and n > ddof
+        else None
+    )
+    std = math.sqrt(var) if var is not None else None
+    steps = _steps(valid, n, mean, var, std, ddof)
+    notes: list[str] = []
+    g_mean, g_var = mean, var
+    if options.singleton == "verl" and n == 1:
+        g_mean, g_var = 0.0, 1.0
+        notes.append("singleton=verl: a one-reward group has mean 0 and std 1")
+    b_var = None
+    if options.estimator == "batch_std":
+        b_var = _batch_var(batch_rewards, ddof)
+        if b_var is not None:
+            steps += (
+                f"batch std (ddof={ddof}) over all valid rewards of the batch = "
+                f"{_fmt(math.sqrt(b_var))}",
+            )
+    constant = n >= 2 and max(valid) == min(valid)
+    if constant:
+        notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
+    rows = []
+    for reward, advantage in zip(rewards, advantages, strict=True):
+        formula, value = _formula(reward, options, n, mean, g_mean, g_var, b_var, valid)
+        policy = _policy(reward, n, constant, options)
+        if policy is None and value is not None and options.clip is not None:
+            lo, hi = options.clip
+            if value < lo or value > hi:
+                policy = f"clipped to [{_fmt(lo)}, {_fmt(hi)}]"
+        rows.append(ExplainedRow(reward, formula, value, advantage, policy))
+    key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
+    return Explanation(
+        key=key,
+        options=options,
+        estimator_summary=estimator_summary,
+        formula=general_formula(options),
+        size=group_rows.height,
+        n=n,
+        mean=mean,
+        var=var,
+        std=std,
+        steps=steps,
+        rows=tuple(rows),
+        notes=tuple(notes),
+    )
+
+
+def _float(value: Any) -> float | None:
+    if value is None:
+        return None
+    f = float(value)
+    return None if math.isnan(f) else f
+
+
+def _fmt(x: float | None) -> str:
+    """Six significant digits, the way the lessons print them."""
+    if x is None:
+        return "null"
+    return f"{x:.6g}"
+
+
+def _steps(
+    valid: list[float], n: int, mean: float | None, var: float | None, std: float | None, ddof: int
+) -> tuple[str, ...]:
+    if n == 0:
+        return ("no valid reward in this group",)
+    shown = " + ".join(_fmt(r) for r in valid) if n <= 16 else f"... ({n} values)"
+    lines = [f"n = {n} valid rewards", f"mean = ({shown}) / {n} = {_fmt(mean)}"]
+    if var is None:
+        lines.append(f"std (ddof={ddof}) is undefined with n = {n}")
+    else:
+        squares = (
+            " + ".join(f"({_fmt(r)} - {_fmt(mean)})^2" for r in valid)
+            if n <= 4
+            else f"sum of (r - {_fmt(mean)})^2"
+        )
+        total = math.fsum((r - mean) ** 2 for r in valid) if mean is not None else 0.0
+        lines.append(
+            f"var (ddof={ddof}) = ({squares}) / ({n} - {ddof}) = {_fmt(total)} / {n - ddof} "
+            f"= {_fmt(var)}"
+        )
+        lines.append(f"std = sqrt(var) = {_fmt(std)}")
+    return tuple(lines)
+
+
+def _batch_var(batch: pl.Series | None, ddof: int) -> float | None:
+    if batch is None:
+        return None
+    values = [float(v) for v in batch.drop_nulls().drop_nans().to_list()]
+    if len(values) <= ddof:
+        return None
+    m = math.fsum(values) / len(values)
+    return math.fsum((v - m) ** 2 for v in values) / (len(values) - ddof)
+
+
+def _norm_text(options: AdvantageOptions, var: float) -> tuple[str, float]:
+    """The denominator: its text with numbers, and its value (per eps_mode)."""
+    eps = options.eps
+    if options.eps_mode == "std":
+        return f"({_fmt(math.sqrt(var))} + {eps:g})", math.sqrt(var) + eps
+    if options.eps_mode == "var":
+        return f"sqrt({_fmt(var)} + {eps:g})", math.sqrt(var + eps)
+    return f"sqrt(max({_fmt(var)}, {eps:g}))", math.sqrt(max(var, eps))
+
+
+def _formula(
+    r: float | None,
+    options: AdvantageOptions,
+    n: int,
+    mean: float | None,
+    g_mean: float | None,
+    g_var: float | None,
+    b_var: float | None,
+    valid: list[float],
+) -> tuple[str, float | None]:
+    """The estimator's formula for reward ``r`` with the numbers filled in, and its value."""
+    if r is None or g_mean is None:
+        return "-", None
+    est = options.estimator
+    if est == "dr_grpo":
+        return f"{_fmt(r)} - {_fmt(g_mean)}", r - g_mean
+    if est == "rloo":
+        if n < 2:
+            return f"{_fmt(r)} - {_fmt(g_mean)}  (no other response: r - mean)", r - g_mean
+        total = math.fsum(valid)
+        loo = (total - r) / (n - 1)
+        return (
+            f"{_fmt(r)} - ({_fmt(total)} - {_fmt(r)}) / {n - 1}",
+            r - loo,
+        )
+    if est in ("grpo", "batch_std"):
+        var = b_var if est == "batch_std" else g_var
+        if var is None:
+            return f"({_fmt(r)} - {_fmt(g_mean)}) / undefined std", None
+        text, denominator = _norm_text(options, var)
+        return f"({_fmt(r)} - {_fmt(g_mean)}) / {text}", ((r - g_mean) / denominator)
+    return "(not written out for this estimator)", None
+
+
+def general_formula(options: AdvantageOptions) -> str:
+    """The estimator's formula in symbols, with the eps placement of ``eps_mode``."""
+    spread = {
+        "std": "(std + eps)",
+        "var": "sqrt(var + eps)",
+        "var_floor": "sqrt(max(var, eps))",
+    }[options.eps_mode]
+    batch = spread.replace("std", "std_batch").replace("var", "var_batch")
+    return {
+        "grpo": f"A = (r - mean) / {spread}",
+        "batch_std": f"A = (r - mean) / {batch}",
+        "dr_grpo": "A = r - mean",
+        "rloo": "A = r - (sum - r) / (n - 1)",
+    }.get(options.estimator, "")
+
+
+def _policy(r: float | None, n: int, constant: bool, options: AdvantageOptions) -> str | None:
+    """The rule that sets this row's advantage instead of the formula, if any."""
+    if r is None:
+        if options.nulls == "zero":
+            return "null reward: left out of the statistics; advantage 0 (--nulls zero)"
+        return "null reward: left out of the statistics; advantage null (--nulls exclude)"
+    if n == 1 and options.singleton in ("zero", "raw", "null"):
+        value = {"zero": "0", "raw": "the raw reward", "null": "null"}[options.singleton]
+        return (
+            f"only valid reward of its group: advantage {value} (--singleton {options.singleton})"
+        )
+    if constant:
+        return "zero-variance group: advantage exactly 0"
+    return None
+
+
+def explain_one(
+    frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any], key: str
+) -> Explanation:
+    """Compute the log as ``compute`` would (preset, layout, options), then explain the
+    group whose key reads ``key``."""
+    from grpo_cli.estimators import get_estimator
+    from grpo_cli.pipeline import annotate
+
+    result = annotate(frame, preset, **explicit)
+    options = result.options
+    if options.group_size is not None or not get_estimator(options.estimator).uses_groups:
+        raise InputError(
+            f"explain needs groups named by a key column; {options.estimator} with "
+            f"--group-size {options.group_size} has none",
+            hint="give --group-col COL and a group estimator",
+        )
+    if options.estimator == "process":
+        raise InputError("explain does not cover process supervision", hint="use compute")
+    rows = select_group(result.full, options.group_cols, key)
+    batch = None
+    if options.estimator == "batch_std":
+        batch_cols = list(result.keys.batch)
+        first = rows.select(batch_cols).head(1)
+        batch = result.full.join(first, on=batch_cols, how="semi")[REWARD_KEY]
+    summary = get_estimator(options.estimator).summary
+    return explain_group(rows, options, summary, batch)

@@ -1,0 +1,162 @@
+"""`plot` (files of the right format, the install hint) and `explain` (the filled-in
+formulas reproduce the advantages `compute` writes)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from grpo_cli.cli import app
+from grpo_cli.errors import InputError
+from grpo_cli.explain import FILLED, explain_one
+from tests.conftest import SAMPLE_FILES, make_log
+
+MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<?xml", ".html": b"<!doctype html>"}
+
+
+class TestPlot:
+    @pytest.mark.parametrize("suffix", [".png", ".svg", ".html"])
+    def test_dashboard_file(self, runner: CliRunner, tmp_path: Path, suffix: str) -> None:
+        pytest.importorskip("matplotlib")
+        annotated = tmp_path / "annotated.parquet"
+        assert (
+            runner.invoke(
+                app, ["compute", str(SAMPLE_FILES["parquet"]), "-o", str(annotated), "-q"]
+            ).exit_code
+            == 0
+        )
+        out = tmp_path / f"report{suffix}"
+        result = runner.invoke(app, ["plot", str(annotated), "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        data = out.read_bytes()
+        assert data.startswith(MAGIC[suffix])
+        assert len(data) > 20_000  # four panels, not an empty canvas
+        if suffix == ".html":
+            text = data.decode()
+            assert "<svg" in text and "frac_reward_zero_std" in text
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+    def test_png_size(self, runner: CliRunner, tmp_path: Path) -> None:
+        pytest.importorskip("matplotlib")
+        import struct
+
+        out = tmp_path / "r.png"
+        assert runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)]).exit_code == 0
+        width, height = struct.unpack(">II", out.read_bytes()[16:24])
+        assert (width, height) == (1320, 880)  # 12 x 8 inches at 110 dpi
+
+    def test_bad_suffix(self, runner: CliRunner, tmp_path: Path) -> None:
+        result = runner.invoke(
+            app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(tmp_path / "r.pdf")]
+        )
+        assert result.exit_code == 2
+        assert "cannot tell the plot format" in result.output
+        assert not (tmp_path / "r.pdf").exists()
+
+    def test_missing_matplotlib_says_how_to_install(
+        self, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
+        out = tmp_path / "r.png"
+        result = runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)])
+        assert result.exit_code == 2
+        assert "plot needs matplotlib" in result.output
+        assert "pip install 'grpo-adv[plot]'" in result.output
+        assert not out.exists()
+
+    def test_existing_output_needs_force(self, runner: CliRunner, tmp_path: Path) -> None:
+        out = tmp_path / "r.svg"
+        out.write_text("mine")
+        result = runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)])
+        assert result.exit_code == 4
+        assert out.read_text() == "mine"
+
+
+LESSON = make_log({"g1": [1.0, 0.0, 0.0, 1.0], "g2": [0.0, 0.0, 1.0, 1.0]})
+
+
+class TestExplain:
+    def test_lesson_group(self, runner: CliRunner, tmp_path: Path) -> None:
+        path = tmp_path / "lesson.csv"
+        LESSON.write_csv(path)
+        result = runner.invoke(app, ["explain", str(path), "--group", "g1"])
+        assert result.exit_code == 0, result.output
+        text = result.output
+        assert "mean = (1 + 0 + 0 + 1) / 4 = 0.5" in text
+        assert "var (ddof=1) =" in text and "= 0.333333" in text
+        assert "std = sqrt(var) = 0.57735" in text
+        assert "A = (r - mean) / (std + eps)" in text
+        assert "(1 - 0.5) / (0.57735 + 1e-08) = 0.866025" in text
+        assert "(0 - 0.5) / (0.57735 + 1e-08) = -0.866025" in text
+
+    def test_population_std(self, runner: CliRunner, tmp_path: Path) -> None:
+        path = tmp_path / "lesson.csv"
+        make_log({"g": [0.0, 1.0, 0.0, 0.0]}).write_csv(path)
+        result = runner.invoke(app, ["explain", str(path), "--group", "g", "--ddof", "0"])
+        assert result.exit_code == 0, result.output
+        assert "var (ddof=0)" in result.output
+        assert "1.73205" in result.output  # the lesson's correct response
+
+    def test_unknown_key_lists_some(self, runner: CliRunner) -> None:
+        result = runner.invoke(app, ["explain", str(SAMPLE_FILES["csv"]), "--group", "p999"])
+        assert result.exit_code == 3
+        assert "no group 'p999' in prompt_id" in result.output
+        assert "existing keys: p015, p013, p007" in result.output
+        assert "Traceback" not in result.output
+
+    def test_composite_key(self) -> None:
+        frame = pl.read_parquet(SAMPLE_FILES["parquet"])
+        explanation = explain_one(frame, None, {"group_cols": ("step", "prompt_id")}, "1,p015")
+        assert explanation.key == {"step": 1, "prompt_id": "p015"}
+        with pytest.raises(InputError, match="gives 1 value"):
+            explain_one(frame, None, {"group_cols": ("step", "prompt_id")}, "p015")
+
+    @pytest.mark.parametrize("estimator", FILLED)
+    @pytest.mark.parametrize(
+        "policies",
+        [
+            {},
+            {"ddof": 0},
+            {"eps_mode": "var"},
+            {"eps_mode": "var_floor", "eps": 1e-4},
+            {"singleton": "verl"},
+            {"clip": (-1.0, 1.0)},
+        ],
+        ids=["default", "ddof0", "var", "var_floor", "verl", "clip"],
+    )
+    def test_formulas_reproduce_compute(self, estimator: str, policies: dict[str, object]) -> None:
+        """For every group of the sample log, each formula's value equals the advantage
+        compute writes, unless a stated policy set it."""
+        frame = pl.read_parquet(SAMPLE_FILES["parquet"])
+        checked = 0
+        for key in frame["prompt_id"].unique().sort().to_list()[::4]:
+            explanation = explain_one(frame, None, {"estimator": estimator, **policies}, key)
+            assert explanation.n == sum(r.reward is not None for r in explanation.rows)
+            for row in explanation.rows:
+                if row.policy is None:
+                    assert row.value is not None and row.advantage is not None
+                    assert row.value == pytest.approx(row.advantage, rel=1e-12, abs=1e-12)
+                    checked += 1
+                elif row.policy.startswith("clipped"):
+                    assert row.advantage in policies["clip"]  # type: ignore[operator]
+        assert checked > 30
+
+    def test_policies_are_stated(self) -> None:
+        frame = make_log({"one": [0.3], "flat": [0.5, 0.5], "n": [1.0, None, 0.0]})
+        one = explain_one(frame, None, {}, "one")
+        assert (
+            one.rows[0].policy == "only valid reward of its group: advantage 0 (--singleton zero)"
+        )
+        flat = explain_one(frame, None, {}, "flat")
+        assert flat.notes and all(
+            r.policy == "zero-variance group: advantage exactly 0" for r in flat.rows
+        )
+        with_null = explain_one(frame, None, {}, "n")
+        assert with_null.rows[1].policy is not None and "null reward" in with_null.rows[1].policy
+        assert with_null.n == 2 and with_null.mean == 0.5
+        assert with_null.std == pytest.approx(math.sqrt(0.5))

@@ -1,0 +1,240 @@
+"""`summarize` metrics: hand-computed values, the trainers' formulas, properties, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from grpo_cli import compute_advantages
+from grpo_cli.cli import app
+from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.options import AdvantageOptions
+from grpo_cli.report import histogram, summarize
+from tests.conftest import SAMPLE_FILES
+
+
+def two_step_log() -> pl.DataFrame:
+    """step 1: a = [1, 0, 0, 1], b = [1, 1] (zero std); step 2: c = [0.5] (one reward),
+    d = [null, 2, 4]."""
+    rows = [
+        (1, "a", 1.0),
+        (1, "a", 0.0),
+        (1, "b", 1.0),
+        (1, "a", 0.0),
+        (1, "b", 1.0),
+        (1, "a", 1.0),
+        (2, "c", 0.5),
+        (2, "d", None),
+        (2, "d", 2.0),
+        (2, "d", 4.0),
+    ]
+    return pl.DataFrame(
+        rows, schema={"step": pl.Int64, "prompt_id": pl.String, "reward": pl.Float64}, orient="row"
+    )
+
+
+class TestHandComputed:
+    def test_step_one(self) -> None:
+        step = summarize(two_step_log(), AdvantageOptions()).steps.row(0, named=True)
+        assert step["step"] == 1
+        assert step["responses"] == 6
+        assert step["groups"] == 2
+        assert (step["group_size_min"], step["group_size_median"], step["group_size_max"]) == (
+            2,
+            3.0,
+            4,
+        )
+        assert step["reward"] == pytest.approx(4 / 6)
+        # deviations from 2/3: 1/3 x4, -2/3 x2: sum of squares 4/3, / (6 - 1)
+        assert step["reward_std"] == pytest.approx(math.sqrt(4 / 15))
+        assert step["frac_reward_zero_std"] == pytest.approx(2 / 6)  # b's two responses
+        # a: std(1,0,0,1, ddof 1) = sqrt(1/3) for 4 responses; b: 0 for 2 responses
+        assert step["group_reward_std"] == pytest.approx(4 * math.sqrt(1 / 3) / 6)
+        assert (step["zero_std_groups"], step["singleton_groups"], step["null_rewards"]) == (
+            1,
+            0,
+            0,
+        )
+
+    def test_step_two(self) -> None:
+        step = summarize(two_step_log(), AdvantageOptions()).steps.row(1, named=True)
+        assert (step["responses"], step["groups"]) == (4, 2)
+        assert (step["group_size_min"], step["group_size_median"], step["group_size_max"]) == (
+            1,
+            2.0,
+            3,
+        )
+        valid = [0.5, 2.0, 4.0]
+        assert step["reward"] == pytest.approx(6.5 / 3)
+        assert step["reward_std"] == pytest.approx(float(np.std(valid, ddof=1)))
+        # c has one reward (no std), d's std is sqrt(2): nobody has a zero std
+        assert step["frac_reward_zero_std"] == 0.0
+        # c's response has no std and is left out; d's 3 responses have sqrt(2)
+        assert step["group_reward_std"] == pytest.approx(math.sqrt(2))
+        assert (step["zero_std_groups"], step["singleton_groups"], step["null_rewards"]) == (
+            0,
+            1,
+            1,
+        )
+
+    def test_overall(self) -> None:
+        report = summarize(two_step_log(), AdvantageOptions())
+        overall = report.overall.row(0, named=True)
+        assert (overall["responses"], overall["groups"]) == (10, 4)
+        assert overall["group_size_median"] == 2.5  # sizes 4, 2, 1, 3
+        valid = [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.5, 2.0, 4.0]
+        assert overall["reward"] == pytest.approx(sum(valid) / 9)
+        assert overall["reward_std"] == pytest.approx(float(np.std(valid, ddof=1)))
+        assert overall["frac_reward_zero_std"] == pytest.approx(2 / 10)
+        assert not report.binary and "pass_at_n" not in report.overall.columns
+        assert not report.annotated and "advantage_mean" not in report.overall.columns
+
+    def test_binary_pass_rates(self) -> None:
+        frame = pl.DataFrame(
+            {
+                "prompt_id": ["x"] * 4 + ["y"] * 2 + ["z"] * 3,
+                "reward": [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0],
+            }
+        )
+        report = summarize(frame, AdvantageOptions())
+        overall = report.overall.row(0, named=True)
+        assert report.binary
+        assert overall["pass_at_n"] == pytest.approx(2 / 3)  # x and z have a success
+        assert overall["pass_at_1"] == pytest.approx((1 / 4 + 0 + 2 / 3) / 3)
+
+    def test_annotated_input_adds_advantage_metrics(self) -> None:
+        annotated = compute_advantages(two_step_log())
+        steps = summarize(annotated, AdvantageOptions()).steps
+        one, two = steps.row(0, named=True), steps.row(1, named=True)
+        assert one["advantage_mean"] == pytest.approx(0.0, abs=1e-12)
+        assert one["advantage_max"] == pytest.approx(0.5 / (math.sqrt(1 / 3) + 1e-8))
+        assert one["frac_zero_advantage"] == pytest.approx(2 / 6)  # b is flat
+        # c (one reward) gets 0; d's null reward has a null advantage; d's two are +-0.707
+        assert two["frac_zero_advantage"] == pytest.approx(1 / 4)
+        assert two["advantage_min"] == pytest.approx(-1 / (math.sqrt(2) + 1e-8))
+
+
+class TestTrainerFormulas:
+    @settings(max_examples=30, deadline=None)
+    @given(
+        groups=st.integers(1, 12),
+        size=st.integers(1, 6),
+        seed=st.integers(0, 10_000),
+    )
+    def test_trl_frac_reward_zero_std_and_openrlhf_group_reward_std(
+        self, groups: int, size: int, seed: int
+    ) -> None:
+        """TRL: ``std = nanstd(r.view(-1, G), ddof=1)`` repeated per completion,
+        ``frac = isclose(std, 0, atol=1e-8).mean()``; OpenRLHF: mean of the repeated std."""
+        rng = np.random.default_rng(seed)
+        rewards = rng.choice([0.0, 1.0, 0.5], size=(groups, size))
+        frame = pl.DataFrame(
+            {
+                "prompt_id": np.repeat(np.arange(groups), size).astype(str),
+                "reward": rewards.ravel(),
+            }
+        )
+        overall = summarize(frame, AdvantageOptions()).overall.row(0, named=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            std = np.std(rewards, axis=1, ddof=1) if size > 1 else np.full(groups, np.nan)
+        per_completion = np.repeat(std, size)
+        trl = np.isclose(per_completion, 0.0, rtol=1e-5, atol=1e-8).mean()
+        assert overall["frac_reward_zero_std"] == pytest.approx(trl)
+        if size > 1:
+            assert overall["group_reward_std"] == pytest.approx(per_completion.mean())
+        assert overall["reward_std"] == pytest.approx(
+            float(np.std(rewards, ddof=1)) if rewards.size > 1 else None
+        )
+
+    def test_steps_invariant_under_row_shuffling(self) -> None:
+        frame = pl.read_parquet(SAMPLE_FILES["parquet"])
+        base = summarize(frame, AdvantageOptions()).steps
+        shuffled = summarize(frame.sample(fraction=1.0, shuffle=True, seed=3), AdvantageOptions())
+        for column in base.columns:
+            assert np.allclose(
+                base[column].cast(pl.Float64).to_numpy(),
+                shuffled.steps[column].cast(pl.Float64).to_numpy(),
+                rtol=1e-12,
+                equal_nan=True,
+            ), column
+
+
+class TestReportApi:
+    def test_by_defaults_to_step_then_batch_col(self) -> None:
+        frame = two_step_log()
+        assert summarize(frame, AdvantageOptions()).by == ("step",)
+        assert summarize(frame.rename({"step": "it"}), AdvantageOptions()).by == ()
+        batch = AdvantageOptions(batch_col="it")
+        assert summarize(frame.rename({"step": "it"}), batch).by == ("it",)
+
+    def test_unknown_by_column(self) -> None:
+        with pytest.raises(InputError, match="no column 'epoch'"):
+            summarize(two_step_log(), AdvantageOptions(), by=("epoch",))
+
+    def test_step_level_needs_by(self) -> None:
+        report = summarize(two_step_log().drop("step"), AdvantageOptions())
+        with pytest.raises(OptionsError, match="needs a batch column"):
+            report.table("step")
+
+    def test_group_table_carries_the_step(self) -> None:
+        groups = summarize(two_step_log(), AdvantageOptions()).groups
+        assert groups.columns[:3] == ["prompt_id", "step", "size"]
+        assert groups.filter(pl.col("prompt_id") == "b")["zero_std"].item() is True
+
+    def test_histogram(self) -> None:
+        edges, counts = histogram(pl.Series([0.0, 0.0, 1.0, None, float("nan")]), bins=2)
+        assert edges == [0.0, 0.5, 1.0] and counts == [2, 1]
+        assert histogram(pl.Series([3.0, 3.0]), bins=1) == ([2.5, 3.5], [2])
+        assert histogram(pl.Series([], dtype=pl.Float64)) == ([], [])
+
+
+class TestSummarizeCli:
+    def test_terminal_output(self, runner: CliRunner) -> None:
+        result = runner.invoke(app, ["summarize", str(SAMPLE_FILES["parquet"])])
+        assert result.exit_code == 0, result.output
+        assert "frac_reward_zero_std" in result.output
+        assert "0.0386" in result.output  # 22 of 570 responses
+        assert "reward histogram (569 values)" in result.output
+
+    @pytest.mark.parametrize("suffix", [".csv", ".parquet", ".json", ".jsonl", ".md"])
+    def test_step_table_file(self, runner: CliRunner, tmp_path: Path, suffix: str) -> None:
+        out = tmp_path / f"steps{suffix}"
+        result = runner.invoke(app, ["summarize", str(SAMPLE_FILES["csv"]), "-o", str(out), "-q"])
+        assert result.exit_code == 0, result.output
+        assert result.output == ""
+        if suffix == ".parquet":
+            table = pl.read_parquet(out)
+            assert table["step"].to_list() == [1, 2, 3, 4]
+            assert table["responses"].sum() == 570
+        elif suffix == ".json":
+            rows = json.loads(out.read_text())
+            assert [r["step"] for r in rows] == [1, 2, 3, 4]
+        else:
+            assert out.stat().st_size > 0
+
+    def test_group_and_overall_levels(self, runner: CliRunner, tmp_path: Path) -> None:
+        groups = tmp_path / "groups.csv"
+        overall = tmp_path / "overall.json"
+        for level, path in (("group", groups), ("overall", overall)):
+            result = runner.invoke(
+                app,
+                ["summarize", str(SAMPLE_FILES["jsonl"]), "--level", level, "-o", str(path), "-q"],
+            )
+            assert result.exit_code == 0, result.output
+        assert pl.read_csv(groups).height == 64
+        assert json.loads(overall.read_text())[0]["responses"] == 570
+
+    def test_bad_level(self, runner: CliRunner, tmp_path: Path) -> None:
+        result = runner.invoke(
+            app, ["summarize", str(SAMPLE_FILES["csv"]), "--level", "epoch", "-o", "x.csv"]
+        )
+        assert result.exit_code == 2
+        assert "unknown --level 'epoch'" in result.output
