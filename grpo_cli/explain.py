@@ -38,6 +38,7 @@ class ExplainedRow:
     value: float | None  # the formula's value, recomputed here
     advantage: float | None  # the pipeline's
     policy: str | None
+    logged: float | None = None  # the input's own advantage column, if it had one
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Explanation:
     steps: tuple[str, ...]
     rows: tuple[ExplainedRow, ...]
     notes: tuple[str, ...]
+    logged: bool = False  # the input had an advantage column (shown beside ours)
 
 
 def parse_key(text: str, group_cols: tuple[str, ...]) -> tuple[str, ...]:
@@ -98,10 +100,15 @@ def explain_group(
     options: AdvantageOptions,
     estimator_summary: str,
     batch_rewards: pl.Series | None = None,
+    logged: pl.Series | None = None,
 ) -> Explanation:
-    """Explain ``group_rows`` (one group, with REWARD_KEY and the advantage column)."""
+    """Explain ``group_rows`` (one group, with REWARD_KEY and the advantage column);
+    ``logged``: the advantages the input carried for these rows, shown beside ours."""
     rewards = [_float(v) for v in group_rows[REWARD_KEY].to_list()]
     advantages = [_float(v) for v in group_rows[options.advantage_col].to_list()]
+    logged_values = (
+        [_float(v) for v in logged.to_list()] if logged is not None else [None] * len(rewards)
+    )
     valid = [r for r in rewards if r is not None]
     n = len(valid)
     ddof = options.ddof
@@ -130,14 +137,14 @@ def explain_group(
     if constant:
         notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
     rows = []
-    for reward, advantage in zip(rewards, advantages, strict=True):
+    for reward, advantage, was in zip(rewards, advantages, logged_values, strict=True):
         formula, value = _formula(reward, options, n, mean, g_mean, g_var, b_var, valid)
         policy = _policy(reward, n, constant, options)
         if policy is None and value is not None and options.clip is not None:
             lo, hi = options.clip
             if value < lo or value > hi:
                 policy = f"clipped to [{_fmt(lo)}, {_fmt(hi)}]"
-        rows.append(ExplainedRow(reward, formula, value, advantage, policy))
+        rows.append(ExplainedRow(reward, formula, value, advantage, policy, was))
     key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
     return Explanation(
         key=key,
@@ -152,6 +159,7 @@ def explain_group(
         steps=steps,
         rows=tuple(rows),
         notes=tuple(notes),
+        logged=logged is not None,
     )
 
 
@@ -287,6 +295,11 @@ def explain_one(
     from grpo_cli.estimators import get_estimator
     from grpo_cli.pipeline import annotate
 
+    column = explicit.get("advantage_col", "advantage")
+    logged_column = "__grpo_logged_advantage"
+    has_logged = column in frame.columns
+    if has_logged:  # an annotated log: recompute, and show the logged values beside
+        frame = frame.rename({column: logged_column})
     result = annotate(frame, preset, **explicit)
     options = result.options
     if options.group_size is not None or not get_estimator(options.estimator).uses_groups:
@@ -304,4 +317,5 @@ def explain_one(
         first = rows.select(batch_cols).head(1)
         batch = result.full.join(first, on=batch_cols, how="semi")[REWARD_KEY]
     summary = get_estimator(options.estimator).summary
-    return explain_group(rows, options, summary, batch)
+    logged = rows[logged_column].cast(pl.Float64) if has_logged else None
+    return explain_group(rows, options, summary, batch, logged)

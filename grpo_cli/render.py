@@ -361,11 +361,16 @@ def render_explanation(console: Console, e: Explanation) -> None:
     table.add_column("reward", justify="right")
     table.add_column("with the numbers")
     table.add_column("advantage", justify="right", style="bold")
+    if e.logged:
+        table.add_column("logged", justify="right")
     for i, row in enumerate(e.rows):
         formula = row.formula
         if row.value is not None and row.policy is None:
             formula = f"{formula} = {row.value:.6g}"
         if row.policy is not None:
             formula = f"{formula}  [{row.policy}]" if row.formula != "-" else row.policy
-        table.add_row(str(i), _num(row.reward, 6), _escape(formula), _num(row.advantage, 6))
+        cells = [str(i), _num(row.reward, 6), _escape(formula), _num(row.advantage, 6)]
+        if e.logged:
+            cells.append(_num(row.logged, 6))
+        table.add_row(*cells)
     console.print(table)

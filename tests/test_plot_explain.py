@@ -160,3 +160,21 @@ class TestExplain:
         assert with_null.rows[1].policy is not None and "null reward" in with_null.rows[1].policy
         assert with_null.n == 2 and with_null.mean == 0.5
         assert with_null.std == pytest.approx(math.sqrt(0.5))
+
+
+def test_explain_annotated_log_shows_the_logged_values(runner: CliRunner, tmp_path: Path) -> None:
+    annotated = tmp_path / "annotated.csv"
+    logged = LESSON.with_columns(advantage=pl.Series([0.9, -0.9, -0.9, 0.9, 0.0, 0.0, 0.0, 0.0]))
+    logged.write_csv(annotated)
+    explanation = explain_one(logged, None, {}, "g1")
+    assert explanation.logged
+    assert [r.logged for r in explanation.rows] == [0.9, -0.9, -0.9, 0.9]
+    assert [round(r.advantage or 0, 6) for r in explanation.rows] == [
+        0.866025,
+        -0.866025,
+        -0.866025,
+        0.866025,
+    ]
+    result = runner.invoke(app, ["explain", str(annotated), "--group", "g1"])
+    assert result.exit_code == 0, result.output
+    assert "logged" in result.output and "0.9" in result.output
