@@ -24,9 +24,11 @@ from grpo_cli.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_TERMINATED,
     GrpoAdvError,
     OptionsError,
     OutputError,
+    Terminated,
 )
 
 if TYPE_CHECKING:
@@ -66,7 +68,7 @@ def root(
     """Compute, check and explain GRPO group-relative advantages from reward logs.
 
     Exit codes: 0 ok, 1 verify found differences, 2 usage, 3 bad input, 4 output refused
-    or failed, 70 internal error, 130 interrupted.
+    or failed, 70 internal error, 130 interrupted, 143 terminated.
     """
 
 
@@ -99,6 +101,9 @@ def _user_errors() -> Iterator[None]:
     except KeyboardInterrupt:
         print_error(stderr_console(), GrpoAdvError("interrupted; no output was written"))
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except Terminated:
+        print_error(stderr_console(), GrpoAdvError("terminated; no output was written"))
+        raise typer.Exit(EXIT_TERMINATED) from None
     except OSError as exc:
         if _is_broken_pipe(exc):
             _silence_stdout()
@@ -832,8 +837,16 @@ def presets(
             )
 
 
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. SIGTERM unwinds like Ctrl-C: temporary files are removed
+    and no partial output is left."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
     app()
 
 

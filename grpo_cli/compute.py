@@ -51,6 +51,9 @@ ROW_KEY: Final = "__grpo_row"
 SIZE_KEY: Final = "__grpo_size"
 VALID_KEY: Final = "__grpo_valid"
 CONSTANT_KEY: Final = "__grpo_constant"
+# Rewards at or beyond this magnitude are refused: sums of squared deviations of 1e9 of them
+# would overflow float64 (and the advantages silently become 0).
+MAX_ABS_REWARD: Final = 1e140
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,10 @@ def validate_frame(frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions
 def _check_reward_column(
     frame: pl.DataFrame | pl.LazyFrame, schema: pl.Schema, column: str
 ) -> None:
+    """Rewards are numbers or booleans (0/1); text is accepted when every value is a
+    number written as text (``"1.0"``, as some JSON logs hold them)."""
+    if schema[column] == pl.String and _all_parse_as_numbers(frame, column):
+        return
     try:
         check_numeric_dtype(schema, column, "reward")
     except InputError as exc:
@@ -271,6 +278,12 @@ def _check_reward_column(
             exc.message += describe_bad_reward(frame, column)
             exc.args = (exc.message,)
         raise
+
+
+def _all_parse_as_numbers(frame: pl.DataFrame | pl.LazyFrame, column: str) -> bool:
+    text = pl.col(column)
+    unparsed = (text.is_not_null() & text.cast(pl.Float64, strict=False).is_null()).sum()
+    return int(frame.lazy().select(unparsed).collect(engine="streaming").item()) == 0
 
 
 def _check_nulls(
@@ -282,10 +295,19 @@ def _check_nulls(
     checks = {}
     if key_cols:
         checks["keys"] = pl.any_horizontal(*(pl.col(c).is_null() for c in key_cols)).sum()
-    if options.nulls == "error":
-        rewards = [reward_expr(c) for c in options.reward_cols if c in frame.collect_schema()]
-        if rewards:
-            checks["rewards"] = pl.any_horizontal(*(r.is_null() for r in rewards)).sum()
+    schema = frame.collect_schema()
+    rewards = [
+        reward_expr(c)
+        for c in options.reward_cols
+        if c in schema and not isinstance(schema[c], pl.List)
+    ]
+    if options.nulls == "error" and rewards:
+        checks["rewards"] = pl.any_horizontal(*(r.is_null() for r in rewards)).sum()
+    if rewards:
+        checks["infinite"] = pl.any_horizontal(*(r.is_infinite() for r in rewards)).sum()
+        checks["huge"] = pl.any_horizontal(
+            *((r.abs() >= MAX_ABS_REWARD) & r.is_finite() for r in rewards)
+        ).sum()
     if not checks:
         return
     # Integer counts: the streaming engine keeps a huge scanned log out of memory.
@@ -299,6 +321,18 @@ def _check_nulls(
         raise InputError(
             f"{counts['rewards']} row(s) have a null or NaN reward (--nulls error)",
             hint="choose --nulls exclude, zero or fill_zero to accept them",
+        )
+    columns = ", ".join(options.reward_cols)
+    if counts.get("infinite"):
+        raise InputError(
+            f"{counts['infinite']} row(s) have an infinite reward ({columns})",
+            hint="rewards must be finite: clip them, or make them null to leave those rows out",
+        )
+    if counts.get("huge"):
+        raise InputError(
+            f"{counts['huge']} row(s) have a reward of magnitude {MAX_ABS_REWARD:g} or more "
+            f"({columns}): their squares overflow float64",
+            hint="rescale the rewards (advantages do not depend on the scale, up to eps)",
         )
 
 

@@ -14,6 +14,7 @@ Exit codes (also in the README):
       or cannot be written
 70    internal error (a bug: please report it)
 130   interrupted (Ctrl-C); no output file is left behind
+143   terminated (SIGTERM); no output file is left behind
 ====  ===============================================================
 """
 
@@ -26,6 +27,11 @@ EXIT_INPUT = 3
 EXIT_OUTPUT = 4
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(BaseException):
+    """Raised by the SIGTERM handler, so that cleanup runs as for Ctrl-C."""
 
 
 class GrpoAdvError(Exception):

@@ -7,6 +7,13 @@ Detection, in order: an explicit format; the file's suffix; the content's first 
 (Parquet magic ``PAR1``; first non-blank byte ``{`` for JSONL, ``[`` for a JSON array;
 anything else is CSV). ``.json`` files are always sniffed, since many are really JSONL.
 
+Compressed inputs (gzip, zstd, bzip2, xz; by their magic bytes, from files or standard
+input) are decompressed first; the format then comes from the suffix under the compression
+suffix (``r.jsonl.gz`` is JSONL) or from the content. CSV's delimiter is a comma unless the
+header line has none and has semicolons, tabs or pipes. A reward column of numbers written
+as text (``"1.0"``) is read as numbers when every value parses (see
+:mod:`grpo_cli.compute`).
+
 Writes are atomic: the data goes to a hidden temporary file in the target folder, which
 is renamed over the target only once complete, so a failed or interrupted run leaves
 no partial file and an existing file is never half-overwritten.
@@ -48,6 +55,21 @@ FORMAT_SUFFIXES: Final[dict[str, str]] = {
     "markdown": ".md",
 }
 PARQUET_MAGIC: Final = b"PAR1"
+COMPRESSION_MAGIC: Final = {
+    b"\x1f\x8b": "gzip",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"BZh": "bz2",
+    b"\xfd7zXZ\x00": "xz",
+}
+COMPRESSION_SUFFIXES: Final = {
+    ".gz": "gzip",
+    ".gzip": "gzip",
+    ".zst": "zstd",
+    ".zstd": "zstd",
+    ".bz2": "bz2",
+    ".xz": "xz",
+}
+CSV_SEPARATORS: Final = (";", "\t", "|")
 SNIFF_BYTES: Final = 4096
 STDIN_NAME: Final = "<stdin>"
 
@@ -86,8 +108,51 @@ def sniff_format(head: bytes) -> str:
 
 
 def format_from_suffix(path: Path) -> str | None:
-    """The format a file's suffix names, or None (``.json`` and unknown suffixes)."""
-    return SUFFIX_FORMATS.get(path.suffix.lower())
+    """The format a file's suffix names, or None (``.json`` and unknown suffixes); under a
+    compression suffix, the one before it (``r.jsonl.gz``: jsonl)."""
+    return SUFFIX_FORMATS.get(uncompressed_name(path).suffix.lower())
+
+
+def uncompressed_name(path: Path) -> Path:
+    """``path`` without a compression suffix (``r.jsonl.gz`` -> ``r.jsonl``)."""
+    return path.with_suffix("") if path.suffix.lower() in COMPRESSION_SUFFIXES else path
+
+
+def compression_of(data: bytes) -> str | None:
+    """The compression whose magic bytes start ``data``, or None."""
+    for magic, name in COMPRESSION_MAGIC.items():
+        if data.startswith(magic):
+            return name
+    return None
+
+
+def decompress(data: bytes, name: str) -> bytes:
+    """``data`` decompressed when it starts with a known compression's magic bytes."""
+    codec = compression_of(data)
+    if codec is None:
+        return data
+    import bz2
+    import gzip
+    import lzma
+
+    try:
+        if codec == "gzip":
+            return gzip.decompress(data)
+        if codec == "bz2":
+            return bz2.decompress(data)
+        if codec == "xz":
+            return lzma.decompress(data)
+        import pyarrow as pa
+
+        with pa.CompressedInputStream(pa.BufferReader(data), "zstd") as stream:
+            return bytes(stream.read())
+    except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:
+        del exc
+        raise InputError(
+            f"cannot decompress {name} ({codec}): the data is truncated or corrupt",
+            hint=f"check the file ({'gzip -t' if codec == 'gzip' else codec + ' -t'}), "
+            "or decompress it yourself",
+        ) from None
 
 
 def read_rewards(
@@ -124,6 +189,7 @@ def read_rewards(
     else:
         data = source.read()
         name = STDIN_NAME
+    data = decompress(data, name)
     if not data.strip():
         raise InputError(
             f"{name} is empty",
@@ -159,16 +225,38 @@ def _read_file_bytes(path: Path) -> bytes:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def csv_separator(data: bytes) -> str:
+    """A comma, unless the header line has none and has one of CSV_SEPARATORS."""
+    header = data.split(b"\n", 1)[0]
+    if b"," in header:
+        return ","
+    counts = {sep: header.count(sep.encode()) for sep in CSV_SEPARATORS}
+    best = max(counts, key=lambda sep: counts[sep])
+    return best if counts[best] else ","
+
+
 def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataFrame:
     import io
 
     buffer = io.BytesIO(data)
+    if fmt == "parquet" and not data.rstrip(b"\0").endswith(PARQUET_MAGIC):
+        raise InputError(
+            f"{name} is not a complete Parquet file (no PAR1 footer: truncated?)",
+            hint="write the file again, or pass --format if it is not Parquet",
+        )
     try:
         if fmt == "parquet":
             return pl.read_parquet(buffer)
         if fmt == "csv":
             overrides: dict[str, pl.DataType] = {col: pl.String() for col in string_cols}
-            return pl.read_csv(buffer, schema_overrides=overrides, infer_schema_length=None)
+            frame = pl.read_csv(
+                buffer,
+                schema_overrides=overrides,
+                infer_schema_length=None,
+                separator=csv_separator(data),
+            )
+            _check_unique_header(frame, name)
+            return frame
         if fmt == "jsonl":
             return pl.read_ndjson(buffer, infer_schema_length=None)
         if fmt == "json":
@@ -178,16 +266,38 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
     raise OptionsError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(DATA_FORMATS)}")
 
 
+def _check_unique_header(frame: pl.DataFrame, name: str) -> None:
+    """Polars renames a repeated CSV column ``c`` to ``c_duplicated_0``: refuse instead."""
+    import re
+
+    for column in frame.columns:
+        match = re.fullmatch(r"(.+)_duplicated_\d+", column)
+        if match and match.group(1) in frame.columns:
+            raise InputError(
+                f"{name} has more than one column named {match.group(1)!r}",
+                hint="rename the columns so that every name is unique",
+            )
+
+
 def _parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError:
     detail = _first_line(str(exc))
+    if fmt in ("csv", "jsonl", "json"):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            return InputError(
+                f"{name} is not UTF-8 text (byte 0x{data[bad.start]:02x} at offset {bad.start})",
+                hint="CSV and JSONL logs are UTF-8 text; for Parquet, name the file .parquet "
+                "or pass --format parquet",
+            )
     if fmt == "jsonl":
         located = _locate_bad_json_line(data)
         if located is not None:
             line_no, problem = located
-            return InputError(
-                f"{name} line {line_no}: {problem}",
-                hint='each line must be one JSON object, e.g. {"prompt_id": "p1", "reward": 1.0}',
-            )
+            hint = 'each line must be one JSON object, e.g. {"prompt_id": "p1", "reward": 1.0}'
+            if problem.endswith("is not JSON"):
+                hint = "write null for a missing reward, or a finite number"
+            return InputError(f"{name} line {line_no}: {problem}", hint=hint)
     hints = {
         "parquet": "the file may be truncated or not Parquet; pass --format to read it as another",
         "csv": "check the delimiter and quoting; pass --format to read it as another format",
@@ -204,13 +314,23 @@ def _locate_bad_json_line(data: bytes) -> tuple[int, str] | None:
         if not text:
             continue
         try:
-            value = json.loads(text)
+            value = json.loads(text, parse_constant=_reject_constant)
+        except _NotJson as exc:
+            return line_no, str(exc)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
             return line_no, f"malformed JSON ({reason})"
         if not isinstance(value, dict):
             return line_no, f"expected a JSON object, got {type(value).__name__}"
     return None
+
+
+class _NotJson(ValueError):
+    """A literal Python's json module accepts but JSON (and Polars) does not."""
+
+
+def _reject_constant(literal: str) -> float:
+    raise _NotJson(f"{literal} is not JSON")
 
 
 def _first_line(text: str) -> str:
@@ -238,7 +358,9 @@ def output_format_for(path: Path, requested: str | None, fallback: str) -> str:
 
 
 def default_output_path(input_path: Path, input_fmt: str, output_fmt: str) -> Path:
-    """``<stem>.adv.<suffix>`` beside the input; the input's suffix kept when formats agree."""
+    """``<stem>.adv.<suffix>`` beside the input; the input's suffix kept when formats agree
+    (a compressed input gives an uncompressed output: ``r.jsonl.gz`` -> ``r.adv.jsonl``)."""
+    input_path = uncompressed_name(input_path)
     suffix = input_path.suffix
     if output_fmt != input_fmt or format_from_suffix(input_path) != input_fmt:
         suffix = FORMAT_SUFFIXES[output_fmt]
