@@ -206,3 +206,41 @@ def test_fuzzed_bytes_give_a_clean_error_or_a_log(data: bytes, fmt: str | None) 
     )
     assert result.exit_code in (0, 2, 3), result.stderr
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+def test_readme_tables_match_the_code() -> None:
+    import grpo_cli.errors as errors
+
+    readme = (ROOT / "README.md").read_text()
+    for case in CASES:
+        result = (
+            f"exit {case.exit_code}: `{case.stderr[0].removeprefix('error: ')}`"
+            if case.exit_code
+            else "works"
+        )
+        assert f"| `{case.name}` | {result} |" in readme, case.name
+    codes = {
+        value
+        for name, value in vars(errors).items()
+        if name.startswith("EXIT_") and isinstance(value, int)
+    }
+    documented = {
+        int(line.split("|")[1])
+        for line in readme.splitlines()
+        if line[:2] == "| " and line.split("|")[1].strip().isdigit()
+    }
+    assert documented == codes
+    for code in codes:
+        assert f"\n{code} " in (errors.__doc__ or "") or f"{code}   " in (errors.__doc__ or "")
+
+
+def test_stdout_carries_only_data(runner: CliRunner) -> None:
+    """Warnings and the summary go to stderr; stdout parses as the data, whole."""
+    result = runner.invoke(app, ["compute", str(SAMPLE_FILES["csv"]), "-o", "-"])
+    assert result.exit_code == 0
+    assert result.stderr.startswith("warning: 1 null or NaN reward(s)")
+    assert "grpo-adv compute" in result.stderr
+    import io
+
+    data = pl.read_csv(io.StringIO(result.stdout))
+    assert data.height == 570 and data.columns[-1] == "advantage"
