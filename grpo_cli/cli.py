@@ -386,7 +386,7 @@ def _compute_low_memory(
     quiet: bool,
 ) -> None:
     """``--low-memory``: one Parquet file in, one Parquet file out, bounded memory."""
-    from grpo_cli.io import atomic_path, check_output_path, expand_sources, sniff_format
+    from grpo_cli.io import atomic_path, check_output_path, check_parquet_file, expand_sources
     from grpo_cli.lowmem import annotate_to_parquet
     from grpo_cli.options import AdvantageOptions
     from grpo_cli.presets import merge_options
@@ -403,12 +403,7 @@ def _compute_low_memory(
 
     if not source.is_file():
         read_rewards(source)  # raises the usual missing / folder / permission error
-    with source.open("rb") as handle:
-        if sniff_format(handle.read(4)) != "parquet":
-            raise OptionsError(
-                f"--low-memory needs a Parquet input; {source} is not Parquet",
-                hint="convert it first: grpo-adv compute IN -o IN.parquet, or drop --low-memory",
-            )
+    check_parquet_file(source)
     target, fmt = _output_target([str(source)], output, output_format, "parquet")
     if target is None or fmt != "parquet":
         raise OptionsError("--low-memory writes Parquet", hint="give -o OUT.parquet")

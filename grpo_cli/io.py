@@ -225,6 +225,31 @@ def _read_file_bytes(path: Path) -> bytes:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def truncated_parquet(name: str) -> InputError:
+    """The error for a Parquet file without its footer."""
+    return InputError(
+        f"{name} is not a complete Parquet file (no PAR1 footer: truncated?)",
+        hint="write the file again, or pass --format if it is not Parquet",
+    )
+
+
+def check_parquet_file(path: Path) -> None:
+    """For ``--low-memory``: raise unless ``path`` starts (OptionsError) and ends
+    (InputError: truncated) like a Parquet file, without reading it."""
+    with path.open("rb") as handle:
+        head = handle.read(4)
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(size - 4, 0))
+        tail = handle.read(4)
+    if head != PARQUET_MAGIC:
+        raise OptionsError(
+            f"--low-memory needs a Parquet input; {path} is not Parquet",
+            hint="convert it first: grpo-adv compute IN -o IN.parquet, or drop --low-memory",
+        )
+    if tail != PARQUET_MAGIC or size < 12:
+        raise truncated_parquet(str(path))
+
+
 def csv_separator(data: bytes) -> str:
     """A comma, unless the header line has none and has one of CSV_SEPARATORS."""
     header = data.split(b"\n", 1)[0]
@@ -239,11 +264,8 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
     import io
 
     buffer = io.BytesIO(data)
-    if fmt == "parquet" and not data.rstrip(b"\0").endswith(PARQUET_MAGIC):
-        raise InputError(
-            f"{name} is not a complete Parquet file (no PAR1 footer: truncated?)",
-            hint="write the file again, or pass --format if it is not Parquet",
-        )
+    if fmt == "parquet" and not data.endswith(PARQUET_MAGIC):
+        raise truncated_parquet(name)
     try:
         if fmt == "parquet":
             return pl.read_parquet(buffer)

@@ -244,3 +244,17 @@ def test_stdout_carries_only_data(runner: CliRunner) -> None:
 
     data = pl.read_csv(io.StringIO(result.stdout))
     assert data.height == 570 and data.columns[-1] == "advantage"
+
+
+def test_truncated_parquet_with_low_memory(runner: CliRunner, tmp_path: Path) -> None:
+    data = SAMPLE_FILES["parquet"].read_bytes()
+    source = tmp_path / "cut.parquet"
+    source.write_bytes(data[: len(data) // 2])
+    result = runner.invoke(
+        app, ["compute", str(source), "--low-memory", "-o", str(tmp_path / "o.parquet")]
+    )
+    assert result.exit_code == 3
+    assert result.stderr.splitlines()[0] == (
+        f"error: {source} is not a complete Parquet file (no PAR1 footer: truncated?)"
+    )
+    assert _leftovers(tmp_path, {"cut.parquet"}) == []
