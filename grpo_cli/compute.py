@@ -19,6 +19,7 @@ unchanged, and the result is bit-for-bit repeatable.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -437,7 +438,7 @@ def compute_advantages(
         annotated, _ = annotate_lazy(frame, options)
         return annotated.select(*original, *options.added_columns())
     full, _ = annotate_frame(frame, options)
-    return full.select(*original, *options.added_columns())
+    return pick_columns(full, [*original, *options.added_columns()])
 
 
 def annotate_frame(frame: pl.DataFrame, options: AdvantageOptions) -> tuple[pl.DataFrame, Keys]:
@@ -473,6 +474,12 @@ def annotate_with_torch(
             ctx.in_group(ctx.reward.std(ddof=options.ddof)).alias("group_std"),
         )
     return full, keys
+
+
+def pick_columns(frame: pl.DataFrame, names: Iterable[str]) -> pl.DataFrame:
+    """The columns ``names`` of ``frame``, as they are (zero-copy). ``DataFrame.select`` runs
+    a query that copies the chunked columns a streaming collect leaves (0.45 s on 10M rows)."""
+    return pl.DataFrame([frame.get_column(name) for name in names])
 
 
 def collect(frame: pl.LazyFrame, *, deterministic: bool = True) -> pl.DataFrame:

@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from grpo_cli.compute import Keys, annotate_frame
+from grpo_cli.compute import Keys, annotate_frame, pick_columns
 from grpo_cli.layouts import apply_layout, detect_layout
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.presets import get_preset, merge_options
@@ -29,16 +29,26 @@ class Resolved:
 
 @dataclass
 class Annotation:
-    """The result of :func:`annotate`: the output frame, the run's figures, and the
-    per-group table on demand (``groups``: one more grouping of the key)."""
+    """The result of :func:`annotate`: the output frame, and on demand the run's figures
+    (``run``: one pass over the rows), the warnings that follow from them and the per-group
+    table (``groups``: one more grouping of the key). ``--quiet`` needs none of them."""
 
     frame: pl.DataFrame
-    run: RunSummary
     options: AdvantageOptions
     layout: str | None
-    warnings: tuple[str, ...]
     full: pl.DataFrame
     keys: Keys
+    preset: str | None = None
+
+    @cached_property
+    def run(self) -> RunSummary:
+        """The run's figures (see :func:`grpo_cli.summary.summarize_run`)."""
+        return summarize_run(self.full.lazy(), self.options, self.keys)
+
+    @cached_property
+    def warnings(self) -> tuple[str, ...]:
+        """What the user should know about how the log fits the preset's trainer."""
+        return _warnings(self.preset, self.run)
 
     @cached_property
     def groups(self) -> pl.DataFrame:
@@ -66,11 +76,9 @@ def annotate(frame: pl.DataFrame, preset: str | None = None, **explicit: Any) ->
     resolved = resolve(frame, preset, explicit)
     options = resolved.options
     full, keys = annotate_frame(resolved.frame, options)
-    run = summarize_run(full.lazy(), options, keys)
     output_columns = [c for c in frame.columns if c not in resolved.derived]
-    output = full.select(*output_columns, *options.added_columns())
-    warnings = _warnings(preset, run)
-    return Annotation(output, run, options, resolved.layout, warnings, full, keys)
+    output = pick_columns(full, [*output_columns, *options.added_columns()])
+    return Annotation(output, options, resolved.layout, full, keys, preset)
 
 
 def _warnings(preset: str | None, run: RunSummary) -> tuple[str, ...]:
