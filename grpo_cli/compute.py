@@ -432,13 +432,13 @@ def compute_advantages(
         OptionsError: invalid options.
         InputError: a missing column, non-numeric rewards, a null key, a bad group size.
     """
-    options = (options or AdvantageOptions()).with_overrides(**overrides)
-    original = frame.collect_schema().names()
+    chosen: AdvantageOptions = (options or AdvantageOptions()).with_overrides(**overrides)
+    names: list[str] = [*frame.collect_schema().names(), *chosen.added_columns()]
     if isinstance(frame, pl.LazyFrame):
-        annotated, _ = annotate_lazy(frame, options)
-        return annotated.select(*original, *options.added_columns())
-    full, _ = annotate_frame(frame, options)
-    return pick_columns(full, [*original, *options.added_columns()])
+        annotated, _ = annotate_lazy(frame, chosen)
+        return annotated.select(names)
+    full, _ = annotate_frame(frame, chosen)
+    return pick_columns(full, names)
 
 
 def annotate_frame(frame: pl.DataFrame, options: AdvantageOptions) -> tuple[pl.DataFrame, Keys]:
