@@ -52,7 +52,6 @@ _SIZE = "__grpo_r_size"
 _VALID = "__grpo_r_valid"
 _STD = "__grpo_r_std1"
 _MAX = "__grpo_r_max"
-_MIN = "__grpo_r_min"
 _MEAN = "__grpo_r_mean"
 _ALL = "__grpo_r_all"
 
@@ -165,7 +164,6 @@ def _group_columns(group: list[str]) -> list[pl.Expr]:
         r.count().over(group).alias(_VALID),
         r.std(ddof=1).over(group).alias(_STD),
         r.max().over(group).alias(_MAX),
-        r.min().over(group).alias(_MIN),
         r.mean().over(group).alias(_MEAN),
     ]
 
@@ -198,16 +196,13 @@ def _metrics(
         ]
     row_table = rows.group_by(list(by)).agg(per_row)
     valid = pl.col(_VALID)
-    per_group = rows.group_by([*by, *group]).agg(pl.col(_SIZE, _VALID, _MAX, _MIN, _MEAN).first())
+    per_group = rows.group_by([*by, *group]).agg(pl.col(_SIZE, _VALID, _STD, _MAX, _MEAN).first())
     group_aggs = [
         pl.len().cast(pl.Int64).alias("groups"),
         pl.col(_SIZE).min().cast(pl.Int64).alias("group_size_min"),
         pl.col(_SIZE).median().alias("group_size_median"),
         pl.col(_SIZE).max().cast(pl.Int64).alias("group_size_max"),
-        ((valid >= 2) & (pl.col(_MAX) == pl.col(_MIN)))
-        .sum()
-        .cast(pl.Int64)
-        .alias("zero_std_groups"),
+        ((valid >= 2) & (pl.col(_STD) == 0.0)).sum().cast(pl.Int64).alias("zero_std_groups"),
         (valid == 1).sum().cast(pl.Int64).alias("singleton_groups"),
     ]
     if binary:

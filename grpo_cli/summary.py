@@ -5,7 +5,8 @@ weighted sum of several reward columns; for ``process``, every step reward).
 
 - ``size``: rows (responses) in the group; ``n_null``: null or NaN rewards.
 - ``mean``, ``std`` (with the run's ddof), ``min``, ``max``: over the valid rewards.
-- ``zero_std``: the group has at least two valid rewards and they are all equal.
+- ``zero_std``: the group has at least two valid rewards and they are all equal (its
+  variance is exactly 0; see ``EstimatorContext.is_constant``).
 - ``frac_reward_zero_std`` (TRL's metric): the share of *responses* whose group is zero_std.
 - a singleton group has exactly one valid reward.
 """
@@ -70,7 +71,7 @@ def group_table(annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys) 
             max=r.max(),
             valid=r.count(),
         )
-        .with_columns(zero_std=(pl.col("valid") >= 2) & (pl.col("max") == pl.col("min")))
+        .with_columns(zero_std=(pl.col("valid") >= 2) & (pl.col("std") == 0.0))
         .select(*keys.exact, *GROUP_TABLE_COLUMNS)
     )
     renames = {k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES}

@@ -115,3 +115,27 @@ def test_large_offsets_keep_precision() -> None:
     log = pl.DataFrame({"prompt_id": ["g"] * 3, "reward": [1e12 + 1, 1e12 + 2, 1e12 + 3]})
     got = compute_advantages(log, eps=0.0)["advantage"].to_list()
     assert got == [-1.0, 0.0, 1.0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    values=st.lists(
+        st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False), min_size=1, max_size=30
+    ),
+    sizes=st.lists(st.integers(2, 64), min_size=30, max_size=30),
+    seed=st.integers(0, 1000),
+)
+def test_equal_rewards_have_exactly_zero_variance(
+    values: list[float], sizes: list[int], seed: int
+) -> None:
+    """Zero-variance groups are found by ``var == 0``: Polars' variance must be exactly 0
+    on equal values in any order, with either engine (or constant groups would get
+    advantages of 1e-9 instead of 0)."""
+    keys = np.repeat(np.arange(len(values)), sizes[: len(values)])
+    rewards = np.repeat(values, sizes[: len(values)])
+    order = np.random.default_rng(seed).permutation(len(keys))
+    log = pl.DataFrame({"prompt_id": keys[order].astype(str), "reward": rewards[order]})
+    for deterministic in (True, False):
+        got = compute_advantages(log, deterministic=deterministic, with_stats=True)
+        assert (got["advantage"] == 0.0).all()
+        assert (got["group_std"] == 0.0).all()
