@@ -31,7 +31,8 @@ Sources = Annotated[
     list[str],
     typer.Argument(
         metavar="INPUT...",
-        help="Reward log(s): .parquet, .csv, .jsonl/.ndjson or .json files, folders or globs "
+        help="Reward log(s): .parquet, .csv, .jsonl/.ndjson or .json files (also gzip, zstd, "
+        "bzip2 or xz compressed), folders or globs "
         "(read as one log); - reads standard input.",
         show_default=False,
     ),

@@ -36,6 +36,7 @@ import polars as pl
 
 from grpo_cli.compute import (
     REWARD_KEY,
+    Keys,
     combined_reward,
     resolve_keys,
     validate_frame,
@@ -43,7 +44,7 @@ from grpo_cli.compute import (
 )
 from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.options import AdvantageOptions
-from grpo_cli.summary import group_table
+from grpo_cli.summary import DISPLAY_NAMES, group_table
 
 ZERO_STD_ATOL: Final = 1e-8  # torch.isclose's default atol, as TRL uses it
 LEVELS: Final = ("step", "group", "overall")
@@ -134,17 +135,7 @@ def summarize(
     lazy = prepared.lazy()
     overall = _metrics(lazy.with_columns(pl.lit(0).alias(_ALL)), (_ALL,), keys.group, binary, adv)
     steps = _metrics(lazy, by, keys.group, binary, adv).sort(list(by)) if by else pl.DataFrame()
-    groups = group_table(prepared.lazy(), options, keys)
-    if by:
-        batch = prepared.group_by(list(keys.group), maintain_order=True).agg(
-            [pl.col(c).first() for c in by if c not in keys.group]
-        )
-        groups = batch.join(groups, on=list(keys.group), how="left", maintain_order="left")
-    if adv is not None:
-        means = prepared.group_by(list(keys.group), maintain_order=True).agg(
-            advantage_mean=pl.col(adv).cast(pl.Float64).mean()
-        )
-        groups = groups.join(means, on=list(keys.group), how="left", maintain_order="left")
+    groups = _group_rows(prepared, options, keys, by, adv)
     return Report(
         overall=overall.drop(_ALL),
         steps=steps,
@@ -155,6 +146,30 @@ def summarize(
         rewards=rewards,
         advantages=prepared[adv].cast(pl.Float64).drop_nulls().drop_nans() if adv else None,
     )
+
+
+def _group_rows(
+    prepared: pl.DataFrame,
+    options: AdvantageOptions,
+    keys: Keys,
+    by: tuple[str, ...],
+    adv: str | None,
+) -> pl.DataFrame:
+    """The group table, with each group's batch values (first seen) and mean advantage."""
+    group = list(keys.group)
+    extra = [pl.col(c).first() for c in by if c not in group]
+    if adv is not None:
+        extra.append(pl.col(adv).cast(pl.Float64).mean().alias("advantage_mean"))
+    table = group_table(prepared.lazy(), options, keys)
+    if not extra:
+        return table
+    more = prepared.group_by(group, maintain_order=True).agg(extra)
+    more = more.rename({k: DISPLAY_NAMES[k] for k in group if k in DISPLAY_NAMES})
+    shown = [DISPLAY_NAMES.get(k, k) for k in group]
+    joined = table.join(more, on=shown, how="left", maintain_order="left")
+    batch = [c for c in by if c not in group]
+    rest = [c for c in joined.columns if c not in shown and c not in batch]
+    return joined.select(*shown, *batch, *rest)
 
 
 def _group_columns(group: list[str]) -> list[pl.Expr]:
@@ -196,7 +211,9 @@ def _metrics(
         ]
     row_table = rows.group_by(list(by)).agg(per_row)
     valid = pl.col(_VALID)
-    per_group = rows.group_by([*by, *group]).agg(pl.col(_SIZE, _VALID, _STD, _MAX, _MEAN).first())
+    per_group = rows.group_by([*by, *(g for g in group if g not in by)]).agg(
+        pl.col(_SIZE, _VALID, _STD, _MAX, _MEAN).first()
+    )
     group_aggs = [
         pl.len().cast(pl.Int64).alias("groups"),
         pl.col(_SIZE).min().cast(pl.Int64).alias("group_size_min"),

@@ -238,3 +238,29 @@ class TestSummarizeCli:
         )
         assert result.exit_code == 2
         assert "unknown --level 'epoch'" in result.output
+
+
+class TestTrainerDumps:
+    def test_verl_dump_groups_by_uid(self, runner: CliRunner, tmp_path: Path) -> None:
+        out = tmp_path / "groups.csv"
+        dump = sorted(str(p) for p in (SAMPLE_FILES["csv"].parent / "verl_dump").iterdir())
+        result = runner.invoke(
+            app, ["summarize", *dump, "--preset", "verl", "--level", "group", "-o", str(out), "-q"]
+        )
+        assert result.exit_code == 0, result.output
+        table = pl.read_csv(out)
+        assert table.columns[:3] == ["group", "step", "size"]
+        assert table.height == 18 and (table["size"] == 4).all()
+        assert table["advantage_mean"].abs().max() < 1e-6  # logged float32 advantages
+
+    def test_trl_positional_groups_per_step(self, runner: CliRunner, tmp_path: Path) -> None:
+        out = tmp_path / "steps.json"
+        folder = SAMPLE_FILES["csv"].parent / "trl_completions"
+        result = runner.invoke(
+            app,
+            ["summarize", str(folder), "--preset", "trl", "--group-size", "8", "-o", str(out)],
+        )
+        assert result.exit_code == 0, result.output
+        steps = json.loads(out.read_text())
+        assert all(row["group_size_min"] == row["group_size_max"] == 8 for row in steps)
+        assert sum(row["responses"] for row in steps) == sum(8 * row["groups"] for row in steps)
