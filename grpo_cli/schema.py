@@ -23,7 +23,7 @@ ROLE_FLAGS = {
 
 def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> None:
     """Raise an InputError naming the file's columns when one of ``columns`` is missing."""
-    available = list(schema.names())
+    available = [name for name in schema.names() if not name.startswith("__grpo_")]
     for column in columns:
         if column in schema:
             continue
