@@ -670,16 +670,7 @@ def summarize(
     with _user_errors():
         from grpo_cli.render import render_report, stderr_console
 
-        explicit = opt.explicit_fields(
-            group_col=group_col,
-            reward_col=reward_col,
-            reward_weights=reward_weights,
-            ddof=ddof,
-            nulls=nulls,
-            batch_col=batch_col,
-            group_size=group_size,
-            advantage_col=advantage_col,
-        )
+        explicit = opt.report_fields(locals())
         report = _report_for(sources, preset, explicit, input_format, by)
         chosen = level or ("step" if report.by else "overall")
         table = report.table(chosen)
@@ -733,15 +724,7 @@ def plot(
 
         fmt = check_plot_path(output)
         check_output_path(output, force=force, protected=_protected_inputs(sources))
-        explicit = opt.explicit_fields(
-            group_col=group_col,
-            reward_col=reward_col,
-            reward_weights=reward_weights,
-            nulls=nulls,
-            batch_col=batch_col,
-            group_size=group_size,
-            advantage_col=advantage_col,
-        )
+        explicit = opt.report_fields(locals())
         report = _report_for(sources, preset, explicit, input_format, by)
         write_dashboard(report, output, fmt, title=", ".join(sources))
         if not quiet:

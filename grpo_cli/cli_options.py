@@ -326,6 +326,23 @@ POLICY_PARAMS = (
 )
 
 
+REPORT_PARAMS = (
+    "group_col",
+    "reward_col",
+    "reward_weights",
+    "ddof",
+    "nulls",
+    "batch_col",
+    "group_size",
+    "advantage_col",
+)
+
+
+def report_fields(params: dict[str, Any]) -> dict[str, Any]:
+    """The input and grouping options of ``summarize`` and ``plot`` (given ones only)."""
+    return explicit_fields(**{name: params.get(name) for name in REPORT_PARAMS})
+
+
 def policy_fields(params: dict[str, Any]) -> dict[str, Any]:
     """The policy options among a command's parameters, as option fields (given ones only)."""
     return explicit_fields(**{name: params[name] for name in POLICY_PARAMS})
