@@ -757,7 +757,10 @@ def explain(
     singleton: opt.Singleton = None,
     nulls: opt.Nulls = None,
     clip: opt.Clip = None,
+    clip_stage: opt.ClipStage = None,
     batch_col: opt.BatchCol = None,
+    length_col: opt.LengthCol = None,
+    token_weighted: opt.TokenWeighted = None,
 ) -> None:
     """Show one group's advantages with the formula filled in.
 
@@ -779,7 +782,10 @@ def explain(
             singleton=singleton,
             nulls=nulls,
             clip=clip,
+            clip_stage=clip_stage,
             batch_col=batch_col,
+            length_col=length_col,
+            token_weighted=token_weighted,
         )
         key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
         log = _read_input(sources, input_format, key_cols)

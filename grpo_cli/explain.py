@@ -24,7 +24,16 @@ from grpo_cli.compute import REWARD_KEY
 from grpo_cli.errors import InputError
 from grpo_cli.options import AdvantageOptions
 
-FILLED: Final = ("grpo", "dr_grpo", "rloo", "batch_std")
+FILLED: Final = (
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "batch_std",
+    "gpg",
+    "opo",
+    "grpo_passk",
+    "reinforce_pp_baseline",
+)
 SHOWN_KEYS: Final = 8
 
 
@@ -99,7 +108,7 @@ def explain_group(
     group_rows: pl.DataFrame,
     options: AdvantageOptions,
     estimator_summary: str,
-    batch_rewards: pl.Series | None = None,
+    batch: BatchView | None = None,
     logged: pl.Series | None = None,
 ) -> Explanation:
     """Explain ``group_rows`` (one group, with REWARD_KEY and the advantage column);
@@ -125,20 +134,18 @@ def explain_group(
     if options.singleton == "verl" and n == 1:
         g_mean, g_var = 0.0, 1.0
         notes.append("singleton=verl: a one-reward group has mean 0 and std 1")
-    b_var = None
-    if options.estimator == "batch_std":
-        b_var = _batch_var(batch_rewards, ddof)
-        if b_var is not None:
-            steps += (
-                f"batch std (ddof={ddof}) over all valid rewards of the batch = "
-                f"{_fmt(math.sqrt(b_var))}",
-            )
+    extras = _Extras()
+    lengths = None
+    if options.length_col and options.length_col in group_rows.columns:
+        lengths = [_float(v) for v in group_rows[options.length_col].to_list()]
+    more = _estimator_steps(options, extras, batch, valid, rewards, lengths, n, g_var)
+    steps += more
     constant = n >= 2 and max(valid) == min(valid)
     if constant:
         notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
     rows = []
     for reward, advantage, was in zip(rewards, advantages, logged_values, strict=True):
-        formula, value = _formula(reward, options, n, mean, g_mean, g_var, b_var, valid)
+        formula, value = _formula(reward, options, n, g_mean, g_var, extras, valid)
         policy = _policy(reward, n, constant, options)
         if policy is None and value is not None and options.clip is not None:
             lo, hi = options.clip
@@ -201,14 +208,95 @@ def _steps(
     return tuple(lines)
 
 
-def _batch_var(batch: pl.Series | None, ddof: int) -> float | None:
-    if batch is None:
-        return None
-    values = [float(v) for v in batch.drop_nulls().drop_nans().to_list()]
-    if len(values) <= ddof:
-        return None
+@dataclass(frozen=True)
+class BatchView:
+    """What batch-level estimators need of the group's batch: its valid rewards, and for
+    the whitening estimators the group-centred values ``x`` of all its responses."""
+
+    rewards: list[float]
+    centred: list[float]
+
+
+@dataclass
+class _Extras:
+    """Per-estimator numbers shared by every row of the group."""
+
+    b_var: float | None = None
+    alpha: float | None = None
+    baseline: float | None = None
+    best: float | None = None
+    n_best: int = 0
+    second: float | None = None
+    whiten: tuple[float, float] | None = None  # batch mean and variance of x
+    flat_batch: bool = False
+
+
+def _mean_var(values: list[float], ddof: int) -> tuple[float, float | None]:
     m = math.fsum(values) / len(values)
-    return math.fsum((v - m) ** 2 for v in values) / (len(values) - ddof)
+    if len(values) <= ddof:
+        return m, None
+    return m, math.fsum((v - m) ** 2 for v in values) / (len(values) - ddof)
+
+
+def _estimator_steps(
+    options: AdvantageOptions,
+    extras: _Extras,
+    batch: BatchView | None,
+    valid: list[float],
+    rewards: list[float | None],
+    lengths: list[float | None] | None,
+    n: int,
+    g_var: float | None,
+) -> tuple[str, ...]:
+    """Fill ``extras`` for the estimator; the lines that state those numbers."""
+    est, ddof = options.estimator, options.ddof
+    if est == "batch_std" and batch is not None and batch.rewards:
+        _, extras.b_var = _mean_var(batch.rewards, ddof)
+        if extras.b_var is not None:
+            return (
+                f"batch std (ddof={ddof}) over the batch's {len(batch.rewards)} valid rewards"
+                f" = {_fmt(math.sqrt(extras.b_var))}",
+            )
+    if est == "gpg" and batch is not None:
+        size = len(batch.rewards)
+        nonzero = sum(1 for v in batch.rewards if v != 0)
+        extras.alpha = size / max(nonzero, 1)
+        return (
+            f"alpha = batch valid rewards / max(non-zero rewards, 1) = {size} / "
+            f"{max(nonzero, 1)} = {_fmt(extras.alpha)}",
+        )
+    if est == "opo" and lengths is not None and n:
+        pairs = [(r, w) for r, w in zip(rewards, lengths, strict=True) if r is not None]
+        weighted = math.fsum(r * (w or 0.0) for r, w in pairs)
+        total = math.fsum(w or 0.0 for _, w in pairs)
+        extras.baseline = 0.0 if options.singleton == "verl" and n == 1 else weighted / total
+        return (
+            f"baseline = sum(L r) / sum(L) = {_fmt(weighted)} / {_fmt(total)} = "
+            f"{_fmt(extras.baseline)}  (L: {options.length_col})",
+        )
+    if est == "grpo_passk" and n:
+        extras.best = max(valid)
+        extras.n_best = sum(1 for v in valid if v == extras.best)
+        below = [v for v in valid if v < extras.best]
+        extras.second = max(below) if below else None
+        return (
+            f"best = {_fmt(extras.best)} ({extras.n_best} response(s)), second best = "
+            f"{_fmt(extras.second)}",
+        )
+    if est == "reinforce_pp_baseline" and batch is not None and not options.token_weighted:
+        xs = batch.centred
+        if options.clip is not None and options.clip_stage == "shaped":
+            xs = [min(max(x, options.clip[0]), options.clip[1]) for x in xs]
+        if not xs:
+            return ()
+        mean_b, var_b = _mean_var(xs, ddof)
+        extras.flat_batch = var_b is None or max(xs) == min(xs)
+        extras.whiten = (mean_b, var_b or 0.0)
+        return (
+            f"x = r - mean, then whitened over the batch's {len(xs)} values of x: "
+            f"mean_b = {_fmt(mean_b)}, var_b (ddof={ddof}) = {_fmt(var_b)}",
+        )
+    return ()
 
 
 def _norm_text(options: AdvantageOptions, var: float) -> tuple[str, float]:
@@ -225,33 +313,54 @@ def _formula(
     r: float | None,
     options: AdvantageOptions,
     n: int,
-    mean: float | None,
     g_mean: float | None,
     g_var: float | None,
-    b_var: float | None,
+    extras: _Extras,
     valid: list[float],
 ) -> tuple[str, float | None]:
     """The estimator's formula for reward ``r`` with the numbers filled in, and its value."""
     if r is None or g_mean is None:
         return "-", None
     est = options.estimator
+    centred = f"{_fmt(r)} - {_fmt(g_mean)}"
     if est == "dr_grpo":
-        return f"{_fmt(r)} - {_fmt(g_mean)}", r - g_mean
+        return centred, r - g_mean
     if est == "rloo":
         if n < 2:
-            return f"{_fmt(r)} - {_fmt(g_mean)}  (no other response: r - mean)", r - g_mean
+            return f"{centred}  (no other response: r - mean)", r - g_mean
         total = math.fsum(valid)
-        loo = (total - r) / (n - 1)
-        return (
-            f"{_fmt(r)} - ({_fmt(total)} - {_fmt(r)}) / {n - 1}",
-            r - loo,
-        )
+        return f"{_fmt(r)} - ({_fmt(total)} - {_fmt(r)}) / {n - 1}", r - (total - r) / (n - 1)
     if est in ("grpo", "batch_std"):
-        var = b_var if est == "batch_std" else g_var
+        var = extras.b_var if est == "batch_std" else g_var
         if var is None:
-            return f"({_fmt(r)} - {_fmt(g_mean)}) / undefined std", None
+            return f"({centred}) / undefined std", None
         text, denominator = _norm_text(options, var)
-        return f"({_fmt(r)} - {_fmt(g_mean)}) / {text}", ((r - g_mean) / denominator)
+        return f"({centred}) / {text}", (r - g_mean) / denominator
+    if est == "gpg" and extras.alpha is not None:
+        return f"{_fmt(extras.alpha)} x ({centred})", extras.alpha * (r - g_mean)
+    if est == "opo" and extras.baseline is not None:
+        return f"{_fmt(r)} - {_fmt(extras.baseline)}", r - extras.baseline
+    if est == "grpo_passk" and extras.best is not None:
+        if r != extras.best or extras.n_best != 1:
+            return "not the group's unique best", 0.0
+        if extras.second is None or g_var is None:
+            return "no second best: undefined", None
+        text, denominator = _norm_text(options, g_var)
+        return (
+            f"({_fmt(extras.best)} - {_fmt(extras.second)}) / {text}",
+            (extras.best - extras.second) / denominator,
+        )
+    if est == "reinforce_pp_baseline" and extras.whiten is not None:
+        x = 0.0 if n >= 2 and max(valid) == min(valid) else r - g_mean
+        if options.clip is not None and options.clip_stage == "shaped":
+            x = min(max(x, options.clip[0]), options.clip[1])
+        if extras.flat_batch:
+            return f"x = {_fmt(x)}; every x of the batch is equal", 0.0
+        mean_b, var_b = extras.whiten
+        text, denominator = _norm_text(options, var_b)
+        return f"({_fmt(x)} - {_fmt(mean_b)}) / {text}", (x - mean_b) / denominator
+    if options.token_weighted:
+        return "(length-weighted batch statistics: not written out)", None
     return "(not written out for this estimator)", None
 
 
@@ -268,6 +377,10 @@ def general_formula(options: AdvantageOptions) -> str:
         "batch_std": f"A = (r - mean) / {batch}",
         "dr_grpo": "A = r - mean",
         "rloo": "A = r - (sum - r) / (n - 1)",
+        "gpg": "A = alpha (r - mean)",
+        "opo": "A = r - sum(L r) / sum(L)",
+        "grpo_passk": f"A = (best - second best) / {spread} for the unique best, else 0",
+        "reinforce_pp_baseline": f"x = r - mean; A = (x - mean_b) / {batch}",
     }.get(options.estimator, "")
 
 
@@ -312,10 +425,30 @@ def explain_one(
         raise InputError("explain does not cover process supervision", hint="use compute")
     rows = select_group(result.full, options.group_cols, key)
     batch = None
-    if options.estimator == "batch_std":
-        batch_cols = list(result.keys.batch)
-        first = rows.select(batch_cols).head(1)
-        batch = result.full.join(first, on=batch_cols, how="semi")[REWARD_KEY]
+    if options.estimator in ("batch_std", "gpg", "reinforce_pp_baseline"):
+        batch = _batch_view(result.full, rows, result.keys.batch, options)
     summary = get_estimator(options.estimator).summary
     logged = rows[logged_column].cast(pl.Float64) if has_logged else None
     return explain_group(rows, options, summary, batch, logged)
+
+
+def _batch_view(
+    full: pl.DataFrame, rows: pl.DataFrame, batch_cols: tuple[str, ...], options: AdvantageOptions
+) -> BatchView:
+    """The valid rewards of the group's batch, and their group-centred values ``x``
+    (0 in a zero-variance group; a one-reward group's mean is 0 under singleton=verl)."""
+    from grpo_cli.compute import CONSTANT_KEY, VALID_KEY
+    from grpo_cli.estimators import STAT_COLUMNS
+
+    first = rows.select(list(batch_cols)).head(1)
+    members = full.join(first, on=list(batch_cols), how="semi").filter(
+        pl.col(REWARD_KEY).is_not_null()
+    )
+    mean = pl.col(STAT_COLUMNS["mean"])
+    if options.singleton == "verl":
+        mean = pl.when(pl.col(VALID_KEY) == 1).then(0.0).otherwise(mean)
+    x = pl.when(pl.col(CONSTANT_KEY)).then(0.0).otherwise(pl.col(REWARD_KEY) - mean)
+    return BatchView(
+        rewards=members[REWARD_KEY].to_list(),
+        centred=members.select(x).to_series().to_list(),
+    )
