@@ -281,6 +281,7 @@ def _merge(
     front to back, through a cursor: chunk [lo, hi) of the row index takes from each cursor
     the rows below ``hi``, and the added columns are written in input order. A streaming
     horizontal concatenation of the input and that file then writes the output."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -288,14 +289,20 @@ def _merge(
     cursors = [_Cursor(path) for path in sorted((spill / "adv").glob("*.arrow"))]
     ordered = spill / "ordered.parquet"
     writer: pq.ParquetWriter | None = None
+    lo = 0
     try:
         for hi in range(min(chunk_rows, rows), rows + chunk_rows, chunk_rows):
             hi = min(hi, rows)
             pieces = [piece for cursor in cursors if (piece := cursor.take_below(hi)).num_rows]
-            merged = pl.DataFrame(pl.from_arrow(pa.concat_tables(pieces)))
-            table = merged.sort(ROW).select(columns).to_arrow()
+            merged = pa.concat_tables(pieces)
+            # The row indices are a permutation of [lo, hi): invert it instead of sorting.
+            index = merged.column(0).to_numpy()
+            position = np.empty(len(index), dtype=np.int64)
+            position[index - lo] = np.arange(len(index))
+            table = merged.select(list(columns)).take(position)
+            lo = hi
             if writer is None:
-                writer = pq.ParquetWriter(ordered, table.schema, compression="lz4")
+                writer = pq.ParquetWriter(ordered, table.schema, compression="none")
             writer.write_table(table)
             if hi == rows:
                 break
