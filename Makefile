@@ -22,6 +22,9 @@ demo: $(STAMP)
 	@head -n 5 $(DEMO_OUT)/groups.md
 	@echo "--- cat sample_data/rewards.jsonl | grpo-adv compute - | head -n 3"
 	cat sample_data/rewards.jsonl | $(BIN)/grpo-adv compute - --quiet | head -n 3
+	$(BIN)/grpo-adv summarize $(DEMO_OUT)/rewards.adv.parquet -o $(DEMO_OUT)/steps.md --force
+	$(BIN)/grpo-adv plot $(DEMO_OUT)/rewards.adv.parquet -o $(DEMO_OUT)/report.png --force
+	$(BIN)/grpo-adv explain sample_data/rewards.parquet --group p007
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
