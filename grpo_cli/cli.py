@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from grpo_cli.io import RewardLog
     from grpo_cli.options import AdvantageOptions
+    from grpo_cli.report import Report
     from grpo_cli.summary import RunSummary
 
 app = typer.Typer(
@@ -586,25 +587,13 @@ def verify(
         raise typer.Exit(EXIT_DIFFERENT)
 
 
-By = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--by",
-        metavar="COL",
-        help="Per-step table by this column (repeat for several). Default: --batch-col, "
-        "else step when the log has it.",
-        show_default=False,
-    ),
-]
-
-
 def _report_for(
     sources: list[str],
     preset: str | None,
     explicit: dict[str, Any],
     input_format: str | None,
     by: list[str] | None,
-) -> Any:
+) -> Report:
     """Read the inputs and build the summarize report."""
     from grpo_cli.pipeline import resolve
     from grpo_cli.report import summarize as summarize_log
@@ -639,7 +628,7 @@ def summarize(
             show_default=False,
         ),
     ] = None,
-    by: By = None,
+    by: opt.By = None,
     rows: Annotated[
         int, typer.Option("--rows", metavar="N", help="Steps shown on the terminal.")
     ] = 20,
@@ -698,7 +687,7 @@ def plot(
             show_default=False,
         ),
     ],
-    by: By = None,
+    by: opt.By = None,
     input_format: opt.InputFormat = None,
     preset: opt.Preset = None,
     group_col: opt.GroupCol = None,

@@ -280,6 +280,16 @@ SummaryPath = Annotated[
         show_default=False,
     ),
 ]
+By = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--by",
+        metavar="COL",
+        help="Per-step table by this column (repeat for several). Default: --batch-col, "
+        "else step when the log has it.",
+        show_default=False,
+    ),
+]
 Force = Annotated[bool, typer.Option("--force", "-f", help="Overwrite existing output files.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on stderr but errors.")]
 

@@ -146,12 +146,11 @@ def decompress(data: bytes, name: str) -> bytes:
 
         with pa.CompressedInputStream(pa.BufferReader(data), "zstd") as stream:
             return bytes(stream.read())
-    except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:
-        del exc
+    except (OSError, EOFError, ValueError, lzma.LZMAError):
+        tester = {"gzip": "gzip", "zstd": "zstd", "bz2": "bzip2", "xz": "xz"}[codec]
         raise InputError(
             f"cannot decompress {name} ({codec}): the data is truncated or corrupt",
-            hint=f"check the file ({'gzip -t' if codec == 'gzip' else codec + ' -t'}), "
-            "or decompress it yourself",
+            hint=f"check the file ({tester} -t), or decompress it yourself",
         ) from None
 
 
