@@ -37,7 +37,10 @@ import polars as pl
 from grpo_cli.compute import (
     REWARD_KEY,
     Keys,
+    collision_columns,
     combined_reward,
+    hash_collision,
+    hash_columns,
     resolve_keys,
     validate_frame,
     with_keys,
@@ -118,12 +121,9 @@ def summarize(
     annotated = options.advantage_col in frame.columns
     check = options.with_overrides(advantage_col="__grpo_r_unused")
     validate_frame(frame, check)
-    keys = resolve_keys(options)
-    rows = with_keys(frame.lazy(), options, keys).with_columns(
-        combined_reward(options).alias(REWARD_KEY)
-    )
-    rows = rows.with_columns(_group_columns(list(keys.group)))
-    prepared = rows.collect()
+    prepared, keys = _prepare(frame, options, hashed=True)
+    if hash_collision(prepared, keys):  # about 1e-19 per pair of keys: group the keys themselves
+        prepared, keys = _prepare(frame, options, hashed=False)
     rewards = prepared[REWARD_KEY].drop_nulls()
     binary = rewards.len() > 0 and bool(rewards.is_in([0.0, 1.0]).all())
     adv = options.advantage_col if annotated else None
@@ -132,9 +132,27 @@ def summarize(
             f"column {adv!r} is {prepared.schema[adv]}, not numbers",
             hint="--advantage-col names the logged advantage column",
         )
-    lazy = prepared.lazy()
-    overall = _metrics(lazy.with_columns(pl.lit(0).alias(_ALL)), (_ALL,), keys.group, binary, adv)
-    steps = _metrics(lazy, by, keys.group, binary, adv).sort(list(by)) if by else pl.DataFrame()
+    group = [g for g in keys.group if g not in by]
+    per_group = (
+        prepared.lazy()
+        .group_by([*by, *group])
+        .agg(pl.col(_SIZE, _VALID, _STD, _MAX, _MEAN).first())
+        .collect()
+    )
+    whole = pl.lit(0).alias(_ALL)
+    one_per_group = per_group.unique(subset=group, keep="first") if by else per_group
+    overall = _metrics(
+        prepared.lazy().with_columns(whole),
+        one_per_group.lazy().with_columns(whole),
+        (_ALL,),
+        binary,
+        adv,
+    )
+    steps = (
+        _metrics(prepared.lazy(), per_group.lazy(), by, binary, adv).sort(list(by))
+        if by
+        else pl.DataFrame()
+    )
     groups = _group_rows(prepared, options, keys, by, adv)
     return Report(
         overall=overall.drop(_ALL),
@@ -148,6 +166,19 @@ def summarize(
     )
 
 
+def _prepare(
+    frame: pl.DataFrame, options: AdvantageOptions, *, hashed: bool
+) -> tuple[pl.DataFrame, Keys]:
+    """Every row with its reward and its group's figures; groups found through a 64-bit
+    hash of the key when ``hashed`` (3x faster than grouping strings), as in ``compute``."""
+    keys = resolve_keys(options, hashed=hashed and options.group_size is None)
+    rows = with_keys(frame.lazy(), options, keys).with_columns(
+        *hash_columns(keys), combined_reward(options).alias(REWARD_KEY)
+    )
+    rows = rows.with_columns(*_group_columns(list(keys.group)), *collision_columns(keys))
+    return rows.collect(), keys
+
+
 def _group_rows(
     prepared: pl.DataFrame,
     options: AdvantageOptions,
@@ -156,20 +187,15 @@ def _group_rows(
     adv: str | None,
 ) -> pl.DataFrame:
     """The group table, with each group's batch values (first seen) and mean advantage."""
-    group = list(keys.group)
-    extra = [pl.col(c).first() for c in by if c not in group]
+    exact = list(keys.exact)
+    batch = [c for c in by if c not in exact]
+    extra = [pl.col(c).first() for c in batch]
     if adv is not None:
         extra.append(pl.col(adv).cast(pl.Float64).mean().alias("advantage_mean"))
-    table = group_table(prepared.lazy(), options, keys)
-    if not extra:
-        return table
-    more = prepared.group_by(group, maintain_order=True).agg(extra)
-    more = more.rename({k: DISPLAY_NAMES[k] for k in group if k in DISPLAY_NAMES})
-    shown = [DISPLAY_NAMES.get(k, k) for k in group]
-    joined = table.join(more, on=shown, how="left", maintain_order="left")
-    batch = [c for c in by if c not in group]
-    rest = [c for c in joined.columns if c not in shown and c not in batch]
-    return joined.select(*shown, *batch, *rest)
+    table = group_table(prepared.lazy(), options, keys, extra)
+    shown = [DISPLAY_NAMES.get(k, k) for k in exact]
+    rest = [c for c in table.columns if c not in shown and c not in batch]
+    return table.select(*shown, *batch, *rest)
 
 
 def _group_columns(group: list[str]) -> list[pl.Expr]:
@@ -185,12 +211,13 @@ def _group_columns(group: list[str]) -> list[pl.Expr]:
 
 def _metrics(
     rows: pl.LazyFrame,
+    per_group: pl.LazyFrame,
     by: tuple[str, ...],
-    group: tuple[str, ...],
     binary: bool,
     adv: str | None,
 ) -> pl.DataFrame:
-    """One row of metrics per value of ``by`` (see the module docstring)."""
+    """One row of metrics per value of ``by`` (see the module docstring), from the rows and
+    from one row per (``by``, group) with the group's figures."""
     r = pl.col(REWARD_KEY)
     std = pl.col(_STD)
     per_row = [
@@ -211,9 +238,6 @@ def _metrics(
         ]
     row_table = rows.group_by(list(by)).agg(per_row)
     valid = pl.col(_VALID)
-    per_group = rows.group_by([*by, *(g for g in group if g not in by)]).agg(
-        pl.col(_SIZE, _VALID, _STD, _MAX, _MEAN).first()
-    )
     group_aggs = [
         pl.len().cast(pl.Int64).alias("groups"),
         pl.col(_SIZE).min().cast(pl.Int64).alias("group_size_min"),

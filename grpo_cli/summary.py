@@ -13,6 +13,7 @@ weighted sum of several reward columns; for ``process``, every step reward).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -48,8 +49,14 @@ def reward_units(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame
     return frame.with_row_index(ROW_KEY)
 
 
-def group_table(annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys) -> pl.DataFrame:
-    """One row per group, in order of first appearance: keys, then GROUP_TABLE_COLUMNS.
+def group_table(
+    annotated: pl.LazyFrame,
+    options: AdvantageOptions,
+    keys: Keys,
+    extra: Sequence[pl.Expr] = (),
+) -> pl.DataFrame:
+    """One row per group, in order of first appearance: keys, then GROUP_TABLE_COLUMNS, then
+    the ``extra`` aggregations (named expressions) in the same grouping.
 
     ``annotated`` is :func:`grpo_cli.compute.annotate_lazy`'s frame (with its key columns).
     Temporary key columns get readable names (``group_index``, ``group``).
@@ -63,16 +70,17 @@ def group_table(annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys) 
         units.group_by(list(keys.group), maintain_order=True)
         .agg(
             *firsts,
-            size=size.cast(pl.Int64),
-            n_null=r.is_null().sum().cast(pl.Int64),
-            mean=r.mean(),
-            std=r.std(ddof=options.ddof),
-            min=r.min(),
-            max=r.max(),
-            valid=r.count(),
+            size.cast(pl.Int64).alias("size"),
+            r.is_null().sum().cast(pl.Int64).alias("n_null"),
+            r.mean().alias("mean"),
+            r.std(ddof=options.ddof).alias("std"),
+            r.min().alias("min"),
+            r.max().alias("max"),
+            r.count().alias("valid"),
+            *extra,
         )
         .with_columns(zero_std=(pl.col("valid") >= 2) & (pl.col("std") == 0.0))
-        .select(*keys.exact, *GROUP_TABLE_COLUMNS)
+        .select(*keys.exact, *GROUP_TABLE_COLUMNS, *(e.meta.output_name() for e in extra))
     )
     renames = {k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES}
     return collect(table.rename(renames), deterministic=options.deterministic)
