@@ -8,6 +8,8 @@ read + write floor *of the same round*; the table shows medians over rounds.
 Methods (all write Parquet with their library's default writer):
 
 - ``floor``: Polars ``read_parquet`` + ``write_parquet``, no computation.
+- ``floor, zstd level 1``: the same, written at the zstd level grpo-adv writes (Polars'
+  default is 3): what the floor would be with grpo-adv's writer setting.
 - ``grpo-adv``: ``grpo-adv compute IN -o OUT -f`` (the terminal summary included).
 - ``grpo-adv -q``: the same with ``--quiet`` (no summary figures computed).
 - ``pandas``: ``groupby(prompt_id).transform`` mean and std.
@@ -58,6 +60,10 @@ FLOOR = """
 import sys, polars as pl
 pl.read_parquet(sys.argv[1]).write_parquet(sys.argv[2])
 """
+FLOOR_ZSTD1 = """
+import sys, polars as pl
+pl.read_parquet(sys.argv[1]).write_parquet(sys.argv[2], compression_level=1)
+"""
 
 
 @dataclass
@@ -89,6 +95,7 @@ def methods(src: Path, out: Path, text: bool) -> dict[str, list[str]]:
     cli = str(Path(py).with_name("grpo-adv"))
     chosen = {
         "floor": [py, "-c", FLOOR, str(src), str(out / "floor.parquet")],
+        "floor, zstd level 1": [py, "-c", FLOOR_ZSTD1, str(src), str(out / "floor1.parquet")],
         "grpo-adv": [cli, "compute", str(src), "-o", str(out / "grpo.parquet"), "-f"],
         "grpo-adv -q": [cli, "compute", str(src), "-o", str(out / "grpo_q.parquet"), "-f", "-q"],
         "pandas": [py, "-c", PANDAS, str(src), str(out / "pandas.parquet")],

@@ -314,9 +314,10 @@ def _merge(
             "internal error: the spilled advantages do not cover the input rows",
             hint="run again without --low-memory, and report this",
         )
-    pl.concat([pl.scan_parquet(source), pl.scan_parquet(ordered)], how="horizontal").sink_parquet(
-        output
-    )
+    from grpo_cli.io import PARQUET_ZSTD_LEVEL
+
+    both = pl.concat([pl.scan_parquet(source), pl.scan_parquet(ordered)], how="horizontal")
+    both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
 
 
 class _Cursor:
