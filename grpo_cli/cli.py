@@ -24,6 +24,7 @@ from grpo_cli.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_OUTPUT,
     EXIT_TERMINATED,
     GrpoAdvError,
     OptionsError,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     import polars as pl
     from rich.console import Console
 
-    from grpo_cli.io import RewardLog
+    from grpo_cli.io import RewardLog, Stage
     from grpo_cli.options import AdvantageOptions
     from grpo_cli.report import Report
     from grpo_cli.summary import RunSummary
@@ -114,9 +115,21 @@ def _user_errors() -> Iterator[None]:
         _internal_error(exc)
 
 
+def _disk_full_error() -> OutputError:
+    """A full disk met outside a file write that names its path: standard output."""
+    return OutputError(
+        "no space left on device writing standard output",
+        hint="free some space where standard output goes, or write elsewhere with -o",
+    )
+
+
 def _internal_error(exc: BaseException) -> NoReturn:
+    from grpo_cli.errors import is_disk_full
     from grpo_cli.render import print_error, stderr_console
 
+    if is_disk_full(exc):  # an output error, not a bug
+        print_error(stderr_console(), _disk_full_error())
+        raise typer.Exit(EXIT_OUTPUT) from None
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     error = GrpoAdvError(
         f"internal error: {type(exc).__name__}: {detail}",
@@ -294,7 +307,13 @@ def _compute(
     force: bool,
     quiet: bool,
 ) -> None:
-    """Read, compute, write the outputs, then tell the user what happened."""
+    """Check every option, read, compute, write the outputs, then tell the user what
+    happened."""
+    _check_options(preset, explicit)
+    if summary_path is not None:
+        from grpo_cli.io import table_format
+
+        table_format(summary_path)
     if low_memory:
         _compute_low_memory(
             sources,
@@ -308,13 +327,16 @@ def _compute(
             quiet=quiet,
         )
         return
-    from grpo_cli.io import check_output_path, expand_sources, read_many
+    from grpo_cli.io import (
+        atomic_writes,
+        check_output_path,
+        expand_sources,
+        read_many,
+        write_table,
+    )
     from grpo_cli.pipeline import annotate
-    from grpo_cli.presets import get_preset
     from grpo_cli.render import DelayedProgress, stderr_console
 
-    if preset is not None:
-        get_preset(preset)
     if out_dir is not None and output is not None:
         raise OptionsError(
             "give -o or --out-dir, not both", hint="--out-dir writes one file per input"
@@ -352,15 +374,21 @@ def _compute(
                     "--summary and an output are the same file", hint="give them different paths"
                 )
             check_output_path(summary_path, force=force, protected=protected)
+        _remove_leftovers(
+            console, [path for path, _ in targets.values()] + [summary_path], quiet=quiet
+        )
         computing = progress.add("computing", total=1)
         result = annotate(log.frame, preset, **explicit)
         progress.advance(computing)
         writing = progress.add("writing", total=len(targets))
-        shown_output = _write_outputs(result.frame, targets, lambda: progress.advance(writing))
-        if summary_path is not None:
-            from grpo_cli.io import write_table
-
-            write_table(result.groups, summary_path, force=force, protected=protected)
+        with atomic_writes() as stage:  # every output lands, or none
+            shown_output = _write_outputs(
+                result.frame, targets, stage, lambda: progress.advance(writing)
+            )
+            if summary_path is not None:
+                write_table(
+                    result.groups, summary_path, force=force, protected=protected, stage=stage
+                )
     if not quiet:
         _report(
             console,
@@ -372,6 +400,50 @@ def _compute(
             shown_output,
             summary_path,
         )
+
+
+def _check_options(preset: str | None, explicit: dict[str, Any]) -> AdvantageOptions:
+    """The options a preset and the explicit choices make, checked before any file is
+    read or any output path looked at (an unknown estimator is a usage error, whatever
+    the output). The count of --reward-weights is checked once a dump layout has named
+    the reward columns."""
+    from grpo_cli.options import AdvantageOptions
+    from grpo_cli.presets import merge_options
+
+    fields = merge_options(preset, explicit)
+    if "reward_cols" not in explicit:
+        fields.pop("reward_weights", None)
+    return AdvantageOptions(**fields)
+
+
+def _remove_leftovers(console: Console, targets: list[Path | None], *, quiet: bool) -> None:
+    """Remove what killed runs left beside the outputs (their temporary files and spill
+    folders; see :func:`grpo_cli.io.remove_stale_temporaries`) and say so in one line."""
+    from grpo_cli.io import remove_stale_temporaries, spill_parent
+
+    folders = dict.fromkeys(spill_parent(path) for path in targets if path is not None)
+    for folder in folders:
+        removed, size = remove_stale_temporaries(folder)
+        if removed and not quiet:
+            from grpo_cli.render import print_warning
+
+            names = ", ".join(path.name for path in removed[:3])
+            more = f" and {len(removed) - 3} more" if len(removed) > 3 else ""
+            print_warning(
+                console,
+                f"removed {len(removed)} leftover(s) of killed grpo-adv runs in {folder} "
+                f"({_size_text(size)}): {names}{more}",
+            )
+
+
+def _size_text(size: int) -> str:
+    """Bytes for people: ``512 B``, ``3.4 kB``, ``212.0 MB``, ``1.5 GB``."""
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
 
 
 def _compute_low_memory(
@@ -387,11 +459,18 @@ def _compute_low_memory(
     quiet: bool,
 ) -> None:
     """``--low-memory``: one Parquet file in, one Parquet file out, bounded memory."""
-    from grpo_cli.io import atomic_path, check_output_path, check_parquet_file, expand_sources
-    from grpo_cli.lowmem import annotate_to_parquet
-    from grpo_cli.options import AdvantageOptions
-    from grpo_cli.presets import merge_options
+    from grpo_cli.io import (
+        atomic_path,
+        check_output_path,
+        check_parquet_file,
+        compression_for,
+        expand_sources,
+    )
+    from grpo_cli.lowmem import annotate_to_parquet, check_low_memory
     from grpo_cli.render import stderr_console
+
+    options = _check_options(preset, explicit)
+    check_low_memory(options)
 
     paths = [] if sources == ["-"] else expand_sources(sources)
     if len(paths) != 1 or out_dir is not None or summary_path is not None or output == "-":
@@ -406,11 +485,13 @@ def _compute_low_memory(
         read_rewards(source)  # raises the usual missing / folder / permission error
     check_parquet_file(source)
     target, fmt = _output_target([str(source)], output, output_format, "parquet")
-    if target is None or fmt != "parquet":
-        raise OptionsError("--low-memory writes Parquet", hint="give -o OUT.parquet")
+    if target is None or fmt != "parquet" or compression_for(target) is not None:
+        raise OptionsError(
+            "--low-memory writes Parquet (zstd-compressed inside)", hint="give -o OUT.parquet"
+        )
     check_output_path(target, force=force, protected=[source])
-    options = AdvantageOptions(**merge_options(preset, explicit))
     console = stderr_console()
+    _remove_leftovers(console, [target], quiet=quiet)
     with atomic_path(target) as tmp:
         run = annotate_to_parquet(source, tmp, options)
     if not quiet:
@@ -458,12 +539,12 @@ def _targets(
 def _write_outputs(
     frame: pl.DataFrame,
     targets: dict[int | None, tuple[Path | None, str]],
+    stage: Stage,
     on_written: Callable[[], None],
 ) -> str:
-    """Write the whole frame, or each input's rows to its own file; return what to show."""
+    """Write the whole frame, or each input's rows to its own file (staged: see
+    :func:`grpo_cli.io.atomic_writes`); return what to show."""
     import polars as pl
-
-    from grpo_cli.io import atomic_write
 
     shown = []
     for index, (path, fmt) in targets.items():
@@ -474,7 +555,7 @@ def _write_outputs(
             _write_stdout(part, fmt)
             shown.append("standard output")
         else:
-            atomic_write(path, functools.partial(_write_part, part, fmt))
+            stage(path, functools.partial(_write_part, part, fmt))
             shown.append(f"{path} ({fmt})")
         on_written()
     if len(shown) > 2:
@@ -572,17 +653,26 @@ def verify(
     Exits 0 when every row agrees within --tol, 1 when some do not.
     """
     with _user_errors():
-        from grpo_cli.render import render_verify_report, stderr_console
+        from grpo_cli.render import print_warning, render_verify_report, stderr_console
         from grpo_cli.verify import verify_advantages
 
         explicit = opt.policy_fields(locals())
         key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
         log = _read_input(sources, input_format, key_cols)
         report = verify_advantages(
-            log.frame, preset, advantage_col=advantage_col, tol=tol, top=top, **explicit
+            log.frame,
+            preset,
+            advantage_col=advantage_col,
+            tol=tol,
+            top=top,
+            warn=not quiet,
+            **explicit,
         )
         if not quiet:
-            render_verify_report(stderr_console(), report, preset=preset, source=log.source)
+            console = stderr_console()
+            for warning in report.warnings:
+                print_warning(console, warning)
+            render_verify_report(console, report, preset=preset, source=log.source)
     if not report.agree:
         raise typer.Exit(EXIT_DIFFERENT)
 
@@ -657,7 +747,7 @@ def summarize(
     Works on raw and annotated logs (the advantage metrics need the advantage column).
     """
     with _user_errors():
-        from grpo_cli.render import render_report, stderr_console
+        from grpo_cli.render import print_warning, render_report, stderr_console
 
         explicit = opt.report_fields(locals())
         report = _report_for(sources, preset, explicit, input_format, by)
@@ -666,9 +756,12 @@ def summarize(
         if output is not None:
             from grpo_cli.io import write_table
 
+            _remove_leftovers(stderr_console(), [output], quiet=quiet)
             write_table(table, output, force=force, protected=_protected_inputs(sources))
         if not quiet:
             console = stderr_console()
+            for warning in report.warnings:
+                print_warning(console, warning)
             render_report(console, report, rows=rows)
             if output is not None:
                 console.print(f"{chosen} table ({table.height:,} rows) written to {output}")
@@ -715,10 +808,11 @@ def plot(
         check_output_path(output, force=force, protected=_protected_inputs(sources))
         explicit = opt.report_fields(locals())
         report = _report_for(sources, preset, explicit, input_format, by)
+        from grpo_cli.render import stderr_console
+
+        _remove_leftovers(stderr_console(), [output], quiet=quiet)
         write_dashboard(report, output, fmt, title=", ".join(sources))
         if not quiet:
-            from grpo_cli.render import stderr_console
-
             stderr_console().print(f"dashboard written to {output}")
 
 
@@ -730,7 +824,10 @@ def explain(
         typer.Option(
             "--group",
             metavar="KEY",
-            help="The group's key value (comma-separated for a composite key).",
+            help="The group's key value (comma-separated for a composite key). Positional "
+            "groups (--group-size) are keyed BATCH,GROUP_INDEX, e.g. 3,0 for the first run "
+            "of G rows of step 3 (GROUP_INDEX alone without a batch column); a verl dump's "
+            "by its uid.",
             show_default=False,
         ),
     ],
@@ -739,6 +836,7 @@ def explain(
     group_col: opt.GroupCol = None,
     reward_col: opt.RewardCol = None,
     reward_weights: opt.RewardWeights = None,
+    aggregation: opt.Aggregation = None,
     estimator: opt.Estimator = None,
     ddof: opt.Ddof = None,
     eps: opt.Eps = None,
@@ -748,8 +846,20 @@ def explain(
     clip: opt.Clip = None,
     clip_stage: opt.ClipStage = None,
     batch_col: opt.BatchCol = None,
+    group_size: opt.GroupSize = None,
     length_col: opt.LengthCol = None,
     token_weighted: opt.TokenWeighted = None,
+    baseline_col: opt.BaselineCol = None,
+    step_rewards_col: opt.StepRewardsCol = None,
+    deterministic: opt.Deterministic = None,
+    advantage_col: Annotated[
+        str,
+        typer.Option(
+            "--advantage-col",
+            metavar="COL",
+            help="The advantage column of an annotated log (its values are shown beside).",
+        ),
+    ] = "advantage",
 ) -> None:
     """Show one group's advantages with the formula filled in.
 
@@ -764,6 +874,7 @@ def explain(
             group_col=group_col,
             reward_col=reward_col,
             reward_weights=reward_weights,
+            aggregation=aggregation,
             estimator=estimator,
             ddof=ddof,
             eps=eps,
@@ -773,8 +884,13 @@ def explain(
             clip=clip,
             clip_stage=clip_stage,
             batch_col=batch_col,
+            group_size=group_size,
             length_col=length_col,
             token_weighted=token_weighted,
+            baseline_col=baseline_col,
+            step_rewards_col=step_rewards_col,
+            deterministic=deterministic,
+            advantage_col=advantage_col,
         )
         key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
         log = _read_input(sources, input_format, key_cols)

@@ -20,8 +20,9 @@ from typing import Any, Final
 
 import polars as pl
 
-from grpo_cli.compute import REWARD_KEY
-from grpo_cli.errors import InputError
+from grpo_cli.compute import POSITION_KEY, REWARD_KEY, Keys, reward_expr
+from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.layouts import UID_GROUP
 from grpo_cli.options import AdvantageOptions
 
 FILLED: Final = (
@@ -35,6 +36,12 @@ FILLED: Final = (
     "reinforce_pp_baseline",
 )
 SHOWN_KEYS: Final = 8
+# The names a user reads and types for the key columns the pipeline derives.
+SHOWN_NAMES: Final = {POSITION_KEY: "group_index", UID_GROUP: "uid"}
+LOGGED_KEY: Final = "__grpo_logged_advantage"
+# Options that say where the arithmetic runs, not what it computes: explain always runs
+# it with Polars (it needs the group statistics columns the Polars pipeline leaves).
+NOT_EXPLAINED: Final = ("backend", "device")
 
 
 @dataclass(frozen=True)
@@ -69,37 +76,68 @@ class Explanation:
     logged: bool = False  # the input had an advantage column (shown beside ours)
 
 
-def parse_key(text: str, group_cols: tuple[str, ...]) -> tuple[str, ...]:
-    """``KEY`` as one value per group column (comma-separated for a composite key)."""
+def parse_key(
+    text: str, group_cols: tuple[str, ...], names: tuple[str, ...] | None = None
+) -> tuple[str, ...]:
+    """``KEY`` as one value per group column (comma-separated for a composite key);
+    ``names``: the columns as the user knows them (for the message)."""
+    names = names or group_cols
     parts = tuple(p.strip() for p in text.split(",")) if len(group_cols) > 1 else (text,)
     if len(parts) != len(group_cols):
+        plural = "" if len(parts) == 1 else "s"
         raise InputError(
-            f"--group {text!r} gives {len(parts)} value(s) for {len(group_cols)} group columns",
-            hint=f"give one value per column, comma-separated: {','.join(group_cols).upper()}",
+            f"--group {text!r} gives {len(parts)} value{plural} for {len(group_cols)} key "
+            f"columns ({', '.join(names)})",
+            hint=_key_form(group_cols, names),
         )
     return parts
 
 
-def select_group(full: pl.DataFrame, group_cols: tuple[str, ...], text: str) -> pl.DataFrame:
-    """The rows of the group whose key reads ``text``; an error lists a few existing keys."""
-    values = parse_key(text, group_cols)
+def _key_form(group_cols: tuple[str, ...], names: tuple[str, ...]) -> str:
+    form = ",".join(name.upper() for name in names)
+    if group_cols[-1] == POSITION_KEY and len(names) > 1:
+        return (
+            f"give {form}, GROUP_INDEX counting the runs of --group-size rows within each "
+            f"{names[0]} from 0"
+        )
+    return f"give one value per column, comma-separated: {form}"
+
+
+def existing_keys(full: pl.DataFrame, group_cols: tuple[str, ...]) -> str:
+    """``existing keys: ...``: the first few keys of ``full``, as ``--group`` takes them."""
+    keys = (
+        full.select(pl.concat_str([pl.col(c).cast(pl.String) for c in group_cols], separator=","))
+        .to_series()
+        .unique(maintain_order=True)
+    )
+    separator = "; " if len(group_cols) > 1 else ", "  # composite keys hold commas
+    shown = separator.join(keys.head(SHOWN_KEYS).to_list())
+    more = f" (and {keys.len() - SHOWN_KEYS} more)" if keys.len() > SHOWN_KEYS else ""
+    return f"existing keys: {shown}{more}"
+
+
+def select_group(
+    full: pl.DataFrame,
+    group_cols: tuple[str, ...],
+    text: str,
+    names: tuple[str, ...] | None = None,
+) -> pl.DataFrame:
+    """The rows of the group whose key reads ``text``; an error lists a few existing keys.
+    ``names``: the key columns as the user knows them (derived ones differ, see
+    SHOWN_NAMES)."""
+    names = names or group_cols
+    try:
+        values = parse_key(text, group_cols, names)
+    except InputError as exc:
+        exc.hint = f"{exc.hint}; {existing_keys(full, group_cols)}"
+        raise
     match = pl.all_horizontal(
         pl.col(c).cast(pl.String) == v for c, v in zip(group_cols, values, strict=True)
     )
     rows = full.filter(match)
     if rows.height == 0:
-        keys = (
-            full.select(
-                pl.concat_str([pl.col(c).cast(pl.String) for c in group_cols], separator=",")
-            )
-            .to_series()
-            .unique(maintain_order=True)
-        )
-        shown = ", ".join(keys.head(SHOWN_KEYS).to_list())
-        more = f" (and {keys.len() - SHOWN_KEYS} more)" if keys.len() > SHOWN_KEYS else ""
         raise InputError(
-            f"no group {text!r} in {', '.join(group_cols)}",
-            hint=f"existing keys: {shown}{more}",
+            f"no group {text!r} in {', '.join(names)}", hint=existing_keys(full, group_cols)
         )
     return rows
 
@@ -110,9 +148,15 @@ def explain_group(
     estimator_summary: str,
     batch: BatchView | None = None,
     logged: pl.Series | None = None,
+    key: dict[str, Any] | None = None,
+    gdpo: GdpoView | None = None,
 ) -> Explanation:
     """Explain ``group_rows`` (one group, with REWARD_KEY and the advantage column);
-    ``logged``: the advantages the input carried for these rows, shown beside ours."""
+    ``logged``: the advantages the input carried for these rows, shown beside ours;
+    ``key``: the group's key as shown (default: its ``group_cols`` values); ``gdpo``: the
+    per-reward values and the batch's ``s`` under ``aggregation=normalize_then_sum``."""
+    from grpo_cli.estimators import get_estimator
+
     rewards = [_float(v) for v in group_rows[REWARD_KEY].to_list()]
     advantages = [_float(v) for v in group_rows[options.advantage_col].to_list()]
     logged_values = (
@@ -138,26 +182,41 @@ def explain_group(
     lengths = None
     if options.length_col and options.length_col in group_rows.columns:
         lengths = [_float(v) for v in group_rows[options.length_col].to_list()]
-    more = _estimator_steps(options, extras, batch, valid, rewards, lengths, n, g_var)
-    steps += more
-    constant = n >= 2 and max(valid) == min(valid)
-    if constant:
-        notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
+    if gdpo is not None:
+        # GDPO: no zero-variance rule on the summed reward (each reward is z-scored alone).
+        constant = False
+        gdpo_steps, formulas = _gdpo_formulas(gdpo, options)
+        steps = (
+            f"n = {n} valid rewards; aggregation normalize_then_sum: each reward column is "
+            "z-scored in the group on its own",
+            *gdpo_steps,
+        )
+    else:
+        steps += _estimator_steps(options, extras, batch, valid, rewards, lengths, n, g_var)
+        constant = n >= 2 and max(valid) == min(valid)
+        if constant:
+            notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
+        formulas = [_formula(r, options, n, g_mean, g_var, extras, valid) for r in rewards]
+    # compute clips the final advantage unless a whitening clipped its input (clip_stage).
+    whitened = gdpo is not None or get_estimator(options.estimator).whitens
+    clips_final = options.clip is not None and (options.clip_stage == "advantage" or not whitened)
     rows = []
-    for reward, advantage, was in zip(rewards, advantages, logged_values, strict=True):
-        formula, value = _formula(reward, options, n, g_mean, g_var, extras, valid)
+    for reward, advantage, was, (formula, value) in zip(
+        rewards, advantages, logged_values, formulas, strict=True
+    ):
         policy = _policy(reward, n, constant, options)
-        if policy is None and value is not None and options.clip is not None:
+        if policy is None and value is not None and clips_final and options.clip is not None:
             lo, hi = options.clip
             if value < lo or value > hi:
                 policy = f"clipped to [{_fmt(lo)}, {_fmt(hi)}]"
         rows.append(ExplainedRow(reward, formula, value, advantage, policy, was))
-    key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
+    if key is None:
+        key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
     return Explanation(
         key=key,
         options=options,
         estimator_summary=estimator_summary,
-        formula=general_formula(options),
+        formula=gdpo_formula(options) if gdpo is not None else general_formula(options),
         size=group_rows.height,
         n=n,
         mean=mean,
@@ -215,6 +274,146 @@ class BatchView:
 
     rewards: list[float]
     centred: list[float]
+
+
+@dataclass(frozen=True)
+class GdpoView:
+    """What GDPO (``aggregation=normalize_then_sum``) needs: each reward column's values
+    for the group's rows, and the batch's values of ``s = sum_k w_k z_k`` (clipped first
+    under clip_stage shaped) with their weights (token counts when token_weighted)."""
+
+    columns: tuple[str, ...]
+    weights: tuple[float, ...]
+    values: tuple[list[float | None], ...]
+    batch: list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class _ZStats:
+    """One reward column in one group: its valid count, mean and variance (ddof), the
+    ``singleton=verl`` unit statistics, and whether its valid values are all equal."""
+
+    n: int
+    mean: float | None
+    var: float | None
+    constant: bool
+    unit: bool
+
+
+def _zstats(values: list[float | None], options: AdvantageOptions) -> _ZStats:
+    valid = [v for v in values if v is not None]
+    n = len(valid)
+    if options.singleton == "verl" and n == 1:
+        return _ZStats(n, 0.0, 1.0, False, True)
+    if not n:
+        return _ZStats(0, None, None, False, False)
+    mean, var = _mean_var(valid, options.ddof)
+    return _ZStats(n, mean, var, n >= 2 and max(valid) == min(valid), False)
+
+
+def _zscore(v: float | None, st: _ZStats, options: AdvantageOptions) -> float | None:
+    """z of one reward value in its group (compute's grpo on that reward alone)."""
+    if v is None or st.mean is None:
+        return None
+    if st.constant:
+        return 0.0
+    if st.var is None:
+        return None
+    return (v - st.mean) / _norm_text(options, st.var)[1]
+
+
+def gdpo_sums(
+    values: tuple[list[float | None], ...] | list[list[float | None]],
+    options: AdvantageOptions,
+) -> tuple[list[float | None], list[list[float | None]], list[_ZStats]]:
+    """For one group: ``s = sum_k w_k z_k`` per row (null when every reward of the row is
+    null; a null z counts 0), the z of each reward column, and each column's statistics."""
+    stats = [_zstats(list(column), options) for column in values]
+    zs = [
+        [_zscore(v, st, options) for v in column] for column, st in zip(values, stats, strict=True)
+    ]
+    sums: list[float | None] = []
+    for i in range(len(values[0]) if values else 0):
+        if all(column[i] is None for column in values):
+            sums.append(None)
+            continue
+        terms = [
+            w * zi for w, z in zip(options.weights, zs, strict=True) if (zi := z[i]) is not None
+        ]
+        sums.append(float(sum(terms)))
+    return sums, zs, stats
+
+
+def _weighted_mean_var(pairs: list[tuple[float, float]], ddof: int) -> tuple[float, float]:
+    total = math.fsum(w for _, w in pairs)
+    mean = math.fsum(x * w for x, w in pairs) / total
+    return mean, math.fsum(w * (x - mean) ** 2 for x, w in pairs) / (total - ddof)
+
+
+def _gdpo_formulas(
+    gdpo: GdpoView, options: AdvantageOptions
+) -> tuple[tuple[str, ...], list[tuple[str, float | None]]]:
+    """The lines that state each reward's group statistics and the batch whitening of s,
+    and each row's formula with its value."""
+    ddof = options.ddof
+    sums, zs, stats = gdpo_sums(gdpo.values, options)
+    lines = []
+    for column, weight, st in zip(gdpo.columns, gdpo.weights, stats, strict=True):
+        head = f"{column} (weight {_fmt(weight)}): n = {st.n}"
+        if st.unit:
+            lines.append(f"{head}; singleton=verl: mean 0, std 1")
+        elif st.mean is None:
+            lines.append(f"{head}; no valid value: z null")
+        elif st.constant:
+            lines.append(f"{head}, mean = {_fmt(st.mean)}; every value equal: z = 0")
+        elif st.var is None:
+            lines.append(f"{head}, mean = {_fmt(st.mean)}; std (ddof={ddof}) undefined: z null")
+        else:
+            lines.append(
+                f"{head}, mean = {_fmt(st.mean)}, std (ddof={ddof}) = {_fmt(math.sqrt(st.var))}"
+            )
+    xs = [x for x, _ in gdpo.batch]
+    flat = len(xs) <= ddof or max(xs) == min(xs)
+    mean_b, var_b = (0.0, 0.0) if flat else _weighted_mean_var(gdpo.batch, ddof)
+    weighting = " token-weighted" if options.token_weighted else ""
+    if flat:
+        lines.append(f"every value of s in the batch ({len(xs)}) is equal: every advantage is 0")
+    else:
+        lines.append(
+            f"s whitened over the batch's {len(xs)} values of s{weighting}: mean_b = "
+            f"{_fmt(mean_b)}, var_b (ddof={ddof}) = {_fmt(var_b)}"
+        )
+    shaped = options.clip if options.clip_stage == "shaped" else None
+    formulas: list[tuple[str, float | None]] = []
+    for i, s in enumerate(sums):
+        if s is None:
+            formulas.append(("-", None))
+            continue
+        terms = [
+            f"{_fmt(w)} x {_fmt(z[i])}"
+            for w, z in zip(gdpo.weights, zs, strict=True)
+            if z[i] is not None
+        ]
+        text = f"s = {' + '.join(terms) or '0'} = {_fmt(s)}"
+        x = s
+        if shaped is not None:
+            x = min(max(s, shaped[0]), shaped[1])
+            text += f", clipped: {_fmt(x)}"
+        if flat:
+            formulas.append((f"{text}; every s of the batch is equal", 0.0))
+            continue
+        norm, denominator = _norm_text(options, var_b)
+        formulas.append(
+            (f"{text}; ({_fmt(x)} - {_fmt(mean_b)}) / {norm}", (x - mean_b) / denominator)
+        )
+    return tuple(lines), formulas
+
+
+def gdpo_formula(options: AdvantageOptions) -> str:
+    """GDPO's formula in symbols, with the eps placement of ``eps_mode``."""
+    spread = _spread(options)
+    batch = spread.replace("std", "std_b").replace("var", "var_b")
+    return f"z_k = (r_k - mean_k) / {spread}; s = sum_k w_k z_k; A = (s - mean_b) / {batch}"
 
 
 @dataclass
@@ -364,13 +563,17 @@ def _formula(
     return "(not written out for this estimator)", None
 
 
-def general_formula(options: AdvantageOptions) -> str:
-    """The estimator's formula in symbols, with the eps placement of ``eps_mode``."""
-    spread = {
+def _spread(options: AdvantageOptions) -> str:
+    return {
         "std": "(std + eps)",
         "var": "sqrt(var + eps)",
         "var_floor": "sqrt(max(var, eps))",
     }[options.eps_mode]
+
+
+def general_formula(options: AdvantageOptions) -> str:
+    """The estimator's formula in symbols, with the eps placement of ``eps_mode``."""
+    spread = _spread(options)
     batch = spread.replace("std", "std_batch").replace("var", "var_batch")
     return {
         "grpo": f"A = (r - mean) / {spread}",
@@ -404,32 +607,96 @@ def explain_one(
     frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any], key: str
 ) -> Explanation:
     """Compute the log as ``compute`` would (preset, layout, options), then explain the
-    group whose key reads ``key``."""
-    from grpo_cli.estimators import get_estimator
-    from grpo_cli.pipeline import annotate
+    group whose key reads ``key``.
 
-    column = explicit.get("advantage_col", "advantage")
-    logged_column = "__grpo_logged_advantage"
-    has_logged = column in frame.columns
-    if has_logged:  # an annotated log: recompute, and show the logged values beside
-        frame = frame.rename({column: logged_column})
-    result = annotate(frame, preset, **explicit)
-    options = result.options
-    if options.group_size is not None or not get_estimator(options.estimator).uses_groups:
-        raise InputError(
-            f"explain needs groups named by a key column; {options.estimator} with "
-            f"--group-size {options.group_size} has none",
-            hint="give --group-col COL and a group estimator",
-        )
-    if options.estimator == "process":
+    ``key`` gives one value per group column, comma-separated. Positional groups
+    (``group_size``) are keyed ``BATCH,GROUP_INDEX`` (``step,group_index`` for a TRL log):
+    GROUP_INDEX counts the runs of group_size rows within the batch value from 0; without
+    a batch column, the key is GROUP_INDEX alone. A verl dump's uid-derived key column
+    (the uid without its session and index parts) is named ``uid``. ``backend`` and
+    ``device`` are ignored: explain computes with Polars.
+    """
+    from grpo_cli.compute import annotate_frame
+    from grpo_cli.estimators import get_estimator
+    from grpo_cli.pipeline import resolve
+    from grpo_cli.presets import merge_options
+    from grpo_cli.summary import check_batch_spans
+
+    explicit = {k: v for k, v in explicit.items() if k not in NOT_EXPLAINED}
+    estimator = get_estimator(merge_options(preset, explicit).get("estimator", "grpo"))
+    if estimator.name == "process":
         raise InputError("explain does not cover process supervision", hint="use compute")
-    rows = select_group(result.full, options.group_cols, key)
+    if not estimator.uses_groups:
+        raise OptionsError(
+            f"explain shows one group; estimator {estimator.name} has no groups",
+            hint="explain a group estimator (e.g. --estimator grpo), or use compute",
+        )
+    column = explicit.get("advantage_col", "advantage")
+    has_logged = column in frame.columns
+    # An annotated log: recompute, and show the logged values beside. The logged column is
+    # left out while a dump layout picks its reward columns.
+    resolved = resolve(frame.drop(column) if has_logged else frame, preset, explicit)
+    options = resolved.options
+    source = resolved.frame
+    if has_logged:
+        source = source.with_columns(frame[column].alias(LOGGED_KEY))
+    full, keys = annotate_frame(source, options)
+    check_batch_spans(full, options, keys)  # what compute refuses, explain refuses
+    names = tuple(SHOWN_NAMES.get(c, c) for c in keys.exact)
+    rows = select_group(full, keys.exact, key, names)
     batch = None
     if options.estimator in ("batch_std", "gpg", "reinforce_pp_baseline"):
-        batch = _batch_view(result.full, rows, result.keys.batch, options)
+        batch = _batch_view(full, rows, keys.batch, options)
+    gdpo = None
+    if options.aggregation == "normalize_then_sum":
+        gdpo = _gdpo_view(full, rows, keys, options)
     summary = get_estimator(options.estimator).summary
-    logged = rows[logged_column].cast(pl.Float64) if has_logged else None
-    return explain_group(rows, options, summary, batch, logged)
+    logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
+    shown = {name: rows[c][0] for c, name in zip(keys.exact, names, strict=True)}
+    return explain_group(rows, options, summary, batch, logged, shown, gdpo)
+
+
+def _batch_members(
+    full: pl.DataFrame, rows: pl.DataFrame, batch_cols: tuple[str, ...]
+) -> pl.DataFrame:
+    """The rows of ``full`` in the batch of ``rows``, in order."""
+    first = rows.row(0, named=True)
+    return full.filter(pl.all_horizontal(pl.col(c) == first[c] for c in batch_cols))
+
+
+def _gdpo_view(
+    full: pl.DataFrame, rows: pl.DataFrame, keys: Keys, options: AdvantageOptions
+) -> GdpoView:
+    """Each reward column's values in the group, and ``s`` over the group's batch."""
+    members = _batch_members(full, rows, keys.batch)
+    columns = options.reward_cols
+
+    def values(frame: pl.DataFrame) -> tuple[list[float | None], ...]:
+        read = frame.select(
+            reward_expr(c, options.nulls).alias(f"r{i}") for i, c in enumerate(columns)
+        )
+        return tuple([_float(v) for v in read.to_series(i).to_list()] for i in range(len(columns)))
+
+    batch_values = values(members)
+    where: dict[tuple[Any, ...], list[int]] = {}
+    for i, group in enumerate(members.select(list(keys.exact)).iter_rows()):
+        where.setdefault(group, []).append(i)
+    sums: list[float | None] = [None] * members.height
+    for indices in where.values():
+        part = tuple([column[i] for i in indices] for column in batch_values)
+        for i, s in zip(indices, gdpo_sums(part, options)[0], strict=True):
+            sums[i] = s
+    if options.token_weighted and options.length_col is not None:
+        weights = [_float(w) for w in members[options.length_col].to_list()]
+    else:
+        weights = [1.0] * members.height
+    shaped = options.clip if options.clip is not None and options.clip_stage == "shaped" else None
+    batch = [
+        (min(max(s, shaped[0]), shaped[1]) if shaped else s, w)
+        for s, w in zip(sums, weights, strict=True)
+        if s is not None and w is not None
+    ]
+    return GdpoView(columns, options.weights, values(rows), batch)
 
 
 def _batch_view(
@@ -440,10 +707,7 @@ def _batch_view(
     from grpo_cli.compute import CONSTANT_KEY, VALID_KEY
     from grpo_cli.estimators import STAT_COLUMNS
 
-    first = rows.select(list(batch_cols)).head(1)
-    members = full.join(first, on=list(batch_cols), how="semi").filter(
-        pl.col(REWARD_KEY).is_not_null()
-    )
+    members = _batch_members(full, rows, batch_cols).filter(pl.col(REWARD_KEY).is_not_null())
     mean = pl.col(STAT_COLUMNS["mean"])
     if options.singleton == "verl":
         mean = pl.when(pl.col(VALID_KEY) == 1).then(0.0).otherwise(mean)

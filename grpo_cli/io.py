@@ -16,7 +16,14 @@ as text (``"1.0"``) is read as numbers when every value parses (see
 
 Writes are atomic: the data goes to a hidden temporary file in the target folder, which
 is renamed over the target only once complete, so a failed or interrupted run leaves
-no partial file and an existing file is never half-overwritten.
+no partial file and an existing file is never half-overwritten. Temporary names carry their
+owner (``grpo-adv.<pid>@<host>``), so a later run can remove what a killed run left
+(:func:`remove_stale_temporaries`) without touching a live run's files. A character device,
+FIFO or socket (``/dev/null``, ``mkfifo``, ``>(gzip > x)``), and anything under ``/dev`` or
+``/proc`` (``/dev/stdout``), is written to as a stream: no temporary file, no rename, no
+``--force`` needed, and it is never replaced or removed. An output named with a compression
+suffix (``.gz``, ``.zst``, ``.bz2``, ``.xz``) is compressed. A full disk is an output error
+naming the path (exit 4), and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -25,18 +32,21 @@ import contextlib
 import errno
 import json
 import os
+import re
+import shutil
+import socket
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, Final
+from typing import IO, Any, BinaryIO, Final
 
 import polars as pl
 
-from grpo_cli.errors import InputError, OptionsError, OutputError
+from grpo_cli.errors import InputError, OptionsError, OutputError, is_disk_full
 
 DATA_FORMATS: Final = ("parquet", "csv", "jsonl", "json")
-TABLE_FORMATS: Final = (*DATA_FORMATS, "markdown")
 
 SUFFIX_FORMATS: Final[dict[str, str]] = {
     ".parquet": "parquet",
@@ -282,7 +292,13 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
             _check_unique_header(frame, name)
             return frame
         if fmt == "jsonl":
-            return pl.read_ndjson(buffer, infer_schema_length=None)
+            try:
+                return pl.read_ndjson(buffer, infer_schema_length=None)
+            except pl.exceptions.PolarsError:
+                cleaned = _nan_as_null(data)
+                if cleaned is None:
+                    raise
+                return pl.read_ndjson(io.BytesIO(cleaned), infer_schema_length=None)
         if fmt == "json":
             return pl.read_json(buffer, infer_schema_length=None)
     except pl.exceptions.PolarsError as exc:
@@ -349,6 +365,32 @@ def _locate_bad_json_line(data: bytes) -> tuple[int, str] | None:
     return None
 
 
+def _nan_as_null(data: bytes) -> bytes | None:
+    """JSONL with Python's ``NaN`` literal (``json.dumps(float("nan"))``) rewritten with
+    ``null`` in its place, as CSV and Parquet NaN rewards are read as null; None when no line
+    holds the literal. Only lines that mention ``NaN`` are parsed (with Python's json module,
+    so a ``"NaN"`` inside a string is left alone); ``Infinity`` stays refused."""
+    if b"NaN" not in data:
+        return None
+    lines = data.splitlines(keepends=True)
+    changed = False
+    for i, raw in enumerate(lines):
+        if b"NaN" not in raw:
+            continue
+        try:
+            value = json.loads(raw, parse_constant=_nan_only)
+        except (ValueError, UnicodeDecodeError):
+            return None  # another problem: reported by the usual error path
+        lines[i] = json.dumps(value, ensure_ascii=False).encode() + b"\n"
+        changed = True
+    return b"".join(lines) if changed else None
+
+
+def _nan_only(literal: str) -> None:
+    if literal != "NaN":
+        raise _NotJson(f"{literal} is not JSON")
+
+
 class _NotJson(ValueError):
     """A literal Python's json module accepts but JSON (and Polars) does not."""
 
@@ -369,7 +411,7 @@ def output_format_for(path: Path, requested: str | None, fallback: str) -> str:
     """Choose the output format: ``requested`` (checked against the suffix), the suffix,
     or ``fallback`` (usually the input's format)."""
     by_suffix = format_from_suffix(path)
-    if path.suffix.lower() == ".json":
+    if uncompressed_name(path).suffix.lower() == ".json":
         by_suffix = "json"
     if requested is not None:
         if by_suffix is not None and by_suffix != requested:
@@ -429,10 +471,15 @@ def write_frame(frame: pl.DataFrame, sink: IO[bytes], fmt: str) -> None:
         if "broken pipe" in str(exc).lower():
             # The reader closed the pipe (``| head``): not a failure of ours.
             raise BrokenPipeError(errno.EPIPE, "Broken pipe") from None
-        raise OutputError(
-            f"cannot write {fmt}: {_first_line(str(exc))}",
-            hint="nested columns need --output-format parquet or jsonl",
-        ) from None
+        if is_disk_full(exc):
+            raise OSError(errno.ENOSPC, "No space left on device") from None
+        nested = any(isinstance(t, pl.List | pl.Struct | pl.Array) for t in frame.dtypes)
+        hint = (
+            "nested columns need --output-format parquet or jsonl"
+            if nested and fmt == "csv"
+            else "check the output path and its device; Parquet and JSONL write any column"
+        )
+        raise OutputError(f"cannot write {fmt}: {_first_line(str(exc))}", hint=hint) from None
 
 
 def is_same_file(a: Path, b: Path) -> bool:
@@ -443,8 +490,57 @@ def is_same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
 
 
+def is_stream(path: Path) -> bool:
+    """Whether ``path`` is written to as a stream, never replaced: an existing character
+    device, FIFO or socket (``/dev/null``, ``mkfifo p``, the pipe of ``>(gzip > x)``), or an
+    existing path under ``/dev`` or ``/proc`` (``/dev/stdout`` redirected to a file)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        return True
+    parts = path.absolute().parts
+    return len(parts) > 1 and parts[1] in ("dev", "proc")
+
+
+def compression_for(path: Path) -> str | None:
+    """The compression an output's name asks for (``o.jsonl.gz``: gzip), or None."""
+    return COMPRESSION_SUFFIXES.get(path.suffix.lower())
+
+
+@contextlib.contextmanager
+def compressed(sink: IO[bytes], codec: str | None) -> Iterator[IO[bytes]]:
+    """``sink`` itself, or a stream that compresses into it with ``codec`` (gzip at level 6
+    as the gzip tool's default, bz2, xz, zstd through pyarrow); closing the stream writes
+    the codec's trailer and leaves ``sink`` open."""
+    if codec is None:
+        yield sink
+        return
+    import bz2
+    import gzip
+    import lzma
+
+    stream: Any
+    if codec == "gzip":
+        stream = gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=6)
+    elif codec == "bz2":
+        stream = bz2.BZ2File(sink, "wb")
+    elif codec == "xz":
+        stream = lzma.LZMAFile(sink, "wb")  # noqa: SIM115 (closed below)
+    else:
+        import pyarrow as pa
+
+        stream = pa.CompressedOutputStream(pa.PythonFile(sink, mode="w"), "zstd")
+    with stream:
+        yield stream
+
+
 def check_output_path(path: Path, *, force: bool, protected: Sequence[Path] = ()) -> None:
-    """Refuse to write over an input (ever) or over an existing file (without ``force``)."""
+    """Refuse to write over an input (ever) or over an existing file (without ``force``);
+    a stream (see :func:`is_stream`) needs no ``force``."""
+    if is_stream(path):
+        return
     for original in protected:
         if is_same_file(path, original) or path.resolve() == original.resolve():
             raise OutputError(
@@ -463,16 +559,105 @@ def check_output_path(path: Path, *, force: bool, protected: Sequence[Path] = ()
         )
 
 
+OWNER_PATTERN: Final = re.compile(r"grpo-adv\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]+)\.")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "localhost"
+
+
+def owner_tag() -> str:
+    """``grpo-adv.<pid>@<host>``: marks this process's temporary files and folders."""
+    return f"grpo-adv.{os.getpid()}@{_host()}"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
+def remove_stale_temporaries(folder: Path) -> tuple[list[Path], int]:
+    """Remove the temporary files and spill folders that killed grpo-adv runs (``kill -9``,
+    the OOM killer) left in ``folder``: hidden entries whose owner tag names a process of
+    this host that no longer exists. A live run's files, another host's, and anything
+    without a tag are left alone. Returns the removed paths and their size in bytes."""
+    removed: list[Path] = []
+    size = 0
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed, size
+    host = _host()
+    for entry in entries:
+        match = OWNER_PATTERN.search(entry.name)
+        if not entry.name.startswith(".") or match is None or match["host"] != host:
+            continue
+        if _alive(int(match["pid"])):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                size += sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+                shutil.rmtree(entry)
+            else:
+                size += entry.lstat().st_size
+                entry.unlink()
+        except OSError:
+            continue
+        removed.append(entry)
+    return removed, size
+
+
+def spill_parent(target: Path) -> Path:
+    """Where a run's spill folder goes: beside ``target``, or the system's temporary folder
+    when ``target`` is a stream (never a folder in /dev)."""
+    return Path(tempfile.gettempdir()) if is_stream(target) else target.parent
+
+
+def make_spill_folder(parent: Path) -> Path:
+    """A new hidden folder in ``parent`` tagged with this process (see :func:`owner_tag`)."""
+    return Path(tempfile.mkdtemp(prefix=f".{owner_tag()}.", suffix=".spill", dir=parent))
+
+
+def _disk_full(path: Path) -> OutputError:
+    return OutputError(
+        f"no space left on the device of {path}; nothing was written",
+        hint=f"free some space on it (df -h {path.parent}), or write elsewhere with -o",
+    )
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path``, renamed over ``path`` when the block succeeds.
 
     On any failure (an exception, Ctrl-C) the temporary file is removed and ``path`` is
-    left as it was.
+    left as it was; a full disk becomes an :class:`OutputError` naming ``path``. A stream
+    (see :func:`is_stream`) is yielded itself: written in place, never renamed or removed.
     """
+    if is_stream(path):
+        try:
+            yield path
+        except Exception as exc:
+            if is_disk_full(exc):
+                raise OutputError(
+                    f"no space left on device writing {path}",
+                    hint="free some space where it goes, or write elsewhere with -o",
+                ) from None
+            raise
+        return
     try:
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+        fd, tmp_name = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part"
+        )
     except OSError as exc:
+        if is_disk_full(exc):
+            raise _disk_full(path) from None
         raise OutputError(
             f"cannot write to {path.parent}: {exc.strerror or exc}",
             hint="check the folder's permissions, or choose another -o",
@@ -485,31 +670,66 @@ def atomic_path(path: Path) -> Iterator[Path]:
         os.umask(umask)
         tmp.chmod(0o666 & ~umask)
         tmp.replace(path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if isinstance(exc, Exception) and is_disk_full(exc):
+            raise _disk_full(path) from None
         raise
 
 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Call ``write`` on a temporary file beside ``path``, then rename it over ``path``
-    (see :func:`atomic_path`)."""
-    with atomic_path(path) as tmp, tmp.open("wb") as handle:
-        write(handle)
+    (see :func:`atomic_path`); compressed when ``path`` ends in a compression suffix."""
+    with atomic_writes() as stage:
+        stage(path, write)
 
 
-def write_table(
-    frame: pl.DataFrame, path: Path, *, force: bool, protected: Sequence[Path] = ()
-) -> str:
-    """Write a (summary) table to ``path``, format from its suffix; returns the format."""
-    fmt = format_from_suffix(path) or ("json" if path.suffix.lower() == ".json" else None)
+Stage = Callable[[Path, Callable[[IO[bytes]], None]], None]
+
+
+@contextlib.contextmanager
+def atomic_writes() -> Iterator[Stage]:
+    """Several outputs that land together: ``stage(path, write)`` writes each one to its
+    temporary file (compressed by its name's suffix), and only when the block ends without
+    error are they all renamed over their targets. If one fails (a full disk, Ctrl-C),
+    none of the targets is touched and every temporary file is removed."""
+    with contextlib.ExitStack() as stack:
+
+        def stage(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+            tmp = stack.enter_context(atomic_path(path))
+            with tmp.open("wb") as handle, compressed(handle, compression_for(path)) as sink:
+                write(sink)
+
+        yield stage
+
+
+def table_format(path: Path) -> str:
+    """The format of a table file, from its suffix (under any compression suffix)."""
+    fmt = format_from_suffix(path) or (
+        "json" if uncompressed_name(path).suffix.lower() == ".json" else None
+    )
     if fmt is None:
         raise OptionsError(
             f"cannot tell the table format of {path}",
             hint="end the file name with .csv, .parquet, .jsonl, .json or .md",
         )
+    return fmt
+
+
+def write_table(
+    frame: pl.DataFrame,
+    path: Path,
+    *,
+    force: bool,
+    protected: Sequence[Path] = (),
+    stage: Stage | None = None,
+) -> str:
+    """Write a (summary) table to ``path``, format from its suffix; returns the format.
+    With ``stage`` (see :func:`atomic_writes`), it lands together with the other outputs."""
+    fmt = table_format(path)
     check_output_path(path, force=force, protected=protected)
-    atomic_write(path, lambda sink: write_frame(frame, sink, fmt))
+    (stage or atomic_write)(path, lambda sink: write_frame(frame, sink, fmt))
     return fmt
 
 
@@ -554,7 +774,28 @@ def expand_sources(sources: Sequence[str]) -> list[Path]:
             paths.extend(matches)
         else:
             paths.append(path)
+    _refuse_repeats(paths)
     return paths
+
+
+def _refuse_repeats(paths: Sequence[Path]) -> None:
+    """Refuse an input that appears twice after expanding folders and globs (``1.jsonl
+    1.jsonl``, overlapping globs, a link to a file also given): its rows would count twice."""
+    seen: dict[tuple[int, int] | Path, Path] = {}
+    for path in paths:
+        try:
+            info = path.stat()
+            identity: tuple[int, int] | Path = (info.st_dev, info.st_ino)
+        except OSError:
+            identity = path.absolute()
+        if identity in seen:
+            first = seen[identity]
+            shown = str(path) if str(path) == str(first) else f"{first} and {path}"
+            raise OptionsError(
+                f"the input {shown} is given twice: its rows would count twice",
+                hint="give each file once (check overlapping globs and folders)",
+            )
+        seen[identity] = path
 
 
 def read_many(

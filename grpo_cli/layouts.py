@@ -2,8 +2,10 @@
 
 - ``verl``: the rollout dump ``{rollout_data_dir}/{step}.jsonl`` (verl 0.9
   ``_dump_generations``): fields ``input``, ``output``, ``gts``, ``score``, ``step`` (and
-  ``uid`` in v1-trainer dumps, ``"{uuid}_{session}_{index}"``). Reward ``score``; group: the
-  uid without its last two ``_``-separated parts, else (``step``, ``input``); batch ``step``.
+  ``uid`` in v1-trainer dumps, ``"{uuid}_{session}_{index}"``). Reward ``score``; batch
+  ``step``; group: (``step``, the uid without its last two ``_``-separated parts), else
+  (``step``, ``input``): verl computes advantages per training batch, so a uid sampled again
+  in a later step is another group.
 - ``trl``: ``completions/completions_{step:05d}.parquet`` (TRL >= 0.28 ``log_completions``):
   ``step``, ``prompt``, ``completion``, one float column per reward function, ``log_extra``
   columns, ``advantage``. No prompt id: groups are consecutive runs of ``--group-size``
@@ -61,7 +63,9 @@ def apply_layout(
             if "uid" in frame.columns:
                 uid_group = pl.col("uid").cast(pl.String).str.replace(r"(_[^_]*){1,2}$", "")
                 frame = frame.with_columns(uid_group.alias(UID_GROUP))
-                fields["group_cols"] = (UID_GROUP,)
+                batch = fields.get("batch_col")
+                within = (batch,) if batch is not None and batch in frame.columns else ()
+                fields["group_cols"] = (*within, UID_GROUP)
                 derived.append(UID_GROUP)
             else:
                 fields["group_cols"] = ("step", "input")

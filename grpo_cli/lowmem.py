@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,7 @@ from grpo_cli.compute import (
     annotate_frame,
     resolve_keys,
 )
-from grpo_cli.errors import GrpoAdvError, OptionsError
+from grpo_cli.errors import GrpoAdvError, InputError, OptionsError
 from grpo_cli.estimators import get_estimator
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.summary import RunSummary
@@ -135,7 +134,9 @@ def annotate_to_parquet(
     validate_frame(scan, options)
     needed = _needed_columns(options, schema)
     keys = resolve_keys(options)
-    spill = Path(tempfile.mkdtemp(prefix=".grpo-adv-", dir=output.parent))
+    from grpo_cli.io import make_spill_folder, spill_parent
+
+    spill = make_spill_folder(spill_parent(output))
     try:
         step("partitioning")
         _partition(source, spill / "in", needed, keys.exact, partitions, chunk_rows)
@@ -222,12 +223,33 @@ def _compute_partitions(spill: Path, options: AdvantageOptions) -> _Totals:
                 "two group keys share a 64-bit hash (about a 1e-6 chance in a 12M-group log)",
                 hint="run again without --low-memory",
             )
+        _check_batch_spans(full, options)
         table = full.select(ROW, *options.added_columns()).to_arrow()
         with ipc.new_file(out / path.name, table.schema, options=_spill_options()) as writer:
             writer.write_table(table, max_chunksize=SPILL_BATCH)
         _accumulate(totals, full, options)
     totals.groups = sum(totals.hist.values())
     return totals
+
+
+def _check_batch_spans(part: pl.DataFrame, options: AdvantageOptions) -> None:
+    """Refuse groups whose rows fall in several values of the batch column, as the in-memory
+    path does (:func:`grpo_cli.summary.check_batch_spans`); each group lies whole in one
+    partition, so the check runs per partition, on the key hash."""
+    column = options.batch_col
+    if column is None or column in options.group_cols:
+        return
+    spanning = (
+        part.group_by(GROUP).agg(pl.col(column).n_unique().alias("n")).filter(pl.col("n") > 1)
+    )
+    if spanning.height:
+        key = ", ".join(options.group_cols)
+        fix = " ".join(f"-g {c}" for c in (column, *options.group_cols))
+        raise InputError(
+            f"groups (by {key}) span several values of {column} (batch column): "
+            f"at least {spanning.height} do",
+            hint=f"group within each batch: {fix}",
+        )
 
 
 def _accumulate(totals: _Totals, full: pl.DataFrame, options: AdvantageOptions) -> None:

@@ -14,7 +14,13 @@ from grpo_cli.compute import Keys, annotate_frame, pick_columns
 from grpo_cli.layouts import apply_layout, detect_layout
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.presets import get_preset, merge_options
-from grpo_cli.summary import RunSummary, group_table, summarize_run
+from grpo_cli.summary import (
+    RunSummary,
+    check_batch_spans,
+    group_table,
+    span_warnings,
+    summarize_run,
+)
 
 
 @dataclass(frozen=True)
@@ -47,8 +53,12 @@ class Annotation:
 
     @cached_property
     def warnings(self) -> tuple[str, ...]:
-        """What the user should know about how the log fits the preset's trainer."""
-        return _warnings(self.preset, self.run)
+        """What the user should know: groups that span steps (one more grouping of the
+        key), and how the log fits the preset's trainer."""
+        return (
+            *span_warnings(self.full, self.options, self.keys),
+            *_warnings(self.preset, self.run),
+        )
 
     @cached_property
     def groups(self) -> pl.DataFrame:
@@ -72,10 +82,12 @@ def resolve(frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any]) -
 
 def annotate(frame: pl.DataFrame, preset: str | None = None, **explicit: Any) -> Annotation:
     """Compute advantages with a preset and explicit options; also the per-group table and
-    the run's figures."""
+    the run's figures. Groups that span several values of the batch column are refused
+    (see :func:`grpo_cli.summary.check_batch_spans`)."""
     resolved = resolve(frame, preset, explicit)
     options = resolved.options
     full, keys = annotate_frame(resolved.frame, options)
+    check_batch_spans(full, options, keys)
     output_columns = [c for c in frame.columns if c not in resolved.derived]
     output = pick_columns(full, [*output_columns, *options.added_columns()])
     return Annotation(output, options, resolved.layout, full, keys, preset)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.progress import TaskID
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
     from grpo_cli.errors import GrpoAdvError
     from grpo_cli.explain import Explanation
     from grpo_cli.options import AdvantageOptions
@@ -37,8 +42,10 @@ def _escape(text: str) -> str:
 
 
 def print_warning(console: Console, message: str) -> None:
-    """``warning: <message>`` on one line."""
-    console.print(f"[yellow]warning:[/] {_escape(message)}", emoji=False)
+    """``warning: <message>`` on one line (control characters escaped)."""
+    from grpo_cli.errors import one_line
+
+    console.print(f"[yellow]warning:[/] {_escape(one_line(message))}", emoji=False)
 
 
 def _num(value: float | None, digits: int = 4) -> str:
@@ -51,6 +58,205 @@ def _share(count: int, total: int) -> str:
     return f"{count} ({100 * count / total:.1f}%)" if total else str(count)
 
 
+# --------------------------------------------------------------------------- tables that fit
+
+# Rich's default table chrome: one space of padding each side of a cell and a border line
+# left of every column, plus the right edge.
+_CHROME_PER_COLUMN = 3
+# A text column need not be wider than this to keep its words whole: a longer word (an
+# identifier, a path, key=value) may fold onto the next line.
+_MAX_WORD_FLOOR = 20
+
+
+@dataclass(frozen=True)
+class TableColumn:
+    """One column of a table printed by :func:`print_table`.
+
+    ``wrap``: free text, whose cells may wrap on whitespace (never inside a word of up to
+    ``_MAX_WORD_FLOOR`` cells). Otherwise (numbers, names) each cell stays whole on one
+    line.
+    """
+
+    header: str
+    justify: JustifyMethod = "left"
+    style: str = ""
+    wrap: bool = False
+
+
+def print_table(
+    console: Console,
+    columns: Sequence[TableColumn],
+    rows: Sequence[Sequence[str]],
+    *,
+    keys: int = 1,
+    split: bool = True,
+    title: str | None = None,
+    show_header: bool = True,
+    show_lines: bool = False,
+    section: int = 0,
+    title_justify: JustifyMethod = "left",
+) -> None:
+    """Print ``rows`` (markup strings) as Rich tables no wider than ``console.width`` that
+    cut no number and no header: Rich's ellipsis never shows.
+
+    The rule, per column: its *need* is its widest cell (the header included when shown),
+    its *floor* the narrowest width that cuts nothing: the need for a one-line column, the
+    longest word (at most ``_MAX_WORD_FLOOR``) for a ``wrap`` column. Then:
+
+    * When every column fits at its need: one table at those widths, as Rich prints it.
+    * When every column fits at its floor: one table, the spare width given to the key
+      columns up to their need, then to the others, the narrowest first.
+    * Else, if ``split`` and the first ``keys`` columns fit beside any single other
+      column: the other columns are split, in order, into consecutive tables ("parts")
+      as wide as fit at their floors, each repeating the ``keys`` columns at its left, as
+      pandas wraps a wide frame; each part is headed by its title and ", part i of n".
+    * Else, with three columns or more: the vertical layout, one ``header  cell`` line per
+      cell, a rule between rows (:func:`_print_records`).
+    * Else (two columns): the text column is narrowed and its longest words fold onto the
+      next line, whole.
+
+    ``section``: a rule under every ``section`` rows (none when 0).
+    """
+    measured = [
+        _column_extent(
+            console,
+            ([column.header] if show_header else []) + [row[i] for row in rows],
+            wrap=column.wrap,
+        )
+        for i, column in enumerate(columns)
+    ]
+    floors = [floor for floor, _ in measured]
+    needs = [need for _, need in measured]
+    keys = min(keys, len(columns))
+    rest = list(range(keys, len(columns)))
+    width = console.width
+    if _fits(needs, width) or _fits(floors, width):
+        parts = [rest]
+    elif split and all(_fits([*floors[:keys], floors[i]], width) for i in rest):
+        parts = _split_columns(floors, keys, width)
+    elif len(columns) > 2:
+        _print_records(console, columns, rows, title=title, title_justify=title_justify)
+        return
+    else:
+        parts = [rest]
+    for number, part in enumerate(parts, start=1):
+        shown = [*range(keys), *part]
+        widths = _column_widths(
+            [floors[i] for i in shown],
+            [needs[i] for i in shown],
+            [columns[i].wrap for i in shown],
+            keys,
+            width - _CHROME_PER_COLUMN * len(shown) - 1,
+        )
+        table_title = title
+        if len(parts) > 1:
+            # a line of its own: a table's title wraps at the (narrower) table's width
+            heading = f"part {number} of {len(parts)}"
+            console.print(
+                f"{title}, {heading}" if title else heading,
+                style="table.title",
+                justify=None if title_justify == "left" else title_justify,  # no padding
+                markup=False,
+                emoji=False,
+            )
+            table_title = None
+        table = Table(
+            title=table_title,
+            title_justify=title_justify,
+            show_header=show_header,
+            show_lines=show_lines,
+        )
+        for i, column_width in zip(shown, widths, strict=True):
+            column = columns[i]
+            table.add_column(
+                column.header,
+                justify=column.justify,
+                style=column.style,
+                width=column_width,
+                overflow="fold",
+            )
+        for n, row in enumerate(rows, start=1):
+            table.add_row(*(row[i] for i in shown), end_section=section > 0 and n % section == 0)
+        console.print(table)
+
+
+def _print_records(
+    console: Console,
+    columns: Sequence[TableColumn],
+    rows: Sequence[Sequence[str]],
+    *,
+    title: str | None,
+    title_justify: JustifyMethod,
+) -> None:
+    """The vertical layout of a table too wide for the console: a two-column table of
+    ``header  cell`` lines, one per cell, a rule after each row's cells."""
+    fields = [TableColumn("field", style="bold", wrap=True), TableColumn("value", wrap=True)]
+    pairs = [(column.header, row[i]) for row in rows for i, column in enumerate(columns)]
+    print_table(
+        console,
+        fields,
+        pairs,
+        title=title,
+        show_header=False,
+        section=len(columns),
+        title_justify=title_justify,
+    )
+
+
+def _column_extent(console: Console, texts: Sequence[str], *, wrap: bool) -> tuple[int, int]:
+    """``(floor, need)`` of a column holding ``texts`` (see :func:`print_table`), in terminal
+    cells of the text as ``console`` renders it (markup applied)."""
+    floor = need = 1
+    for text in texts:
+        plain = console.render_str(text, highlight=False).plain
+        need = max(need, *(cell_len(line) for line in plain.splitlines() or [""]))
+        if wrap:
+            floor = max(floor, *(cell_len(word) for word in plain.split() or [""]))
+    return (min(floor, _MAX_WORD_FLOOR, need) if wrap else need), need
+
+
+def _fits(widths: Sequence[int], width: int) -> bool:
+    """Whether a table with columns ``widths`` wide (without padding) fits ``width``."""
+    return sum(widths) + _CHROME_PER_COLUMN * len(widths) + 1 <= width
+
+
+def _split_columns(floors: list[int], keys: int, width: int) -> list[list[int]]:
+    """The indices of the columns after the ``keys`` first, split into consecutive parts,
+    each of as many as fit ``width`` at their floors beside the key columns."""
+    parts: list[list[int]] = [[]]
+    for i in range(keys, len(floors)):
+        candidate = [*parts[-1], i]
+        if parts[-1] and not _fits([floors[j] for j in (*range(keys), *candidate)], width):
+            parts.append([i])
+        else:
+            parts[-1] = candidate
+    return parts
+
+
+def _column_widths(
+    floors: list[int], needs: list[int], wraps: list[bool], keys: int, budget: int
+) -> list[int]:
+    """Column widths (without padding) that sum to ``budget`` or less where possible: the
+    needs when they fit; else the floors, widened up to the needs, the key columns first,
+    then the others, the narrowest first; else the floors of the ``wrap`` columns
+    narrowed, the widest first, down to 1 (their long words fold)."""
+    if sum(needs) <= budget:
+        return list(needs)
+    widths = list(floors)
+    while sum(widths) > budget:
+        candidates = [i for i, w in enumerate(widths) if wraps[i] and w > 1]
+        if not candidates:
+            return widths
+        widths[max(candidates, key=lambda i: widths[i])] -= 1
+    for group in (range(keys), range(keys, len(widths))):
+        while sum(widths) < budget:
+            candidates = [i for i in group if widths[i] < needs[i]]
+            if not candidates:
+                break
+            widths[min(candidates, key=lambda i: widths[i])] += 1
+    return widths
+
+
 def render_run_summary(
     console: Console,
     summary: RunSummary,
@@ -61,52 +267,61 @@ def render_run_summary(
     preset: str | None = None,
     layout: str | None = None,
 ) -> None:
-    """The summary table of one ``compute`` run."""
-    table = Table(title="grpo-adv compute", show_header=False, title_justify="left")
-    table.add_column("figure", style="bold")
-    table.add_column("value")
-    table.add_row("rows", f"{summary.rows:,}")
+    """The summary table of one ``compute`` run (a figure/value table that fits the
+    console: see :func:`print_figures`)."""
     grouping = (
         f"runs of {options.group_size} rows"
         if options.group_size
         else ", ".join(options.group_cols)
     )
-    table.add_row("groups", f"{summary.groups:,}  (by {_escape(grouping)})")
     batch = (
         f"{summary.batches:,} (by {options.batch_col})"
         if options.batch_col
         else "the whole input is one batch"
-    )
-    table.add_row("batches", batch)
-    table.add_row(
-        "group size min / median / max",
-        f"{summary.group_size_min} / {summary.group_size_median:g} / {summary.group_size_max}",
-    )
-    table.add_row(
-        "zero-variance groups",
-        f"{_share(summary.zero_std_groups, summary.groups)}; "
-        f"frac_reward_zero_std {summary.frac_reward_zero_std:.4f}",
-    )
-    table.add_row(
-        "singleton groups", f"{summary.singleton_groups} (--singleton {options.singleton})"
-    )
-    table.add_row("null rewards", f"{summary.null_rewards} (--nulls {options.nulls})")
-    table.add_row("reward mean / std", f"{_num(summary.reward_mean)} / {_num(summary.reward_std)}")
-    table.add_row(
-        "advantage min / max", f"{_num(summary.advantage_min)} / {_num(summary.advantage_max)}"
     )
     method = f"{options.estimator} (ddof {options.ddof}, eps {options.eps:g} {options.eps_mode}"
     if options.clip is not None:
         method += f", clip [{options.clip[0]:g}, {options.clip[1]:g}]"
     if len(options.reward_cols) > 1:
         method += f", {len(options.reward_cols)} rewards {options.aggregation}"
-    table.add_row("estimator", method + ")")
+    rows = [
+        ("rows", f"{summary.rows:,}"),
+        ("groups", f"{summary.groups:,}  (by {_escape(grouping)})"),
+        ("batches", batch),
+        (
+            "group size min / median / max",
+            f"{summary.group_size_min} / {summary.group_size_median:g} / {summary.group_size_max}",
+        ),
+        (
+            "zero-variance groups",
+            f"{_share(summary.zero_std_groups, summary.groups)}; "
+            f"frac_reward_zero_std {summary.frac_reward_zero_std:.4f}",
+        ),
+        ("singleton groups", f"{summary.singleton_groups} (--singleton {options.singleton})"),
+        ("null rewards", f"{summary.null_rewards} (--nulls {options.nulls})"),
+        ("reward mean / std", f"{_num(summary.reward_mean)} / {_num(summary.reward_std)}"),
+        (
+            "advantage min / max",
+            f"{_num(summary.advantage_min)} / {_num(summary.advantage_max)}",
+        ),
+        ("estimator", method + ")"),
+    ]
     if preset is not None:
-        table.add_row("preset", preset + (f" (read as a {layout} dump)" if layout else ""))
-    table.add_row("output", _escape(output))
+        rows.append(("preset", preset + (f" (read as a {layout} dump)" if layout else "")))
+    rows.append(("output", _escape(output)))
     if group_table_path is not None:
-        table.add_row("group table", _escape(group_table_path))
-    console.print(table)
+        rows.append(("group table", _escape(group_table_path)))
+    print_figures(console, rows, title="grpo-adv compute")
+
+
+def print_figures(
+    console: Console, rows: Sequence[tuple[str, str]], *, title: str | None = None
+) -> None:
+    """A headerless two-column table, a bold figure name then its value, that fits the
+    console: both columns wrap on whitespace (the names are widened first), so a number
+    is never cut; only a word over ``_MAX_WORD_FLOOR`` cells (a long path) may fold."""
+    columns = [TableColumn("figure", style="bold", wrap=True), TableColumn("value", wrap=True)]
+    print_table(console, columns, rows, keys=1, title=title, show_header=False)
 
 
 def render_verify_report(
@@ -119,22 +334,24 @@ def render_verify_report(
         f"(tolerance {report.tol:g})",
         emoji=False,
     )
-    table = Table(show_header=False)
-    table.add_column("figure", style="bold")
-    table.add_column("value")
-    table.add_row("recomputed as", _escape(describe_method(report.options, report.layout)))
-    table.add_row("rows compared", f"{report.rows:,}")
-    table.add_row("max |difference|", f"{report.max_abs_diff:.3g}")
-    table.add_row("rows over tolerance", f"{report.rows_over:,}")
-    table.add_row("groups over tolerance", f"{report.groups_over:,} of {report.groups:,}")
-    console.print(table)
-    if report.worst.height:
-        worst = Table(title="worst groups", title_justify="left")
-        for column in report.worst.columns:
-            worst.add_column(column)
-        for row in report.worst.iter_rows():
-            worst.add_row(*(_escape(_cell(v)) for v in row))
-        console.print(worst)
+    figures = [
+        ("recomputed as", _escape(describe_method(report.options, report.layout))),
+        ("rows compared", f"{report.rows:,}"),
+        ("max |difference|", f"{report.max_abs_diff:.3g}"),
+        ("rows over tolerance", f"{report.rows_over:,}"),
+        ("groups over tolerance", f"{report.groups_over:,} of {report.groups:,}"),
+    ]
+    print_figures(console, figures)
+    worst = report.worst
+    if worst.height:
+        # the group key columns come first; they repeat in every part of a split table
+        keys = len([c for c in worst.columns if c not in ("size", "max_abs_diff")])
+        columns = [
+            TableColumn(_escape(name), wrap=not dtype.is_numeric())
+            for name, dtype in worst.schema.items()
+        ]
+        rows = [[_escape(_cell(v)) for v in row] for row in worst.iter_rows()]
+        print_table(console, columns, rows, keys=keys, title="worst groups")
 
 
 def describe_method(options: AdvantageOptions, layout: str | None = None) -> str:
@@ -146,7 +363,8 @@ def describe_method(options: AdvantageOptions, layout: str | None = None) -> str
         groups = f"runs of {options.group_size} rows"
     else:
         shown = {"__grpo_uid_group": "uid (without _session_index)"}
-        groups = ", ".join(shown.get(c, c) for c in options.group_cols)
+        within = [c for c in options.group_cols if c != options.batch_col]
+        groups = ", ".join(shown.get(c, c) for c in within or options.group_cols)
     text = (
         f"{options.estimator}, ddof {options.ddof}, eps {options.eps:g} {options.eps_mode}, "
         f"singleton {options.singleton}, nulls {options.nulls}; rewards {rewards}; "
@@ -164,13 +382,11 @@ def _cell(value: object) -> str:
 
 
 def render_presets(console: Console) -> None:
-    """``grpo-adv presets``: one row per preset, its conventions on one folded line."""
+    """``grpo-adv presets``: one row per preset, what it reproduces and its conventions
+    wrapped on whitespace to fit the console (see :func:`print_table`)."""
     from grpo_cli.presets import presets_frame
 
-    table = Table(title="grpo-adv presets (explicit options override them)", show_lines=True)
-    table.add_column("preset", style="bold", no_wrap=True)
-    table.add_column("reproduces", overflow="fold")
-    table.add_column("conventions", overflow="fold")
+    rows: list[tuple[str, str, str]] = []
     for row in presets_frame().iter_rows(named=True):
         conventions = [
             f"estimator {row['estimator']}",
@@ -187,8 +403,21 @@ def render_presets(console: Console) -> None:
             conventions.append(row["aggregation"])
         if row["layout"]:
             conventions.append(f"reads {row['layout']} dumps")
-        table.add_row(row["preset"], _escape(row["reproduces"]), _escape(", ".join(conventions)))
-    console.print(table)
+        rows.append((row["preset"], _escape(row["reproduces"]), _escape(", ".join(conventions))))
+    columns = [
+        TableColumn("preset", style="bold"),
+        TableColumn("reproduces", wrap=True),
+        TableColumn("conventions", wrap=True),
+    ]
+    print_table(
+        console,
+        columns,
+        rows,
+        split=False,  # one row a preset reads best, its text wrapped (folded when narrow)
+        title="grpo-adv presets (explicit options override them)",
+        show_lines=True,
+        title_justify="center",
+    )
 
 
 class DelayedProgress:
@@ -266,8 +495,15 @@ def sparkline(values: list[float | None]) -> str:
     return "".join(out)
 
 
-def histogram_lines(edges: list[float], counts: list[int], width: int = 40) -> list[str]:
-    """A horizontal bar per bin: ``[lo, hi)  count  ####``."""
+HISTOGRAM_BAR_WIDTH = 40
+HISTOGRAM_LABEL_WIDTH = 33  # what comes before a histogram bar: ``lo .. hi count`` and 2 spaces
+
+
+def histogram_lines(
+    edges: list[float], counts: list[int], width: int = HISTOGRAM_BAR_WIDTH
+) -> list[str]:
+    """A horizontal bar per bin: ``[lo, hi)  count  ####``, the longest bar ``width``
+    characters (each line ``HISTOGRAM_LABEL_WIDTH`` more)."""
     if not counts:
         return ["(no values)"]
     top = max(counts) or 1
@@ -280,33 +516,46 @@ def histogram_lines(edges: list[float], counts: list[int], width: int = 40) -> l
 
 def render_report(console: Console, report: Report, *, rows: int = 20, bins: int = 12) -> None:
     """Overall figures, the per-step table (first and last ``rows`` // 2 steps when there
-    are more), per-step sparklines, and histograms of rewards and advantages."""
+    are more), per-step sparklines, and histograms of rewards and advantages.
+
+    Both tables fit ``console.width`` without cutting a number or a header: the per-step
+    table is split into parts that repeat the ``by`` columns (see :func:`print_table`),
+    and the histogram bars shrink to fit."""
     import polars as pl
 
     from grpo_cli.report import histogram
 
     overall = report.overall.row(0, named=True)
-    table = Table(title="grpo-adv summarize: overall", show_header=False, title_justify="left")
-    table.add_column("metric", style="bold")
-    table.add_column("value")
-    for name, value in overall.items():
-        table.add_row(name, _value(value))
-    console.print(table)
+    print_figures(
+        console,
+        [(name, _value(value)) for name, value in overall.items()],
+        title="grpo-adv summarize: overall",
+    )
     steps = report.steps
     if report.by and steps.height:
         shown = [c for c in (*report.by, *STEP_COLUMNS) if c in steps.columns]
-        step_table = Table(
-            title=f"per {', '.join(report.by)} ({steps.height:,} values)", title_justify="left"
-        )
-        for name in shown:
-            step_table.add_column(name, justify="right")
+        columns = [
+            TableColumn(
+                _escape(name),
+                justify="right",
+                wrap=name in report.by and not steps.schema[name].is_numeric(),
+            )
+            for name in shown
+        ]
         half = max(rows // 2, 1)
         picked = steps if steps.height <= rows else pl.concat([steps.head(half), steps.tail(half)])
+        cells: list[list[str]] = []
         for i, record in enumerate(picked.select(shown).iter_rows()):
             if steps.height > rows and i == half:
-                step_table.add_row(*("..." for _ in shown))
-            step_table.add_row(*(_value(v) for v in record))
-        console.print(step_table)
+                cells.append(["..." for _ in shown])
+            cells.append([_value(v) for v in record])
+        print_table(
+            console,
+            columns,
+            cells,
+            keys=len(report.by),
+            title=f"per {', '.join(report.by)} ({steps.height:,} values)",
+        )
         for name in SPARK_METRICS:
             if name in steps.columns:
                 series = steps[name].to_list()
@@ -322,7 +571,8 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
             continue
         edges, counts = histogram(values, bins)
         console.print(f"\n[bold]{title} histogram[/] ({values.len():,} values)")
-        for line in histogram_lines(edges, counts):
+        bar_width = max(1, min(HISTOGRAM_BAR_WIDTH, console.width - HISTOGRAM_LABEL_WIDTH))
+        for line in histogram_lines(edges, counts, bar_width):
             console.print(line, emoji=False, markup=False)
 
 
@@ -340,7 +590,8 @@ def _value(value: object) -> str:
 
 
 def render_explanation(console: Console, e: Explanation) -> None:
-    """One group, the formula filled in for every response."""
+    """One group, the formula filled in for every response (a table that fits the console,
+    its formulas wrapped on whitespace, the ``#`` column repeated if it must be split)."""
     o = e.options
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
     console.print(f"[bold]group {_escape(key)}[/]: {e.size} responses", emoji=False)
@@ -356,13 +607,15 @@ def render_explanation(console: Console, e: Explanation) -> None:
         console.print(f"  [bold]{_escape(e.formula)}[/]", emoji=False)
     for note in e.notes:
         console.print(f"  [yellow]note:[/] {_escape(note)}", emoji=False)
-    table = Table(title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("reward", justify="right")
-    table.add_column("with the numbers")
-    table.add_column("advantage", justify="right", style="bold")
+    columns = [
+        TableColumn("#", justify="right"),
+        TableColumn("reward", justify="right"),
+        TableColumn("with the numbers", wrap=True),
+        TableColumn("advantage", justify="right", style="bold"),
+    ]
     if e.logged:
-        table.add_column("logged", justify="right")
+        columns.append(TableColumn("logged", justify="right"))
+    rows: list[list[str]] = []
     for i, row in enumerate(e.rows):
         formula = row.formula
         if row.value is not None and row.policy is None:
@@ -372,5 +625,5 @@ def render_explanation(console: Console, e: Explanation) -> None:
         cells = [str(i), _num(row.reward, 6), _escape(formula), _num(row.advantage, 6)]
         if e.logged:
             cells.append(_num(row.logged, 6))
-        table.add_row(*cells)
-    console.print(table)
+        rows.append(cells)
+    print_table(console, columns, rows, keys=1)

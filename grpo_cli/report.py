@@ -25,6 +25,8 @@ NaN as null), with groups as ``compute`` forms them. Per batch value (``by``) an
 
 A group is counted in every batch value where it has rows; its statistics are over all of
 its rows (a group spans batch values only when the group key does not include the batch).
+Groups that span the batch column are refused, and groups that span the log's step column
+give a warning (see :func:`grpo_cli.summary.span_warnings`).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from grpo_cli.compute import (
 )
 from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.options import AdvantageOptions
-from grpo_cli.summary import DISPLAY_NAMES, group_table
+from grpo_cli.summary import DISPLAY_NAMES, check_batch_spans, group_table, span_warnings
 
 ZERO_STD_ATOL: Final = 1e-8  # torch.isclose's default atol, as TRL uses it
 LEVELS: Final = ("step", "group", "overall")
@@ -73,6 +75,7 @@ class Report:
         binary: every valid reward is 0 or 1 (the pass metrics are present).
         annotated: the input has the advantage column (the advantage metrics are present).
         rewards: the valid rewards, for histograms; advantages: likewise (or None).
+        warnings: what the user should know (groups that span steps), one line each.
     """
 
     overall: pl.DataFrame
@@ -83,6 +86,7 @@ class Report:
     annotated: bool
     rewards: pl.Series
     advantages: pl.Series | None
+    warnings: tuple[str, ...] = ()
 
     def table(self, level: str) -> pl.DataFrame:
         """The table of ``level`` (step, group or overall)."""
@@ -124,6 +128,7 @@ def summarize(
     prepared, keys = _prepare(frame, options, hashed=True)
     if hash_collision(prepared, keys):  # about 1e-19 per pair of keys: group the keys themselves
         prepared, keys = _prepare(frame, options, hashed=False)
+    check_batch_spans(prepared, options, keys, size_col=_SIZE)
     rewards = prepared[REWARD_KEY].drop_nulls()
     binary = rewards.len() > 0 and bool(rewards.is_in([0.0, 1.0]).all())
     adv = options.advantage_col if annotated else None
@@ -140,7 +145,9 @@ def summarize(
         .collect()
     )
     whole = pl.lit(0).alias(_ALL)
-    one_per_group = per_group.unique(subset=group, keep="first") if by else per_group
+    # A group with rows in several values of ``by`` is counted once overall (its whole key:
+    # positional keys hold the batch column, which ``group`` leaves out).
+    one_per_group = per_group.unique(subset=list(keys.group), keep="first") if by else per_group
     overall = _metrics(
         prepared.lazy().with_columns(whole),
         one_per_group.lazy().with_columns(whole),
@@ -163,6 +170,7 @@ def summarize(
         annotated=annotated,
         rewards=rewards,
         advantages=prepared[adv].cast(pl.Float64).drop_nulls().drop_nans() if adv else None,
+        warnings=span_warnings(prepared, options, keys, size_col=_SIZE),
     )
 
 

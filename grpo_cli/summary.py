@@ -9,6 +9,12 @@ weighted sum of several reward columns; for ``process``, every step reward).
   variance is exactly 0; see ``EstimatorContext.is_constant``).
 - ``frac_reward_zero_std`` (TRL's metric): the share of *responses* whose group is zero_std.
 - a singleton group has exactly one valid reward.
+
+Groups that span steps: a group key without the step (or batch) column pools a prompt
+sampled again in a later step into one group. :func:`check_batch_spans` refuses that for a
+batch column; :func:`span_warnings` warns about it for a step-like column. With hashed keys
+both cost one pass over the already-computed key hash (about 0.3 s per 10M rows); grouping
+the key to count and name the spanning groups happens only when there are some.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import polars as pl
 
 from grpo_cli.compute import (
     CONSTANT_KEY,
+    GROUP_HASH,
     POSITION_KEY,
     REWARD_KEY,
     ROW_KEY,
@@ -30,11 +37,25 @@ from grpo_cli.compute import (
     collect,
     reward_expr,
 )
+from grpo_cli.errors import InputError
+from grpo_cli.estimators import get_estimator
 from grpo_cli.layouts import UID_GROUP
 from grpo_cli.options import AdvantageOptions
 
 GROUP_TABLE_COLUMNS: Final = ("size", "n_null", "mean", "std", "min", "max", "zero_std")
 DISPLAY_NAMES: Final = {POSITION_KEY: "group_index", UID_GROUP: "group"}
+# Columns that number training steps, in order of preference: groups should not span them.
+STEP_COLUMNS: Final = (
+    "step",
+    "global_step",
+    "training_step",
+    "iteration",
+    "batch",
+    "batch_id",
+    "epoch",
+)
+_SPAN_ROW: Final = "__grpo_span_row"
+_SPAN_VALUES: Final = "__grpo_span_values"
 
 
 def reward_units(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame:
@@ -237,4 +258,157 @@ def _summarize_from_groups(
         reward_std=overall["reward_std"],
         advantage_min=per_row["advantage_min"],
         advantage_max=per_row["advantage_max"],
+    )
+
+
+@dataclass(frozen=True)
+class GroupSpans:
+    """Groups whose rows fall in several values of ``column``.
+
+    Attributes:
+        count: how many groups do.
+        column: the step or batch column.
+        key: the group key, as shown (``prompt_id``; ``step, input``).
+        example: the first such group in input order and its values of ``column``
+            (``prompt_id='p7' in step 1, 2 and 7``).
+        fix: the options that group within each value of ``column`` (``-g step -g
+            prompt_id``).
+    """
+
+    count: int
+    column: str
+    key: str
+    example: str
+    fix: str
+
+    def describe(self) -> str:
+        """``12 groups (by prompt_id) span several values of step``."""
+        plural = "s" if self.count != 1 else ""
+        verb = "span" if self.count != 1 else "spans"
+        return f"{self.count} group{plural} (by {self.key}) {verb} several values of {self.column}"
+
+
+def group_spans(
+    frame: pl.DataFrame, keys: Keys, column: str, size_col: str = SIZE_KEY
+) -> GroupSpans | None:
+    """The groups of ``frame`` (with the columns of ``keys``) whose rows hold several values
+    of ``column``, or None when every group stays within one value.
+
+    With hashed keys, first one cheap pass (:func:`_pairs_outnumber_groups`); then, only when
+    some group spans, one grouping of the key with the distinct count of ``column`` and a
+    few passes for the example.
+    """
+    if keys.hashed and not _pairs_outnumber_groups(frame, column, size_col):
+        return None
+    group = list(keys.group)
+    spanning = (
+        frame.lazy()
+        .group_by(group)
+        .agg(pl.col(column).n_unique().alias(_SPAN_VALUES))
+        .filter(pl.col(_SPAN_VALUES) > 1)
+        .select(group)
+        .collect(engine="streaming")
+    )
+    if spanning.height == 0:
+        return None
+    rows = frame.lazy().with_row_index(_SPAN_ROW)
+    first = collect(
+        rows.join(spanning.lazy(), on=group, how="semi").select(pl.col(_SPAN_ROW).min())
+    ).item()
+    one = frame.slice(first, 1)
+    values = (
+        collect(
+            frame.lazy()
+            .join(one.lazy().select(group), on=group, how="semi")
+            .select(pl.col(column).unique())
+        )
+        .get_column(column)
+        .sort(nulls_last=True)
+        .to_list()
+    )
+    names = [DISPLAY_NAMES.get(c, c) for c in keys.exact]
+    example = ", ".join(
+        f"{name}={one.get_column(c)[0]!r}" for name, c in zip(names, keys.exact, strict=True)
+    )
+    if any(c.startswith("__grpo_") for c in keys.exact):
+        fix = f"--batch-col {column}"  # a derived key (verl's uid group): the layout adds it
+    else:
+        fix = " ".join(f"-g {c}" for c in (column, *keys.exact))
+    return GroupSpans(
+        count=spanning.height,
+        column=column,
+        key=", ".join(names),
+        example=f"{example} in {column} {_value_list(values)}",
+        fix=fix,
+    )
+
+
+def _pairs_outnumber_groups(frame: pl.DataFrame, column: str, size_col: str) -> bool:
+    """Whether some group holds several values of ``column``: the distinct (group hash,
+    value) pairs, as one 64-bit hash each, outnumber the groups (counted from each row's
+    group size in ``size_col``: a group of s rows adds 1/s per row; without it, distinct
+    hashes). One pass, 2x cheaper than grouping the key; a false "no" needs two pairs to
+    share a 64-bit hash (about 1e-8 for a million pairs)."""
+    group = pl.col(GROUP_HASH)
+    pairs = (group ^ pl.col(column).hash(seed=7)).n_unique()
+    if size_col in frame.columns:
+        groups = (1.0 / pl.col(size_col).cast(pl.Float64)).sum()
+    else:
+        groups = group.n_unique().cast(pl.Float64)
+    counts = frame.lazy().select(pairs=pairs, groups=groups).collect(engine="streaming")
+    return int(counts["pairs"][0]) > round(float(counts["groups"][0]))
+
+
+def _value_list(values: list[object]) -> str:
+    """``1, 2 and 7``; ``1, 2, 3, ... and 40 (12 values)`` for more than five."""
+    shown = [repr(v) if isinstance(v, str) else str(v) for v in values]
+    if len(shown) > 5:
+        return f"{', '.join(shown[:3])}, ... and {shown[-1]} ({len(shown)} values)"
+    return f"{', '.join(shown[:-1])} and {shown[-1]}"
+
+
+def _keyed_groups(options: AdvantageOptions) -> bool:
+    """Groups come from key columns (not positions) and the estimator uses them."""
+    return options.group_size is None and get_estimator(options.estimator).uses_groups
+
+
+def check_batch_spans(
+    frame: pl.DataFrame, options: AdvantageOptions, keys: Keys, size_col: str = SIZE_KEY
+) -> None:
+    """Refuse groups whose rows fall in several values of the batch column: batch statistics
+    are per batch value, so such a group would be pooled across batches. Positional groups
+    are within batches already; a group key holding the batch column cannot span it."""
+    column = options.batch_col
+    if column is None or column in keys.exact or not _keyed_groups(options):
+        return
+    spans = group_spans(frame, keys, column, size_col)
+    if spans is not None:
+        raise InputError(
+            f"{spans.describe()} (batch column); first: {spans.example}",
+            hint=f"group within each batch: {spans.fix}",
+        )
+
+
+def step_column(columns: Sequence[str], options: AdvantageOptions, keys: Keys) -> str | None:
+    """The step-like column groups are checked against: the first of STEP_COLUMNS in
+    ``columns``, when there is no batch column, groups are by key and the key lacks it."""
+    if options.batch_col is not None or not _keyed_groups(options):
+        return None
+    column = next((c for c in STEP_COLUMNS if c in columns), None)
+    return None if column is None or column in keys.exact else column
+
+
+def span_warnings(
+    frame: pl.DataFrame, options: AdvantageOptions, keys: Keys, size_col: str = SIZE_KEY
+) -> tuple[str, ...]:
+    """One warning line when groups span several values of the log's step-like column (a
+    prompt sampled again in a later step pooled into one group), else none."""
+    column = step_column(frame.columns, options, keys)
+    spans = None if column is None else group_spans(frame, keys, column, size_col)
+    if spans is None:
+        return ()
+    pooled = "is" if spans.count == 1 else "are"
+    return (
+        f"{spans.describe()} and {pooled} pooled across them (first: {spans.example}); "
+        f"to group within each {spans.column}: {spans.fix}",
     )

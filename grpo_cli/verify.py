@@ -17,6 +17,7 @@ from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import resolve
 from grpo_cli.schema import require_columns
+from grpo_cli.summary import DISPLAY_NAMES, check_batch_spans, span_warnings
 
 RECOMPUTED: Final = "__grpo_recomputed"
 
@@ -35,6 +36,7 @@ class VerifyReport:
         tol: the tolerance.
         options: the options the advantages were recomputed with.
         layout: the trainer dump layout the log was read as, if any.
+        warnings: what the user should know (groups that span steps), one line each.
     """
 
     rows: int
@@ -46,6 +48,7 @@ class VerifyReport:
     tol: float
     options: AdvantageOptions
     layout: str | None
+    warnings: tuple[str, ...] = ()
 
     @property
     def agree(self) -> bool:
@@ -59,9 +62,13 @@ def verify_advantages(
     advantage_col: str = "advantage",
     tol: float = 1e-5,
     top: int = 5,
+    warn: bool = True,
     **explicit: Any,
 ) -> VerifyReport:
-    """Recompute with ``preset`` and ``explicit`` options; compare with ``advantage_col``."""
+    """Recompute with ``preset`` and ``explicit`` options; compare with ``advantage_col``.
+
+    Groups that span several values of the batch column are refused; with ``warn``, groups
+    that span the log's step column give a warning (one more grouping of the key)."""
     if not tol >= 0:
         raise OptionsError(f"--tol must be >= 0, got {tol}", hint="e.g. --tol 1e-5")
     require_columns(frame.schema, [advantage_col], "advantage")
@@ -75,6 +82,8 @@ def verify_advantages(
         )
     resolved = resolve(frame.drop(advantage_col), preset, {**explicit, "advantage_col": RECOMPUTED})
     full, keys = annotate_frame(resolved.frame.with_columns(frame[advantage_col]), resolved.options)
+    check_batch_spans(full, resolved.options, keys)
+    warnings = span_warnings(full, resolved.options, keys) if warn else ()
     pairs = full.lazy().select(*keys.exact, pl.col(advantage_col), pl.col(RECOMPUTED))
     if is_list:
         pairs = pairs.explode(advantage_col, RECOMPUTED)
@@ -97,8 +106,6 @@ def verify_advantages(
         .sort("max_abs_diff", descending=True, maintain_order=True)
         .head(top)
     )
-    from grpo_cli.summary import DISPLAY_NAMES
-
     worst = worst.rename({k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES})
     max_diff = rows["abs_diff"].max()
     return VerifyReport(
@@ -111,4 +118,5 @@ def verify_advantages(
         tol=tol,
         options=resolved.options,
         layout=resolved.layout,
+        warnings=warnings,
     )

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 from types import ModuleType
 
 import polars as pl
 import pytest
+from hypothesis import settings
 from typer.testing import CliRunner
+
+# Property tests: random exploration locally (new examples each run, failures remembered in
+# .hypothesis/); in CI (CI=true) a fixed, derandomized search, so a submission never fails
+# by chance. HYPOTHESIS_PROFILE=ci reproduces CI's examples locally.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev")
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "sample_data"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -190,6 +190,7 @@ def test_sigterm_mid_write_leaves_nothing(tmp_path: Path) -> None:
     ),
     fmt=st.sampled_from([None, "csv", "jsonl", "json", "parquet"]),
 )
+@example(data=b'"\n\x00', fmt=None)  # once found by chance: a two-line error
 def test_fuzzed_bytes_give_a_clean_error_or_a_log(data: bytes, fmt: str | None) -> None:
     """Random bytes: the reader raises a GrpoAdvError or returns a frame; the whole command
     exits 0 or with a documented code, never with a traceback."""

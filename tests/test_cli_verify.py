@@ -146,7 +146,7 @@ class TestLayouts:
             }
         )
         result = annotate(frame, "verl")
-        assert result.options.group_cols == ("__grpo_uid_group",)
+        assert result.options.group_cols == ("step", "__grpo_uid_group")  # within the batch
         assert result.options.reward_cols == ("score",)
         assert result.options.batch_col == "step"
         assert result.groups["group"].to_list() == ["u-1", "x_y"]

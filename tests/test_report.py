@@ -249,7 +249,7 @@ class TestTrainerDumps:
         )
         assert result.exit_code == 0, result.output
         table = pl.read_csv(out)
-        assert table.columns[:3] == ["group", "step", "size"]
+        assert table.columns[:3] == ["step", "group", "size"]  # groups within each step
         assert table.height == 18 and (table["size"] == 4).all()
         assert (table["advantage_mean"].abs() < 1e-6).all()  # logged float32 advantages
 

@@ -1,0 +1,260 @@
+"""Groups that span steps: verl groups within the batch, a batch column refuses groups that
+span it, a step-like column gives one warning line, and `summarize` counts positional
+groups once per step."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from grpo_cli.cli import app
+from grpo_cli.errors import InputError
+from grpo_cli.options import AdvantageOptions
+from grpo_cli.pipeline import annotate
+from grpo_cli.report import summarize
+from grpo_cli.verify import verify_advantages
+from tests.conftest import SAMPLE_DIR
+
+TRL_DIR = SAMPLE_DIR / "trl_completions"
+EPS = 1e-6  # the verl preset's epsilon
+
+# p7 is sampled again in steps 2 and 7, p1 in step 7; p2 only in step 2.
+RESAMPLED = [
+    (1, "p7", 1.0),
+    (1, "p7", 0.0),
+    (1, "p1", 1.0),
+    (1, "p1", 0.0),
+    (2, "p7", 1.0),
+    (2, "p7", 1.0),
+    (2, "p2", 0.0),
+    (2, "p2", 1.0),
+    (7, "p7", 0.0),
+    (7, "p7", 0.0),
+    (7, "p1", 1.0),
+    (7, "p1", 1.0),
+]
+WARNING = (
+    "warning: 2 groups (by prompt_id) span several values of step and are pooled across "
+    "them (first: prompt_id='p7' in step 1, 2 and 7); to group within each step: "
+    "-g step -g prompt_id\n"
+)
+
+
+def log(rows: list[tuple[int, str, float]], step: str = "step") -> pl.DataFrame:
+    return pl.DataFrame(
+        rows,
+        schema={step: pl.Int64, "prompt_id": pl.String, "reward": pl.Float64},
+        orient="row",
+    )
+
+
+def write_csv(frame: pl.DataFrame, tmp_path: Path, name: str = "log.csv") -> str:
+    path = tmp_path / name
+    frame.write_csv(path)
+    return str(path)
+
+
+class TestVerlGroupsWithinTheBatch:
+    """A uid sampled in steps 1, 2 and 7: three groups, as verl computes per batch."""
+
+    def dump(self) -> pl.DataFrame:
+        scores = [1.0, 0.0, 1.0, 1.0, 0.0, 0.5, 1.0, 0.0]
+        steps = [1, 1, 2, 2, 2, 7, 1, 1]
+        uids = [
+            "u7_0_0",
+            "u7_0_1",
+            "u7_1_0",
+            "u7_1_1",
+            "u7_1_2",
+            "u7_0_0",
+            "a_0_0",
+            "a_0_1",
+        ]
+        return pl.DataFrame(
+            {"input": ["q"] * 8, "score": scores, "step": steps, "uid": uids}
+        ).with_columns(output=pl.lit("o"))
+
+    def test_three_groups_with_their_sizes(self) -> None:
+        result = annotate(self.dump(), "verl")
+        assert result.options.group_cols == ("step", "__grpo_uid_group")
+        groups = result.groups.sort("step", "group").select("step", "group", "size")
+        assert groups.rows() == [(1, "a", 2), (1, "u7", 2), (2, "u7", 3), (7, "u7", 1)]
+
+    def test_advantages_by_hand(self) -> None:
+        got = annotate(self.dump(), "verl").frame["advantage"].to_list()
+        s1 = math.sqrt(0.5)  # std of (1, 0), ddof 1
+        s2 = math.sqrt(1 / 3)  # std of (1, 1, 0): deviations 1/3, 1/3, -2/3
+        expected = [
+            0.5 / (s1 + EPS),
+            -0.5 / (s1 + EPS),
+            (1 / 3) / (s2 + EPS),
+            (1 / 3) / (s2 + EPS),
+            (-2 / 3) / (s2 + EPS),
+            0.5 / (1 + EPS),  # a one-response group: mean 0, std 1
+            0.5 / (s1 + EPS),
+            -0.5 / (s1 + EPS),
+        ]
+        assert got == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+    def test_equal_to_computing_each_step_separately(self) -> None:
+        dump = self.dump()
+        whole = annotate(dump, "verl").frame
+        for step in (1, 2, 7):
+            alone = annotate(dump.filter(pl.col("step") == step), "verl").frame
+            part = whole.filter(pl.col("step") == step)
+            assert part["advantage"].to_list() == pytest.approx(
+                alone["advantage"].to_list(), rel=1e-12, abs=1e-12
+            )
+
+    def test_verify_accepts_per_step_advantages(self) -> None:
+        dump = self.dump()
+        logged = annotate(dump, "verl").frame
+        report = verify_advantages(logged, "verl", tol=1e-12)
+        assert report.agree and report.groups == 4 and report.warnings == ()
+
+
+class TestBatchColumnRefusesSpanningGroups:
+    ERROR = (
+        "error: 2 groups (by prompt_id) span several values of step (batch column); "
+        "first: prompt_id='p7' in step 1, 2 and 7\n"
+        "hint: group within each batch: -g step -g prompt_id\n"
+    )
+
+    @pytest.mark.parametrize("command", ["compute", "summarize", "verify"])
+    def test_exit_3_and_the_message(self, runner: CliRunner, tmp_path: Path, command: str) -> None:
+        frame = log(RESAMPLED).with_columns(advantage=pl.lit(0.0))
+        source = write_csv(frame if command == "verify" else log(RESAMPLED), tmp_path)
+        extra = ["-o", str(tmp_path / "out.csv")] if command == "compute" else []
+        result = runner.invoke(app, [command, source, "--batch-col", "step", *extra])
+        assert result.exit_code == 3
+        assert result.stderr == self.ERROR
+        assert not (tmp_path / "out.csv").exists()
+
+    def test_grouping_within_the_batch_runs(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = write_csv(log(RESAMPLED), tmp_path)
+        out = tmp_path / "out.csv"
+        args = ["--batch-col", "step", "-g", "step", "-g", "prompt_id", "-o", str(out)]
+        result = runner.invoke(app, ["compute", source, *args])
+        assert result.exit_code == 0, result.stderr
+        assert "span" not in result.stderr
+
+    def test_composite_key_one_group_text_batches(self) -> None:
+        frame = pl.DataFrame(
+            {
+                "batch": ["a", "a", "b", "b", "b"],
+                "task": ["math", "math", "math", "code", "code"],
+                "prompt_id": ["q", "q", "q", "q", "q"],
+                "reward": [1.0, 0.0, 1.0, 0.0, 1.0],
+            }
+        )
+        with pytest.raises(InputError) as info:
+            annotate(frame, group_cols=("task", "prompt_id"), batch_col="batch")
+        assert info.value.message == (
+            "1 group (by task, prompt_id) spans several values of batch (batch column); "
+            "first: task='math', prompt_id='q' in batch 'a' and 'b'"
+        )
+        assert info.value.hint == "group within each batch: -g batch -g task -g prompt_id"
+
+    def test_many_values_are_abbreviated(self) -> None:
+        rows = [(step, "p", float(step % 2)) for step in (1, 2, 3, 4, 5, 8)]
+        with pytest.raises(InputError) as info:
+            summarize(log(rows), AdvantageOptions(batch_col="step"))
+        assert info.value.message.endswith("prompt_id='p' in step 1, 2, 3, ... and 8 (6 values)")
+
+    def test_positional_groups_are_within_batches(self) -> None:
+        frame = log(RESAMPLED)
+        result = annotate(frame, group_size=2, batch_col="step")
+        assert result.run.groups == 6 and result.warnings == ()
+
+
+class TestStepColumnWarning:
+    def test_compute_warns_once_with_the_count(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = write_csv(log(RESAMPLED), tmp_path)
+        result = runner.invoke(app, ["compute", source, "-o", str(tmp_path / "out.csv")])
+        assert result.exit_code == 0, result.stderr
+        assert result.stderr.startswith(WARNING)
+        assert result.stderr.count("warning:") == 1
+
+    def test_quiet_prints_nothing(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = write_csv(log(RESAMPLED), tmp_path)
+        result = runner.invoke(app, ["compute", source, "-o", str(tmp_path / "out.csv"), "-q"])
+        assert result.exit_code == 0
+        assert result.stderr == ""
+
+    def test_summarize_warns(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = write_csv(log(RESAMPLED), tmp_path)
+        result = runner.invoke(app, ["summarize", source])
+        assert result.exit_code == 0, result.stderr
+        assert result.stderr.startswith(WARNING)
+        quiet = runner.invoke(app, ["summarize", source, "-q"])
+        assert quiet.exit_code == 0 and quiet.stderr == ""
+        assert summarize(log(RESAMPLED), AdvantageOptions()).warnings == (WARNING[9:-1],)
+
+    def test_verify_warns(self, runner: CliRunner, tmp_path: Path) -> None:
+        annotated = annotate(log(RESAMPLED)).frame
+        source = write_csv(annotated, tmp_path)
+        result = runner.invoke(app, ["verify", source])
+        assert result.exit_code == 0, result.stderr
+        assert result.stderr.startswith(WARNING)
+        quiet = runner.invoke(app, ["verify", source, "-q"])
+        assert quiet.exit_code == 0 and quiet.stderr == ""
+
+    def test_first_step_like_column_present(self) -> None:
+        rows = [(10, "p", 1.0), (10, "p", 0.0), (20, "p", 1.0), (20, "q", 0.0)]
+        warnings = annotate(log(rows, step="global_step")).warnings
+        assert warnings == (
+            "1 group (by prompt_id) spans several values of global_step and is pooled across "
+            "them (first: prompt_id='p' in global_step 10 and 20); to group within each "
+            "global_step: -g global_step -g prompt_id",
+        )
+
+    def test_no_warning_when_grouped_by_step(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = write_csv(log(RESAMPLED), tmp_path)
+        result = runner.invoke(
+            app,
+            ["compute", source, "-g", "step", "-g", "prompt_id", "-o", str(tmp_path / "o.csv")],
+        )
+        assert result.exit_code == 0, result.stderr
+        assert "warning" not in result.stderr
+
+    def test_no_warning_when_groups_stay_within_steps(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        within = [row for row in RESAMPLED if (row[0], row[1]) in {(1, "p7"), (1, "p1"), (2, "p2")}]
+        source = write_csv(log(within), tmp_path)
+        for command in (["compute", source, "-o", str(tmp_path / "o.csv")], ["summarize", source]):
+            result = runner.invoke(app, command)
+            assert result.exit_code == 0, result.stderr
+            assert "warning" not in result.stderr
+        assert annotate(log(within)).warnings == ()
+
+    def test_positional_groups_are_not_checked(self) -> None:
+        assert annotate(log(RESAMPLED), group_size=2).warnings == ()
+
+
+class TestSummarizePositionalGroups:
+    """TRL completions: 2 steps x 32 rows, groups of 8 per step: 8 groups, not 4."""
+
+    ARGS = ("--preset", "trl", "--group-size", "8", "--reward-weights", "1,0.5")
+
+    def test_overall_groups_match_the_group_table_and_verify(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        overall_path, group_path = tmp_path / "overall.json", tmp_path / "groups.csv"
+        for level, path in (("overall", overall_path), ("group", group_path)):
+            result = runner.invoke(
+                app, ["summarize", str(TRL_DIR), *self.ARGS, "--level", level, "-o", str(path)]
+            )
+            assert result.exit_code == 0, result.stderr
+        overall = json.loads(overall_path.read_text())[0]
+        groups = pl.read_csv(group_path)
+        frame = pl.read_parquet(sorted(TRL_DIR.iterdir()))
+        verified = verify_advantages(frame, "trl", group_size=8, reward_weights=(1.0, 0.5))
+        assert overall["responses"] == 64
+        assert overall["groups"] == groups.height == verified.groups == 8
+        assert groups.select("step", "group_index").unique().height == 8

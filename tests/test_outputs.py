@@ -1,0 +1,475 @@
+"""Trust in what grpo-adv writes and says: one-line errors, special files written as streams,
+compressed outputs, checks before output paths, repeated inputs, NaN in JSONL, full disks
+and what killed runs leave behind."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import settings
+from typer.testing import CliRunner
+
+from grpo_cli.cli import app
+from grpo_cli.errors import InputError, one_line
+from grpo_cli.io import read_rewards, remove_stale_temporaries
+from tests.conftest import ROOT, SAMPLE_FILES
+
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _sample(tmp_path: Path, name: str = "log.parquet") -> Path:
+    target = tmp_path / name
+    shutil.copyfile(SAMPLE_FILES["parquet"], target)
+    return target
+
+
+def _expected(source: Path) -> pl.DataFrame:
+    """The annotated log as compute writes it to an ordinary file."""
+    out = source.with_name("expected.parquet")
+    result = CliRunner().invoke(app, ["compute", str(source), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.stderr
+    frame = pl.read_parquet(out)
+    out.unlink()
+    return frame
+
+
+def _assert_same_annotation(written: pl.DataFrame, expected: pl.DataFrame) -> None:
+    """Equal inputs columns; advantages equal up to the streaming engine's last bit."""
+    assert written.drop("advantage").equals(expected.drop("advantage"))
+    assert written["advantage"].to_list() == pytest.approx(expected["advantage"].to_list())
+
+
+# --------------------------------------------------------------------------- one line
+
+
+def test_one_line_escapes_control_characters() -> None:
+    assert one_line("plain text é 😀") == "plain text é 😀"
+    assert one_line("a\nb\r\tc\x00d\u2028e") == "a\\nb\\r\\tc\\x00d\\u2028e"
+    error = InputError("has no rows (columns: a\nb)", hint="x\x00y")
+    assert error.message == "has no rows (columns: a\\nb)"
+    assert str(error) == error.message and error.hint == "x\\x00y"
+    error.message += " and\nmore"  # callers append details later: still one line
+    assert error.message == "has no rows (columns: a\\nb) and\\nmore"
+    assert error.args == (error.message,)
+
+
+def test_a_newline_in_a_column_name_gives_a_one_line_error(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("q.csv").write_bytes(b'"a\nb"\n')
+    result = runner.invoke(app, ["compute", "q.csv"])
+    assert result.exit_code == 3
+    assert result.stderr.splitlines() == [
+        "error: q.csv has no rows (columns: a\\nb)",
+        "hint: give a reward log with at least one row",
+    ]
+
+
+def test_the_fuzz_input_that_failed_by_chance(runner: CliRunner) -> None:
+    """Hypothesis found ``"\\n\\x00`` once; every error is one line whatever the input."""
+    result = runner.invoke(app, ["compute", "-", "-q", "-o", "-"], input=b'"\n\x00')
+    assert result.exit_code == 3
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error: ") and lines[1].startswith("hint: ")
+    assert lines[0] == "error: <stdin> has no rows (columns: \\n)"
+
+
+def test_property_tests_are_derandomized_in_ci() -> None:
+    """CI loads the derandomized profile (no example database), so the suite cannot fail by
+    chance there; locally the search stays random."""
+    ci = settings.get_profile("ci")
+    assert ci.derandomize is True and ci.database is None
+    chosen = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+    assert settings.default is not None
+    assert settings.default.derandomize is (chosen == "ci")
+
+
+# --------------------------------------------------------------------------- special files
+
+
+def test_a_fifo_is_written_as_a_stream_and_stays_a_fifo(runner: CliRunner, tmp_path: Path) -> None:
+    source = _sample(tmp_path)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    result = runner.invoke(app, ["compute", str(source), "-o", str(fifo), "--force", "-q"])
+    reader.join(timeout=30)
+    assert result.exit_code == 0, result.stderr
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    import io
+
+    _assert_same_annotation(pl.read_parquet(io.BytesIO(received[0])), _expected(source))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet", "pipe"]
+
+
+def test_dev_null_needs_no_force_and_is_never_replaced(runner: CliRunner, tmp_path: Path) -> None:
+    source = _sample(tmp_path)
+    for extra in ([], ["--force"]):
+        result = runner.invoke(app, ["compute", str(source), "-o", "/dev/null", "-q", *extra])
+        assert result.exit_code == 0, result.stderr
+        assert stat.S_ISCHR(Path("/dev/null").stat().st_mode)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="mknod needs root")
+def test_a_device_node_is_not_turned_into_a_file(runner: CliRunner, tmp_path: Path) -> None:
+    source = _sample(tmp_path)
+    node = tmp_path / "nulldev"
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    result = runner.invoke(app, ["compute", str(source), "-o", str(node), "--force", "-q"])
+    assert result.exit_code == 0, result.stderr
+    assert stat.S_ISCHR(node.stat().st_mode) and node.stat().st_rdev == os.makedev(1, 3)
+
+
+def test_process_substitution_and_dev_stdout(tmp_path: Path) -> None:
+    """``-o >(gzip > x.gz)`` and ``-o /dev/stdout`` (to a file) are streams: no "already
+    exists", no temporary file beside /dev/fd."""
+    source = _sample(tmp_path)
+    grpo = Path(sys.executable).with_name("grpo-adv")
+    script = (
+        f"'{grpo}' compute '{source}' -q --output-format csv -o >(gzip > '{tmp_path}/x.csv.gz')"
+        f" && '{grpo}' compute '{source}' -q --output-format csv -o /dev/stdout"
+        f" > '{tmp_path}/stdout.csv'; status=$?; wait; exit $status"
+    )
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    time.sleep(0.2)  # the substituted gzip finishes after bash's wait
+    expected = _expected(source)
+    assert read_rewards(tmp_path / "x.csv.gz").frame.height == expected.height
+    from_stdout = pl.read_csv(tmp_path / "stdout.csv")
+    assert from_stdout["advantage"].to_list() == pytest.approx(expected["advantage"].to_list())
+
+
+# --------------------------------------------------------------------------- compressed
+
+
+@pytest.mark.parametrize(
+    ("name", "opener"),
+    [
+        ("o.jsonl.gz", gzip.open),
+        ("o.csv.bz2", bz2.open),
+        ("o.jsonl.xz", lzma.open),
+        ("o.csv.zst", None),
+        ("o.parquet.gz", gzip.open),
+    ],
+)
+def test_compressed_output_names_are_compressed(
+    runner: CliRunner, tmp_path: Path, name: str, opener: object
+) -> None:
+    source = _sample(tmp_path)
+    out = tmp_path / name
+    result = runner.invoke(app, ["compute", str(source), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.stderr
+    head = out.read_bytes()[:4]
+    magic = {".gz": b"\x1f\x8b", ".bz2": b"BZh", ".xz": b"\xfd7zX", ".zst": b"\x28\xb5\x2f\xfd"}
+    assert head.startswith(magic[out.suffix])
+    back = read_rewards(out).frame
+    expected = _expected(source)
+    assert back.columns == expected.columns and back.height == expected.height
+    assert back["advantage"].to_list() == pytest.approx(expected["advantage"].to_list())
+    if callable(opener):  # the standard tools read it too
+        with opener(out, "rb") as handle:
+            assert len(handle.read()) > 0
+
+
+def test_compressed_tables(runner: CliRunner, tmp_path: Path) -> None:
+    source = _sample(tmp_path)
+    summary = tmp_path / "groups.csv.gz"
+    steps = tmp_path / "steps.json.gz"
+    result = runner.invoke(
+        app, ["compute", str(source), "-o", str(tmp_path / "o.parquet"), "--summary", str(summary)]
+    )
+    assert result.exit_code == 0, result.stderr
+    groups = pl.read_csv(gzip.decompress(summary.read_bytes()))
+    assert groups.height == 64 and groups.columns[0] == "prompt_id"
+    result = runner.invoke(app, ["summarize", str(source), "-o", str(steps), "-q"])
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(gzip.decompress(steps.read_bytes()))
+    assert [row["step"] for row in rows] == sorted(pl.read_parquet(source)["step"].unique())
+
+
+# --------------------------------------------------------------------------- order, repeats
+
+
+def test_options_are_checked_before_the_output_path(runner: CliRunner, tmp_path: Path) -> None:
+    source = _sample(tmp_path)
+    (tmp_path / "log.adv.parquet").write_bytes(b"earlier")
+    result = runner.invoke(app, ["compute", str(source), "-e", "grpoo"])
+    assert result.exit_code == 2
+    assert "grpoo" in result.stderr.splitlines()[0]
+    result = runner.invoke(app, ["compute", str(source), "--summary", str(tmp_path / "s.txt")])
+    assert result.exit_code == 2
+    assert (
+        result.stderr.splitlines()[0] == f"error: cannot tell the table format of {tmp_path}/s.txt"
+    )
+    assert (tmp_path / "log.adv.parquet").read_bytes() == b"earlier"
+
+
+def test_an_input_given_twice_is_refused(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    shutil.copyfile(SAMPLE_FILES["jsonl"], "1.jsonl")
+    shutil.copyfile(SAMPLE_FILES["jsonl"], "2.jsonl")
+    result = runner.invoke(app, ["compute", "1.jsonl", "1.jsonl", "-o", "-"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: the input 1.jsonl is given twice: its rows would count twice",
+        "hint: give each file once (check overlapping globs and folders)",
+    ]
+    result = runner.invoke(app, ["compute", "*.jsonl", "1*", "-o", "-"])
+    assert result.exit_code == 2 and "1.jsonl is given twice" in result.stderr
+    result = runner.invoke(app, ["compute", ".", "2.jsonl", "-o", "-", "-q"])
+    assert result.exit_code == 2 and "2.jsonl is given twice" in result.stderr
+    result = runner.invoke(app, ["compute", "1.jsonl", "2.jsonl", "-o", "-", "-q"])
+    assert result.exit_code == 0  # two different files with the same content are fine
+
+
+# --------------------------------------------------------------------------- NaN in JSONL
+
+
+def test_nan_in_jsonl_is_a_null_reward_like_csv(runner: CliRunner, tmp_path: Path) -> None:
+    rows = [
+        {"prompt_id": "a", "reward": 1.0, "note": "NaN in text stays text"},
+        {"prompt_id": "a", "reward": float("nan"), "note": "x"},
+        {"prompt_id": "a", "reward": 0.0, "note": "y"},
+        {"prompt_id": "b", "reward": 2.0, "note": "z"},
+        {"prompt_id": "b", "reward": 4.0, "note": "w"},
+    ]
+    jsonl = tmp_path / "nan.jsonl"
+    jsonl.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert "NaN" in jsonl.read_text().splitlines()[1]  # Python's json writes the literal
+    csv = tmp_path / "nan.csv"
+    pl.DataFrame(rows).write_csv(csv)
+    outs = {}
+    for path in (jsonl, csv):
+        out = tmp_path / f"{path.suffix[1:]}.out.parquet"
+        result = runner.invoke(app, ["compute", str(path), "-o", str(out)])
+        assert result.exit_code == 0, result.stderr
+        assert "1 null or NaN reward(s)" in result.stderr
+        outs[path.suffix] = pl.read_parquet(out)
+    adv = outs[".jsonl"]["advantage"].to_list()
+    assert adv[1] is None
+    assert adv[0] == pytest.approx(0.5 / (0.5**0.5 + 1e-8))
+    assert adv[3] == pytest.approx(-1 / (2**0.5 + 1e-8))
+    assert adv == outs[".csv"]["advantage"].to_list()
+    assert outs[".jsonl"]["note"][0] == "NaN in text stays text"
+
+
+def test_infinity_in_jsonl_is_still_refused(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "inf.jsonl"
+    path.write_text('{"prompt_id": "a", "reward": 1.0}\n{"prompt_id": "a", "reward": Infinity}\n')
+    result = runner.invoke(app, ["compute", str(path), "-o", "-"])
+    assert result.exit_code == 3
+    assert result.stderr.splitlines()[0] == f"error: {path} line 2: Infinity is not JSON"
+
+
+# --------------------------------------------------------------------------- full disks
+
+
+def test_dev_full_is_an_output_error(runner: CliRunner, tmp_path: Path) -> None:
+    source = _sample(tmp_path)
+    result = runner.invoke(
+        app, ["compute", str(source), "-o", "/dev/full", "--output-format", "csv"]
+    )
+    assert result.exit_code == 4
+    assert result.stderr.splitlines()[0] == "error: no space left on device writing /dev/full"
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 256 kB tmpfs (needs root and permission to mount; skipped otherwise)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if not IS_ROOT or shutil.which("mount") is None:
+        pytest.skip("a small tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
+
+
+@pytest.fixture
+def big_log(tmp_path: Path) -> Path:
+    """200k rows: its annotated output (a few MB) does not fit the small tmpfs."""
+    import numpy as np
+
+    n = 200_000
+    rewards = np.random.default_rng(7).random(n)  # incompressible: the output is MBs
+    frame = pl.DataFrame({"prompt_id": [f"p{i // 8:06d}" for i in range(n)], "reward": rewards})
+    path = tmp_path / "big.parquet"
+    frame.write_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-o", "{disk}/o.parquet"],
+        ["-o", "{disk}/o.csv"],
+        ["-o", "{disk}/o.jsonl.gz"],
+        ["--low-memory", "-o", "{disk}/o.parquet"],
+        ["-o", "{tmp}/kept.parquet", "--force", "--summary", "{disk}/groups.csv"],
+    ],
+    ids=["parquet", "csv", "jsonl.gz", "low-memory", "summary"],
+)
+def test_a_full_disk_is_an_output_error_and_leaves_nothing(
+    runner: CliRunner, full_disk: Path, big_log: Path, tmp_path: Path, args: list[str]
+) -> None:
+    kept = tmp_path / "kept.parquet"
+    kept.write_bytes(b"the user's earlier output")
+    shown = [a.format(disk=full_disk, tmp=tmp_path) for a in args]
+    result = runner.invoke(app, ["compute", str(big_log), *shown])
+    assert result.exit_code == 4, result.stderr
+    named = next(a for a in shown if a.startswith(str(full_disk)))
+    assert result.stderr.splitlines() == [
+        f"error: no space left on the device of {named}; nothing was written",
+        f"hint: free some space on it (df -h {full_disk}), or write elsewhere with -o",
+    ]
+    assert list(full_disk.iterdir()) == []
+    assert kept.read_bytes() == b"the user's earlier output"  # outputs land together or not
+
+
+# --------------------------------------------------------------------------- killed runs
+
+
+def _stalled_low_memory_script() -> str:
+    """grpo-adv --low-memory that signals the test once its spills exist, then stalls."""
+    return (
+        "import sys, time, pathlib\n"
+        "import grpo_cli.lowmem as lowmem\n"
+        "marker = pathlib.Path(sys.argv[1])\n"
+        "def stalled(*args, **kwargs):\n"
+        "    marker.touch()\n"
+        "    time.sleep(120)\n"
+        "lowmem._merge = stalled\n"
+        "sys.argv = ['grpo-adv', *sys.argv[2:]]\n"
+        "from grpo_cli.cli import main\n"
+        "main()\n"
+    )
+
+
+def _start_stalled_run(folder: Path, source: Path, out: Path) -> subprocess.Popen[str]:
+    marker = folder / f"marker-{out.name}"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _stalled_low_memory_script(), str(marker), "compute",
+         str(source), "--low-memory", "-o", str(out), "-q"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    marker.unlink()
+    return process
+
+
+def _temporaries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+def test_the_next_run_removes_what_a_killed_run_left(runner: CliRunner, tmp_path: Path) -> None:
+    source = _sample(tmp_path)
+    out = tmp_path / "out.parquet"
+    process = _start_stalled_run(tmp_path, source, out)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    left = _temporaries(tmp_path)
+    tag = f"grpo-adv.{process.pid}@"
+    assert len(left) == 2 and all(tag in name for name in left)  # the spill folder, the .part
+    assert any(name.endswith(".spill") for name in left)
+    assert any(name.startswith(".out.parquet.") and name.endswith(".part") for name in left)
+    result = runner.invoke(app, ["compute", str(source), "--low-memory", "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    warning = result.stderr.splitlines()[0]
+    assert warning.startswith(
+        f"warning: removed 2 leftover(s) of killed grpo-adv runs in {tmp_path} ("
+    )
+    assert _temporaries(tmp_path) == []
+    _assert_same_annotation(pl.read_parquet(out), _expected(source))
+
+
+def test_a_live_run_and_untagged_files_are_left_alone(runner: CliRunner, tmp_path: Path) -> None:
+    source = _sample(tmp_path)
+    process = _start_stalled_run(tmp_path, source, tmp_path / "slow.parquet")
+    try:
+        live = _temporaries(tmp_path)
+        assert len(live) == 2
+        untagged = tmp_path / ".notes.part"
+        untagged.write_text("mine")
+        elsewhere = tmp_path / ".o.parquet.grpo-adv.1@some-other-host.abc.part"
+        elsewhere.write_text("another machine's run")
+        result = runner.invoke(app, ["compute", str(source), "-o", str(tmp_path / "fast.csv")])
+        assert result.exit_code == 0, result.stderr
+        assert "leftover" not in result.stderr
+        assert _temporaries(tmp_path) == sorted([*live, untagged.name, elsewhere.name])
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    removed, size = remove_stale_temporaries(tmp_path)
+    assert sorted(p.name for p in removed) == live and size > 0
+    assert _temporaries(tmp_path) == sorted([untagged.name, elsewhere.name])
+
+
+def test_owner_tags_name_this_host() -> None:
+    import re
+
+    from grpo_cli.io import OWNER_PATTERN, owner_tag
+
+    match = OWNER_PATTERN.search(f".x.{owner_tag()}.abc.part")
+    assert match is not None and int(match["pid"]) == os.getpid()
+    assert match["host"] == re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())
+
+
+def test_low_memory_refuses_groups_across_batches(runner: CliRunner, tmp_path: Path) -> None:
+    """--low-memory keeps the in-memory path's rule: with a batch column, groups stay
+    within one batch or the run refuses with the fix."""
+    source = tmp_path / "span.parquet"
+    pl.DataFrame(
+        {
+            "prompt_id": ["p1", "p1", "p1", "p2", "p2"],
+            "step": [1, 1, 2, 1, 1],
+            "reward": [1.0, 0, 1, 0, 1],
+        }
+    ).write_parquet(source)
+    out = tmp_path / "o.parquet"
+    result = runner.invoke(
+        app, ["compute", str(source), "--low-memory", "--batch-col", "step", "-o", str(out)]
+    )
+    assert result.exit_code == 3
+    assert result.stderr.splitlines() == [
+        "error: groups (by prompt_id) span several values of step (batch column): at least 1 do",
+        "hint: group within each batch: -g step -g prompt_id",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["span.parquet"]
+    args = ["compute", str(source), "--low-memory", "--batch-col", "step", "-g", "step"]
+    result = runner.invoke(app, [*args, "-g", "prompt_id", "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.stderr
+    a = 0.5 / (0.5**0.5 + 1e-8)  # a group (1, 0): mean 0.5, sample std sqrt(0.5)
+    assert pl.read_parquet(out)["advantage"].to_list() == pytest.approx([a, -a, 0.0, -a, a])
