@@ -23,14 +23,16 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from datasets import write_log
 
-from grpo_cli.compute import REWARD_KEY, annotate_lazy, collect, prepare, resolve_keys
-from grpo_cli.options import AdvantageOptions
-from grpo_cli.torch_backend import (
+from grpo_cli.columns import REWARD_KEY
+from grpo_cli.engines.polars import annotate_lazy, collect, prepare
+from grpo_cli.engines.torch import (
     dense_codes,
     import_torch,
     resolve_device,
     segment_advantages,
 )
+from grpo_cli.options import AdvantageOptions
+from grpo_cli.plan import make_plan
 
 
 def kernel_seconds(path: Path, device_name: str, rounds: int) -> tuple[float, str]:
@@ -38,8 +40,9 @@ def kernel_seconds(path: Path, device_name: str, rounds: int) -> tuple[float, st
     device = resolve_device(torch, device_name)
     options = AdvantageOptions(backend="torch", device=device_name)
     frame = pl.read_parquet(path)
-    keys = resolve_keys(options)
-    prepared = collect(prepare(frame, options, keys))
+    plan = make_plan(frame, options)
+    keys = plan.keys
+    prepared = collect(prepare(frame, plan))
     r = torch.as_tensor(prepared[REWARD_KEY].to_numpy(writable=True), device=device)
     group = torch.as_tensor(
         dense_codes(prepared, keys.group).to_numpy(writable=True), device=device
@@ -64,7 +67,8 @@ def kernel_seconds(path: Path, device_name: str, rounds: int) -> tuple[float, st
     polars_times = []
     for _ in range(rounds):
         start = time.perf_counter()
-        collect(annotate_lazy(frame, AdvantageOptions(), hashed=True)[0], deterministic=False)
+        lazy = annotate_lazy(frame, make_plan(frame, AdvantageOptions()))
+        collect(lazy, deterministic=False)
         polars_times.append(time.perf_counter() - start)
     label = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     return statistics.median(

@@ -21,17 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from grpo_cli import formulas
+from grpo_cli.columns import STAT_COUNT, STAT_MEAN, STAT_VAR
 from grpo_cli.errors import OptionsError
+from grpo_cli.formulas import ExplainFn
 
 if TYPE_CHECKING:
     import polars as pl
 
 
-STAT_COLUMNS: Final = {
-    "count": "__grpo_n",
-    "mean": "__grpo_mean",
-    "var": "__grpo_var",
-}
+STAT_COLUMNS: Final = {"count": STAT_COUNT, "mean": STAT_MEAN, "var": STAT_VAR}
+SCOPES: Final = ("group", "batch")
+UNITS: Final = ("response", "step")
 
 
 def group_stat_columns(reward: pl.Expr, group_keys: tuple[str, ...], ddof: int) -> list[pl.Expr]:
@@ -184,7 +185,7 @@ EstimatorFn = Callable[[EstimatorContext], "pl.Expr"]
 
 @dataclass(frozen=True)
 class Estimator:
-    """A registered estimator.
+    """A registered estimator and every fact the rest of grpo-adv needs about it.
 
     Attributes:
         name: the ``--estimator`` value.
@@ -194,6 +195,16 @@ class Estimator:
         uses_groups: whether it needs a group key (and so the singleton policy applies).
         needs: extra columns it reads: ``length``, ``baseline``, ``step_rewards``.
         whitens: whether it ends with a batch whitening (see ``clip_stage``).
+        scope: ``group`` when every statistic it reads lies within one group (a log can be
+            split along groups: partitioned and distributed engines), ``batch`` when it
+            reads whole-batch statistics.
+        unit: ``response`` (one advantage per row) or ``step`` (one per step reward of a
+            list column: process supervision).
+        formula: the formula in symbols for ``explain``, ``{spread}`` / ``{batch_spread}``
+            standing for the eps placement of the group / batch spread; empty when explain
+            does not write it out.
+        explain: the formula with a group's numbers filled in (see
+            :mod:`grpo_cli.formulas`), or None.
     """
 
     name: str
@@ -203,6 +214,10 @@ class Estimator:
     uses_groups: bool = True
     needs: frozenset[str] = frozenset()
     whitens: bool = False
+    scope: str = "group"
+    unit: str = "response"
+    formula: str = ""
+    explain: ExplainFn | None = None
 
 
 ESTIMATORS: Final[dict[str, Estimator]] = {}
@@ -216,13 +231,22 @@ def register_estimator(
     uses_groups: bool = True,
     needs: frozenset[str] = frozenset(),
     whitens: bool = False,
+    scope: str = "group",
+    unit: str = "response",
+    formula: str = "",
+    explain: ExplainFn | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Register ``fn`` under ``name``; ``summary`` becomes its line in ``--help``."""
+    """Register ``fn`` under ``name`` with its facts (see :class:`Estimator`); ``summary``
+    becomes its line in ``--help``. Adding an estimator is one decorated function."""
+    if scope not in SCOPES or unit not in UNITS:
+        raise ValueError(f"estimator {name!r}: scope {scope!r} / unit {unit!r}")
 
     def decorate(fn: EstimatorFn) -> EstimatorFn:
         if name in ESTIMATORS:
             raise ValueError(f"estimator {name!r} registered twice")
-        ESTIMATORS[name] = Estimator(name, summary, source, fn, uses_groups, needs, whitens)
+        ESTIMATORS[name] = Estimator(
+            name, summary, source, fn, uses_groups, needs, whitens, scope, unit, formula, explain
+        )
         return fn
 
     return decorate
@@ -251,6 +275,8 @@ def _zero_if_constant(ctx: EstimatorContext, expr: pl.Expr) -> pl.Expr:
     "group z-score (r - mean_g) / (std_g + eps)",
     "DeepSeekMath (Shao et al. 2024) sec. 4.1.2; TRL grpo_trainer.py; verl core_algos.py "
     "compute_grpo_outcome_advantage; OpenRLHF group_norm",
+    formula="A = (r - mean) / {spread}",
+    explain=formulas.grpo,
 )
 def grpo(ctx: EstimatorContext) -> pl.Expr:
     """GRPO outcome advantage: ``A = (r - mean_g) / (std_g + eps)`` (eps_mode std).
@@ -266,6 +292,8 @@ def grpo(ctx: EstimatorContext) -> pl.Expr:
     "r - mean_g (no std)",
     "Dr. GRPO (Liu et al. 2025, 'Understanding R1-Zero-Like Training'); verl grpo with "
     "norm_adv_by_std_in_grpo=False; OpenRLHF dr_grpo; TRL scale_rewards='none'",
+    formula="A = r - mean",
+    explain=formulas.dr_grpo,
 )
 def dr_grpo(ctx: EstimatorContext) -> pl.Expr:
     """``A = r - mean_g``: the group baseline without the std division. Shift invariant."""
@@ -276,6 +304,9 @@ def dr_grpo(ctx: EstimatorContext) -> pl.Expr:
     "batch_std",
     "(r - mean_g) / (std_b + eps): group mean, batch std",
     "TRL grpo_trainer.py scale_rewards='batch' (PPO-Lite)",
+    scope="batch",
+    formula="A = (r - mean) / {batch_spread}",
+    explain=formulas.batch_std,
 )
 def batch_std(ctx: EstimatorContext) -> pl.Expr:
     """``A = norm(r - mean_g, var_b(r))``: centred in the group, scaled by the std of all
@@ -290,6 +321,8 @@ def batch_std(ctx: EstimatorContext) -> pl.Expr:
     "r - mean of the other responses = n/(n-1) (r - mean_g)",
     "RLOO (Ahmadian et al. 2024); verl compute_rloo_outcome_advantage; OpenRLHF rloo; "
     "TRL rloo_trainer.py",
+    formula="A = r - (sum - r) / (n - 1)",
+    explain=formulas.rloo,
 )
 def rloo(ctx: EstimatorContext) -> pl.Expr:
     """Leave-one-out baseline: ``A_i = r_i - (sum_g - r_i) / (n_g - 1)``.
@@ -314,6 +347,9 @@ def rloo(ctx: EstimatorContext) -> pl.Expr:
     "REINFORCE++-baseline (Hu et al. 2025); verl "
     "compute_reinforce_plus_plus_baseline_outcome_advantage; OpenRLHF reinforce_baseline",
     whitens=True,
+    scope="batch",
+    formula="x = r - mean; A = (x - mean_b) / {batch_spread}",
+    explain=formulas.reinforce_pp_baseline,
 )
 def reinforce_pp_baseline(ctx: EstimatorContext) -> pl.Expr:
     """``x = r - mean_g``; ``A = norm(x - mean_b(x), var_b(x))`` (length-weighted with
@@ -328,6 +364,7 @@ def reinforce_pp_baseline(ctx: EstimatorContext) -> pl.Expr:
     "with gamma = 1",
     uses_groups=False,
     whitens=True,
+    scope="batch",
 )
 def reinforce_pp(ctx: EstimatorContext) -> pl.Expr:
     """``A = norm(r - mean_b, var_b)``: no group baseline (the outcome reward on the last
@@ -340,6 +377,8 @@ def reinforce_pp(ctx: EstimatorContext) -> pl.Expr:
     "r - length-weighted mean_g",
     "OPO (Hao et al. 2025, on-policy RL with optimal baseline); verl compute_opo_outcome_advantage",
     needs=frozenset({"length"}),
+    formula="A = r - sum(L r) / sum(L)",
+    explain=formulas.opo,
 )
 def opo(ctx: EstimatorContext) -> pl.Expr:
     """``A = r - sum_g(L r) / sum_g(L)`` with L the response length (``length_col``).
@@ -359,6 +398,9 @@ def opo(ctx: EstimatorContext) -> pl.Expr:
     "gpg",
     "alpha (r - mean_g), alpha = batch size / non-zero rewards in batch",
     "GPG (Chu et al. 2025); verl compute_gpg_outcome_advantage",
+    scope="batch",
+    formula="A = alpha (r - mean)",
+    explain=formulas.gpg,
 )
 def gpg(ctx: EstimatorContext) -> pl.Expr:
     """``A = alpha (r - mean_g)`` with ``alpha = B / max(#{r != 0 in b}, 1)``, B the number of
@@ -377,6 +419,8 @@ def gpg(ctx: EstimatorContext) -> pl.Expr:
     "only a group's unique best gets norm(max - second max, var_g); others 0",
     "Pass@k training (Chen et al. 2025, arXiv 2508.10751); verl "
     "compute_grpo_passk_outcome_advantage",
+    formula="A = (best - second best) / {spread} for the unique best, else 0",
+    explain=formulas.grpo_passk,
 )
 def grpo_passk(ctx: EstimatorContext) -> pl.Expr:
     """The response with the group's maximum reward gets ``norm(r_max - r_2nd, var_g)``;
@@ -406,15 +450,14 @@ def remax(ctx: EstimatorContext) -> pl.Expr:
     return ctx.reward - ctx.baseline.cast(pl.Float64)
 
 
-@register_estimator(
+# Process supervision (DeepSeekMath sec. 4.1.3) runs GRPO's formula on the exploded step
+# rewards (one row per step, see :mod:`grpo_cli.process`): ``z = norm(s - mean_g(s),
+# var_g(s))`` over all step rewards of all responses of the group; a step's advantage is the
+# sum of z over that step and the later steps of the same response (the reward-to-go).
+register_estimator(
     "process",
     "per step: suffix sum of step rewards z-scored over the whole group",
     "DeepSeekMath (Shao et al. 2024) sec. 4.1.3, process supervision",
     needs=frozenset({"step_rewards"}),
-)
-def process(ctx: EstimatorContext) -> pl.Expr:
-    """Process supervision, on the exploded step rewards (one row per step, see
-    :mod:`grpo_cli.process`): ``z = norm(s - mean_g(s), var_g(s))`` over all step rewards of
-    all responses of the group; a step's advantage is the sum of z over that step and the
-    later steps of the same response (computed by the caller)."""
-    return _zero_if_constant(ctx, ctx.norm(ctx.reward - ctx.group_mean(), ctx.group_var()))
+    unit="step",
+)(grpo)

@@ -20,25 +20,24 @@ from typing import Any, Final
 
 import polars as pl
 
-from grpo_cli.compute import POSITION_KEY, REWARD_KEY, Keys, reward_expr
+from grpo_cli.columns import LOGGED_KEY, POSITION_KEY, REWARD_KEY, UID_GROUP
 from grpo_cli.errors import InputError, OptionsError
-from grpo_cli.layouts import UID_GROUP
+from grpo_cli.formulas import BatchView, Filled, GroupNumbers, fmt, mean_var, norm_text
 from grpo_cli.options import AdvantageOptions
+from grpo_cli.plan import Keys
+from grpo_cli.rewards import reward_expr
 
-FILLED: Final = (
-    "grpo",
-    "dr_grpo",
-    "rloo",
-    "batch_std",
-    "gpg",
-    "opo",
-    "grpo_passk",
-    "reinforce_pp_baseline",
-)
+
+def filled() -> tuple[str, ...]:
+    """The estimators explain writes out with numbers: those with a registry formula."""
+    from grpo_cli.estimators import ESTIMATORS
+
+    return tuple(name for name, estimator in ESTIMATORS.items() if estimator.formula)
+
+
 SHOWN_KEYS: Final = 8
 # The names a user reads and types for the key columns the pipeline derives.
 SHOWN_NAMES: Final = {POSITION_KEY: "group_index", UID_GROUP: "uid"}
-LOGGED_KEY: Final = "__grpo_logged_advantage"
 # Options that say where the arithmetic runs, not what it computes: explain always runs
 # it with Polars (it needs the group statistics columns the Polars pipeline leaves).
 NOT_EXPLAINED: Final = ("backend", "device")
@@ -178,7 +177,6 @@ def explain_group(
     if options.singleton == "verl" and n == 1:
         g_mean, g_var = 0.0, 1.0
         notes.append("singleton=verl: a one-reward group has mean 0 and std 1")
-    extras = _Extras()
     lengths = None
     if options.length_col and options.length_col in group_rows.columns:
         lengths = [_float(v) for v in group_rows[options.length_col].to_list()]
@@ -192,11 +190,17 @@ def explain_group(
             *gdpo_steps,
         )
     else:
-        steps += _estimator_steps(options, extras, batch, valid, rewards, lengths, n, g_var)
+        fill = get_estimator(options.estimator).explain
+        filled = (
+            Filled((), lambda r: ("(not written out for this estimator)", None))
+            if fill is None or g_mean is None
+            else fill(GroupNumbers(options, rewards, valid, n, g_mean, g_var, lengths, batch))
+        )
+        steps += filled.steps
         constant = n >= 2 and max(valid) == min(valid)
         if constant:
             notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
-        formulas = [_formula(r, options, n, g_mean, g_var, extras, valid) for r in rewards]
+        formulas = [("-", None) if r is None else filled.row(r) for r in rewards]
     # compute clips the final advantage unless a whitening clipped its input (clip_stage).
     whitened = gdpo is not None or get_estimator(options.estimator).whitens
     clips_final = options.clip is not None and (options.clip_stage == "advantage" or not whitened)
@@ -208,7 +212,7 @@ def explain_group(
         if policy is None and value is not None and clips_final and options.clip is not None:
             lo, hi = options.clip
             if value < lo or value > hi:
-                policy = f"clipped to [{_fmt(lo)}, {_fmt(hi)}]"
+                policy = f"clipped to [{fmt(lo)}, {fmt(hi)}]"
         rows.append(ExplainedRow(reward, formula, value, advantage, policy, was))
     if key is None:
         key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
@@ -236,44 +240,28 @@ def _float(value: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
-def _fmt(x: float | None) -> str:
-    """Six significant digits, the way the lessons print them."""
-    if x is None:
-        return "null"
-    return f"{x:.6g}"
-
-
 def _steps(
     valid: list[float], n: int, mean: float | None, var: float | None, std: float | None, ddof: int
 ) -> tuple[str, ...]:
     if n == 0:
         return ("no valid reward in this group",)
-    shown = " + ".join(_fmt(r) for r in valid) if n <= 16 else f"... ({n} values)"
-    lines = [f"n = {n} valid rewards", f"mean = ({shown}) / {n} = {_fmt(mean)}"]
+    shown = " + ".join(fmt(r) for r in valid) if n <= 16 else f"... ({n} values)"
+    lines = [f"n = {n} valid rewards", f"mean = ({shown}) / {n} = {fmt(mean)}"]
     if var is None:
         lines.append(f"std (ddof={ddof}) is undefined with n = {n}")
     else:
         squares = (
-            " + ".join(f"({_fmt(r)} - {_fmt(mean)})^2" for r in valid)
+            " + ".join(f"({fmt(r)} - {fmt(mean)})^2" for r in valid)
             if n <= 4
-            else f"sum of (r - {_fmt(mean)})^2"
+            else f"sum of (r - {fmt(mean)})^2"
         )
         total = math.fsum((r - mean) ** 2 for r in valid) if mean is not None else 0.0
         lines.append(
-            f"var (ddof={ddof}) = ({squares}) / ({n} - {ddof}) = {_fmt(total)} / {n - ddof} "
-            f"= {_fmt(var)}"
+            f"var (ddof={ddof}) = ({squares}) / ({n} - {ddof}) = {fmt(total)} / {n - ddof} "
+            f"= {fmt(var)}"
         )
-        lines.append(f"std = sqrt(var) = {_fmt(std)}")
+        lines.append(f"std = sqrt(var) = {fmt(std)}")
     return tuple(lines)
-
-
-@dataclass(frozen=True)
-class BatchView:
-    """What batch-level estimators need of the group's batch: its valid rewards, and for
-    the whitening estimators the group-centred values ``x`` of all its responses."""
-
-    rewards: list[float]
-    centred: list[float]
 
 
 @dataclass(frozen=True)
@@ -307,7 +295,7 @@ def _zstats(values: list[float | None], options: AdvantageOptions) -> _ZStats:
         return _ZStats(n, 0.0, 1.0, False, True)
     if not n:
         return _ZStats(0, None, None, False, False)
-    mean, var = _mean_var(valid, options.ddof)
+    mean, var = mean_var(valid, options.ddof)
     return _ZStats(n, mean, var, n >= 2 and max(valid) == min(valid), False)
 
 
@@ -319,7 +307,7 @@ def _zscore(v: float | None, st: _ZStats, options: AdvantageOptions) -> float | 
         return 0.0
     if st.var is None:
         return None
-    return (v - st.mean) / _norm_text(options, st.var)[1]
+    return (v - st.mean) / norm_text(options, st.var)[1]
 
 
 def gdpo_sums(
@@ -344,7 +332,7 @@ def gdpo_sums(
     return sums, zs, stats
 
 
-def _weighted_mean_var(pairs: list[tuple[float, float]], ddof: int) -> tuple[float, float]:
+def _weightedmean_var(pairs: list[tuple[float, float]], ddof: int) -> tuple[float, float]:
     total = math.fsum(w for _, w in pairs)
     mean = math.fsum(x * w for x, w in pairs) / total
     return mean, math.fsum(w * (x - mean) ** 2 for x, w in pairs) / (total - ddof)
@@ -359,29 +347,29 @@ def _gdpo_formulas(
     sums, zs, stats = gdpo_sums(gdpo.values, options)
     lines = []
     for column, weight, st in zip(gdpo.columns, gdpo.weights, stats, strict=True):
-        head = f"{column} (weight {_fmt(weight)}): n = {st.n}"
+        head = f"{column} (weight {fmt(weight)}): n = {st.n}"
         if st.unit:
             lines.append(f"{head}; singleton=verl: mean 0, std 1")
         elif st.mean is None:
             lines.append(f"{head}; no valid value: z null")
         elif st.constant:
-            lines.append(f"{head}, mean = {_fmt(st.mean)}; every value equal: z = 0")
+            lines.append(f"{head}, mean = {fmt(st.mean)}; every value equal: z = 0")
         elif st.var is None:
-            lines.append(f"{head}, mean = {_fmt(st.mean)}; std (ddof={ddof}) undefined: z null")
+            lines.append(f"{head}, mean = {fmt(st.mean)}; std (ddof={ddof}) undefined: z null")
         else:
             lines.append(
-                f"{head}, mean = {_fmt(st.mean)}, std (ddof={ddof}) = {_fmt(math.sqrt(st.var))}"
+                f"{head}, mean = {fmt(st.mean)}, std (ddof={ddof}) = {fmt(math.sqrt(st.var))}"
             )
     xs = [x for x, _ in gdpo.batch]
     flat = len(xs) <= ddof or max(xs) == min(xs)
-    mean_b, var_b = (0.0, 0.0) if flat else _weighted_mean_var(gdpo.batch, ddof)
+    mean_b, var_b = (0.0, 0.0) if flat else _weightedmean_var(gdpo.batch, ddof)
     weighting = " token-weighted" if options.token_weighted else ""
     if flat:
         lines.append(f"every value of s in the batch ({len(xs)}) is equal: every advantage is 0")
     else:
         lines.append(
             f"s whitened over the batch's {len(xs)} values of s{weighting}: mean_b = "
-            f"{_fmt(mean_b)}, var_b (ddof={ddof}) = {_fmt(var_b)}"
+            f"{fmt(mean_b)}, var_b (ddof={ddof}) = {fmt(var_b)}"
         )
     shaped = options.clip if options.clip_stage == "shaped" else None
     formulas: list[tuple[str, float | None]] = []
@@ -390,21 +378,21 @@ def _gdpo_formulas(
             formulas.append(("-", None))
             continue
         terms = [
-            f"{_fmt(w)} x {_fmt(z[i])}"
+            f"{fmt(w)} x {fmt(z[i])}"
             for w, z in zip(gdpo.weights, zs, strict=True)
             if z[i] is not None
         ]
-        text = f"s = {' + '.join(terms) or '0'} = {_fmt(s)}"
+        text = f"s = {' + '.join(terms) or '0'} = {fmt(s)}"
         x = s
         if shaped is not None:
             x = min(max(s, shaped[0]), shaped[1])
-            text += f", clipped: {_fmt(x)}"
+            text += f", clipped: {fmt(x)}"
         if flat:
             formulas.append((f"{text}; every s of the batch is equal", 0.0))
             continue
-        norm, denominator = _norm_text(options, var_b)
+        norm, denominator = norm_text(options, var_b)
         formulas.append(
-            (f"{text}; ({_fmt(x)} - {_fmt(mean_b)}) / {norm}", (x - mean_b) / denominator)
+            (f"{text}; ({fmt(x)} - {fmt(mean_b)}) / {norm}", (x - mean_b) / denominator)
         )
     return tuple(lines), formulas
 
@@ -416,153 +404,6 @@ def gdpo_formula(options: AdvantageOptions) -> str:
     return f"z_k = (r_k - mean_k) / {spread}; s = sum_k w_k z_k; A = (s - mean_b) / {batch}"
 
 
-@dataclass
-class _Extras:
-    """Per-estimator numbers shared by every row of the group."""
-
-    b_var: float | None = None
-    alpha: float | None = None
-    baseline: float | None = None
-    best: float | None = None
-    n_best: int = 0
-    second: float | None = None
-    whiten: tuple[float, float] | None = None  # batch mean and variance of x
-    flat_batch: bool = False
-
-
-def _mean_var(values: list[float], ddof: int) -> tuple[float, float | None]:
-    m = math.fsum(values) / len(values)
-    if len(values) <= ddof:
-        return m, None
-    return m, math.fsum((v - m) ** 2 for v in values) / (len(values) - ddof)
-
-
-def _estimator_steps(
-    options: AdvantageOptions,
-    extras: _Extras,
-    batch: BatchView | None,
-    valid: list[float],
-    rewards: list[float | None],
-    lengths: list[float | None] | None,
-    n: int,
-    g_var: float | None,
-) -> tuple[str, ...]:
-    """Fill ``extras`` for the estimator; the lines that state those numbers."""
-    est, ddof = options.estimator, options.ddof
-    if est == "batch_std" and batch is not None and batch.rewards:
-        _, extras.b_var = _mean_var(batch.rewards, ddof)
-        if extras.b_var is not None:
-            return (
-                f"batch std (ddof={ddof}) over the batch's {len(batch.rewards)} valid rewards"
-                f" = {_fmt(math.sqrt(extras.b_var))}",
-            )
-    if est == "gpg" and batch is not None:
-        size = len(batch.rewards)
-        nonzero = sum(1 for v in batch.rewards if v != 0)
-        extras.alpha = size / max(nonzero, 1)
-        return (
-            f"alpha = batch valid rewards / max(non-zero rewards, 1) = {size} / "
-            f"{max(nonzero, 1)} = {_fmt(extras.alpha)}",
-        )
-    if est == "opo" and lengths is not None and n:
-        pairs = [(r, w) for r, w in zip(rewards, lengths, strict=True) if r is not None]
-        weighted = math.fsum(r * (w or 0.0) for r, w in pairs)
-        total = math.fsum(w or 0.0 for _, w in pairs)
-        extras.baseline = 0.0 if options.singleton == "verl" and n == 1 else weighted / total
-        return (
-            f"baseline = sum(L r) / sum(L) = {_fmt(weighted)} / {_fmt(total)} = "
-            f"{_fmt(extras.baseline)}  (L: {options.length_col})",
-        )
-    if est == "grpo_passk" and n:
-        extras.best = max(valid)
-        extras.n_best = sum(1 for v in valid if v == extras.best)
-        below = [v for v in valid if v < extras.best]
-        extras.second = max(below) if below else None
-        return (
-            f"best = {_fmt(extras.best)} ({extras.n_best} response(s)), second best = "
-            f"{_fmt(extras.second)}",
-        )
-    if est == "reinforce_pp_baseline" and batch is not None and not options.token_weighted:
-        xs = batch.centred
-        if options.clip is not None and options.clip_stage == "shaped":
-            xs = [min(max(x, options.clip[0]), options.clip[1]) for x in xs]
-        if not xs:
-            return ()
-        mean_b, var_b = _mean_var(xs, ddof)
-        extras.flat_batch = var_b is None or max(xs) == min(xs)
-        extras.whiten = (mean_b, var_b or 0.0)
-        return (
-            f"x = r - mean, then whitened over the batch's {len(xs)} values of x: "
-            f"mean_b = {_fmt(mean_b)}, var_b (ddof={ddof}) = {_fmt(var_b)}",
-        )
-    return ()
-
-
-def _norm_text(options: AdvantageOptions, var: float) -> tuple[str, float]:
-    """The denominator: its text with numbers, and its value (per eps_mode)."""
-    eps = options.eps
-    if options.eps_mode == "std":
-        return f"({_fmt(math.sqrt(var))} + {eps:g})", math.sqrt(var) + eps
-    if options.eps_mode == "var":
-        return f"sqrt({_fmt(var)} + {eps:g})", math.sqrt(var + eps)
-    return f"sqrt(max({_fmt(var)}, {eps:g}))", math.sqrt(max(var, eps))
-
-
-def _formula(
-    r: float | None,
-    options: AdvantageOptions,
-    n: int,
-    g_mean: float | None,
-    g_var: float | None,
-    extras: _Extras,
-    valid: list[float],
-) -> tuple[str, float | None]:
-    """The estimator's formula for reward ``r`` with the numbers filled in, and its value."""
-    if r is None or g_mean is None:
-        return "-", None
-    est = options.estimator
-    centred = f"{_fmt(r)} - {_fmt(g_mean)}"
-    if est == "dr_grpo":
-        return centred, r - g_mean
-    if est == "rloo":
-        if n < 2:
-            return f"{centred}  (no other response: r - mean)", r - g_mean
-        total = math.fsum(valid)
-        return f"{_fmt(r)} - ({_fmt(total)} - {_fmt(r)}) / {n - 1}", r - (total - r) / (n - 1)
-    if est in ("grpo", "batch_std"):
-        var = extras.b_var if est == "batch_std" else g_var
-        if var is None:
-            return f"({centred}) / undefined std", None
-        text, denominator = _norm_text(options, var)
-        return f"({centred}) / {text}", (r - g_mean) / denominator
-    if est == "gpg" and extras.alpha is not None:
-        return f"{_fmt(extras.alpha)} x ({centred})", extras.alpha * (r - g_mean)
-    if est == "opo" and extras.baseline is not None:
-        return f"{_fmt(r)} - {_fmt(extras.baseline)}", r - extras.baseline
-    if est == "grpo_passk" and extras.best is not None:
-        if r != extras.best or extras.n_best != 1:
-            return "not the group's unique best", 0.0
-        if extras.second is None or g_var is None:
-            return "no second best: undefined", None
-        text, denominator = _norm_text(options, g_var)
-        return (
-            f"({_fmt(extras.best)} - {_fmt(extras.second)}) / {text}",
-            (extras.best - extras.second) / denominator,
-        )
-    if est == "reinforce_pp_baseline" and extras.whiten is not None:
-        x = 0.0 if n >= 2 and max(valid) == min(valid) else r - g_mean
-        if options.clip is not None and options.clip_stage == "shaped":
-            x = min(max(x, options.clip[0]), options.clip[1])
-        if extras.flat_batch:
-            return f"x = {_fmt(x)}; every x of the batch is equal", 0.0
-        mean_b, var_b = extras.whiten
-        text, denominator = _norm_text(options, var_b)
-        return f"({_fmt(x)} - {_fmt(mean_b)}) / {text}", (x - mean_b) / denominator
-    if options.token_weighted:
-        return "(length-weighted batch statistics: not written out)", None
-    return "(not written out for this estimator)", None
-
-
 def _spread(options: AdvantageOptions) -> str:
     return {
         "std": "(std + eps)",
@@ -572,19 +413,13 @@ def _spread(options: AdvantageOptions) -> str:
 
 
 def general_formula(options: AdvantageOptions) -> str:
-    """The estimator's formula in symbols, with the eps placement of ``eps_mode``."""
+    """The estimator's formula in symbols (from the registry), with the eps placement of
+    ``eps_mode``; empty for an estimator explain does not write out."""
+    from grpo_cli.estimators import get_estimator
+
     spread = _spread(options)
     batch = spread.replace("std", "std_batch").replace("var", "var_batch")
-    return {
-        "grpo": f"A = (r - mean) / {spread}",
-        "batch_std": f"A = (r - mean) / {batch}",
-        "dr_grpo": "A = r - mean",
-        "rloo": "A = r - (sum - r) / (n - 1)",
-        "gpg": "A = alpha (r - mean)",
-        "opo": "A = r - sum(L r) / sum(L)",
-        "grpo_passk": f"A = (best - second best) / {spread} for the unique best, else 0",
-        "reinforce_pp_baseline": f"x = r - mean; A = (x - mean_b) / {batch}",
-    }.get(options.estimator, "")
+    return get_estimator(options.estimator).formula.format(spread=spread, batch_spread=batch)
 
 
 def _policy(r: float | None, n: int, constant: bool, options: AdvantageOptions) -> str | None:
@@ -624,7 +459,7 @@ def explain_one(
 
     explicit = {k: v for k, v in explicit.items() if k not in NOT_EXPLAINED}
     estimator = get_estimator(merge_options(preset, explicit).get("estimator", "grpo"))
-    if estimator.name == "process":
+    if estimator.unit == "step":
         raise InputError("explain does not cover process supervision", hint="use compute")
     if not estimator.uses_groups:
         raise OptionsError(
@@ -645,7 +480,7 @@ def explain_one(
     names = tuple(SHOWN_NAMES.get(c, c) for c in keys.exact)
     rows = select_group(full, keys.exact, key, names)
     batch = None
-    if options.estimator in ("batch_std", "gpg", "reinforce_pp_baseline"):
+    if get_estimator(options.estimator).scope == "batch":
         batch = _batch_view(full, rows, keys.batch, options)
     gdpo = None
     if options.aggregation == "normalize_then_sum":
@@ -704,11 +539,10 @@ def _batch_view(
 ) -> BatchView:
     """The valid rewards of the group's batch, and their group-centred values ``x``
     (0 in a zero-variance group; a one-reward group's mean is 0 under singleton=verl)."""
-    from grpo_cli.compute import CONSTANT_KEY, VALID_KEY
-    from grpo_cli.estimators import STAT_COLUMNS
+    from grpo_cli.columns import CONSTANT_KEY, STAT_MEAN, VALID_KEY
 
     members = _batch_members(full, rows, batch_cols).filter(pl.col(REWARD_KEY).is_not_null())
-    mean = pl.col(STAT_COLUMNS["mean"])
+    mean = pl.col(STAT_MEAN)
     if options.singleton == "verl":
         mean = pl.when(pl.col(VALID_KEY) == 1).then(0.0).otherwise(mean)
     x = pl.when(pl.col(CONSTANT_KEY)).then(0.0).otherwise(pl.col(REWARD_KEY) - mean)

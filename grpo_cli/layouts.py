@@ -22,9 +22,9 @@ from typing import Any, Final
 
 import polars as pl
 
+from grpo_cli.columns import UID_GROUP
 from grpo_cli.errors import OptionsError
 
-UID_GROUP: Final = "__grpo_uid_group"
 TRL_NON_REWARD: Final = frozenset({"step", "advantage"})
 
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
+from grpo_cli.engines import ENGINES
 from grpo_cli.errors import OptionsError
 
 SINGLETON_POLICIES: Final[dict[str, str]] = {
@@ -42,10 +43,7 @@ AGGREGATIONS: Final[dict[str, str]] = {
     "normalize_then_sum": "each reward z-scored in its group, weighted sum, then a batch "
     "z-score (TRL's GDPO)",
 }
-BACKENDS: Final[dict[str, str]] = {
-    "polars": "Polars window expressions (default)",
-    "torch": "torch segment sums (index_add_) on --device; grpo, dr_grpo, rloo, batch_std",
-}
+BACKENDS: Final[dict[str, str]] = {name: info.summary for name, info in ENGINES.items()}
 DEVICES: Final[dict[str, str]] = {
     "auto": "CUDA when torch sees it, else the CPU",
     "cpu": "the CPU",
@@ -235,18 +233,13 @@ class AdvantageOptions:
                 f"{self.estimator}",
                 hint="use --aggregation sum_then_normalize with this estimator",
             )
-        if estimator.name == "process" and len(self.reward_cols) > 1:
+        if estimator.unit == "step" and len(self.reward_cols) > 1:
             raise OptionsError("estimator process takes its rewards from --step-rewards-col")
 
     @property
     def weights(self) -> tuple[float, ...]:
         """The reward weights, 1.0 each unless given."""
         return self.reward_weights or tuple(1.0 for _ in self.reward_cols)
-
-    @property
-    def reward_col(self) -> str:
-        """The first reward column (the one reward in the common single-reward case)."""
-        return self.reward_cols[0]
 
     def added_columns(self) -> tuple[str, ...]:
         """The columns the computation appends, in order."""

@@ -10,9 +10,10 @@ from typing import Any
 
 import polars as pl
 
-from grpo_cli.compute import Keys, annotate_frame, pick_columns
+from grpo_cli.compute import annotate_frame, pick_columns
 from grpo_cli.layouts import apply_layout, detect_layout
 from grpo_cli.options import AdvantageOptions
+from grpo_cli.plan import Keys
 from grpo_cli.presets import get_preset, merge_options
 from grpo_cli.summary import (
     RunSummary,

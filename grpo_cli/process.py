@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import polars as pl
 
-from grpo_cli.compute import REWARD_KEY, ROW_KEY, Keys, estimator_context, reward_expr
-from grpo_cli.estimators import get_estimator
-from grpo_cli.options import AdvantageOptions
+from grpo_cli.columns import REWARD_KEY, ROW_KEY, STEP_Z
+from grpo_cli.plan import Plan, estimator_context
+from grpo_cli.policies import apply_policies
+from grpo_cli.rewards import reward_expr
 
 
-def process_advantages(frame: pl.LazyFrame, options: AdvantageOptions, keys: Keys) -> pl.LazyFrame:
+def process_advantages(frame: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     """``frame`` plus the list column ``options.advantage_col`` (see module docstring)."""
+    options, keys = plan.options, plan.keys
     assert options.step_rewards_col is not None
     column = options.step_rewards_col
     indexed = frame.with_row_index(ROW_KEY)
@@ -27,19 +29,12 @@ def process_advantages(frame: pl.LazyFrame, options: AdvantageOptions, keys: Key
         .explode(column)
         .with_columns(reward_expr(column, options.nulls).alias(REWARD_KEY))
     )
-    ctx = estimator_context(options, keys)
-    z = get_estimator("process").fn(ctx)
-    steps = steps.with_columns(z.alias("__grpo_z"))
+    z = plan.estimator.fn(estimator_context(plan))
+    steps = steps.with_columns(z.alias(STEP_Z))
     # Reward-to-go within each response: reverse cumulative sum, nulls kept as null.
-    to_go = pl.col("__grpo_z").fill_null(0.0).reverse().cum_sum().reverse().over(ROW_KEY)
-    steps = steps.with_columns(
-        pl.when(pl.col(REWARD_KEY).is_null())
-        .then(pl.lit(0.0) if options.nulls == "zero" else pl.lit(None, dtype=pl.Float64))
-        .otherwise(to_go)
-        .alias(options.advantage_col)
-    )
-    if options.clip is not None:
-        steps = steps.with_columns(pl.col(options.advantage_col).clip(*options.clip))
+    to_go = pl.col(STEP_Z).fill_null(0.0).reverse().cum_sum().reverse().over(ROW_KEY)
+    advantage = apply_policies(to_go, plan, reward=pl.col(REWARD_KEY), singleton=None)
+    steps = steps.with_columns(advantage.alias(options.advantage_col))
     per_row = steps.group_by(ROW_KEY, maintain_order=True).agg(pl.col(options.advantage_col))
     joined = indexed.join(per_row, on=ROW_KEY, how="left", maintain_order="left")
     source = pl.col(column)

@@ -362,7 +362,9 @@ def describe_method(options: AdvantageOptions, layout: str | None = None) -> str
     if options.group_size:
         groups = f"runs of {options.group_size} rows"
     else:
-        shown = {"__grpo_uid_group": "uid (without _session_index)"}
+        from grpo_cli.columns import UID_GROUP
+
+        shown = {UID_GROUP: "uid (without _session_index)"}
         within = [c for c in options.group_cols if c != options.batch_col]
         groups = ", ".join(shown.get(c, c) for c in within or options.group_cols)
     text = (

@@ -2,26 +2,14 @@
 overall, under the names the trainers log them (no Rich here; see :mod:`grpo_cli.render`).
 
 Every metric is over the reward the estimator sees (the weighted sum of the reward columns,
-NaN as null), with groups as ``compute`` forms them. Per batch value (``by``) and overall:
-
-- ``responses``: rows; ``groups``: distinct groups with a row there; ``group_size_min``,
-  ``group_size_median``, ``group_size_max``: rows per group.
-- ``reward``: mean of the valid rewards (TRL ``reward``, OpenRLHF ``rollout/reward_mean``).
-- ``reward_std``: std of the valid rewards, ddof 1 (TRL ``reward_std`` since v0.27,
-  OpenRLHF ``rollout/reward_std``); null with fewer than two.
-- ``frac_reward_zero_std``: share of responses whose group std (ddof 1) is at most 1e-8
-  (TRL: ``isclose(std, 0)`` per completion); a group with one valid reward has no std and
-  does not count.
-- ``group_reward_std``: mean over responses of their group's std, ddof 1 (OpenRLHF
-  ``group_reward_std``); responses of one-reward groups are left out.
-- ``zero_std_groups``: groups with at least two valid rewards, all exactly equal.
-- ``singleton_groups``: groups with exactly one valid reward; ``null_rewards``: null or NaN.
-- Binary rewards only (every valid reward is 0 or 1): ``pass_at_n``, the share of groups
-  with at least one success (OpenRLHF ``pass{n}``: mean of the group maxima), and
-  ``pass_at_1``, the mean of the groups' success rates (OpenRLHF ``pass1``).
-- Annotated input only (it has the advantage column): ``advantage_mean``,
-  ``advantage_min``, ``advantage_max``, and ``frac_zero_advantage``, the share of
-  responses whose advantage is exactly 0.
+NaN as null), with groups as ``compute`` forms them. Per batch value (``by``) and overall,
+the figures of :mod:`grpo_cli.metrics` (defined there once, shared with ``compute``'s run
+summary): ``responses``, ``groups``, ``group_size_min`` / ``_median`` / ``_max``,
+``reward``, ``reward_std``, ``frac_reward_zero_std`` (TRL), ``group_reward_std``
+(OpenRLHF), ``zero_std_groups``, ``singleton_groups``, ``null_rewards``; for binary rewards
+(every valid reward is 0 or 1) ``pass_at_n`` and ``pass_at_1`` (OpenRLHF); on annotated
+input (it has the advantage column) ``advantage_mean``, ``advantage_min``,
+``advantage_max`` and ``frac_zero_advantage``.
 
 A group is counted in every batch value where it has rows; its statistics are over all of
 its rows (a group spans batch values only when the group key does not include the batch).
@@ -36,30 +24,46 @@ from typing import Final
 
 import polars as pl
 
-from grpo_cli.compute import (
-    REWARD_KEY,
-    Keys,
-    collision_columns,
-    combined_reward,
-    hash_collision,
-    hash_columns,
-    resolve_keys,
-    validate_frame,
-    with_keys,
-)
+from grpo_cli import metrics
+from grpo_cli.columns import REWARD_KEY, SIZE_KEY, UNUSED_OUTPUT, VALID_KEY
 from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.options import AdvantageOptions
+from grpo_cli.plan import (
+    Keys,
+    Plan,
+    collision_columns,
+    hash_columns,
+    make_plan,
+    run_with_fallback,
+    with_keys,
+)
+from grpo_cli.rewards import combined_reward
 from grpo_cli.summary import DISPLAY_NAMES, check_batch_spans, group_table, span_warnings
 
-ZERO_STD_ATOL: Final = 1e-8  # torch.isclose's default atol, as TRL uses it
 LEVELS: Final = ("step", "group", "overall")
-
-_SIZE = "__grpo_r_size"
-_VALID = "__grpo_r_valid"
-_STD = "__grpo_r_std1"
-_MAX = "__grpo_r_max"
-_MEAN = "__grpo_r_mean"
-_ALL = "__grpo_r_all"
+# The tables' columns, after the ``by`` columns (pass and advantage figures when present).
+TABLE_COLUMNS: Final = (
+    "responses",
+    "groups",
+    "group_size_min",
+    "group_size_median",
+    "group_size_max",
+    "reward",
+    "reward_std",
+    "frac_reward_zero_std",
+    "group_reward_std",
+    "zero_std_groups",
+    "singleton_groups",
+    "null_rewards",
+    "pass_at_n",
+    "pass_at_1",
+    "advantage_mean",
+    "advantage_min",
+    "advantage_max",
+    "frac_zero_advantage",
+)
+# The group profile every row carries (variance with ddof 1: the trainers' group std).
+_PROFILE: Final = (SIZE_KEY, VALID_KEY, metrics.GROUP_MEAN, metrics.GROUP_VAR)
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ def summarize(
     frame: pl.DataFrame, options: AdvantageOptions, by: tuple[str, ...] | None = None
 ) -> Report:
     """The :class:`Report` of a raw or annotated reward log (see the module docstring)."""
-    if options.estimator == "process" or options.aggregation != "sum_then_normalize":
+    if options.aggregation != "sum_then_normalize" or options.step_rewards_col is not None:
         raise OptionsError(
             "summarize works on outcome rewards combined by a weighted sum",
             hint="drop --estimator process / --aggregation normalize_then_sum",
@@ -123,12 +127,10 @@ def summarize(
             hint=f"columns are: {', '.join(frame.columns[:12])}",
         )
     annotated = options.advantage_col in frame.columns
-    check = options.with_overrides(advantage_col="__grpo_r_unused")
-    validate_frame(frame, check)
-    prepared, keys = _prepare(frame, options, hashed=True)
-    if hash_collision(prepared, keys):  # about 1e-19 per pair of keys: group the keys themselves
-        prepared, keys = _prepare(frame, options, hashed=False)
-    check_batch_spans(prepared, options, keys, size_col=_SIZE)
+    plan = make_plan(frame, options.with_overrides(advantage_col=UNUSED_OUTPUT))
+    prepared, used = run_with_fallback(lambda chosen: _prepare(frame, chosen), plan)
+    keys = used.keys
+    check_batch_spans(prepared, options, keys)
     rewards = prepared[REWARD_KEY].drop_nulls()
     binary = rewards.len() > 0 and bool(rewards.is_in([0.0, 1.0]).all())
     adv = options.advantage_col if annotated else None
@@ -137,32 +139,10 @@ def summarize(
             f"column {adv!r} is {prepared.schema[adv]}, not numbers",
             hint="--advantage-col names the logged advantage column",
         )
-    group = [g for g in keys.group if g not in by]
-    per_group = (
-        prepared.lazy()
-        .group_by([*by, *group])
-        .agg(pl.col(_SIZE, _VALID, _STD, _MAX, _MEAN).first())
-        .collect()
-    )
-    whole = pl.lit(0).alias(_ALL)
-    # A group with rows in several values of ``by`` is counted once overall (its whole key:
-    # positional keys hold the batch column, which ``group`` leaves out).
-    one_per_group = per_group.unique(subset=list(keys.group), keep="first") if by else per_group
-    overall = _metrics(
-        prepared.lazy().with_columns(whole),
-        one_per_group.lazy().with_columns(whole),
-        (_ALL,),
-        binary,
-        adv,
-    )
-    steps = (
-        _metrics(prepared.lazy(), per_group.lazy(), by, binary, adv).sort(list(by))
-        if by
-        else pl.DataFrame()
-    )
+    overall, steps = _tables(prepared, keys, by, binary, adv, options.deterministic)
     groups = _group_rows(prepared, options, keys, by, adv)
     return Report(
-        overall=overall.drop(_ALL),
+        overall=overall,
         steps=steps,
         groups=groups,
         by=by,
@@ -170,21 +150,19 @@ def summarize(
         annotated=annotated,
         rewards=rewards,
         advantages=prepared[adv].cast(pl.Float64).drop_nulls().drop_nans() if adv else None,
-        warnings=span_warnings(prepared, options, keys, size_col=_SIZE),
+        warnings=span_warnings(prepared, options, keys),
     )
 
 
-def _prepare(
-    frame: pl.DataFrame, options: AdvantageOptions, *, hashed: bool
-) -> tuple[pl.DataFrame, Keys]:
-    """Every row with its reward and its group's figures; groups found through a 64-bit
-    hash of the key when ``hashed`` (3x faster than grouping strings), as in ``compute``."""
-    keys = resolve_keys(options, hashed=hashed and options.group_size is None)
-    rows = with_keys(frame.lazy(), options, keys).with_columns(
-        *hash_columns(keys), combined_reward(options).alias(REWARD_KEY)
+def _prepare(frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
+    """Every row with its reward and its group's figures, groups found by the plan's keys
+    (a 64-bit hash of the key unless the plan is exact), as in ``compute``."""
+    keys = plan.keys
+    rows = with_keys(frame.lazy(), plan.options).with_columns(
+        *hash_columns(keys), combined_reward(plan.options).alias(REWARD_KEY)
     )
     rows = rows.with_columns(*_group_columns(list(keys.group)), *collision_columns(keys))
-    return rows.collect(), keys
+    return rows.collect()
 
 
 def _group_rows(
@@ -207,81 +185,49 @@ def _group_rows(
 
 
 def _group_columns(group: list[str]) -> list[pl.Expr]:
-    r = pl.col(REWARD_KEY)
-    return [
-        pl.len().over(group).alias(_SIZE),
-        r.count().over(group).alias(_VALID),
-        r.std(ddof=1).over(group).alias(_STD),
-        r.max().over(group).alias(_MAX),
-        r.mean().over(group).alias(_MEAN),
-    ]
+    return metrics.profile_columns(group, ddof=1)
 
 
-def _metrics(
-    rows: pl.LazyFrame,
-    per_group: pl.LazyFrame,
+def _tables(
+    prepared: pl.DataFrame,
+    keys: Keys,
     by: tuple[str, ...],
     binary: bool,
     adv: str | None,
-) -> pl.DataFrame:
-    """One row of metrics per value of ``by`` (see the module docstring), from the rows and
-    from one row per (``by``, group) with the group's figures."""
-    r = pl.col(REWARD_KEY)
-    std = pl.col(_STD)
-    per_row = [
-        pl.len().alias("responses"),
-        r.mean().alias("reward"),
-        r.std(ddof=1).alias("reward_std"),
-        (std <= ZERO_STD_ATOL).fill_null(False).mean().alias("frac_reward_zero_std"),
-        std.mean().alias("group_reward_std"),
-        r.is_null().sum().cast(pl.Int64).alias("null_rewards"),
-    ]
-    if adv is not None:
-        a = pl.col(adv).cast(pl.Float64).fill_nan(None)
-        per_row += [
-            a.mean().alias("advantage_mean"),
-            a.min().alias("advantage_min"),
-            a.max().alias("advantage_max"),
-            (a == 0.0).fill_null(False).mean().alias("frac_zero_advantage"),
-        ]
-    row_table = rows.group_by(list(by)).agg(per_row)
-    valid = pl.col(_VALID)
-    group_aggs = [
-        pl.len().cast(pl.Int64).alias("groups"),
-        pl.col(_SIZE).min().cast(pl.Int64).alias("group_size_min"),
-        pl.col(_SIZE).median().alias("group_size_median"),
-        pl.col(_SIZE).max().cast(pl.Int64).alias("group_size_max"),
-        ((valid >= 2) & (pl.col(_STD) == 0.0)).sum().cast(pl.Int64).alias("zero_std_groups"),
-        (valid == 1).sum().cast(pl.Int64).alias("singleton_groups"),
-    ]
-    if binary:
-        scored = valid >= 1
-        group_aggs += [
-            (pl.col(_MAX) == 1.0).filter(scored).mean().alias("pass_at_n"),
-            pl.col(_MEAN).filter(scored).mean().alias("pass_at_1"),
-        ]
-    group_table_ = per_group.group_by(list(by)).agg(group_aggs)
-    joined = row_table.join(group_table_, on=list(by), how="left")
-    order = [
-        *by,
-        "responses",
-        "groups",
-        "group_size_min",
-        "group_size_median",
-        "group_size_max",
-        "reward",
-        "reward_std",
-        "frac_reward_zero_std",
-        "group_reward_std",
-        "zero_std_groups",
-        "singleton_groups",
-        "null_rewards",
-    ]
-    if binary:
-        order += ["pass_at_n", "pass_at_1"]
-    if adv is not None:
-        order += ["advantage_mean", "advantage_min", "advantage_max", "frac_zero_advantage"]
-    return joined.select(order).collect()
+    deterministic: bool,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The overall table and the per-``by`` table (empty without ``by``), from the
+    partials of :mod:`grpo_cli.metrics`.
+
+    A group is counted in every value of ``by`` where it has rows (one row per (``by``,
+    group) with the group's profile), and once overall (its whole key: positional keys
+    hold the batch column, which ``group`` leaves out). The overall row figures merge
+    those of the ``by`` values (disjoint rows); its group figures come from one row per
+    group."""
+    group = [g for g in keys.group if g not in by]
+    per_group = prepared.lazy().group_by([*by, *group]).agg(pl.col(*_PROFILE).first()).collect()
+    advantage = pl.col(adv) if adv is not None else None
+    per_by = metrics.partials(
+        prepared.lazy(),
+        by,
+        groups=per_group.lazy(),
+        advantage=advantage,
+        pass_rates=binary,
+        deterministic=deterministic,
+    )
+    if not by:
+        return _table(per_by, ()), pl.DataFrame()
+    one_per_group = per_group.unique(subset=list(keys.group), keep="first")
+    rows = metrics.merge(per_by.drop(metrics.GROUP_PARTIALS, strict=False))
+    groups = metrics.group_partials(one_per_group, pass_rates=binary)
+    overall = pl.concat([rows, groups], how="horizontal")
+    return _table(overall, ()), _table(per_by, by)
+
+
+def _table(merged: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
+    """The figures of merged partials, in the tables' order."""
+    finished = metrics.finish(merged, by)
+    return finished.select(*by, *(c for c in TABLE_COLUMNS if c in finished.columns))
 
 
 def histogram(values: pl.Series, bins: int = 20) -> tuple[list[float], list[int]]:

@@ -1,13 +1,28 @@
-"""Which columns play which role, and checks that say how to fix a mismatch."""
+"""Every input check, with a hint that says how to fix a mismatch: which columns play which
+role, their types, null keys, infinite or huge rewards, positional group sizes.
+
+:func:`check_frame` runs them all once, when the plan is made (:func:`grpo_cli.plan.make_plan`);
+no engine checks again.
+"""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
 
 import polars as pl
 
 from grpo_cli.errors import InputError
+from grpo_cli.rewards import reward_expr
+
+if TYPE_CHECKING:
+    from grpo_cli.estimators import Estimator
+    from grpo_cli.options import AdvantageOptions
+
+# Rewards at or beyond this magnitude are refused: sums of squared deviations of 1e9 of them
+# would overflow float64 (and the advantages silently become 0).
+MAX_ABS_REWARD: Final = 1e140
 
 # Column roles -> the CLI flag that sets them (for hints).
 ROLE_FLAGS = {
@@ -87,3 +102,133 @@ def describe_bad_reward(frame: pl.DataFrame, column: str) -> str:
         return ""
     index = int(bad.arg_true()[0])
     return f" (row {index + 1}: {series[index]!r})"
+
+
+def check_frame(
+    frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions, estimator: Estimator
+) -> None:
+    """Every check of ``frame`` against ``options``: the columns the options need and their
+    types, that no added column already exists, null keys, infinite or huge rewards, and
+    that positional groups divide every batch."""
+    schema = frame.collect_schema()
+    if estimator.uses_groups and options.group_size is None:
+        require_columns(schema, options.group_cols, "group")
+    for role, column in (
+        ("batch", options.batch_col),
+        ("length", options.length_col),
+        ("baseline", options.baseline_col),
+        ("step rewards", options.step_rewards_col),
+    ):
+        if column is not None:
+            require_columns(schema, [column], role)
+    if options.step_rewards_col is not None and estimator.unit == "step":
+        check_list_dtype(schema, options.step_rewards_col)
+    else:
+        require_columns(schema, options.reward_cols, "reward")
+        for column in options.reward_cols:
+            _check_reward_column(frame, schema, column)
+    for role, column in (("length", options.length_col), ("baseline", options.baseline_col)):
+        if column is not None:
+            check_numeric_dtype(schema, column, role)
+    existing = [col for col in options.added_columns() if col in schema]
+    if existing:
+        raise InputError(
+            f"the input already has a column named {existing[0]!r}",
+            hint="name the output column with --advantage-col, or drop the existing column",
+        )
+    _check_nulls(frame, options, estimator.uses_groups)
+    _check_group_size(frame, options)
+
+
+def _check_reward_column(
+    frame: pl.DataFrame | pl.LazyFrame, schema: pl.Schema, column: str
+) -> None:
+    """Rewards are numbers or booleans (0/1); text is accepted when every value is a
+    number written as text (``"1.0"``, as some JSON logs hold them)."""
+    if schema[column] == pl.String and _all_parse_as_numbers(frame, column):
+        return
+    try:
+        check_numeric_dtype(schema, column, "reward")
+    except InputError as exc:
+        if isinstance(frame, pl.DataFrame):
+            exc.message += describe_bad_reward(frame, column)
+            exc.args = (exc.message,)
+        raise
+
+
+def _all_parse_as_numbers(frame: pl.DataFrame | pl.LazyFrame, column: str) -> bool:
+    text = pl.col(column)
+    unparsed = (text.is_not_null() & text.cast(pl.Float64, strict=False).is_null()).sum()
+    return int(frame.lazy().select(unparsed).collect(engine="streaming").item()) == 0
+
+
+def _check_nulls(
+    frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions, uses_groups: bool
+) -> None:
+    key_cols = list(options.group_cols) if uses_groups and options.group_size is None else []
+    if options.batch_col:
+        key_cols.append(options.batch_col)
+    checks = {}
+    if key_cols:
+        checks["keys"] = pl.any_horizontal(*(pl.col(c).is_null() for c in key_cols)).sum()
+    schema = frame.collect_schema()
+    rewards = [
+        reward_expr(c)
+        for c in options.reward_cols
+        if c in schema and not isinstance(schema[c], pl.List)
+    ]
+    if options.nulls == "error" and rewards:
+        checks["rewards"] = pl.any_horizontal(*(r.is_null() for r in rewards)).sum()
+    if rewards:
+        checks["infinite"] = pl.any_horizontal(*(r.is_infinite() for r in rewards)).sum()
+        checks["huge"] = pl.any_horizontal(
+            *((r.abs() >= MAX_ABS_REWARD) & r.is_finite() for r in rewards)
+        ).sum()
+    if not checks:
+        return
+    # Integer counts: the streaming engine keeps a huge scanned log out of memory.
+    counts = frame.lazy().select(**checks).collect(engine="streaming").row(0, named=True)
+    if counts.get("keys"):
+        raise InputError(
+            f"{counts['keys']} row(s) have a null group or batch key ({', '.join(key_cols)})",
+            hint="every response needs the id of its prompt; fill or drop those rows first",
+        )
+    if counts.get("rewards"):
+        raise InputError(
+            f"{counts['rewards']} row(s) have a null or NaN reward (--nulls error)",
+            hint="choose --nulls exclude, zero or fill_zero to accept them",
+        )
+    columns = ", ".join(options.reward_cols)
+    if counts.get("infinite"):
+        raise InputError(
+            f"{counts['infinite']} row(s) have an infinite reward ({columns})",
+            hint="rewards must be finite: clip them, or make them null to leave those rows out",
+        )
+    if counts.get("huge"):
+        raise InputError(
+            f"{counts['huge']} row(s) have a reward of magnitude {MAX_ABS_REWARD:g} or more "
+            f"({columns}): their squares overflow float64",
+            hint="rescale the rewards (advantages do not depend on the scale, up to eps)",
+        )
+
+
+def _check_group_size(frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions) -> None:
+    """Positional groups need every batch to hold a whole number of groups."""
+    if options.group_size is None:
+        return
+    lazy = frame.lazy()
+    if options.batch_col:
+        sizes = lazy.group_by(options.batch_col, maintain_order=True).agg(rows=pl.len())
+    else:
+        sizes = lazy.select(rows=pl.len())
+    bad = sizes.filter(pl.col("rows") % options.group_size != 0).collect(engine="in-memory")
+    if bad.height:
+        where = (
+            f"{options.batch_col}={bad[options.batch_col][0]}" if options.batch_col else "the input"
+        )
+        raise InputError(
+            f"{where} has {bad['rows'][0]} rows, not a multiple of --group-size "
+            f"{options.group_size}",
+            hint="positional groups are consecutive runs of --group-size rows; check the "
+            "value (the trainer's num_generations) or give --group-col",
+        )

@@ -7,8 +7,12 @@ weighted sum of several reward columns; for ``process``, every step reward).
 - ``mean``, ``std`` (with the run's ddof), ``min``, ``max``: over the valid rewards.
 - ``zero_std``: the group has at least two valid rewards and they are all equal (its
   variance is exactly 0; see ``EstimatorContext.is_constant``).
-- ``frac_reward_zero_std`` (TRL's metric): the share of *responses* whose group is zero_std.
 - a singleton group has exactly one valid reward.
+
+The run's figures (:class:`RunSummary`) are defined once, in :mod:`grpo_cli.metrics`:
+``frac_reward_zero_std`` is TRL's (the share of responses whose group std, ddof 1, is
+``isclose(std, 0)`` with atol 1e-8: rewards 1.0 and 1.000000001 count, a one-reward group
+does not), so it can count groups that are not exactly zero_std.
 
 Groups that span steps: a group key without the step (or batch) column pools a prompt
 sampled again in a later step into one group. :func:`check_batch_spans` refuses that for a
@@ -25,22 +29,24 @@ from typing import Final
 
 import polars as pl
 
-from grpo_cli.compute import (
-    CONSTANT_KEY,
+from grpo_cli import metrics
+from grpo_cli.columns import (
     GROUP_HASH,
     POSITION_KEY,
     REWARD_KEY,
     ROW_KEY,
     SIZE_KEY,
+    SPAN_ROW,
+    SPAN_VALUES,
+    UID_GROUP,
     VALID_KEY,
-    Keys,
-    collect,
-    reward_expr,
 )
+from grpo_cli.engines.polars import collect
 from grpo_cli.errors import InputError
 from grpo_cli.estimators import get_estimator
-from grpo_cli.layouts import UID_GROUP
 from grpo_cli.options import AdvantageOptions
+from grpo_cli.plan import Keys
+from grpo_cli.rewards import reward_expr
 
 GROUP_TABLE_COLUMNS: Final = ("size", "n_null", "mean", "std", "min", "max", "zero_std")
 DISPLAY_NAMES: Final = {POSITION_KEY: "group_index", UID_GROUP: "group"}
@@ -54,13 +60,11 @@ STEP_COLUMNS: Final = (
     "batch_id",
     "epoch",
 )
-_SPAN_ROW: Final = "__grpo_span_row"
-_SPAN_VALUES: Final = "__grpo_span_values"
 
 
 def reward_units(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame:
     """One row per reward the estimator saw, with ROW_KEY (the response) and REWARD_KEY."""
-    if options.estimator == "process" and options.step_rewards_col:
+    if get_estimator(options.estimator).unit == "step" and options.step_rewards_col:
         column = options.step_rewards_col
         return (
             frame.with_row_index(ROW_KEY)
@@ -79,12 +83,12 @@ def group_table(
     """One row per group, in order of first appearance: keys, then GROUP_TABLE_COLUMNS, then
     the ``extra`` aggregations (named expressions) in the same grouping.
 
-    ``annotated`` is :func:`grpo_cli.compute.annotate_lazy`'s frame (with its key columns).
+    ``annotated`` is :func:`grpo_cli.engines.polars.annotate_lazy`'s frame (with its key columns).
     Temporary key columns get readable names (``group_index``, ``group``).
     """
     r = pl.col(REWARD_KEY)
     firsts = [pl.col(c).first() for c in keys.exact] if keys.hashed else []
-    process = options.estimator == "process"
+    process = get_estimator(options.estimator).unit == "step"
     size = pl.col(ROW_KEY).n_unique() if process else pl.len()
     units = reward_units(annotated, options) if process else annotated
     table = (
@@ -109,7 +113,8 @@ def group_table(
 
 @dataclass(frozen=True)
 class RunSummary:
-    """Figures of one computation, for the terminal summary."""
+    """Figures of one computation, for the terminal summary (see :mod:`grpo_cli.metrics`
+    for their definitions)."""
 
     rows: int
     groups: int
@@ -127,138 +132,72 @@ class RunSummary:
     advantage_min: float | None
     advantage_max: float | None
 
+    @classmethod
+    def from_partials(cls, merged: pl.DataFrame) -> RunSummary:
+        """The figures of one row of merged partials (:func:`grpo_cli.metrics.merge`)."""
+        f = metrics.finish(merged).row(0, named=True)
+        return cls(
+            rows=int(f["responses"]),
+            groups=int(f["groups"]),
+            batches=int(f.get("batches") or 1),
+            group_size_min=int(f["group_size_min"] or 0),
+            group_size_median=float(f["group_size_median"] or 0.0),
+            group_size_max=int(f["group_size_max"] or 0),
+            zero_std_groups=int(f["zero_std_groups"]),
+            zero_std_group_share=float(f["zero_std_group_share"] or 0.0),
+            frac_reward_zero_std=float(f["frac_reward_zero_std"] or 0.0),
+            singleton_groups=int(f["singleton_groups"]),
+            null_rewards=int(f["null_rewards"]),
+            reward_mean=f["reward"],
+            reward_std=f["reward_std"],
+            advantage_min=f.get("advantage_min"),
+            advantage_max=f.get("advantage_max"),
+        )
+
 
 def summarize_run(annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys) -> RunSummary:
-    """Overall figures of an annotated frame (with its key and profile columns).
-
-    Group figures come from each row's group size, valid count and zero-variance flag
-    (``compute.profile_columns``): a group of size s contributes 1/s from each of its rows,
-    so no second grouping of the key is needed. ``reward_std`` is the std of all valid
-    rewards with ddof 1, as TRL logs ``reward_std``.
-    """
-    if SIZE_KEY not in annotated.collect_schema():
-        return _summarize_from_groups(
-            annotated, group_table(annotated, options, keys), options, keys
-        )
-    r = pl.col(REWARD_KEY)
-    adv = pl.col(options.advantage_col)
-    size = pl.col(SIZE_KEY)
-    share = 1.0 / size.cast(pl.Float64)
-    figures = collect(
-        annotated.select(
-            rows=pl.len(),
-            batches=pl.struct(list(keys.batch)).n_unique(),
-            groups=share.sum(),
-            size_min=size.min(),
-            size_max=size.max(),
-            zero_std_groups=share.filter(pl.col(CONSTANT_KEY)).sum(),
-            zero_std_rows=pl.col(CONSTANT_KEY).sum(),
-            singleton_groups=share.filter(pl.col(VALID_KEY) == 1).sum(),
-            null_rewards=r.is_null().sum(),
-            reward_mean=r.mean(),
-            reward_std=r.std(ddof=1),
-            advantage_min=adv.min(),
-            advantage_max=adv.max(),
-        ),
+    """Overall figures of an annotated frame (with its key and group profile columns), from
+    :func:`grpo_cli.metrics.partials`: one pass of aggregates and one grouping of the rows
+    by group size, none of the key. ``reward_std`` is the std of all valid rewards with
+    ddof 1, as TRL logs ``reward_std``."""
+    schema = annotated.collect_schema()
+    if SIZE_KEY not in schema:
+        return _summarize_process(annotated, options, keys)
+    merged = metrics.partials(
+        metrics.with_profile(annotated, keys.group, options.ddof),
+        ddof=options.ddof,
+        advantage=pl.col(options.advantage_col),
+        batch=keys.batch,
         deterministic=options.deterministic,
-    ).row(0, named=True)
-    # Median group size: sizes weighted by their number of groups (rows / size).
-    by_size = collect(annotated.group_by(SIZE_KEY).agg(n=pl.len()).sort(SIZE_KEY))
-    median = _weighted_median(
-        by_size[SIZE_KEY].to_list(),
-        [n // s for n, s in zip(by_size["n"].to_list(), by_size[SIZE_KEY].to_list(), strict=True)],
     )
-    n_groups = round(figures["groups"] or 0)
-    rows = int(figures["rows"])
-    zero_std_groups = round(figures["zero_std_groups"] or 0)
-    return RunSummary(
-        rows=rows,
-        groups=n_groups,
-        batches=int(figures["batches"]),
-        group_size_min=int(figures["size_min"] or 0),
-        group_size_median=median,
-        group_size_max=int(figures["size_max"] or 0),
-        zero_std_groups=zero_std_groups,
-        zero_std_group_share=zero_std_groups / n_groups if n_groups else 0.0,
-        frac_reward_zero_std=int(figures["zero_std_rows"]) / rows if rows else 0.0,
-        singleton_groups=round(figures["singleton_groups"] or 0),
-        null_rewards=int(figures["null_rewards"]),
-        reward_mean=figures["reward_mean"],
-        reward_std=figures["reward_std"],
-        advantage_min=figures["advantage_min"],
-        advantage_max=figures["advantage_max"],
-    )
+    return RunSummary.from_partials(merged)
 
 
-def _weighted_median(values: list[int], counts: list[int]) -> float:
-    """The median of a multiset given as sorted values and their counts (mean of the two
-    middle elements for an even total, as Polars' median)."""
-    total = sum(counts)
-    if total == 0:
-        return 0.0
-    middle = [(total - 1) // 2, total // 2]
-    found: list[int] = []
-    seen = 0
-    for value, count in zip(values, counts, strict=True):
-        while len(found) < 2 and middle[len(found)] < seen + count:
-            found.append(value)
-        seen += count
-    return (found[0] + found[1]) / 2
-
-
-def _summarize_from_groups(
-    annotated: pl.LazyFrame, groups: pl.DataFrame, options: AdvantageOptions, keys: Keys
+def _summarize_process(
+    annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys
 ) -> RunSummary:
-    """Overall figures from the per-group table (process supervision's exploded steps)."""
+    """Process supervision: the rows are the responses, each with the profile of its
+    group's step rewards (size: responses; valid, mean, variance: over the step rewards);
+    the reward figures are over the step rewards, the advantages over every step."""
+    units = reward_units(annotated, options)
     r = pl.col(REWARD_KEY)
-    adv = pl.col(options.advantage_col)
-    if options.estimator == "process":
-        adv = adv.explode()
-    overall = collect(
-        reward_units(annotated, options).select(
-            null_rewards=r.is_null().sum(),
-            reward_mean=r.mean(),
-            reward_std=r.std(ddof=1),
-        ),
-        deterministic=options.deterministic,
-    ).row(0, named=True)
-    per_row = collect(
-        annotated.select(
-            rows=pl.len(),
-            batches=pl.struct(list(keys.batch)).n_unique(),
-            advantage_min=adv.min(),
-            advantage_max=adv.max(),
-        )
-    ).row(0, named=True)
-    valid = pl.col("size") - pl.col("n_null")
-    per_group = groups.select(
-        groups=pl.len(),
-        size_min=pl.col("size").min(),
-        size_median=pl.col("size").median(),
-        size_max=pl.col("size").max(),
-        zero_std_groups=pl.col("zero_std").sum(),
-        zero_std_rows=pl.col("size").filter(pl.col("zero_std")).sum(),
-        singleton_groups=(valid == 1).sum(),
-    ).row(0, named=True)
-    n_groups = int(per_group["groups"])
-    rows = int(per_row["rows"])
-    return RunSummary(
-        rows=rows,
-        groups=n_groups,
-        batches=int(per_row["batches"]),
-        group_size_min=int(per_group["size_min"] or 0),
-        group_size_median=float(per_group["size_median"] or 0),
-        group_size_max=int(per_group["size_max"] or 0),
-        zero_std_groups=int(per_group["zero_std_groups"]),
-        zero_std_group_share=per_group["zero_std_groups"] / n_groups if n_groups else 0.0,
-        frac_reward_zero_std=per_group["zero_std_rows"] / rows if rows else 0.0,
-        singleton_groups=int(per_group["singleton_groups"]),
-        null_rewards=int(overall["null_rewards"]),
-        reward_mean=overall["reward_mean"],
-        reward_std=overall["reward_std"],
-        advantage_min=per_row["advantage_min"],
-        advantage_max=per_row["advantage_max"],
+    group = list(keys.group)
+    profile = units.group_by(group).agg(
+        pl.col(ROW_KEY).n_unique().cast(pl.Int64).alias(SIZE_KEY),
+        r.count().cast(pl.Int64).alias(VALID_KEY),
+        r.mean().alias(metrics.GROUP_MEAN),
+        r.var(ddof=options.ddof).alias(metrics.GROUP_VAR),
     )
+    rows = annotated.join(profile, on=group, how="left", nulls_equal=True)
+    merged = metrics.partials(
+        rows,
+        ddof=options.ddof,
+        rewards=units,
+        advantage=pl.col(options.advantage_col).explode(),
+        batch=keys.batch,
+        deterministic=options.deterministic,
+    )
+    return RunSummary.from_partials(merged)
 
 
 @dataclass(frozen=True)
@@ -304,16 +243,16 @@ def group_spans(
     spanning = (
         frame.lazy()
         .group_by(group)
-        .agg(pl.col(column).n_unique().alias(_SPAN_VALUES))
-        .filter(pl.col(_SPAN_VALUES) > 1)
+        .agg(pl.col(column).n_unique().alias(SPAN_VALUES))
+        .filter(pl.col(SPAN_VALUES) > 1)
         .select(group)
         .collect(engine="streaming")
     )
     if spanning.height == 0:
         return None
-    rows = frame.lazy().with_row_index(_SPAN_ROW)
+    rows = frame.lazy().with_row_index(SPAN_ROW)
     first = collect(
-        rows.join(spanning.lazy(), on=group, how="semi").select(pl.col(_SPAN_ROW).min())
+        rows.join(spanning.lazy(), on=group, how="semi").select(pl.col(SPAN_ROW).min())
     ).item()
     one = frame.slice(first, 1)
     values = (

@@ -8,18 +8,18 @@ element by element.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import polars as pl
 
-from grpo_cli.compute import annotate_frame, collect
+from grpo_cli.columns import RECOMPUTED_KEY as RECOMPUTED
+from grpo_cli.compute import annotate_frame
+from grpo_cli.engines.polars import collect
 from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import resolve
 from grpo_cli.schema import require_columns
 from grpo_cli.summary import DISPLAY_NAMES, check_batch_spans, span_warnings
-
-RECOMPUTED: Final = "__grpo_recomputed"
 
 
 @dataclass(frozen=True)

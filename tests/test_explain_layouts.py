@@ -15,11 +15,12 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from grpo_cli import cli
 from grpo_cli.cli import app
+from grpo_cli.cli.compute import compute_cmd
+from grpo_cli.cli.explain import explain_cmd
+from grpo_cli.columns import UID_GROUP
 from grpo_cli.errors import InputError
 from grpo_cli.explain import Explanation, explain_one
-from grpo_cli.layouts import UID_GROUP
 from grpo_cli.pipeline import annotate, resolve
 from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, load_script
 from tests.test_presets import hostile_log
@@ -359,8 +360,8 @@ class TestOptions:
     }
 
     def test_explain_takes_every_grouping_and_input_option_of_compute(self) -> None:
-        compute = set(inspect.signature(cli.compute).parameters)
-        explain = set(inspect.signature(cli.explain).parameters)
+        compute = set(inspect.signature(compute_cmd).parameters)
+        explain = set(inspect.signature(explain_cmd).parameters)
         assert compute - self.LEFT_OUT == explain - {"group"}
         assert not (explain & self.LEFT_OUT)
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
+from grpo_cli.engines.partitioned import annotate_to_parquet
 from grpo_cli.errors import OptionsError
-from grpo_cli.lowmem import annotate_to_parquet
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import annotate
 from tests.conftest import SAMPLE_FILES

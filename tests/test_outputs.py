@@ -360,7 +360,7 @@ def _stalled_low_memory_script() -> str:
     """grpo-adv --low-memory that signals the test once its spills exist, then stalls."""
     return (
         "import sys, time, pathlib\n"
-        "import grpo_cli.lowmem as lowmem\n"
+        "import grpo_cli.engines.partitioned as lowmem\n"
         "marker = pathlib.Path(sys.argv[1])\n"
         "def stalled(*args, **kwargs):\n"
         "    marker.touch()\n"

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.errors import InputError
-from grpo_cli.explain import FILLED, explain_one
+from grpo_cli.explain import explain_one, filled
 from tests.conftest import SAMPLE_FILES, make_log
 
 MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<?xml", ".html": b"<!doctype html>"}
@@ -116,7 +116,7 @@ class TestExplain:
         with pytest.raises(InputError, match="gives 1 value"):
             explain_one(frame, None, {"group_cols": ("step", "prompt_id")}, "p015")
 
-    @pytest.mark.parametrize("estimator", FILLED)
+    @pytest.mark.parametrize("estimator", filled())
     @pytest.mark.parametrize(
         "policies",
         [

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from grpo_cli import compute_advantages
 from grpo_cli.cli import app
+from grpo_cli.engines.torch import SUPPORTED
 from grpo_cli.errors import OptionsError
 from grpo_cli.pipeline import annotate
-from grpo_cli.torch_backend import SUPPORTED
 from tests.conftest import SAMPLE_FILES
 from tests.test_presets import hostile_log
 
@@ -97,21 +97,22 @@ def test_cli_torch_backend(runner: CliRunner) -> None:
     assert (got - expected).abs().max() <= 1e-12  # type: ignore[operator]
 
 
-def test_a_hash_collision_falls_back_to_exact_codes(monkeypatch: pytest.MonkeyPatch) -> None:
-    import grpo_cli.torch_backend as tb
+def test_a_hash_collision_falls_back_to_the_exact_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one collision fallback (grpo_cli.plan.run_with_fallback) serves torch too."""
+    import grpo_cli.engines.torch as engine
+    import grpo_cli.plan as plan
 
-    monkeypatch.setattr(tb, "codes_collide", lambda *args: True)
+    runs: list[bool] = []
+    real_columns = engine.torch_columns
+
+    def recording(frame: pl.DataFrame, options: Any, keys: Any) -> pl.DataFrame:
+        runs.append(keys.hashed)
+        return real_columns(frame, options, keys)
+
+    monkeypatch.setattr(engine, "torch_columns", recording)
+    monkeypatch.setattr(plan, "hash_collision", lambda frame, keys: keys.hashed)
     log = hostile_log(with_nulls=True)
     fallback = compute_advantages(log, backend="torch", device="cpu")["advantage"]
+    assert runs == [True, False]  # hashed, then again on the exact key
     expected = compute_advantages(log, deterministic=True)["advantage"]
     assert (fallback - expected).abs().max() <= 1e-12  # type: ignore[operator]
-
-
-def test_codes_collide_detects_merged_keys() -> None:
-    import grpo_cli.torch_backend as tb
-
-    frame = pl.DataFrame({"k": ["a", "b", "c"]})
-    merged = torch.tensor([0, 0, 1])
-    honest = torch.tensor([0, 1, 2])
-    assert tb.codes_collide(torch, frame, ("k",), merged)
-    assert not tb.codes_collide(torch, frame, ("k",), honest)

@@ -47,4 +47,8 @@ def test_missing_torch_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> N
 def test_unsupported_estimator_is_a_clear_error() -> None:
     with pytest.raises(OptionsError) as info:
         compute_advantages(hostile_log(), backend="torch", estimator="gpg")
-    assert info.value.message == "estimator gpg is not supported on torch"
+    assert info.value.message == (
+        "--backend torch does not support estimator gpg (it computes grpo, dr_grpo, rloo, "
+        "batch_std)"
+    )
+    assert info.value.hint == "use --backend polars"

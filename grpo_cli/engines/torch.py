@@ -1,4 +1,4 @@
-"""The optional torch path (``--backend torch``): the same contract as the Polars path.
+"""The optional torch engine (``--backend torch``): the same contract as the Polars engine.
 
 Polars finds the groups (dense integer codes of the group key, and of the batch key) and
 prepares the reward (aggregation, null policy); torch then does the segment arithmetic on
@@ -6,22 +6,25 @@ the chosen device with ``index_add_`` / ``scatter_reduce``, in float64:
 
     n_g = sum_g 1[valid], mean_g = sum_g r / n_g, var_g = sum_g (r - mean_g)^2 / (n_g - ddof)
 
-Supported estimators: SUPPORTED (others raise a clear error). torch is imported here only,
-and only when this path runs.
+and the formula of SUPPORTED estimators (the engine refuses the others); the shared policies
+are applied afterwards, as for every engine (:mod:`grpo_cli.policies`). torch is imported
+here only, and only when this engine runs.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 import polars as pl
 
+from grpo_cli.columns import CONSTANT_KEY, REWARD_KEY, SIZE_KEY, VALID_KEY
+from grpo_cli.columns import TORCH_RAW as RAW
+from grpo_cli.engines import ENGINES, EngineInfo
 from grpo_cli.errors import OptionsError
-from grpo_cli.options import DEVICES
-
-if TYPE_CHECKING:
-    from grpo_cli.compute import Keys
-    from grpo_cli.options import AdvantageOptions
+from grpo_cli.options import DEVICES, AdvantageOptions
+from grpo_cli.plan import Keys, Plan, collision_columns, estimator_context
+from grpo_cli.policies import apply_policies
 
 SUPPORTED: Final = ("grpo", "dr_grpo", "rloo", "batch_std")
 INSTALL_HINT: Final = (
@@ -54,57 +57,61 @@ def resolve_device(torch: Any, device: str) -> Any:
     return torch.device("cpu")
 
 
-def check_supported(options: AdvantageOptions) -> None:
-    """Raise for options the torch path does not implement."""
-    if options.estimator not in SUPPORTED:
-        raise OptionsError(
-            f"estimator {options.estimator} is not supported on torch",
-            hint=f"torch supports {', '.join(SUPPORTED)}; use --backend polars for the others",
+@dataclass(frozen=True)
+class TorchEngine:
+    """``--backend torch``: SUPPORTED estimators, on the CPU or a CUDA device."""
+
+    info: EngineInfo
+
+    def refusal(self, plan: Plan) -> str | None:
+        """Estimators outside SUPPORTED, GDPO and token-weighted statistics."""
+        options = plan.options
+        if options.estimator not in SUPPORTED:
+            return f"estimator {options.estimator} (it computes {', '.join(SUPPORTED)})"
+        if options.aggregation != "sum_then_normalize":
+            return "--aggregation normalize_then_sum"
+        if options.token_weighted:
+            return "--token-weighted"
+        return None
+
+    def annotate(self, frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
+        """Polars prepares keys and rewards; torch does the arithmetic; Polars applies the
+        policies (see :class:`grpo_cli.engines.FrameEngine`)."""
+        from grpo_cli.engines.polars import collect, prepare
+
+        options = plan.options
+        # The collision check column comes from Polars, as on every engine.
+        lazy = prepare(frame, plan).with_columns(collision_columns(plan.keys))
+        prepared = collect(lazy, deterministic=True)
+        full = prepared.hstack(torch_columns(prepared, options, plan.keys))
+        ctx = estimator_context(plan)
+        advantage = apply_policies(
+            pl.col(RAW), plan, reward=pl.col(REWARD_KEY), singleton=pl.col(VALID_KEY) == 1
         )
-    if options.aggregation != "sum_then_normalize":
-        raise OptionsError(
-            "--aggregation normalize_then_sum is not supported on torch",
-            hint="use --backend polars",
-        )
-    if options.token_weighted:
-        raise OptionsError(
-            "--token-weighted is not supported on torch", hint="use --backend polars"
-        )
+        full = full.with_columns(advantage.alias(options.advantage_col)).drop(RAW)
+        if options.with_stats:
+            full = full.with_columns(
+                pl.col(SIZE_KEY).alias("group_size"),
+                ctx.in_group(ctx.reward.mean()).alias("group_mean"),
+                ctx.in_group(ctx.reward.std(ddof=options.ddof)).alias("group_std"),
+            )
+        return full
 
 
-def dense_codes(frame: pl.DataFrame, columns: tuple[str, ...], *, exact: bool = False) -> pl.Series:
-    """0..k-1 codes of the key ``columns`` (equal keys, equal codes).
+ENGINE = TorchEngine(ENGINES["torch"])
 
-    Unless ``exact``, text and composite keys are ranked through a 64-bit hash (ranking the
-    strings themselves is several times slower); :func:`codes_collide` checks the result.
-    """
+
+def dense_codes(frame: pl.DataFrame, columns: tuple[str, ...]) -> pl.Series:
+    """0..k-1 codes of the key ``columns``: equal keys, equal codes (exact: the plan's key
+    is already one 64-bit hash column unless it is the exact fallback)."""
     key = pl.col(columns[0]) if len(columns) == 1 else pl.struct(list(columns))
-    if not exact and not (len(columns) == 1 and frame.schema[columns[0]].is_integer()):
-        key = key.hash(seed=0)
     return frame.select((key.rank("dense") - 1).cast(pl.Int64)).to_series()
 
 
-def codes_collide(torch: Any, frame: pl.DataFrame, columns: tuple[str, ...], codes: Any) -> bool:
-    """Whether two different keys got one code: a second, independent hash then differs
-    within the code (checked on the device with scatter amin / amax)."""
-    key = pl.col(columns[0]) if len(columns) == 1 else pl.struct(list(columns))
-    second = frame.select(key.hash(seed=1)).to_series().to_numpy(writable=True).view("int64")
-    check = torch.as_tensor(second, device=codes.device)
-    size = int(codes.max().item()) + 1 if codes.numel() else 0
-    lo = torch.full((size,), torch.iinfo(torch.int64).max, device=codes.device)
-    hi = torch.full((size,), torch.iinfo(torch.int64).min, device=codes.device)
-    lo = lo.scatter_reduce(0, codes, check, "amin")
-    hi = hi.scatter_reduce(0, codes, check, "amax")
-    return bool((lo != hi).any().item())
-
-
 def torch_columns(frame: pl.DataFrame, options: AdvantageOptions, keys: Keys) -> pl.DataFrame:
-    """The advantage and the per-row group profile, computed with torch.
-
-    ``frame`` holds the prepared reward (``compute.REWARD_KEY``) and the key columns.
-    """
-    from grpo_cli.compute import CONSTANT_KEY, REWARD_KEY, SIZE_KEY, VALID_KEY
-
+    """The formula's value (RAW, before the policies) and the per-row group profile,
+    computed with torch. ``frame`` holds the prepared reward (REWARD_KEY) and the key
+    columns."""
     torch = import_torch()
     device = resolve_device(torch, options.device)
     reward = frame[REWARD_KEY].to_numpy(writable=True)  # nulls become NaN
@@ -114,26 +121,23 @@ def torch_columns(frame: pl.DataFrame, options: AdvantageOptions, keys: Keys) ->
     out = segment_advantages(torch, r, group, batch, options)
     return pl.DataFrame(
         {
-            options.advantage_col: out["advantage"].cpu().numpy(),
+            RAW: out["advantage"].cpu().numpy(),
             SIZE_KEY: out["size"].cpu().numpy(),
             VALID_KEY: out["valid"].cpu().numpy(),
             CONSTANT_KEY: out["constant"].cpu().numpy(),
         }
-    ).with_columns(pl.col(options.advantage_col).fill_nan(None))
+    ).with_columns(pl.col(RAW).fill_nan(None))
 
 
 def _codes(torch: Any, frame: pl.DataFrame, columns: tuple[str, ...], device: Any) -> Any:
-    codes = torch.as_tensor(dense_codes(frame, columns).to_numpy(writable=True), device=device)
-    if codes_collide(torch, frame, columns, codes):
-        exact = dense_codes(frame, columns, exact=True).to_numpy(writable=True)
-        codes = torch.as_tensor(exact, device=device)
-    return codes
+    return torch.as_tensor(dense_codes(frame, columns).to_numpy(writable=True), device=device)
 
 
 def segment_advantages(
     torch: Any, r: Any, group: Any, batch: Any, options: AdvantageOptions
 ) -> dict[str, Any]:
-    """The torch kernel: per-row advantage and group profile from codes (see module doc)."""
+    """The torch kernel: per-row formula value (before the policies) and group profile
+    from codes (see module doc)."""
     valid = ~torch.isnan(r)
     r0 = torch.where(valid, r, torch.zeros_like(r))
     groups = int(group.max().item()) + 1 if group.numel() else 0
@@ -168,13 +172,6 @@ def segment_advantages(
     else:  # batch_std: group mean, batch std of the raw rewards
         value = _norm(torch, centred_r, _batch_var(torch, r, valid, batch, options), options)
     value = torch.where(constant, torch.zeros_like(value), value)
-    if options.singleton in ("zero", "raw", "null"):
-        fill = {"zero": torch.zeros_like(r), "raw": r, "null": torch.full_like(r, float("nan"))}
-        value = torch.where(singleton, fill[options.singleton], value)
-    null_value = 0.0 if options.nulls == "zero" else float("nan")
-    value = torch.where(valid, value, torch.full_like(r, null_value))
-    if options.clip is not None:
-        value = value.clamp(options.clip[0], options.clip[1])
     return {
         "advantage": value,
         "size": size[group].to(torch.int64),

@@ -1,11 +1,25 @@
-"""Typer option declarations shared by the commands, and their conversion into the core's
-option fields. Only options the user actually gave become fields (the rest are None), so
-a ``--preset`` can fill them in. Help texts are generated from the core's registries."""
+"""Every option that several commands share, declared once, and the option blocks.
+
+An option is an ``Annotated`` alias (its flags, metavar and help); the help texts are
+generated from the core's registries. The policy options (``--group-col`` ...
+``--device``) and the report options of ``summarize`` and ``plot`` are *blocks*: a frozen
+dataclass whose fields are those aliases, and a decorator that puts the block's options
+into a command's signature (where the command declares ``*, policy: PolicyParams``) and
+hands the command one instance. Typer reads the rewritten signature, so ``--help`` lists
+the options where the block stands. Only options the user actually gave become core
+fields (the rest are None), so a ``--preset`` can fill them in.
+
+This module imports nothing heavy: ``grpo-adv --help`` must stay fast.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable, Collection
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 import typer
 
@@ -21,6 +35,8 @@ from grpo_cli.options import (
     SINGLETON_POLICIES,
 )
 from grpo_cli.presets import PRESETS
+
+Command = Callable[..., None]
 
 
 def _choices(title: str, choices: dict[str, str]) -> str:
@@ -311,53 +327,6 @@ def parse_floats(text: str, flag: str, count: int | None = None) -> tuple[float,
     return values
 
 
-POLICY_PARAMS = (
-    "group_col",
-    "reward_col",
-    "reward_weights",
-    "aggregation",
-    "estimator",
-    "ddof",
-    "eps",
-    "eps_mode",
-    "singleton",
-    "nulls",
-    "clip",
-    "clip_stage",
-    "batch_col",
-    "group_size",
-    "length_col",
-    "token_weighted",
-    "baseline_col",
-    "step_rewards_col",
-    "deterministic",
-    "backend",
-    "device",
-)
-
-
-REPORT_PARAMS = (
-    "group_col",
-    "reward_col",
-    "reward_weights",
-    "ddof",
-    "nulls",
-    "batch_col",
-    "group_size",
-    "advantage_col",
-)
-
-
-def report_fields(params: dict[str, Any]) -> dict[str, Any]:
-    """The input and grouping options of ``summarize`` and ``plot`` (given ones only)."""
-    return explicit_fields(**{name: params.get(name) for name in REPORT_PARAMS})
-
-
-def policy_fields(params: dict[str, Any]) -> dict[str, Any]:
-    """The policy options among a command's parameters, as option fields (given ones only)."""
-    return explicit_fields(**{name: params[name] for name in POLICY_PARAMS})
-
-
 def explicit_fields(**given: Any) -> dict[str, Any]:
     """The AdvantageOptions fields the user gave (None means not given)."""
     fields: dict[str, Any] = {}
@@ -375,3 +344,121 @@ def explicit_fields(**given: Any) -> dict[str, Any]:
         else:
             fields[name] = value
     return fields
+
+
+@dataclass(frozen=True)
+class OptionBlock:
+    """Options several commands share; a subclass's fields are the options, in --help
+    order, each annotated with its alias and defaulting to None (not given)."""
+
+    def explicit(self) -> dict[str, Any]:
+        """The AdvantageOptions fields the user gave, in declaration order: every field of
+        the block goes through :func:`explicit_fields`, none is picked by name."""
+        return explicit_fields(**{field.name: getattr(self, field.name) for field in fields(self)})
+
+
+@dataclass(frozen=True)
+class ReportParams(OptionBlock):
+    """The input and grouping options of ``summarize`` and ``plot``."""
+
+    group_col: GroupCol = None
+    reward_col: RewardCol = None
+    reward_weights: RewardWeights = None
+    ddof: Ddof = None
+    nulls: Nulls = None
+    batch_col: BatchCol = None
+    group_size: GroupSize = None
+
+
+@dataclass(frozen=True)
+class PolicyParams(OptionBlock):
+    """How advantages are computed: the options of ``compute``, ``verify`` and
+    ``explain``."""
+
+    group_col: GroupCol = None
+    reward_col: RewardCol = None
+    reward_weights: RewardWeights = None
+    aggregation: Aggregation = None
+    estimator: Estimator = None
+    ddof: Ddof = None
+    eps: Eps = None
+    eps_mode: EpsMode = None
+    singleton: Singleton = None
+    nulls: Nulls = None
+    clip: Clip = None
+    clip_stage: ClipStage = None
+    batch_col: BatchCol = None
+    group_size: GroupSize = None
+    length_col: LengthCol = None
+    token_weighted: TokenWeighted = None
+    baseline_col: BaselineCol = None
+    step_rewards_col: StepRewardsCol = None
+    deterministic: Deterministic = None
+    backend: Backend = None
+    device: Device = None
+
+
+def _block_options(
+    block: type[OptionBlock], placeholder: str, exclude: Collection[str]
+) -> Callable[[Command], Command]:
+    """A decorator that replaces a command's keyword-only parameter ``placeholder`` with
+    the options of ``block`` (less ``exclude``) and calls the command with one ``block``
+    instance there. Every mistake (an unknown name in ``exclude``, no placeholder, a
+    command parameter that shadows an option) fails at import."""
+    hints = get_type_hints(block, include_extras=True)
+    names = [field.name for field in fields(block)]
+    unknown = set(exclude) - set(names)
+    if unknown:
+        raise TypeError(f"{block.__name__} has no option(s) {', '.join(sorted(unknown))}")
+    options = [
+        inspect.Parameter(
+            field.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None if field.default is MISSING else field.default,
+            annotation=hints[field.name],
+        )
+        for field in fields(block)
+        if field.name not in exclude
+    ]
+
+    def decorate(command: Command) -> Command:
+        signature = inspect.signature(command, eval_str=True)
+        parameters = list(signature.parameters.values())
+        where = [i for i, p in enumerate(parameters) if p.name == placeholder]
+        if not where or parameters[where[0]].kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise TypeError(
+                f"{command.__name__} needs a keyword-only parameter "
+                f"`{placeholder}: {block.__name__}` where the options go"
+            )
+        shadowed = {p.name for p in parameters} & {p.name for p in options}
+        if shadowed:
+            raise TypeError(
+                f"{command.__name__} declares {', '.join(sorted(shadowed))} of "
+                f"{block.__name__} itself"
+            )
+        parameters[where[0] : where[0] + 1] = options
+        rewritten = signature.replace(parameters=parameters)
+        own = [p.name for p in options]
+
+        @functools.wraps(command)
+        def run(**given: Any) -> None:
+            values = block(**{name: given.pop(name) for name in own})
+            command(**given, **{placeholder: values})
+
+        run.__signature__ = rewritten  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in parameters}
+        return run
+
+    return decorate
+
+
+def policy_options(*, exclude: Collection[str] = ()) -> Callable[[Command], Command]:
+    """Put the policy options (``--group-col`` ... ``--device``, less ``exclude``) where the
+    command declares ``*, policy: PolicyParams``."""
+    return _block_options(PolicyParams, "policy", exclude)
+
+
+def report_options(*, exclude: Collection[str] = ()) -> Callable[[Command], Command]:
+    """Put the report options (``--group-col`` ... ``--group-size``, less ``exclude``) where
+    the command declares ``*, report_params: ReportParams``."""
+    return _block_options(ReportParams, "report_params", exclude)

@@ -1,0 +1,161 @@
+"""The Typer app: the root callback, the commands, core errors mapped to exit codes, and
+SIGTERM. Every command runs inside :func:`_user_errors`, so a command module only raises."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from grpo_cli import __version__
+from grpo_cli.cli.compute import compute_cmd
+from grpo_cli.cli.explain import explain_cmd
+from grpo_cli.cli.plot import plot_cmd
+from grpo_cli.cli.presets import presets_cmd
+from grpo_cli.cli.summarize import summarize_cmd
+from grpo_cli.cli.verify import verify_cmd
+from grpo_cli.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_OUTPUT,
+    EXIT_TERMINATED,
+    GrpoAdvError,
+    OutputError,
+    Terminated,
+)
+
+app = typer.Typer(
+    name="grpo-adv",
+    help="Compute, check and explain GRPO group-relative advantages from reward logs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"grpo-adv {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Compute, check and explain GRPO group-relative advantages from reward logs.
+
+    Exit codes: 0 ok, 1 verify found differences, 2 usage, 3 bad input, 4 output refused
+    or failed, 70 internal error, 130 interrupted, 143 terminated.
+    """
+
+
+def _is_broken_pipe(exc: BaseException) -> bool:
+    # Polars raises a plain OSError("Broken pipe") on a closed stdout, not BrokenPipeError.
+    return isinstance(exc, OSError) and (
+        exc.errno == errno.EPIPE or "broken pipe" in str(exc).lower()
+    )
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe, point stdout at /dev/null so the exit flush cannot fail."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    """Turn core errors into one line plus a hint on stderr and the documented exit code."""
+    from grpo_cli.render import print_error, stderr_console
+
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except GrpoAdvError as exc:
+        print_error(stderr_console(), exc)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        print_error(stderr_console(), GrpoAdvError("interrupted; no output was written"))
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except Terminated:
+        print_error(stderr_console(), GrpoAdvError("terminated; no output was written"))
+        raise typer.Exit(EXIT_TERMINATED) from None
+    except OSError as exc:
+        if _is_broken_pipe(exc):
+            _silence_stdout()
+            raise typer.Exit(EXIT_OK) from None
+        _internal_error(exc)
+    except Exception as exc:
+        _internal_error(exc)
+
+
+def _disk_full_error() -> OutputError:
+    """A full disk met outside a file write that names its path: standard output."""
+    return OutputError(
+        "no space left on device writing standard output",
+        hint="free some space where standard output goes, or write elsewhere with -o",
+    )
+
+
+def _internal_error(exc: BaseException) -> NoReturn:
+    from grpo_cli.errors import is_disk_full
+    from grpo_cli.render import print_error, stderr_console
+
+    if is_disk_full(exc):  # an output error, not a bug
+        print_error(stderr_console(), _disk_full_error())
+        raise typer.Exit(EXIT_OUTPUT) from None
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    error = GrpoAdvError(
+        f"internal error: {type(exc).__name__}: {detail}",
+        hint="this is a bug in grpo-adv; please report it with the command you ran",
+    )
+    print_error(stderr_console(), error)
+    raise typer.Exit(EXIT_INTERNAL) from None
+
+
+def _guarded(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` run inside :func:`_user_errors` (its signature, hence its options, kept)."""
+
+    @functools.wraps(command)
+    def run(**given: Any) -> None:
+        with _user_errors():
+            command(**given)
+
+    return run
+
+
+app.command("compute")(_guarded(compute_cmd))
+app.command("verify")(_guarded(verify_cmd))
+app.command("summarize")(_guarded(summarize_cmd))
+app.command("plot")(_guarded(plot_cmd))
+app.command("explain")(_guarded(explain_cmd))
+app.command("presets")(_guarded(presets_cmd))
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def main() -> None:
+    """Console-script entry point. SIGTERM unwinds like Ctrl-C: temporary files are removed
+    and no partial output is left."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    app()

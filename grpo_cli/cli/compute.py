@@ -1,0 +1,325 @@
+"""``grpo-adv compute``: annotate a reward log with group-relative advantages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, cast
+
+import typer
+
+from grpo_cli.cli.outputs import (
+    normalized_format,
+    output_target,
+    output_targets,
+    protected_inputs,
+    read_input,
+    remove_leftovers,
+    write_outputs,
+)
+from grpo_cli.cli.params import (
+    Force,
+    InputFormat,
+    Output,
+    OutputFormat,
+    PolicyParams,
+    Preset,
+    Quiet,
+    Sources,
+    SummaryPath,
+    policy_options,
+)
+from grpo_cli.columns import SOURCE_KEY
+from grpo_cli.errors import OptionsError, OutputError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from grpo_cli.engines import FileEngine
+    from grpo_cli.options import AdvantageOptions
+    from grpo_cli.summary import RunSummary
+
+
+@policy_options()
+def compute_cmd(
+    sources: Sources,
+    output: Output = None,
+    input_format: InputFormat = None,
+    output_format: OutputFormat = None,
+    preset: Preset = None,
+    *,
+    policy: PolicyParams,
+    with_stats: Annotated[
+        bool,
+        typer.Option(
+            "--with-stats", help="Also output group_size, group_mean and group_std columns."
+        ),
+    ] = False,
+    advantage_col: Annotated[
+        str, typer.Option("--advantage-col", metavar="COL", help="Name of the output column.")
+    ] = "advantage",
+    summary_path: SummaryPath = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out-dir",
+            metavar="DIR",
+            help="Write one annotated file per input into DIR (the inputs still form one log).",
+            show_default=False,
+        ),
+    ] = None,
+    low_memory: Annotated[
+        bool,
+        typer.Option(
+            "--low-memory",
+            help="Logs larger than memory: Parquet in, Parquet out, in bounded memory "
+            "(spills partitions to a temporary folder beside the output; group-level "
+            "estimators only). The same as --backend partitioned.",
+        ),
+    ] = False,
+    force: Force = False,
+    quiet: Quiet = False,
+) -> None:
+    """Annotate a reward log with group-relative advantages.
+
+    Every input row is kept, in order, with all its columns, plus an `advantage` column.
+    """
+    explicit = policy.explicit()
+    if with_stats:
+        explicit["with_stats"] = True
+    explicit["advantage_col"] = advantage_col
+    if low_memory:
+        if explicit.get("backend", "partitioned") != "partitioned":
+            raise OptionsError(
+                f"--low-memory is --backend partitioned, not --backend {explicit['backend']}",
+                hint="give one of them",
+            )
+        explicit["backend"] = "partitioned"
+    _compute(
+        sources,
+        preset,
+        explicit,
+        output=output,
+        out_dir=out_dir,
+        input_format=input_format,
+        output_format=output_format,
+        summary_path=summary_path,
+        force=force,
+        quiet=quiet,
+    )
+
+
+def _compute(
+    sources: list[str],
+    preset: str | None,
+    explicit: dict[str, Any],
+    *,
+    output: str | None,
+    out_dir: Path | None,
+    input_format: str | None,
+    output_format: str | None,
+    summary_path: Path | None,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """Check every option, read, compute, write the outputs, then tell the user what
+    happened. An engine that reads and writes files itself (``io="files"`` in the engine
+    registry) gets the input paths and the output path instead."""
+    from grpo_cli.engines import ENGINES
+
+    options = _check_options(preset, explicit)
+    if summary_path is not None:
+        from grpo_cli.io import table_format
+
+        table_format(summary_path)
+    if ENGINES[options.backend].io == "files":
+        _compute_files(
+            sources,
+            preset,
+            explicit,
+            output=output,
+            out_dir=out_dir,
+            output_format=output_format,
+            summary_path=summary_path,
+            force=force,
+            quiet=quiet,
+        )
+        return
+    from grpo_cli.io import (
+        atomic_writes,
+        check_output_path,
+        expand_sources,
+        read_many,
+        write_table,
+    )
+    from grpo_cli.pipeline import annotate
+    from grpo_cli.render import DelayedProgress, stderr_console
+
+    if out_dir is not None and output is not None:
+        raise OptionsError(
+            "give -o or --out-dir, not both", hint="--out-dir writes one file per input"
+        )
+    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    paths = [] if sources == ["-"] else expand_sources(sources)
+    console = stderr_console()
+    with DelayedProgress(console, enabled=console.is_terminal and not quiet) as progress:
+        reading = progress.add("reading", total=max(len(paths), 1))
+        if out_dir is not None:
+            if not paths:
+                raise OptionsError("--out-dir needs input files", hint="give files, not -")
+            fmt = normalized_format(input_format)
+            log = read_many(
+                sources,
+                fmt,
+                string_cols=key_cols,
+                source_col=SOURCE_KEY,
+                on_file=lambda _: progress.advance(reading),
+            )
+        else:
+            log = read_input(sources, input_format, key_cols)
+            progress.advance(reading, len(paths) or 1)
+        targets = output_targets(paths, log.format, output, output_format, out_dir, sources)
+        protected = protected_inputs(sources)
+        for path, _ in targets.values():
+            if path is not None:
+                check_output_path(path, force=force, protected=protected)
+        if summary_path is not None:
+            if any(
+                path is not None and summary_path.resolve() == path.resolve()
+                for path, _ in targets.values()
+            ):
+                raise OutputError(
+                    "--summary and an output are the same file", hint="give them different paths"
+                )
+            check_output_path(summary_path, force=force, protected=protected)
+        remove_leftovers(
+            console, [path for path, _ in targets.values()] + [summary_path], quiet=quiet
+        )
+        computing = progress.add("computing", total=1)
+        result = annotate(log.frame, preset, **explicit)
+        progress.advance(computing)
+        writing = progress.add("writing", total=len(targets))
+        with atomic_writes() as stage:  # every output lands, or none
+            shown_output = write_outputs(
+                result.frame, targets, stage, lambda: progress.advance(writing)
+            )
+            if summary_path is not None:
+                write_table(
+                    result.groups, summary_path, force=force, protected=protected, stage=stage
+                )
+    if not quiet:
+        _report(
+            console,
+            result.run,
+            result.options,
+            result.warnings,
+            preset,
+            result.layout,
+            shown_output,
+            summary_path,
+        )
+
+
+def _check_options(preset: str | None, explicit: dict[str, Any]) -> AdvantageOptions:
+    """The options a preset and the explicit choices make, checked before any file is
+    read or any output path looked at (an unknown estimator is a usage error, whatever
+    the output). The count of --reward-weights is checked once a dump layout has named
+    the reward columns."""
+    from grpo_cli.options import AdvantageOptions
+    from grpo_cli.presets import merge_options
+
+    fields = merge_options(preset, explicit)
+    if "reward_cols" not in explicit:
+        fields.pop("reward_weights", None)
+    return AdvantageOptions(**fields)
+
+
+def _compute_files(
+    sources: list[str],
+    preset: str | None,
+    explicit: dict[str, Any],
+    *,
+    output: str | None,
+    out_dir: Path | None,
+    output_format: str | None,
+    summary_path: Path | None,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """A file engine (``--backend partitioned``, alias ``--low-memory``): one Parquet file
+    in, one Parquet file out, bounded memory."""
+    import polars as pl
+
+    from grpo_cli.engines import check, get_engine
+    from grpo_cli.io import (
+        atomic_path,
+        check_output_path,
+        check_parquet_file,
+        compression_for,
+        expand_sources,
+    )
+    from grpo_cli.plan import decide, make_plan
+    from grpo_cli.render import stderr_console
+
+    options = _check_options(preset, explicit)
+    engine = get_engine(options.backend)
+    check(engine, decide(options, hashed=False))  # before any file is looked at
+
+    paths = [] if sources == ["-"] else expand_sources(sources)
+    if len(paths) != 1 or out_dir is not None or summary_path is not None or output == "-":
+        raise OptionsError(
+            "--low-memory reads one Parquet file and writes one Parquet file",
+            hint="give one input file and -o OUT.parquet (no -, --out-dir or --summary)",
+        )
+    source = paths[0]
+    from grpo_cli.io import read_rewards
+
+    if not source.is_file():
+        read_rewards(source)  # raises the usual missing / folder / permission error
+    check_parquet_file(source)
+    plan = make_plan(pl.scan_parquet(source), options, hashed=False)
+    target, fmt = output_target([str(source)], output, output_format, "parquet")
+    if target is None or fmt != "parquet" or compression_for(target) is not None:
+        raise OptionsError(
+            "--low-memory writes Parquet (zstd-compressed inside)", hint="give -o OUT.parquet"
+        )
+    check_output_path(target, force=force, protected=[source])
+    console = stderr_console()
+    remove_leftovers(console, [target], quiet=quiet)
+    with atomic_path(target) as tmp:
+        run = cast("FileEngine", engine).annotate_files(source, tmp, plan)
+    if not quiet:
+        _report(console, run, options, (), preset, None, f"{target} (parquet)", None)
+
+
+def _report(
+    console: Console,
+    run: RunSummary,
+    options: AdvantageOptions,
+    warnings: tuple[str, ...],
+    preset: str | None,
+    layout: str | None,
+    output: str,
+    summary_path: Path | None,
+) -> None:
+    """Warnings and the summary table on stderr."""
+    from grpo_cli.render import print_warning, render_run_summary
+
+    for warning in warnings:
+        print_warning(console, warning)
+    if run.null_rewards:
+        fate = {"exclude": "their advantage is null", "zero": "their advantage is 0"}.get(
+            options.nulls, ""
+        )
+        print_warning(
+            console,
+            f"{run.null_rewards} null or NaN reward(s): left out of the statistics; {fate}",
+        )
+    render_run_summary(
+        console,
+        run,
+        options,
+        output=output,
+        group_table_path=None if summary_path is None else str(summary_path),
+        preset=preset,
+        layout=layout,
+    )

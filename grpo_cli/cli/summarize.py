@@ -1,0 +1,107 @@
+"""``grpo-adv summarize``: metrics per step, per group and overall."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from grpo_cli.cli.outputs import protected_inputs, read_input, remove_leftovers
+from grpo_cli.cli.params import (
+    By,
+    Force,
+    InputFormat,
+    Preset,
+    Quiet,
+    ReportParams,
+    Sources,
+    report_options,
+)
+
+if TYPE_CHECKING:
+    from grpo_cli.report import Report
+
+
+@report_options()
+def summarize_cmd(
+    sources: Sources,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="Write the --level table; format from the suffix: .csv, .parquet, .json, "
+            ".jsonl or .md.",
+            show_default=False,
+        ),
+    ] = None,
+    level: Annotated[
+        str | None,
+        typer.Option(
+            "--level",
+            metavar="LEVEL",
+            help="Table written by -o: step, group or overall. Default: step when there is "
+            "a per-step column, else overall.",
+            show_default=False,
+        ),
+    ] = None,
+    by: By = None,
+    rows: Annotated[
+        int, typer.Option("--rows", metavar="N", help="Steps shown on the terminal.")
+    ] = 20,
+    input_format: InputFormat = None,
+    preset: Preset = None,
+    *,
+    report_params: ReportParams,
+    advantage_col: Annotated[
+        str,
+        typer.Option(
+            "--advantage-col",
+            metavar="COL",
+            help="The advantage column of an annotated log (its metrics are added).",
+        ),
+    ] = "advantage",
+    force: Force = False,
+    quiet: Quiet = False,
+) -> None:
+    """Metrics per step, per group and overall, under the trainers' names.
+
+    Works on raw and annotated logs (the advantage metrics need the advantage column).
+    """
+    from grpo_cli.render import print_warning, render_report, stderr_console
+
+    explicit = {**report_params.explicit(), "advantage_col": advantage_col}
+    report = report_for(sources, preset, explicit, input_format, by)
+    chosen = level or ("step" if report.by else "overall")
+    table = report.table(chosen)
+    if output is not None:
+        from grpo_cli.io import write_table
+
+        remove_leftovers(stderr_console(), [output], quiet=quiet)
+        write_table(table, output, force=force, protected=protected_inputs(sources))
+    if not quiet:
+        console = stderr_console()
+        for warning in report.warnings:
+            print_warning(console, warning)
+        render_report(console, report, rows=rows)
+        if output is not None:
+            console.print(f"{chosen} table ({table.height:,} rows) written to {output}")
+
+
+def report_for(
+    sources: list[str],
+    preset: str | None,
+    explicit: dict[str, Any],
+    input_format: str | None,
+    by: list[str] | None,
+) -> Report:
+    """Read the inputs and build the summarize report (``summarize`` and ``plot``)."""
+    from grpo_cli.pipeline import resolve
+    from grpo_cli.report import summarize as summarize_log
+
+    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    log = read_input(sources, input_format, key_cols)
+    resolved = resolve(log.frame, preset, explicit)
+    return summarize_log(resolved.frame, resolved.options, tuple(by) if by else None)

@@ -1,0 +1,65 @@
+"""``grpo-adv verify``: recompute advantages and compare them with a logged column."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.outputs import read_input
+from grpo_cli.cli.params import InputFormat, PolicyParams, Preset, Quiet, Sources, policy_options
+from grpo_cli.errors import EXIT_DIFFERENT
+
+
+@policy_options()
+def verify_cmd(
+    sources: Sources,
+    preset: Preset = None,
+    advantage_col: Annotated[
+        str,
+        typer.Option(
+            "--advantage-col", metavar="COL", help="The logged advantage column to check."
+        ),
+    ] = "advantage",
+    tol: Annotated[
+        float,
+        typer.Option(
+            "--tol",
+            metavar="FLOAT",
+            help="Largest absolute difference that still agrees (float32 trainers: ~1e-5).",
+        ),
+    ] = 1e-5,
+    top: Annotated[
+        int, typer.Option("--top", metavar="N", help="How many of the worst groups to show.")
+    ] = 5,
+    input_format: InputFormat = None,
+    *,
+    policy: PolicyParams,
+    quiet: Quiet = False,
+) -> None:
+    """Recompute advantages and compare them with a logged advantage column.
+
+    Exits 0 when every row agrees within --tol, 1 when some do not.
+    """
+    from grpo_cli.render import print_warning, render_verify_report, stderr_console
+    from grpo_cli.verify import verify_advantages
+
+    explicit = policy.explicit()
+    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    log = read_input(sources, input_format, key_cols)
+    report = verify_advantages(
+        log.frame,
+        preset,
+        advantage_col=advantage_col,
+        tol=tol,
+        top=top,
+        warn=not quiet,
+        **explicit,
+    )
+    if not quiet:
+        console = stderr_console()
+        for warning in report.warnings:
+            print_warning(console, warning)
+        render_verify_report(console, report, preset=preset, source=log.source)
+    if not report.agree:
+        raise typer.Exit(EXIT_DIFFERENT)

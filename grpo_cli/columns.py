@@ -1,0 +1,37 @@
+"""Every temporary column grpo-adv adds to a frame, named once.
+
+They all start with ``__grpo_``, never reach an output, and error messages never list them.
+This module imports nothing, so any module may use it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+PREFIX: Final = "__grpo_"
+BATCH_KEY: Final = "__grpo_batch"  # the constant batch when there is no batch column
+POSITION_KEY: Final = "__grpo_position"  # positional group index within the batch
+GROUP_HASH: Final = "__grpo_group"  # 64-bit hash of the group key
+CHECK_HASH: Final = "__grpo_check"  # a second, independent hash of it
+CHECK_MAX: Final = "__grpo_check_max"  # per row, its group's largest CHECK_HASH
+REWARD_KEY: Final = "__grpo_reward"  # the one reward the estimator sees
+ROW_KEY: Final = "__grpo_row"  # a row's index in the input
+SIZE_KEY: Final = "__grpo_size"  # rows in the row's group
+VALID_KEY: Final = "__grpo_valid"  # valid rewards in the row's group
+CONSTANT_KEY: Final = "__grpo_constant"  # the row's group has zero variance
+STAT_COUNT: Final = "__grpo_n"  # group statistics, one grouping pass
+STAT_MEAN: Final = "__grpo_mean"
+STAT_VAR: Final = "__grpo_var"
+STEP_Z: Final = "__grpo_z"  # process supervision: a step's z-score
+UID_GROUP: Final = "__grpo_uid_group"  # verl dumps: the uid without _session_index
+SOURCE_KEY: Final = "__grpo_source"  # --out-dir: the input file a row came from
+LOGGED_KEY: Final = "__grpo_logged_advantage"  # explain: the log's own advantage
+RECOMPUTED_KEY: Final = "__grpo_recomputed"  # verify: the recomputed advantage
+SPAN_ROW: Final = "__grpo_span_row"  # groups across steps: a row index
+SPAN_VALUES: Final = "__grpo_span_values"  # groups across steps: distinct values
+PART_ROW: Final = "__grpo_part_row"  # partitioned engine: input row index
+PART_INDEX: Final = "__grpo_part"  # partitioned engine: partition of a row
+PART_GROUP: Final = "__grpo_part_group"  # partitioned engine: spilled group hash
+PART_CHECK: Final = "__grpo_part_check"  # partitioned engine: spilled check hash
+UNUSED_OUTPUT: Final = "__grpo_unused"  # a stand-in output name for reading jobs
+TORCH_RAW: Final = "__grpo_torch_raw"  # torch engine: the formula's value before policies

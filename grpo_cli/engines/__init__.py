@@ -1,0 +1,117 @@
+"""Engines: where the arithmetic of a :class:`grpo_cli.plan.Plan` runs.
+
+Every engine is one entry of :data:`ENGINES` (its name is a ``--backend`` value) and one
+module under ``grpo_cli/engines/``, imported only when the engine runs: this package itself
+imports nothing heavy, so ``--help`` can list the engines quickly.
+
+An engine either annotates an in-memory frame (``io="frame"``: :class:`FrameEngine`) or
+reads its inputs and writes its output itself (``io="files"``: logs larger than memory,
+many files). Each declares what it cannot do (:meth:`Engine.refusal`); :func:`check` turns
+that into the one error every engine gives. The shared policies
+(:mod:`grpo_cli.policies`) and the collision fallback (:func:`grpo_cli.plan.run_with_fallback`)
+are applied the same way for every engine.
+
+A new engine: a module with an ``ENGINE`` object, and one :class:`EngineInfo` line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol
+
+from grpo_cli.errors import OptionsError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import polars as pl
+
+    from grpo_cli.plan import Plan
+    from grpo_cli.summary import RunSummary
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """An engine's entry: its ``--backend`` name, a line for ``--help``, the module that
+    implements it, and whether it annotates a frame or reads and writes files."""
+
+    name: str
+    summary: str
+    module: str
+    io: str = "frame"
+
+
+ENGINES: Final[dict[str, EngineInfo]] = {
+    info.name: info
+    for info in (
+        EngineInfo(
+            "polars",
+            "Polars window expressions, in memory or streaming (default)",
+            "grpo_cli.engines.polars",
+        ),
+        EngineInfo(
+            "partitioned",
+            "logs larger than memory (alias --low-memory): Parquet in, Parquet out, in "
+            "bounded memory, partitions spilled beside the output; group-level estimators",
+            "grpo_cli.engines.partitioned",
+            io="files",
+        ),
+        EngineInfo(
+            "torch",
+            "torch segment sums (index_add_) on --device; grpo, dr_grpo, rloo, batch_std",
+            "grpo_cli.engines.torch",
+        ),
+    )
+}
+
+
+class Engine(Protocol):
+    """What every engine declares."""
+
+    @property
+    def info(self) -> EngineInfo:
+        """The engine's registry entry."""
+
+    def refusal(self, plan: Plan) -> str | None:
+        """What of ``plan`` this engine cannot compute exactly (a phrase completing
+        "--backend NAME does not support ..."), or None."""
+
+
+class FrameEngine(Engine, Protocol):
+    """An engine that annotates an in-memory frame."""
+
+    def annotate(self, frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
+        """``frame`` with the advantage, the plan's key and reward columns and each row's
+        group profile (SIZE_KEY, VALID_KEY, CONSTANT_KEY), and CHECK_MAX when the plan's
+        keys are hashed; the shared policies applied."""
+
+
+class FileEngine(Engine, Protocol):
+    """An engine that reads its input and writes its output itself."""
+
+    def annotate_files(self, source: Path, output: Path, plan: Plan) -> RunSummary:
+        """Annotate ``source`` into ``output``; the run's figures."""
+
+
+def get_engine(name: str) -> Engine:
+    """The engine called ``name`` (its module imported now); an unknown name lists them."""
+    info = ENGINES.get(name)
+    if info is None:
+        raise OptionsError(
+            f"unknown --backend value {name!r}", hint=f"choose one of: {', '.join(ENGINES)}"
+        )
+    engine: Engine = importlib.import_module(info.module).ENGINE
+    return engine
+
+
+def check(engine: Engine, plan: Plan) -> None:
+    """Refuse, with one error for every engine, what ``engine`` cannot compute."""
+    reason = engine.refusal(plan)
+    if reason is None:
+        return
+    others = [name for name in ENGINES if name not in (engine.info.name, "partitioned")]
+    raise OptionsError(
+        f"--backend {engine.info.name} does not support {reason}",
+        hint=f"use --backend {' or '.join(others)}" if others else None,
+    )

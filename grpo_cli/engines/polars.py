@@ -1,0 +1,142 @@
+"""The Polars engine (``--backend polars``, the default): window expressions, no Python loop
+over rows or groups, float64.
+
+One grouping pass computes every group statistic (count, mean, variance: see
+:func:`grpo_cli.estimators.group_stat_columns`) over the plan's group key (its 64-bit hash
+unless the plan is exact); the estimator's formula and the shared policies are then
+expressions over those columns. Rows keep their input order (dropped singletons aside) and
+every input column is returned unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from grpo_cli.columns import (
+    CONSTANT_KEY,
+    REWARD_KEY,
+    SIZE_KEY,
+    STAT_COUNT,
+    STAT_MEAN,
+    STAT_VAR,
+    VALID_KEY,
+)
+from grpo_cli.engines import ENGINES, EngineInfo
+from grpo_cli.estimators import get_estimator, group_stat_columns
+from grpo_cli.plan import (
+    Plan,
+    collision_columns,
+    estimator_context,
+    hash_columns,
+    with_keys,
+)
+from grpo_cli.policies import apply_policies
+from grpo_cli.rewards import combined_reward, reward_expr
+
+
+def gdpo_expr(plan: Plan) -> pl.Expr:
+    """GDPO (TRL ``multi_objective_aggregation='normalize_then_sum'``): each reward k is
+    z-scored in its group, ``z_k = norm(r_k - mean_g, var_g)`` (null where fewer than two
+    valid values with ddof 1), ``s = sum_k w_k z_k`` with nulls as 0 (null when every
+    reward is null), then ``A = norm(s - mean_b(s), var_b(s))``."""
+    options = plan.options
+    grpo = get_estimator("grpo").fn
+    zs = []
+    for column, weight in zip(options.reward_cols, options.weights, strict=True):
+        ctx = estimator_context(plan, reward_expr(column, options.nulls))
+        zs.append(grpo(ctx) * weight)
+    all_null = pl.all_horizontal(
+        [reward_expr(c, options.nulls).is_null() for c in options.reward_cols]
+    )
+    summed = pl.when(all_null).then(None).otherwise(pl.sum_horizontal(zs))
+    return estimator_context(plan).batch_zscore(summed)
+
+
+def advantage_expr(plan: Plan, *, precomputed: bool = False) -> pl.Expr:
+    """The advantage column (needs the key columns and REWARD_KEY, and with
+    ``precomputed`` the group statistics columns): the formula, then the policies."""
+    ctx = estimator_context(plan, precomputed=precomputed)
+    if plan.options.aggregation == "normalize_then_sum":
+        raw = gdpo_expr(plan)
+    else:
+        raw = plan.estimator.fn(ctx)
+    value = apply_policies(raw, plan, reward=ctx.reward, singleton=ctx.is_singleton())
+    return value.alias(plan.options.advantage_col)
+
+
+def prepare(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
+    """The frame with the temporary key and reward columns, singletons dropped if asked."""
+    options, keys = plan.options, plan.keys
+    lazy = with_keys(frame.lazy(), options)
+    if plan.estimator.unit == "step":
+        return lazy.with_columns(hash_columns(keys)) if keys.hashed else lazy
+    # Hashes and reward in one context, so that Polars puts every window over them in one
+    # grouping pass (windows over columns made at different levels get separate passes).
+    lazy = lazy.with_columns(*hash_columns(keys), combined_reward(options).alias(REWARD_KEY))
+    if options.singleton == "drop" and plan.estimator.uses_groups:
+        lazy = lazy.filter(~estimator_context(plan).is_singleton())
+    return lazy
+
+
+def profile_columns(plan: Plan) -> list[pl.Expr]:
+    """Per row, its group's size, valid rewards and zero variance, from the precomputed
+    group statistics (for the run's figures, which then need no second grouping)."""
+    ctx = estimator_context(plan, precomputed=True)
+    valid = ctx.count().cast(pl.Int64)
+    size = pl.col(SIZE_KEY).cast(pl.Int64) if plan.has_nulls else valid
+    return [size.alias(SIZE_KEY), valid.alias(VALID_KEY), ctx.is_constant().alias(CONSTANT_KEY)]
+
+
+def annotate_lazy(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
+    """The annotated frame *with* the temporary key and reward columns (and CHECK_MAX when
+    the plan's keys are hashed)."""
+    prepared = prepare(frame, plan)
+    if plan.estimator.unit == "step":
+        from grpo_cli.process import process_advantages
+
+        return process_advantages(prepared, plan)
+    options, keys = plan.options, plan.keys
+    # One grouping pass for every group statistic, then the formulas on those columns.
+    size = [pl.len().over(list(keys.group)).alias(SIZE_KEY)] if plan.has_nulls else []
+    prepared = prepared.with_columns(
+        *group_stat_columns(pl.col(REWARD_KEY), keys.group, options.ddof),
+        *collision_columns(keys),
+        *size,
+    )
+    columns = [advantage_expr(plan, precomputed=True), *profile_columns(plan)]
+    if options.with_stats:
+        columns += [
+            (pl.col(SIZE_KEY) if plan.has_nulls else pl.col(STAT_COUNT))
+            .cast(pl.Int64)
+            .alias("group_size"),
+            pl.col(STAT_MEAN).alias("group_mean"),
+            pl.col(STAT_VAR).sqrt().alias("group_std"),
+        ]
+    return prepared.with_columns(columns)
+
+
+def collect(frame: pl.LazyFrame, *, deterministic: bool = True) -> pl.DataFrame:
+    """Collect ``frame``: with the streaming engine (Polars' parallel sums may differ in
+    the last bit from run to run), or ``deterministic`` with the in-memory engine
+    (bit-for-bit repeatable, slower on large logs)."""
+    return frame.collect(engine="in-memory" if deterministic else "streaming")
+
+
+@dataclass(frozen=True)
+class PolarsEngine:
+    """``--backend polars``: computes every estimator and policy."""
+
+    info: EngineInfo
+
+    def refusal(self, plan: Plan) -> str | None:
+        """Nothing: the Polars engine is the reference."""
+        return None
+
+    def annotate(self, frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
+        """See :class:`grpo_cli.engines.FrameEngine`."""
+        return collect(annotate_lazy(frame, plan), deterministic=plan.options.deterministic)
+
+
+ENGINE = PolarsEngine(ENGINES["polars"])

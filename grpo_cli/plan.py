@@ -1,0 +1,195 @@
+"""The plan of one computation: every decision made once, before any engine runs.
+
+Data flows one way: checks (:mod:`grpo_cli.schema`) -> plan (here) -> engine
+(:mod:`grpo_cli.engines`) -> policies (:mod:`grpo_cli.policies`) -> metrics
+(:mod:`grpo_cli.metrics`). A :class:`Plan` holds the validated options, the estimator looked
+up once, the key columns (and whether they are hashed), and whether the reward has nulls;
+engines read it and never check or look anything up again.
+
+Temporary columns are named in :mod:`grpo_cli.columns`.
+
+Keys. The group key is ``group_cols``, or with ``group_size`` G the position
+``row_in_batch // G`` (consecutive runs of G rows within each batch value); the batch key is
+``batch_col`` or one constant batch. Grouping a string key is the expensive part of the job,
+so engines group one UInt64 hash of the key, which is much cheaper; a second, independent hash
+detects the (about 1e-19 per pair of keys) event that two keys share the first, and
+:func:`run_with_fallback` then reruns the engine on the exact key: the one collision
+fallback.
+
+The reward is :func:`grpo_cli.rewards.combined_reward`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import polars as pl
+
+from grpo_cli.columns import (
+    BATCH_KEY,
+    CHECK_HASH,
+    CHECK_MAX,
+    GROUP_HASH,
+    POSITION_KEY,
+    REWARD_KEY,
+)
+from grpo_cli.estimators import Estimator, EstimatorContext, get_estimator
+from grpo_cli.options import AdvantageOptions
+from grpo_cli.rewards import combined_reward
+from grpo_cli.schema import check_frame
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The resolved key columns of a computation (temporary ones start with ``__grpo_``).
+
+    Attributes:
+        group: the columns windows run over (a 64-bit hash of the key when ``hashed``).
+        batch: the batch key columns.
+        exact: the group key columns themselves (for tables and collision checks).
+        hashed: whether ``group`` is a hash of ``exact``.
+    """
+
+    group: tuple[str, ...]
+    batch: tuple[str, ...]
+    exact: tuple[str, ...]
+    hashed: bool = False
+
+
+def resolve_keys(options: AdvantageOptions, *, hashed: bool = False) -> Keys:
+    """The group and batch key columns the options call for (``hashed``: windows run over
+    GROUP_HASH, see the module docstring)."""
+    batch = (options.batch_col,) if options.batch_col else (BATCH_KEY,)
+    if options.group_size is not None:
+        extra = (options.batch_col,) if options.batch_col else ()
+        exact: tuple[str, ...] = (*extra, POSITION_KEY)
+    else:
+        exact = options.group_cols
+    if hashed and exact:
+        return Keys(group=(GROUP_HASH,), batch=batch, exact=exact, hashed=True)
+    return Keys(group=exact, batch=batch, exact=exact)
+
+
+def key_hash(columns: tuple[str, ...], seed: int) -> pl.Expr:
+    """One 64-bit hash of the key ``columns``."""
+    if len(columns) == 1:
+        return pl.col(columns[0]).hash(seed=seed)
+    return pl.struct(list(columns)).hash(seed=seed)
+
+
+def with_keys(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame:
+    """Add the temporary key columns (constant batch, positional group) the options need."""
+    columns = []
+    if options.batch_col is None:
+        columns.append(pl.lit(0, dtype=pl.Int8).alias(BATCH_KEY))
+    if options.group_size is not None:
+        position = pl.int_range(pl.len(), dtype=pl.Int64)
+        if options.batch_col is not None:
+            position = position.over(options.batch_col)
+        columns.append((position // options.group_size).alias(POSITION_KEY))
+    return frame.with_columns(columns) if columns else frame
+
+
+def hash_columns(keys: Keys) -> list[pl.Expr]:
+    """The group hash and the independent check hash, when ``keys`` are hashed."""
+    if not keys.hashed:
+        return []
+    return [key_hash(keys.exact, 0).alias(GROUP_HASH), key_hash(keys.exact, 1).alias(CHECK_HASH)]
+
+
+def collision_columns(keys: Keys) -> list[pl.Expr]:
+    """Per row, the largest second hash of its group (one window aggregate)."""
+    if not keys.hashed:
+        return []
+    return [pl.col(CHECK_HASH).max().over(GROUP_HASH).alias(CHECK_MAX)]
+
+
+def hash_collision(frame: pl.DataFrame, keys: Keys) -> bool:
+    """Whether two different keys shared a group hash: their second hashes differ, so some
+    row's second hash is below its group's largest (``frame`` has CHECK_MAX)."""
+    if not keys.hashed:
+        return False
+    return bool(frame.select((pl.col(CHECK_HASH) != pl.col(CHECK_MAX)).any()).item())
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every decision of one computation (see the module docstring).
+
+    Attributes:
+        options: the validated options.
+        estimator: the estimator, looked up once.
+        keys: the key columns; hashed unless the estimator needs no groups, the key is
+            positional, or the plan is the exact fallback.
+        has_nulls: the reward may be null somewhere (rows per group then differ from valid
+            rewards per group, and need their own window).
+    """
+
+    options: AdvantageOptions
+    estimator: Estimator
+    keys: Keys
+    has_nulls: bool = True
+
+    def exact(self) -> Plan:
+        """The same plan on the exact group key (the collision fallback)."""
+        return replace(self, keys=resolve_keys(self.options, hashed=False))
+
+
+def decide(options: AdvantageOptions, *, hashed: bool = True, has_nulls: bool = True) -> Plan:
+    """The plan ``options`` make, before any input is seen (engines can refuse it at
+    once): the estimator looked up, the keys resolved, hashed when ``hashed`` and the
+    estimator has response-level groups."""
+    estimator = get_estimator(options.estimator)
+    use_hash = hashed and estimator.uses_groups and estimator.unit == "response"
+    return Plan(options, estimator, resolve_keys(options, hashed=use_hash), has_nulls)
+
+
+def make_plan(
+    frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions, *, hashed: bool = True
+) -> Plan:
+    """Check ``frame`` against ``options`` (every input check, once: see
+    :func:`grpo_cli.schema.check_frame`) and decide the plan (see :func:`decide`); an
+    in-memory frame also says whether the reward has nulls."""
+    plan = decide(options, hashed=hashed)
+    check_frame(frame, options, plan.estimator)
+    step_unit = plan.estimator.unit == "step"
+    if isinstance(frame, pl.DataFrame) and options.singleton != "drop" and not step_unit:
+        has_nulls = bool(frame.select(combined_reward(options).is_null().any()).item())
+        plan = replace(plan, has_nulls=has_nulls)
+    return plan
+
+
+def run_with_fallback(run: Callable[[Plan], pl.DataFrame], plan: Plan) -> tuple[pl.DataFrame, Plan]:
+    """``run(plan)``, and in the rare event that two group keys shared a hash, ``run`` again
+    on the exact key: the one collision fallback of every engine and table. ``run``'s frame
+    carries CHECK_MAX when the plan's keys are hashed. Returns the frame and the plan that
+    made it."""
+    full = run(plan)
+    if hash_collision(full, plan.keys):
+        plan = plan.exact()
+        full = run(plan)
+    return full, plan
+
+
+def estimator_context(
+    plan: Plan, reward: pl.Expr | None = None, *, precomputed: bool = False
+) -> EstimatorContext:
+    """The window helpers for ``plan`` over ``reward`` (default: the combined reward);
+    ``precomputed``: the group statistics columns exist (see
+    :func:`grpo_cli.estimators.group_stat_columns`)."""
+    options, keys = plan.options, plan.keys
+    return EstimatorContext(
+        precomputed=precomputed,
+        reward=pl.col(REWARD_KEY) if reward is None else reward,
+        group_keys=keys.group,
+        batch_keys=keys.batch,
+        ddof=options.ddof,
+        eps=options.eps,
+        eps_mode=options.eps_mode,
+        singleton_unit=options.singleton == "verl",
+        length=pl.col(options.length_col) if options.length_col else None,
+        token_weighted=options.token_weighted,
+        baseline=pl.col(options.baseline_col) if options.baseline_col else None,
+        shaped_clip=options.clip if options.clip_stage == "shaped" else None,
+    )

@@ -1,0 +1,257 @@
+"""The house: one plan made once, estimator and engine registries that carry their facts,
+policies applied once, and no import circle (lazy imports included)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from grpo_cli import compute_advantages
+from grpo_cli.engines import ENGINES, get_engine
+from grpo_cli.errors import OptionsError
+from grpo_cli.estimators import ESTIMATORS, register_estimator
+from grpo_cli.options import BACKENDS
+from tests.conftest import ROOT, make_log
+from tests.test_presets import hostile_log
+
+PACKAGE = ROOT / "grpo_cli"
+
+
+# --------------------------------------------------------------------------- imports
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _runtime_imports(tree: ast.AST, package: str) -> Iterator[str]:
+    """Every grpo_cli module imported at run time (module level or inside functions), not
+    those under ``if TYPE_CHECKING:``."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(child) for child in ast.walk(node))
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("grpo_cli"))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            base = node.module
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            if base.startswith("grpo_cli"):
+                yield base
+                for alias in node.names:  # ``from grpo_cli.engines import polars``
+                    yield f"{base}.{alias.name}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set(_runtime_imports(ast.parse(path.read_text()), package))
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_package_has_no_import_circle() -> None:
+    graph = import_graph()
+    assert "grpo_cli.plan" in graph and "grpo_cli.engines.polars" in graph
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_core_never_imports_the_cli_or_rich() -> None:
+    graph = import_graph()
+    core = ("plan", "columns", "rewards", "schema", "policies", "estimators", "compute")
+    for name in (f"grpo_cli.{m}" for m in core):
+        text = (PACKAGE / f"{name.split('.')[-1]}.py").read_text()
+        assert "import typer" not in text and "import rich" not in text, name
+        assert not any(m.startswith("grpo_cli.cli") for m in graph[name]), name
+
+
+def test_temporary_columns_are_named_in_one_place() -> None:
+    """Every ``"__grpo_..."`` literal lives in grpo_cli/columns.py."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "columns.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value.startswith("__grpo_")
+                and len(node.value) > len("__grpo_")
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}: {node.value}")
+    assert offenders == []
+
+
+# --------------------------------------------------------------------------- registries
+
+
+def test_estimator_facts() -> None:
+    scopes = {name for name, e in ESTIMATORS.items() if e.scope == "batch"}
+    assert scopes == {"batch_std", "gpg", "reinforce_pp", "reinforce_pp_baseline"}
+    assert {name for name, e in ESTIMATORS.items() if e.unit == "step"} == {"process"}
+    assert {name for name, e in ESTIMATORS.items() if e.whitens} == {
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+    }
+    assert {name for name, e in ESTIMATORS.items() if not e.uses_groups} == {
+        "reinforce_pp",
+        "remax",
+    }
+    assert ESTIMATORS["grpo"].formula == "A = (r - mean) / {spread}"
+
+
+def test_a_new_estimator_is_one_decorated_function() -> None:
+    """Registered here, it computes through every layer with no other change."""
+
+    @register_estimator("half_centred", "(r - mean_g) / 2", "a test", formula="A = (r - mean) / 2")
+    def half_centred(ctx: Any) -> pl.Expr:
+        centred: pl.Expr = ctx.reward - ctx.group_mean()
+        return centred / 2
+
+    try:
+        log = make_log({"a": [1.0, 0.0, 0.5], "b": [2.0], "c": [1.0, None, 3.0]})
+        got = compute_advantages(log, estimator="half_centred")["advantage"].to_list()
+        # b is a singleton (advantage 0 by default); c's null keeps a null advantage.
+        assert got == [0.25, -0.25, 0.0, 0.0, -0.5, None, 0.5]
+    finally:
+        del ESTIMATORS["half_centred"]
+
+
+def test_backend_choices_come_from_the_engine_registry() -> None:
+    assert list(BACKENDS) == list(ENGINES) == ["polars", "partitioned", "torch"]
+    assert get_engine("polars").info.io == "frame"
+    assert get_engine("partitioned").info.io == "files"
+    with pytest.raises(OptionsError) as info:
+        get_engine("spark")
+    assert info.value.hint == "choose one of: polars, partitioned, torch"
+
+
+def test_a_file_engine_is_refused_for_a_frame() -> None:
+    with pytest.raises(OptionsError) as info:
+        compute_advantages(make_log({"a": [1.0, 0.0]}), backend="partitioned")
+    assert info.value.message == (
+        "--backend partitioned reads and writes files, not an in-memory frame"
+    )
+
+
+@pytest.mark.parametrize("estimator", ["batch_std", "gpg", "reinforce_pp_baseline"])
+def test_the_partitioned_engine_refuses_batch_estimators(estimator: str) -> None:
+    from grpo_cli.options import AdvantageOptions
+    from grpo_cli.plan import make_plan
+
+    log = make_log({"a": [1.0, 0.0]})
+    plan = make_plan(log, AdvantageOptions(estimator=estimator))
+    reason = get_engine("partitioned").refusal(plan)
+    assert reason is not None and estimator in reason
+
+
+# --------------------------------------------------------------------------- one plan
+
+
+def test_checks_and_lookups_run_once_per_computation(monkeypatch: pytest.MonkeyPatch) -> None:
+    import grpo_cli.plan as plan
+
+    calls = {"check_frame": 0, "get_estimator": 0}
+    real_check, real_get = plan.check_frame, plan.get_estimator  # type: ignore[attr-defined]
+
+    def counted_check(*args: Any) -> None:
+        calls["check_frame"] += 1
+        real_check(*args)
+
+    def counted_get(name: str) -> Any:
+        calls["get_estimator"] += 1
+        return real_get(name)
+
+    monkeypatch.setattr(plan, "check_frame", counted_check)
+    monkeypatch.setattr(plan, "get_estimator", counted_get)
+    log = hostile_log(with_nulls=True)
+    compute_advantages(log, estimator="reinforce_pp_baseline", batch_col="step")
+    assert calls == {"check_frame": 1, "get_estimator": 1}
+
+
+def test_a_hash_collision_reruns_on_the_exact_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    import grpo_cli.plan as plan
+
+    hashed: list[bool] = []
+
+    def always_on_hashes(frame: pl.DataFrame, keys: Any) -> bool:
+        hashed.append(keys.hashed)
+        return bool(keys.hashed)
+
+    monkeypatch.setattr(plan, "hash_collision", always_on_hashes)
+    log = hostile_log(with_nulls=True)
+    got = compute_advantages(log, deterministic=True)["advantage"]
+    assert hashed == [True]  # checked once, then rerun on the exact key
+    expected = compute_advantages(pl.LazyFrame(log)).collect()["advantage"]  # exact key
+    assert (got - expected).abs().max() <= 1e-12  # type: ignore[operator]
+
+
+def test_the_partitioned_engine_recovers_from_a_collision(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A shared 64-bit hash restarts the run with the exact key spilled (it exited 70)."""
+    import grpo_cli.engines.partitioned as partitioned
+    from grpo_cli.engines.partitioned import annotate_to_parquet
+    from grpo_cli.options import AdvantageOptions
+
+    calls: list[int] = []
+
+    def first_partition_collides(part: pl.DataFrame) -> bool:
+        calls.append(part.height)
+        return len(calls) == 1
+
+    monkeypatch.setattr(partitioned, "_collided", first_partition_collides)
+    log = hostile_log(with_nulls=True)
+    source, out = tmp_path / "log.parquet", tmp_path / "out.parquet"
+    log.write_parquet(source)
+    run = annotate_to_parquet(source, out, AdvantageOptions(deterministic=True), partitions=4)
+    assert len(calls) == 1  # the exact run checks no hash
+    expected = compute_advantages(log, deterministic=True)
+    got = pl.read_parquet(out)
+    assert got.drop("advantage").equals(log)
+    diff = (got["advantage"] - expected["advantage"]).abs().max()
+    assert diff is not None and diff <= 1e-12  # type: ignore[operator]
+    assert run.rows == log.height
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet", "out.parquet"]
