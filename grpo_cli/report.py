@@ -41,26 +41,10 @@ from grpo_cli.rewards import combined_reward
 from grpo_cli.summary import DISPLAY_NAMES, check_batch_spans, group_table, span_warnings
 
 LEVELS: Final = ("step", "group", "overall")
-# The tables' columns, after the ``by`` columns (pass and advantage figures when present).
-TABLE_COLUMNS: Final = (
-    "responses",
-    "groups",
-    "group_size_min",
-    "group_size_median",
-    "group_size_max",
-    "reward",
-    "reward_std",
-    "frac_reward_zero_std",
-    "group_reward_std",
-    "zero_std_groups",
-    "singleton_groups",
-    "null_rewards",
-    "pass_at_n",
-    "pass_at_1",
-    "advantage_mean",
-    "advantage_min",
-    "advantage_max",
-    "frac_zero_advantage",
+# The tables' columns, after the ``by`` columns: the metrics module's figures but the two
+# that only compute's run summary shows (pass and advantage figures when present).
+TABLE_COLUMNS: Final = tuple(
+    name for name in metrics.FIGURES if name not in ("zero_std_group_share", "batches")
 )
 # The group profile every row carries (variance with ddof 1: the trainers' group std).
 _PROFILE: Final = (SIZE_KEY, VALID_KEY, metrics.GROUP_MEAN, metrics.GROUP_VAR)

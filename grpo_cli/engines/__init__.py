@@ -106,12 +106,17 @@ def get_engine(name: str) -> Engine:
 
 
 def check(engine: Engine, plan: Plan) -> None:
-    """Refuse, with one error for every engine, what ``engine`` cannot compute."""
+    """Refuse, with one error for every engine, what ``engine`` cannot compute; the hint
+    names the engines that can."""
     reason = engine.refusal(plan)
     if reason is None:
         return
-    others = [name for name in ENGINES if name not in (engine.info.name, "partitioned")]
+    able = [
+        name
+        for name in ENGINES
+        if name != engine.info.name and get_engine(name).refusal(plan) is None
+    ]
     raise OptionsError(
         f"--backend {engine.info.name} does not support {reason}",
-        hint=f"use --backend {' or '.join(others)}" if others else None,
+        hint=f"use --backend {' or '.join(able)}" if able else None,
     )
