@@ -114,7 +114,10 @@ def check(engine: Engine, plan: Plan) -> None:
     able = [
         name
         for name in ENGINES
-        if name != engine.info.name and get_engine(name).refusal(plan) is None
+        if name != engine.info.name
+        # a frame's caller cannot switch to a file engine; a file engine's CLI user can
+        and (engine.info.io == "files" or ENGINES[name].io == "frame")
+        and get_engine(name).refusal(plan) is None
     ]
     raise OptionsError(
         f"--backend {engine.info.name} does not support {reason}",

@@ -272,6 +272,10 @@ def _check_batch_spans(
     column = options.batch_col
     if column is None or column in options.group_cols:
         return
+    from grpo_cli.estimators import get_estimator
+
+    if not get_estimator(options.estimator).uses_groups:
+        return  # no groups to span batches, as in the in-memory check
     spanning = (
         part.group_by(list(group)).agg(pl.col(column).n_unique().alias("n")).filter(pl.col("n") > 1)
     )
