@@ -34,4 +34,11 @@ PART_INDEX: Final = "__grpo_part"  # partitioned engine: partition of a row
 PART_GROUP: Final = "__grpo_part_group"  # partitioned engine: spilled group hash
 PART_CHECK: Final = "__grpo_part_check"  # partitioned engine: spilled check hash
 UNUSED_OUTPUT: Final = "__grpo_unused"  # a stand-in output name for reading jobs
+BATCH_STAT: Final = "__grpo_bstat"  # batch statistics from partials: see batch_stat_column
 TORCH_RAW: Final = "__grpo_torch_raw"  # torch engine: the formula's value before policies
+
+
+def batch_stat_column(index: int, name: str) -> str:
+    """The column of the batch statistic ``name`` of an estimator's ``index``-th batch
+    input (see :mod:`grpo_cli.batch_stats`)."""
+    return f"{BATCH_STAT}{index}_{name}"

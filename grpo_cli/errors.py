@@ -103,6 +103,11 @@ class OutputError(GrpoAdvError):
     exit_code = EXIT_OUTPUT
 
 
+class ClusterError(OutputError):
+    """The cluster that would compute and write the output cannot be reached (exit 4,
+    as for an output that cannot be written: nothing was written)."""
+
+
 DISK_FULL_ERRNOS = frozenset({_errno.ENOSPC, _errno.EDQUOT})
 _DISK_FULL_TEXT = ("no space left on device", "os error 28", "disk quota exceeded", "os error 122")
 

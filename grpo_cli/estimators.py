@@ -3,8 +3,13 @@
 Every estimator is a pure function ``fn(ctx) -> polars.Expr`` that states its formula with
 the window helpers of :class:`EstimatorContext` (group and batch statistics over valid
 rewards). Policies shared by all estimators (null rewards, one-response groups, clipping)
-are applied by :mod:`grpo_cli.compute`, so an estimator states only its formula and its own
+are applied by :mod:`grpo_cli.policies`, so an estimator states only its formula and its own
 edge cases.
+
+Batch statistics (of a value ``x`` over the response's batch) are read through one method,
+:meth:`EstimatorContext.batch_stat`, by name (``BATCH_STATS``): by default they are windows
+over the batch key; an engine that sees a log in pieces supplies them instead
+(:mod:`grpo_cli.batch_stats`: partials per piece, merged, then applied).
 
 Notation: ``r`` the reward, ``g`` the response's group (one prompt), ``b`` its batch (the
 whole input, or one value of ``batch_col``), ``n_g`` the number of valid rewards in g.
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from grpo_cli import formulas
 from grpo_cli.columns import STAT_COUNT, STAT_MEAN, STAT_VAR
@@ -31,6 +36,8 @@ if TYPE_CHECKING:
 
 
 STAT_COLUMNS: Final = {"count": STAT_COUNT, "mean": STAT_MEAN, "var": STAT_VAR}
+# The batch statistics of a value x (see EstimatorContext.batch_stat).
+BATCH_STATS: Final = ("mean", "var", "count", "max", "min", "nonzero")
 SCOPES: Final = ("group", "batch")
 UNITS: Final = ("response", "step")
 
@@ -45,6 +52,15 @@ def group_stat_columns(reward: pl.Expr, group_keys: tuple[str, ...], ddof: int) 
         reward.mean().over(keys).alias(STAT_COLUMNS["mean"]),
         reward.var(ddof=ddof).over(keys).alias(STAT_COLUMNS["var"]),
     ]
+
+
+class BatchStatSource(Protocol):
+    """Where an engine that sees a log in pieces takes batch statistics from (see
+    :mod:`grpo_cli.batch_stats`)."""
+
+    def stat(self, ctx: EstimatorContext, x: pl.Expr, name: str) -> pl.Expr:
+        """The batch statistic ``name`` (one of ``BATCH_STATS``) of ``x``, per row."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,7 @@ class EstimatorContext:
         shaped_clip: bounds applied to a value before batch whitening, or None.
         precomputed: the group count, mean and variance of ``reward`` are already
             columns (see :func:`group_stat_columns`): one window pass computes them all.
+        batch_source: where batch statistics come from; None: windows over ``batch_keys``.
     """
 
     reward: pl.Expr
@@ -78,6 +95,7 @@ class EstimatorContext:
     baseline: pl.Expr | None = None
     shaped_clip: tuple[float, float] | None = None
     precomputed: bool = False
+    batch_source: BatchStatSource | None = None
 
     # ---------------------------------------------------------------- group statistics
     def in_group(self, expr: pl.Expr) -> pl.Expr:
@@ -143,24 +161,49 @@ class EstimatorContext:
         return centered / pl.max_horizontal(var, pl.lit(self.eps)).sqrt()
 
     # ---------------------------------------------------------------- batch statistics
-    def _weights(self, x: pl.Expr) -> pl.Expr:
+    def batch_weight(self, x: pl.Expr) -> pl.Expr:
+        """Per row, the weight of ``x`` in batch means and variances: its length when
+        token_weighted, else 1; null where ``x`` is null."""
         import polars as pl
 
         if self.token_weighted and self.length is not None:
             return pl.when(x.is_not_null()).then(self.length.cast(pl.Float64))
         return pl.when(x.is_not_null()).then(pl.lit(1.0))
 
+    def batch_stat(self, x: pl.Expr, name: str) -> pl.Expr:
+        """A statistic of ``x`` over the row's batch, by name (``BATCH_STATS``), with
+        ``w = batch_weight(x)`` and ``W = sum w``:
+
+        - ``mean``: ``sum w x / W``; ``var``: ``sum w (x - mean)^2 / (W - ddof)`` (with
+          token weights, ``W`` is the batch's token count);
+        - ``count``: non-null values; ``max``, ``min``; ``nonzero``: values other than 0.
+
+        Every batch statistic an estimator reads goes through here (see the module
+        docstring); ``batch_source`` supplies them when set."""
+        if self.batch_source is not None:
+            return self.batch_source.stat(self, x, name)
+        w = self.batch_weight(x)
+        if name == "mean":
+            return self.in_batch((x * w).sum()) / self.in_batch(w.sum())
+        if name == "var":
+            mean = self.batch_stat(x, "mean")
+            return self.in_batch((w * (x - mean) ** 2).sum()) / (self.in_batch(w.sum()) - self.ddof)
+        aggregate = {
+            "count": x.count(),
+            "max": x.max(),
+            "min": x.min(),
+            "nonzero": (x != 0).sum(),
+        }[name]
+        return self.in_batch(aggregate)
+
     def batch_mean(self, x: pl.Expr) -> pl.Expr:
         """Mean of ``x`` over the batch (length-weighted when token_weighted)."""
-        w = self._weights(x)
-        return self.in_batch((x * w).sum()) / self.in_batch(w.sum())
+        return self.batch_stat(x, "mean")
 
     def batch_var(self, x: pl.Expr) -> pl.Expr:
         """Variance of ``x`` over the batch with ``ddof``; token-weighted, it is
         ``sum(L (x - m)^2) / (sum(L) - ddof)``, ``sum(L)`` being the token count."""
-        w = self._weights(x)
-        mean = self.batch_mean(x)
-        return self.in_batch((w * (x - mean) ** 2).sum()) / (self.in_batch(w.sum()) - self.ddof)
+        return self.batch_stat(x, "var")
 
     def batch_zscore(self, x: pl.Expr) -> pl.Expr:
         """``norm(x - batch_mean(x), batch_var(x))``: batch whitening (of ``x`` clipped to
@@ -173,8 +216,8 @@ class EstimatorContext:
 
         if self.shaped_clip is not None:
             x = x.clip(*self.shaped_clip)
-        flat = (self.in_batch(x.count()) <= self.ddof) | (
-            self.in_batch(x.max()) == self.in_batch(x.min())
+        flat = (self.batch_stat(x, "count") <= self.ddof) | (
+            self.batch_stat(x, "max") == self.batch_stat(x, "min")
         )
         whitened = self.norm(x - self.batch_mean(x), self.batch_var(x))
         return pl.when(flat).then(pl.lit(0.0)).otherwise(whitened)
@@ -408,8 +451,8 @@ def gpg(ctx: EstimatorContext) -> pl.Expr:
     import polars as pl
 
     r = ctx.reward
-    valid = ctx.in_batch(r.count()).cast(pl.Float64)
-    nonzero = ctx.in_batch((r != 0).sum()).cast(pl.Float64)
+    valid = ctx.batch_stat(r, "count").cast(pl.Float64)
+    nonzero = ctx.batch_stat(r, "nonzero").cast(pl.Float64)
     alpha = valid / pl.max_horizontal(nonzero, pl.lit(1.0))
     return alpha * _zero_if_constant(ctx, r - ctx.group_mean())
 

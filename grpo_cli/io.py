@@ -678,6 +678,70 @@ def atomic_path(path: Path) -> Iterator[Path]:
         raise
 
 
+def check_output_folder(path: Path, *, force: bool, protected: Sequence[Path] = ()) -> None:
+    """Refuse to write a folder of part files over an input (ever), or over an existing
+    folder or file (without ``force``), or where its parent is missing."""
+    for original in protected:
+        resolved = path.resolve()
+        if resolved == original.resolve() or original.resolve().is_relative_to(resolved):
+            raise OutputError(
+                f"refusing to overwrite the input {original}",
+                hint="choose another output folder with -o",
+            )
+    if (path.exists() or path.is_symlink()) and not force:
+        raise OutputError(
+            f"{path} already exists", hint="pass --force to replace it, or choose another -o"
+        )
+    if not path.parent.is_dir():
+        raise OutputError(
+            f"folder {path.parent} does not exist", hint="create it first, or choose another -o"
+        )
+
+
+@contextlib.contextmanager
+def atomic_folder(path: Path) -> Iterator[Path]:
+    """A new hidden folder beside ``path`` (tagged with this process, see
+    :func:`owner_tag`), renamed to ``path`` when the block succeeds; what was at ``path``
+    is removed only then. On any failure the folder is removed and ``path`` is left as it
+    was: a failed or interrupted run leaves no partial dataset."""
+    try:
+        tmp = Path(
+            tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part")
+        )
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise _disk_full(path) from None
+        raise OutputError(
+            f"cannot write to {path.parent}: {exc.strerror or exc}",
+            hint="check the folder's permissions, or choose another -o",
+        ) from None
+    try:
+        yield tmp
+        tmp.chmod(0o777 & ~_umask())
+        if path.exists() or path.is_symlink():
+            old = Path(
+                tempfile.mkdtemp(
+                    dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".old"
+                )
+            )
+            path.replace(old / path.name)
+            tmp.replace(path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.replace(path)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, Exception) and is_disk_full(exc):
+            raise _disk_full(path) from None
+        raise
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Call ``write`` on a temporary file beside ``path``, then rename it over ``path``
     (see :func:`atomic_path`); compressed when ``path`` ends in a compression suffix."""

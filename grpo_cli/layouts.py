@@ -28,6 +28,15 @@ from grpo_cli.errors import OptionsError
 TRL_NON_REWARD: Final = frozenset({"step", "advantage"})
 
 
+def derived_column(name: str) -> pl.Expr:
+    """A key column a layout derives from each row (named in ``apply_layout``'s derived
+    list), as an expression: verl's uid group is the uid without its last two
+    ``_``-separated parts (``_{session}_{index}``)."""
+    if name != UID_GROUP:
+        raise KeyError(name)
+    return pl.col("uid").cast(pl.String).str.replace(r"(_[^_]*){1,2}$", "").alias(UID_GROUP)
+
+
 def detect_layout(frame: pl.DataFrame, layout: str | None) -> str | None:
     """``layout`` when ``frame`` looks like that trainer's dump, else None."""
     columns = set(frame.columns)
@@ -61,8 +70,7 @@ def apply_layout(
             fields["batch_col"] = "step"
         if not grouping_given:
             if "uid" in frame.columns:
-                uid_group = pl.col("uid").cast(pl.String).str.replace(r"(_[^_]*){1,2}$", "")
-                frame = frame.with_columns(uid_group.alias(UID_GROUP))
+                frame = frame.with_columns(derived_column(UID_GROUP))
                 batch = fields.get("batch_col")
                 within = (batch,) if batch is not None and batch in frame.columns else ()
                 fields["group_cols"] = (*within, UID_GROUP)

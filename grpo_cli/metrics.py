@@ -59,7 +59,7 @@ from typing import Final
 
 import polars as pl
 
-from grpo_cli.columns import REWARD_KEY, SIZE_KEY, VALID_KEY
+from grpo_cli.columns import REWARD_KEY, SIZE_KEY, VALID_KEY, batch_stat_column
 from grpo_cli.errors import OptionsError
 from grpo_cli.estimators import STAT_COLUMNS
 
@@ -480,3 +480,77 @@ def _median() -> pl.Expr:
     lo = hist.list.eval(size.filter(seen > (total - 1) // 2).first()).list.first()
     hi = hist.list.eval(size.filter(seen > total // 2).first()).list.first()
     return (lo + hi) / 2
+
+
+# ------------------------------------------------------------------ batch statistics
+# The partials of one batch input x with weights w (see EstimatorContext.batch_stat):
+# W = sum w, the weighted mean, the weighted sum of squared deviations, and the plain
+# count, extrema and non-zero count.
+_BATCH_PARTS: Final = ("weight", "mean", "m2", "count", "max", "min", "nonzero")
+
+
+def batch_partials(
+    frame: pl.LazyFrame | pl.DataFrame,
+    inputs: Sequence[tuple[pl.Expr, pl.Expr]],
+    by: Sequence[str],
+) -> pl.DataFrame:
+    """Per value of the batch key ``by``, the partials of each batch input ``(x, w)``
+    over the rows of ``frame``: for input k, the columns ``batch_stat_column(k, part)``
+    for part in weight (``W = sum w``), mean (``sum w x / W``), m2 (``sum w (x - mean)^2``),
+    count (non-null x), max, min and nonzero (x other than 0). Null x (and null w) count
+    nowhere. Partials of disjoint sets of rows merge with :func:`merge_batch_partials`."""
+    aggs: list[pl.Expr] = []
+    for k, (x, w) in enumerate(inputs):
+        weight = w.sum()
+        mean = (x * w).sum() / weight
+        col = {part: batch_stat_column(k, part) for part in _BATCH_PARTS}
+        aggs += [
+            weight.alias(col["weight"]),
+            pl.when(weight > 0).then(mean).alias(col["mean"]),
+            (w * (x - mean) ** 2).sum().alias(col["m2"]),
+            x.count().cast(pl.Int64).alias(col["count"]),
+            x.max().cast(pl.Float64).alias(col["max"]),
+            x.min().cast(pl.Float64).alias(col["min"]),
+            (x != 0).sum().cast(pl.Int64).alias(col["nonzero"]),
+        ]
+    return frame.lazy().group_by(list(by)).agg(aggs).collect()
+
+
+def merge_batch_partials(
+    parts: pl.DataFrame | Iterable[pl.DataFrame], by: Sequence[str], inputs: int
+) -> pl.DataFrame:
+    """The batch partials of the union of disjoint sets of rows, one row per value of
+    ``by``: weights, counts and non-zero counts add, extrema combine, means and squared
+    deviations merge with Chan et al.'s formula (as the reward's do)."""
+    frame = parts if isinstance(parts, pl.DataFrame) else pl.concat(parts, how="vertical")
+    aggs: list[pl.Expr] = []
+    for k in range(inputs):
+        col = {part: batch_stat_column(k, part) for part in _BATCH_PARTS}
+        aggs += _chan(col["weight"], col["mean"], col["m2"])
+        aggs += [
+            pl.col(col["count"]).sum(),
+            pl.col(col["max"]).max(),
+            pl.col(col["min"]).min(),
+            pl.col(col["nonzero"]).sum(),
+        ]
+    return frame.lazy().group_by(list(by)).agg(aggs).collect()
+
+
+def finish_batch_stats(
+    merged: pl.DataFrame, by: Sequence[str], inputs: int, ddof: int
+) -> pl.DataFrame:
+    """The batch statistics (``BATCH_STATS`` of :mod:`grpo_cli.estimators`) of merged
+    batch partials: per input k, ``batch_stat_column(k, name)`` for mean, var
+    (``m2 / (W - ddof)``), count, max, min and nonzero; one row per value of ``by``."""
+    columns: list[pl.Expr] = []
+    for k in range(inputs):
+        col = {part: batch_stat_column(k, part) for part in _BATCH_PARTS}
+        columns += [
+            pl.col(col["mean"]),
+            (pl.col(col["m2"]) / (pl.col(col["weight"]) - ddof)).alias(batch_stat_column(k, "var")),
+            pl.col(col["count"]),
+            pl.col(col["max"]),
+            pl.col(col["min"]),
+            pl.col(col["nonzero"]),
+        ]
+    return merged.select(*by, *columns)

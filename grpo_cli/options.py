@@ -91,9 +91,12 @@ class AdvantageOptions:
         deterministic: bit-for-bit repeatable results (Polars' in-memory engine, about 2x
             slower on large logs); by default the streaming engine's parallel sums may
             differ in the last bit (about 1e-16 relative) from one run to the next.
-        backend: ``polars`` (default) or ``torch`` (segment sums on ``device``; see
-            :mod:`grpo_cli.torch_backend` for what it supports).
+        backend: the engine (a name in :data:`grpo_cli.engines.ENGINES`): ``polars``
+            (default), ``partitioned`` (logs larger than memory), ``torch`` (segment sums
+            on ``device``) or ``ray`` (a Ray cluster at ``ray_address``).
         device: for torch: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        ray_address: for ray: None (an embedded local Ray), ``auto`` (the cluster this
+            machine belongs to), ``HOST:PORT`` or ``ray://HOST:PORT``.
     """
 
     group_cols: tuple[str, ...] = ("prompt_id",)
@@ -119,6 +122,7 @@ class AdvantageOptions:
     deterministic: bool = False
     backend: str = "polars"
     device: str = "auto"
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "group_cols", _as_tuple(self.group_cols))
@@ -210,6 +214,10 @@ class AdvantageOptions:
                 raise OptionsError(
                     f"unknown {flag} value {value!r}", hint=f"choose one of: {', '.join(choices)}"
                 )
+        if self.ray_address is not None and self.backend != "ray":
+            raise OptionsError(
+                "--ray-address is where --backend ray runs", hint="add --backend ray, or drop it"
+            )
 
     def _check_estimator_needs(self) -> None:
         from grpo_cli.estimators import get_estimator

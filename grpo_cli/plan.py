@@ -34,7 +34,7 @@ from grpo_cli.columns import (
     POSITION_KEY,
     REWARD_KEY,
 )
-from grpo_cli.estimators import Estimator, EstimatorContext, get_estimator
+from grpo_cli.estimators import BatchStatSource, Estimator, EstimatorContext, get_estimator
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.rewards import combined_reward
 from grpo_cli.schema import check_frame
@@ -124,12 +124,15 @@ class Plan:
             positional, or the plan is the exact fallback.
         has_nulls: the reward may be null somewhere (rows per group then differ from valid
             rewards per group, and need their own window).
+        batch_source: where batch statistics come from (an engine that sees the log in
+            pieces: :mod:`grpo_cli.batch_stats`); None: windows over the batch key.
     """
 
     options: AdvantageOptions
     estimator: Estimator
     keys: Keys
     has_nulls: bool = True
+    batch_source: BatchStatSource | None = None
 
     def exact(self) -> Plan:
         """The same plan on the exact group key (the collision fallback)."""
@@ -192,4 +195,5 @@ def estimator_context(
         token_weighted=options.token_weighted,
         baseline=pl.col(options.baseline_col) if options.baseline_col else None,
         shaped_clip=options.clip if options.clip_stage == "shaped" else None,
+        batch_source=plan.batch_source,
     )

@@ -160,12 +160,13 @@ def test_a_new_estimator_is_one_decorated_function() -> None:
 
 
 def test_backend_choices_come_from_the_engine_registry() -> None:
-    assert list(BACKENDS) == list(ENGINES) == ["polars", "partitioned", "torch"]
+    assert list(BACKENDS) == list(ENGINES) == ["polars", "partitioned", "torch", "ray"]
     assert get_engine("polars").info.io == "frame"
-    assert get_engine("partitioned").info.io == "files"
+    assert get_engine("partitioned").info.io == "file"
+    assert get_engine("ray").info.io == "dataset"
     with pytest.raises(OptionsError) as info:
         get_engine("spark")
-    assert info.value.hint == "choose one of: polars, partitioned, torch"
+    assert info.value.hint == "choose one of: polars, partitioned, torch, ray"
 
 
 def test_a_file_engine_is_refused_for_a_frame() -> None:

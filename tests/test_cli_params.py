@@ -47,8 +47,9 @@ GIVEN: dict[str, Any] = {
     "baseline_col": "baseline",
     "step_rewards_col": "steps",
     "deterministic": True,
-    "backend": "torch",
+    "backend": "ray",
     "device": "cpu",
+    "ray_address": "auto",
 }
 
 
@@ -78,7 +79,8 @@ def test_the_blocks_stand_where_the_commands_put_them() -> None:
     verify = _own(verify_cmd)
     assert verify[6 : 6 + len(policy)] == policy
     explain = _own(explain_cmd)
-    assert explain[4 : 4 + len(policy) - 2] == [n for n in policy if n not in ("backend", "device")]
+    engine = ("backend", "device", "ray_address")
+    assert explain[4 : 4 + len(policy) - 3] == [n for n in policy if n not in engine]
     assert _own(summarize_cmd)[7 : 7 + len(report)] == report
     assert _own(plot_cmd)[5 : 5 + len(report) - 1] == [n for n in report if n != "ddof"]
     for command in (compute_cmd, verify_cmd, explain_cmd, summarize_cmd, plot_cmd):

@@ -357,6 +357,7 @@ class TestOptions:
         "quiet",
         "backend",
         "device",
+        "ray_address",
     }
 
     def test_explain_takes_every_grouping_and_input_option_of_compute(self) -> None:

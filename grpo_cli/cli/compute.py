@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from grpo_cli.engines import FileEngine
     from grpo_cli.options import AdvantageOptions
+    from grpo_cli.pipeline import Resolved
     from grpo_cli.summary import RunSummary
 
 
@@ -131,13 +132,28 @@ def _compute(
         from grpo_cli.io import table_format
 
         table_format(summary_path)
-    if ENGINES[options.backend].io == "files":
+    io = ENGINES[options.backend].io
+    if io == "file":
         _compute_files(
             sources,
             preset,
             explicit,
             output=output,
             out_dir=out_dir,
+            output_format=output_format,
+            summary_path=summary_path,
+            force=force,
+            quiet=quiet,
+        )
+        return
+    if io == "dataset":
+        _compute_dataset(
+            sources,
+            preset,
+            explicit,
+            output=output,
+            out_dir=out_dir,
+            input_format=input_format,
             output_format=output_format,
             summary_path=summary_path,
             force=force,
@@ -249,7 +265,7 @@ def _compute_files(
     in, one Parquet file out, bounded memory."""
     import polars as pl
 
-    from grpo_cli.engines import check, get_engine
+    from grpo_cli.engines import FileJob, check, get_engine
     from grpo_cli.io import (
         atomic_path,
         check_output_path,
@@ -286,9 +302,93 @@ def _compute_files(
     console = stderr_console()
     remove_leftovers(console, [target], quiet=quiet)
     with atomic_path(target) as tmp:
-        run = cast("FileEngine", engine).annotate_files(source, tmp, plan)
+        run = cast("FileEngine", engine).annotate_files(FileJob((source,), tmp, plan))
     if not quiet:
         _report(console, run, options, (), preset, None, f"{target} (parquet)", None)
+
+
+def _compute_dataset(
+    sources: list[str],
+    preset: str | None,
+    explicit: dict[str, Any],
+    *,
+    output: str | None,
+    out_dir: Path | None,
+    input_format: str | None,
+    output_format: str | None,
+    summary_path: Path | None,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """A dataset engine (``--backend ray``): many Parquet, JSONL or CSV files in, a folder
+    of Parquet part files out (``-o DIR``), and with ``--summary DIR`` the per-group table
+    as a folder of parts too. Each folder is written beside its final path and renamed
+    when complete."""
+    import contextlib
+
+    from grpo_cli.engines import FileJob, check, get_engine
+    from grpo_cli.io import atomic_folder, check_output_folder, expand_sources
+    from grpo_cli.plan import decide, make_plan
+    from grpo_cli.render import stderr_console
+
+    options = _check_options(preset, explicit)
+    engine = get_engine(options.backend)
+    check(engine, decide(options, hashed=False))  # before any file is looked at
+    name = f"--backend {options.backend}"
+    if sources == ["-"]:
+        raise OptionsError(
+            f"{name} reads files, not standard input", hint="give the log's files, folders or globs"
+        )
+    if output is None or output == "-" or out_dir is not None:
+        raise OptionsError(
+            f"{name} writes a folder of Parquet part files", hint="give the folder with -o OUT_DIR"
+        )
+    if output_format not in (None, "parquet"):
+        raise OptionsError(f"{name} writes Parquet part files", hint="drop --output-format")
+    fmt = normalized_format(input_format)
+    paths = expand_sources(sources)
+    target = Path(output)
+    check_output_folder(target, force=force, protected=paths)
+    if summary_path is not None:
+        if summary_path.resolve() == target.resolve():
+            raise OutputError(
+                "--summary and -o are the same folder", hint="give them different paths"
+            )
+        check_output_folder(summary_path, force=force, protected=paths)
+    cast("FileEngine", engine).require()  # the install hint before anything is read
+    resolved = _resolve_on_schema(paths[0], fmt, preset, explicit)
+    plan = make_plan(resolved.frame, resolved.options, hashed=False)
+    console = stderr_console()
+    remove_leftovers(console, [target, summary_path], quiet=quiet)
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(atomic_folder(target))
+        groups = None if summary_path is None else stack.enter_context(atomic_folder(summary_path))
+        job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups)
+        run = cast("FileEngine", engine).annotate_files(job)
+    if not quiet:
+        shown = f"{target}/ (Parquet parts)"
+        _report(console, run, resolved.options, (), preset, resolved.layout, shown, summary_path)
+
+
+def _resolve_on_schema(
+    first: Path, fmt: str | None, preset: str | None, explicit: dict[str, Any]
+) -> Resolved:
+    """The preset, a dump layout and the explicit options resolved on the columns of the
+    first input (no rows: the values are checked where they are read)."""
+    import polars as pl
+
+    from grpo_cli.io import format_from_suffix, read_rewards, uncompressed_name
+    from grpo_cli.pipeline import resolve
+
+    if (fmt or format_from_suffix(uncompressed_name(first))) == "parquet":
+        from grpo_cli.io import check_parquet_file
+
+        check_parquet_file(first)
+        empty = pl.DataFrame(schema=pl.read_parquet_schema(first))
+    else:
+        key_cols = list(explicit.get("group_cols", ("prompt_id",)))
+        empty = read_rewards(first, fmt, string_cols=key_cols).frame.head(0)
+    return resolve(empty, preset, explicit)
 
 
 def _report(

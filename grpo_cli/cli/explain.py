@@ -11,7 +11,7 @@ from grpo_cli.cli.params import InputFormat, PolicyParams, Preset, Sources, poli
 
 
 # Where the output goes and how the arithmetic runs change nothing that explain shows.
-@policy_options(exclude={"backend", "device"})
+@policy_options(exclude={"backend", "device", "ray_address"})
 def explain_cmd(
     sources: Sources,
     group: Annotated[

@@ -194,3 +194,19 @@ def _size_text(size: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     raise AssertionError("unreachable")
+
+
+def refuse_file_engines(backend: str | None, command: str) -> None:
+    """``command`` reads the log into memory on this machine: an engine that reads and
+    writes files itself (``--backend partitioned``, ``ray``) is refused before any input
+    is read."""
+    from grpo_cli.engines import ENGINES
+
+    if backend is None or backend not in ENGINES or not ENGINES[backend].reads_files:
+        return
+    able = [name for name, info in ENGINES.items() if not info.reads_files]
+    raise OptionsError(
+        f"{command} reads the log on this machine: it does not take --backend {backend}",
+        hint=f"use --backend {' or '.join(able)}; for logs too large for one machine, "
+        f"grpo-adv compute --backend {backend} writes the advantages",
+    )

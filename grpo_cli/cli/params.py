@@ -266,6 +266,16 @@ Device = Annotated[
         show_default=False,
     ),
 ]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="With --backend ray: auto (the cluster this machine belongs to), HOST:PORT or "
+        "ray://HOST:PORT. Default: an embedded local Ray.",
+        show_default=False,
+    ),
+]
 Output = Annotated[
     str | None,
     typer.Option(
@@ -396,6 +406,7 @@ class PolicyParams(OptionBlock):
     deterministic: Deterministic = None
     backend: Backend = None
     device: Device = None
+    ray_address: RayAddress = None
 
 
 def _block_options(

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.outputs import read_input
+from grpo_cli.cli.outputs import read_input, refuse_file_engines
 from grpo_cli.cli.params import InputFormat, PolicyParams, Preset, Quiet, Sources, policy_options
 from grpo_cli.errors import EXIT_DIFFERENT
 
@@ -45,6 +45,7 @@ def verify_cmd(
     from grpo_cli.verify import verify_advantages
 
     explicit = policy.explicit()
+    refuse_file_engines(explicit.get("backend"), "verify")
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     log = read_input(sources, input_format, key_cols)
     report = verify_advantages(

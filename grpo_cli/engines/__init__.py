@@ -5,11 +5,13 @@ module under ``grpo_cli/engines/``, imported only when the engine runs: this pac
 imports nothing heavy, so ``--help`` can list the engines quickly.
 
 An engine either annotates an in-memory frame (``io="frame"``: :class:`FrameEngine`) or
-reads its inputs and writes its output itself (``io="files"``: logs larger than memory,
-many files). Each declares what it cannot do (:meth:`Engine.refusal`); :func:`check` turns
-that into the one error every engine gives. The shared policies
-(:mod:`grpo_cli.policies`) and the collision fallback (:func:`grpo_cli.plan.run_with_fallback`)
-are applied the same way for every engine.
+reads its inputs and writes its output itself (:class:`FileEngine`): ``io="file"``, one
+Parquet file in and one out (logs larger than memory), or ``io="dataset"``, many input
+files in and a folder of Parquet part files out (logs spread over files and machines).
+Each declares what it cannot do (:meth:`Engine.refusal`); :func:`check` turns that into
+the one error every engine gives. The shared policies (:mod:`grpo_cli.policies`) and the
+collision fallback (:func:`grpo_cli.plan.run_with_fallback`) are applied the same way for
+every engine.
 
 A new engine: a module with an ``ENGINE`` object, and one :class:`EngineInfo` line here.
 """
@@ -34,12 +36,20 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class EngineInfo:
     """An engine's entry: its ``--backend`` name, a line for ``--help``, the module that
-    implements it, and whether it annotates a frame or reads and writes files."""
+    implements it, and what it reads and writes (``IO_KINDS``)."""
 
     name: str
     summary: str
     module: str
     io: str = "frame"
+
+    @property
+    def reads_files(self) -> bool:
+        """Whether it reads its input and writes its output itself."""
+        return self.io != "frame"
+
+
+IO_KINDS: Final = ("frame", "file", "dataset")
 
 
 ENGINES: Final[dict[str, EngineInfo]] = {
@@ -55,12 +65,20 @@ ENGINES: Final[dict[str, EngineInfo]] = {
             "logs larger than memory (alias --low-memory): Parquet in, Parquet out, in "
             "bounded memory, partitions spilled beside the output; group-level estimators",
             "grpo_cli.engines.partitioned",
-            io="files",
+            io="file",
         ),
         EngineInfo(
             "torch",
             "torch segment sums (index_add_) on --device; grpo, dr_grpo, rloo, batch_std",
             "grpo_cli.engines.torch",
+        ),
+        EngineInfo(
+            "ray",
+            "a Ray cluster (--ray-address; default an embedded local Ray): many Parquet, "
+            "JSONL or CSV files in, a folder of Parquet parts out (-o DIR); shuffled by the "
+            "group key, batch statistics merged across the cluster",
+            "grpo_cli.engines.ray",
+            io="dataset",
         ),
     )
 }
@@ -87,11 +105,37 @@ class FrameEngine(Engine, Protocol):
         keys are hashed; the shared policies applied."""
 
 
+@dataclass(frozen=True)
+class FileJob:
+    """What a file engine reads and writes.
+
+    Attributes:
+        sources: the input files (one Parquet file for ``io="file"``).
+        output: the output file, or for ``io="dataset"`` the output folder.
+        plan: the plan (options checked, estimator looked up).
+        input_format: the inputs' format (parquet, jsonl or csv), or None: by suffix.
+        derived: names of key columns a trainer's dump layout derives from each row
+            (:func:`grpo_cli.layouts.derived_column`); never written.
+        groups: where the per-group table goes (``io="dataset"``: a folder), or None.
+    """
+
+    sources: tuple[Path, ...]
+    output: Path
+    plan: Plan
+    input_format: str | None = None
+    derived: tuple[str, ...] = ()
+    groups: Path | None = None
+
+
 class FileEngine(Engine, Protocol):
     """An engine that reads its input and writes its output itself."""
 
-    def annotate_files(self, source: Path, output: Path, plan: Plan) -> RunSummary:
-        """Annotate ``source`` into ``output``; the run's figures."""
+    def require(self) -> None:
+        """Raise the one-line error with the install hint when an optional package the
+        engine needs is missing."""
+
+    def annotate_files(self, job: FileJob) -> RunSummary:
+        """Annotate ``job.sources`` into ``job.output``; the run's figures."""
 
 
 def get_engine(name: str) -> Engine:
@@ -116,7 +160,7 @@ def check(engine: Engine, plan: Plan) -> None:
         for name in ENGINES
         if name != engine.info.name
         # a frame's caller cannot switch to a file engine; a file engine's CLI user can
-        and (engine.info.io == "files" or ENGINES[name].io == "frame")
+        and (engine.info.reads_files or not ENGINES[name].reads_files)
         and get_engine(name).refusal(plan) is None
     ]
     raise OptionsError(

@@ -37,7 +37,7 @@ import polars as pl
 
 from grpo_cli import metrics
 from grpo_cli.columns import PART_CHECK, PART_GROUP, PART_INDEX, PART_ROW
-from grpo_cli.engines import ENGINES, EngineInfo, check
+from grpo_cli.engines import ENGINES, EngineInfo, FileJob, check
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.errors import GrpoAdvError, InputError
 from grpo_cli.estimators import ESTIMATORS
@@ -88,9 +88,14 @@ class PartitionedEngine:
             return "--singleton drop (it keeps every row)"
         return None
 
-    def annotate_files(self, source: Path, output: Path, plan: Plan) -> RunSummary:
-        """Annotate the Parquet log ``source`` into the Parquet file ``output``."""
-        return run(source, output, plan)
+    def require(self) -> None:
+        """Nothing optional: Polars and pyarrow."""
+
+    def annotate_files(self, job: FileJob) -> RunSummary:
+        """Annotate the Parquet log ``job.sources[0]`` into the Parquet file
+        ``job.output``."""
+        (source,) = job.sources
+        return run(source, job.output, job.plan)
 
 
 ENGINE = PartitionedEngine(ENGINES["partitioned"])

@@ -89,22 +89,29 @@ def profile_columns(plan: Plan) -> list[pl.Expr]:
     return [size.alias(SIZE_KEY), valid.alias(VALID_KEY), ctx.is_constant().alias(CONSTANT_KEY)]
 
 
-def annotate_lazy(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
-    """The annotated frame *with* the temporary key and reward columns (and CHECK_MAX when
-    the plan's keys are hashed)."""
-    prepared = prepare(frame, plan)
-    if plan.estimator.unit == "step":
-        from grpo_cli.process import process_advantages
-
-        return process_advantages(prepared, plan)
+def with_group_stats(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
+    """The prepared frame (see :func:`prepare`) with every group statistic, in one grouping
+    pass (and CHECK_MAX when the plan's keys are hashed; the group's row count when the
+    reward may be null): what the formulas read (response-level estimators)."""
     options, keys = plan.options, plan.keys
-    # One grouping pass for every group statistic, then the formulas on those columns.
     size = [pl.len().over(list(keys.group)).alias(SIZE_KEY)] if plan.has_nulls else []
-    prepared = prepared.with_columns(
+    return prepare(frame, plan).with_columns(
         *group_stat_columns(pl.col(REWARD_KEY), keys.group, options.ddof),
         *collision_columns(keys),
         *size,
     )
+
+
+def annotate_lazy(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
+    """The annotated frame *with* the temporary key and reward columns (and CHECK_MAX when
+    the plan's keys are hashed)."""
+    if plan.estimator.unit == "step":
+        from grpo_cli.process import process_advantages
+
+        return process_advantages(prepare(frame, plan), plan)
+    options = plan.options
+    # One grouping pass for every group statistic, then the formulas on those columns.
+    prepared = with_group_stats(frame, plan)
     columns = [advantage_expr(plan, precomputed=True), *profile_columns(plan)]
     if options.with_stats:
         columns += [

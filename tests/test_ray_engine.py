@@ -1,0 +1,411 @@
+"""``--backend ray`` on a real Ray: an embedded local instance (``ray.init(num_cpus=2)``) and
+a cluster started with ``ray start --head`` on a free port. Every result is compared with the
+Polars engine on the same rows; groups are spread over several shards."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+from typer.testing import CliRunner
+
+from grpo_cli.cli import app
+from grpo_cli.pipeline import annotate
+
+ray = pytest.importorskip("ray", reason="--backend ray needs pip install 'grpo-adv[ray]'")
+
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"}
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """One embedded Ray for the module: the engine uses a Ray the caller has started."""
+    import logging
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    yield
+    ray.shutdown()
+
+
+def reward_log(rows: int = 1200, seed: int = 3) -> pl.DataFrame:
+    """Rows in random order (so every shard holds part of most groups): 150 prompts over
+    3 steps, uneven group sizes, null rewards, zero-variance groups, a verl-style uid."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, 150, rows)
+    step = prompt % 3
+    reward = rng.integers(0, 5, rows) / 4.0
+    reward = np.where(prompt % 11 == 0, 0.5, reward)  # zero-variance groups
+    frame = pl.DataFrame(
+        {
+            "rid": np.arange(rows),
+            "prompt_id": [f"p{p:03d}" for p in prompt],
+            "step": step,
+            "reward": reward,
+            "format_reward": rng.integers(0, 2, rows).astype(float),
+            "length": rng.integers(1, 60, rows),
+            "uid": [f"u{p:03d}_{s}_{i}" for i, (p, s) in enumerate(zip(prompt, step, strict=True))],
+            "completion": [f"answer {i}" for i in range(rows)],
+        }
+    )
+    return frame.with_columns(
+        pl.when(pl.col("rid") % 97 == 5).then(None).otherwise(pl.col("reward")).alias("reward")
+    )
+
+
+def write_shards(
+    log: pl.DataFrame, folder: Path, shards: int = 4, fmt: str = "parquet"
+) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    size = -(-log.height // shards)
+    for k in range(shards):
+        part = log.slice(k * size, size)
+        path = folder / f"shard-{k}.{fmt}"
+        if fmt == "parquet":
+            part.write_parquet(path)
+        elif fmt == "jsonl":
+            part.write_ndjson(path)
+        else:
+            part.write_csv(path)
+        paths.append(path)
+    return paths
+
+
+def read_parts(folder: Path) -> pl.DataFrame:
+    files = sorted(folder.glob("*.parquet"))
+    assert files, f"no part files in {folder}"
+    return pl.concat([pl.read_parquet(f) for f in files]).sort("rid")
+
+
+def assert_same(got: pl.DataFrame, expected: pl.DataFrame, tol: float = 1e-12) -> None:
+    """Every row once, every column unchanged, the advantages within ``tol``."""
+    expected = expected.sort("rid")
+    assert got.columns == expected.columns
+    assert got["rid"].to_list() == expected["rid"].to_list()
+    for column in expected.columns:
+        if expected[column].dtype == pl.Float64 and column not in {"reward", "format_reward"}:
+            a, b = got[column], expected[column]
+            assert (a.is_null() == b.is_null()).all(), column
+            worst = (a - b).abs().max()
+            assert worst is None or float(worst) <= tol, column  # type: ignore[arg-type]
+        else:
+            assert got[column].equals(expected[column]), column
+
+
+def run_cli(runner: CliRunner, *args: str) -> Any:
+    return runner.invoke(app, list(args))
+
+
+CASES: list[tuple[str, list[str], dict[str, Any]]] = [
+    ("grpo", [], {}),
+    (
+        "batch_std_per_step",
+        ["-e", "batch_std", "--batch-col", "step", "-g", "step", "-g", "prompt_id"],
+        {"estimator": "batch_std", "batch_col": "step", "group_cols": ("step", "prompt_id")},
+    ),
+    (
+        "reinforce_pp_baseline_shaped_clip",
+        ["-e", "reinforce_pp_baseline", "--clip", "-0.5,0.5", "--clip-stage", "shaped"],
+        {"estimator": "reinforce_pp_baseline", "clip": (-0.5, 0.5), "clip_stage": "shaped"},
+    ),
+    ("gpg", ["-e", "gpg", "--nulls", "zero"], {"estimator": "gpg", "nulls": "zero"}),
+    (
+        "reinforce_pp_token_weighted",
+        ["-e", "reinforce_pp", "--length-col", "length", "--token-weighted"],
+        {"estimator": "reinforce_pp", "length_col": "length", "token_weighted": True},
+    ),
+    (
+        "gdpo",
+        [
+            "-r", "reward", "-r", "format_reward", "--reward-weights", "1,0.5",
+            "--aggregation", "normalize_then_sum",
+        ],
+        {
+            "reward_cols": ("reward", "format_reward"),
+            "reward_weights": (1.0, 0.5),
+            "aggregation": "normalize_then_sum",
+        },
+    ),
+    (
+        "rloo_singleton_verl_stats",
+        ["-e", "rloo", "--singleton", "verl", "--with-stats"],
+        {"estimator": "rloo", "singleton": "verl", "with_stats": True},
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.usefixtures("local_ray")
+class TestSameAsPolars:
+    @pytest.mark.parametrize(("cli", "options"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+    def test_estimators(
+        self, runner: CliRunner, tmp_path: Path, cli: list[str], options: dict[str, Any]
+    ) -> None:
+        log = reward_log()
+        shards = write_shards(log, tmp_path / "in")
+        out = tmp_path / "out"
+        result = run_cli(
+            runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(out), *cli
+        )
+        assert result.exit_code == 0, result.output
+        assert_same(read_parts(out), annotate(log, **options).frame)
+        assert len(shards) == 4
+
+    @pytest.mark.parametrize("preset", ["verl", "openrlhf-group-norm"])
+    def test_presets(self, runner: CliRunner, tmp_path: Path, preset: str) -> None:
+        """verl's dump layout: the uid group is derived per block, groups are per step, the
+        reward is ``score``; the derived column is never written."""
+        log = (
+            reward_log().rename({"reward": "score"}) if preset.startswith("verl") else reward_log()
+        )
+        write_shards(log, tmp_path / "in", shards=3)
+        out = tmp_path / "out"
+        result = run_cli(
+            runner, "compute", *map(str, sorted((tmp_path / "in").iterdir())),
+            "--backend", "ray", "--preset", preset, "-o", str(out),
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert_same(read_parts(out), annotate(log, preset).frame)
+
+    def test_run_summary_and_group_table(self, tmp_path: Path) -> None:
+        """The figures come from per-block partials merged on the driver; the per-group
+        table (``--summary DIR``) is a folder of parts with the in-memory table's rows."""
+        from grpo_cli.engines import FileJob, get_engine
+        from grpo_cli.options import AdvantageOptions
+        from grpo_cli.plan import make_plan
+
+        log = reward_log()
+        shards = write_shards(log, tmp_path / "in")
+        out, groups = tmp_path / "out", tmp_path / "groups"
+        out.mkdir()
+        groups.mkdir()
+        options = AdvantageOptions(backend="ray")
+        plan = make_plan(log.head(0), options, hashed=False)
+        engine: Any = get_engine("ray")
+        run = engine.annotate_files(FileJob(tuple(shards), out, plan, groups=groups))
+        expected = annotate(log)
+        for name in (
+            "rows", "groups", "batches", "group_size_min", "group_size_median",
+            "group_size_max", "zero_std_groups", "singleton_groups", "null_rewards",
+        ):  # fmt: skip
+            assert getattr(run, name) == getattr(expected.run, name), name
+        for name in (
+            "reward_mean", "reward_std", "frac_reward_zero_std", "zero_std_group_share",
+            "advantage_min", "advantage_max",
+        ):  # fmt: skip
+            assert getattr(run, name) == pytest.approx(getattr(expected.run, name), rel=1e-12)
+        table = read_parts_unsorted(groups).sort("prompt_id")
+        assert_frame_equal(table, expected.groups.sort("prompt_id"), rel_tol=1e-12, abs_tol=0)
+
+    @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+    def test_text_shards(self, runner: CliRunner, tmp_path: Path, fmt: str) -> None:
+        log = reward_log(rows=400)
+        write_shards(log, tmp_path / "in", shards=3, fmt=fmt)
+        out = tmp_path / "out"
+        result = run_cli(
+            runner, "compute", str(tmp_path / "in" / f"*.{fmt}"), "--backend", "ray", "-o", str(out)
+        )
+        assert result.exit_code == 0, result.output
+        assert_same(read_parts(out), annotate(log).frame)
+
+
+def read_parts_unsorted(folder: Path) -> pl.DataFrame:
+    return pl.concat([pl.read_parquet(f) for f in sorted(folder.glob("*.parquet"))])
+
+
+@pytest.mark.usefixtures("local_ray")
+class TestNothingLost:
+    def test_bad_value_in_one_shard(self, runner: CliRunner, tmp_path: Path) -> None:
+        """A null key in the last shard: the one-line error raised on the cluster, exit 3,
+        and no output folder or temporary folder."""
+        log = reward_log(rows=300)
+        write_shards(log, tmp_path / "in", shards=2)
+        bad = pl.DataFrame({"rid": [9999], "prompt_id": [None], "reward": [1.0]}, strict=False)
+        bad = pl.concat([log.head(0), bad], how="diagonal_relaxed")
+        bad.write_parquet(tmp_path / "in" / "shard-9.parquet")
+        result = run_cli(
+            runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(tmp_path / "out")
+        )
+        assert result.exit_code == 3, result.output
+        assert "1 row(s) have a null group or batch key (prompt_id)" in result.output
+        assert "Traceback" not in result.output
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+    def test_existing_folder_needs_force(self, runner: CliRunner, tmp_path: Path) -> None:
+        log = reward_log(rows=300)
+        write_shards(log, tmp_path / "in", shards=2)
+        out = tmp_path / "out"
+        out.mkdir()
+        (out / "keep.txt").write_text("mine")
+        args = ["compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(out)]
+        refused = run_cli(runner, *args)
+        assert refused.exit_code == 4
+        assert f"{out} already exists" in refused.output
+        assert (out / "keep.txt").read_text() == "mine"
+        replaced = run_cli(runner, *args, "--force")
+        assert replaced.exit_code == 0, replaced.output
+        assert not (out / "keep.txt").exists()
+        assert_same(read_parts(out), annotate(log).frame)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+
+    def test_worker_that_dies_is_retried(
+        self, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The first write task's worker process exits mid-task (as a killed or crashed
+        worker would); Ray runs the task again and the result is still exact, each row
+        written once."""
+        from ray import cloudpickle
+
+        from grpo_cli.engines import ray_tasks
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
+        marker = tmp_path / "died-once"
+        monkeypatch.setattr(ray_tasks, "PartSink", _dying_sink(str(marker)))
+        log = reward_log(rows=600)
+        write_shards(log, tmp_path / "in", shards=3)
+        out = tmp_path / "out"
+        result = run_cli(
+            runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(out)
+        )
+        assert result.exit_code == 0, result.output
+        assert marker.exists()  # a worker did die
+        assert_same(read_parts(out), annotate(log).frame)
+
+
+def _dying_sink(marker: str) -> type:
+    from grpo_cli.engines.ray_tasks import PartSink
+
+    class DyingSink(PartSink):
+        def write(self, blocks: Any, ctx: Any) -> list[bytes]:
+            try:
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return super().write(blocks, ctx)
+            os.close(fd)
+            os._exit(1)  # the worker process dies before writing anything
+
+    return DyingSink
+
+
+class TestRefusals:
+    def test_positional_groups_are_refused(self, runner: CliRunner, tmp_path: Path) -> None:
+        result = run_cli(
+            runner, "compute", "x.parquet", "--backend", "ray", "--group-size", "4", "-o", "out"
+        )
+        assert result.exit_code == 2
+        assert "--backend ray does not support --group-size" in result.output
+
+    def test_needs_an_output_folder_and_files(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = tmp_path / "in.parquet"
+        reward_log(rows=10).write_parquet(source)
+        no_output = run_cli(runner, "compute", str(source), "--backend", "ray")
+        assert no_output.exit_code == 2
+        assert "give the folder with -o OUT_DIR" in no_output.output
+        stdin = run_cli(runner, "compute", "-", "--backend", "ray", "-o", str(tmp_path / "o"))
+        assert stdin.exit_code == 2
+        assert "reads files, not standard input" in stdin.output
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
+
+    def test_ray_address_needs_backend_ray(self, runner: CliRunner) -> None:
+        result = run_cli(runner, "compute", "x.parquet", "--ray-address", "auto")
+        assert result.exit_code == 2
+        assert "--ray-address is where --backend ray runs" in result.output
+
+    def test_verify_refuses_ray(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = tmp_path / "in.parquet"
+        reward_log(rows=10).write_parquet(source)
+        result = run_cli(runner, "verify", str(source), "--backend", "ray")
+        assert result.exit_code == 2
+        assert "verify reads the log on this machine: it does not take --backend ray" in (
+            result.output
+        )
+
+    def test_unreachable_address(self, tmp_path: Path) -> None:
+        """Nothing listens on the port: exit 4 at once, one line naming the address."""
+        source = tmp_path / "in.parquet"
+        reward_log(rows=10).write_parquet(source)
+        port = _free_port()
+        started = time.monotonic()
+        done = subprocess.run(
+            [str(BIN / "grpo-adv"), "compute", str(source), "--backend", "ray",
+             "--ray-address", f"127.0.0.1:{port}", "-o", str(tmp_path / "out")],
+            capture_output=True, text=True, env=ENV, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert time.monotonic() - started < 60
+        assert done.returncode == 4, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert lines[0].startswith(f"error: cannot reach the Ray cluster at 127.0.0.1:{port}")
+        assert len(lines) == 2 and lines[1].startswith("hint: ")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def head_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Ray cluster started with ``ray start --head --block`` on a free port (without
+    token authentication, so that a plain client attaches), stopped afterwards by stopping
+    that process (``ray stop`` would stop every Ray on the machine)."""
+    port = _free_port()
+    temp = tmp_path_factory.mktemp("ray")
+    env = {**ENV, "RAY_AUTH_MODE": "disabled"}
+    start = [
+        str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+        "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
+    ]  # fmt: skip
+    head = subprocess.Popen(
+        start, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert head.poll() is None, "ray start --head exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "ray start --head did not listen in 120 s"
+                time.sleep(0.5)
+        time.sleep(2)  # the raylet registers after the GCS listens
+        yield f"127.0.0.1:{port}"
+    finally:
+        head.terminate()
+        try:
+            head.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+
+
+def test_attaches_to_a_started_cluster(head_node: str, tmp_path: Path) -> None:
+    """``--ray-address HOST:PORT`` on a cluster started by ``ray start --head``: the same
+    advantages as the Polars engine, and the run summary on stderr."""
+    log = reward_log(rows=500)
+    write_shards(log, tmp_path / "in", shards=3)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
+         "--ray-address", head_node, "-e", "batch_std", "-o", str(out)],
+        capture_output=True, text=True, env={**ENV, "RAY_AUTH_MODE": "disabled"}, timeout=300,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert_same(read_parts(out), annotate(log, estimator="batch_std").frame)
+    assert "500" in done.stderr and f"{out}/ (Parquet parts)" in done.stderr
+    assert "Traceback" not in done.stderr and "WARNING" not in done.stderr

@@ -1,0 +1,34 @@
+"""Without Ray installed, ``--backend ray`` says how to install it (this runs whether or not
+Ray is installed: Ray is hidden from the child process)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+
+
+def test_without_ray_installed(tmp_path: Path) -> None:
+    """Ray missing: the one-line install hint, exit 2, nothing written."""
+    source = tmp_path / "in.parquet"
+    pl.DataFrame({"prompt_id": ["a", "a"], "reward": [1.0, 0.0]}).write_parquet(source)
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "from grpo_cli.cli import main\n"
+        f"sys.argv = ['grpo-adv', 'compute', {str(source)!r}, '--backend', 'ray', "
+        f"'-o', {str(tmp_path / 'out')!r}]\n"
+        "main()\n"
+    )
+    env = {**os.environ, "COLUMNS": "200"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: --backend ray needs Ray (with Ray Data), which is not installed",
+        "hint: install it with: pip install 'grpo-adv[ray]'",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
