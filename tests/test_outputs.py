@@ -473,3 +473,42 @@ def test_low_memory_refuses_groups_across_batches(runner: CliRunner, tmp_path: P
     assert result.exit_code == 0, result.stderr
     a = 0.5 / (0.5**0.5 + 1e-8)  # a group (1, 0): mean 0.5, sample std sqrt(0.5)
     assert pl.read_parquet(out)["advantage"].to_list() == pytest.approx([a, -a, 0.0, -a, a])
+
+
+class TestAtomicFolder:
+    """Folders of part files (``--backend ray``) land whole or not at all."""
+
+    def test_a_failure_leaves_what_was_there(self, tmp_path: Path) -> None:
+        from grpo_cli.io import atomic_folder
+
+        target = tmp_path / "out"
+        target.mkdir()
+        (target / "old.parquet").write_text("old")
+        with pytest.raises(RuntimeError), atomic_folder(target) as staged:
+            (staged / "part-0.parquet").write_text("new")
+            raise RuntimeError("the cluster failed")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+        assert sorted(p.name for p in target.iterdir()) == ["old.parquet"]
+
+    def test_success_replaces_the_folder(self, tmp_path: Path) -> None:
+        from grpo_cli.io import atomic_folder
+
+        target = tmp_path / "out"
+        target.mkdir()
+        (target / "old.parquet").write_text("old")
+        with atomic_folder(target) as staged:
+            assert staged.parent == tmp_path and staged.name.startswith(".out.grpo-adv.")
+            (staged / "part-0.parquet").write_text("new")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+        assert sorted(p.name for p in target.iterdir()) == ["part-0.parquet"]
+
+    def test_an_existing_folder_needs_force(self, tmp_path: Path) -> None:
+        from grpo_cli.errors import OutputError
+        from grpo_cli.io import check_output_folder
+
+        (tmp_path / "out").mkdir()
+        with pytest.raises(OutputError, match="already exists"):
+            check_output_folder(tmp_path / "out", force=False)
+        check_output_folder(tmp_path / "out", force=True)
+        with pytest.raises(OutputError, match="refusing to overwrite the input"):
+            check_output_folder(tmp_path, force=True, protected=[tmp_path / "in.parquet"])

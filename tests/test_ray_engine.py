@@ -212,12 +212,17 @@ class TestSameAsPolars:
     def test_text_shards(self, runner: CliRunner, tmp_path: Path, fmt: str) -> None:
         log = reward_log(rows=400)
         write_shards(log, tmp_path / "in", shards=3, fmt=fmt)
-        out = tmp_path / "out"
+        out, groups = tmp_path / "out", tmp_path / "groups"
         result = run_cli(
-            runner, "compute", str(tmp_path / "in" / f"*.{fmt}"), "--backend", "ray", "-o", str(out)
-        )
+            runner, "compute", str(tmp_path / "in" / f"*.{fmt}"), "--backend", "ray",
+            "-o", str(out), "--summary", str(groups),
+        )  # fmt: skip
         assert result.exit_code == 0, result.output
-        assert_same(read_parts(out), annotate(log).frame)
+        expected = annotate(log)
+        assert_same(read_parts(out), expected.frame)
+        table = read_parts_unsorted(groups).sort("prompt_id")
+        assert_frame_equal(table, expected.groups.sort("prompt_id"), rel_tol=1e-12, abs_tol=0)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["groups", "in", "out"]
 
 
 def read_parts_unsorted(folder: Path) -> pl.DataFrame:
@@ -358,15 +363,16 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def head_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def head_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A Ray cluster started with ``ray start --head --block`` on a free port (without
     token authentication, so that a plain client attaches), stopped afterwards by stopping
     that process (``ray stop`` would stop every Ray on the machine)."""
-    port = _free_port()
+    port, client_port = _free_port(), _free_port()
     temp = tmp_path_factory.mktemp("ray")
     env = {**ENV, "RAY_AUTH_MODE": "disabled"}
     start = [
         str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+        f"--ray-client-server-port={client_port}",
         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
     ]  # fmt: skip
     head = subprocess.Popen(
@@ -383,7 +389,7 @@ def head_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 assert time.monotonic() < deadline, "ray start --head did not listen in 120 s"
                 time.sleep(0.5)
         time.sleep(2)  # the raylet registers after the GCS listens
-        yield f"127.0.0.1:{port}"
+        yield {"gcs": f"127.0.0.1:{port}", "client": f"ray://127.0.0.1:{client_port}"}
     finally:
         head.terminate()
         try:
@@ -393,15 +399,19 @@ def head_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             head.wait()
 
 
-def test_attaches_to_a_started_cluster(head_node: str, tmp_path: Path) -> None:
-    """``--ray-address HOST:PORT`` on a cluster started by ``ray start --head``: the same
+@pytest.mark.parametrize("kind", ["gcs", "client"])
+def test_attaches_to_a_started_cluster(
+    head_node: dict[str, str], tmp_path: Path, kind: str
+) -> None:
+    """``--ray-address HOST:PORT`` and ``ray://HOST:PORT`` (Ray Client: the driver's part
+    runs as a task on the cluster) on a cluster started by ``ray start --head``: the same
     advantages as the Polars engine, and the run summary on stderr."""
     log = reward_log(rows=500)
     write_shards(log, tmp_path / "in", shards=3)
     out = tmp_path / "out"
     done = subprocess.run(
         [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
-         "--ray-address", head_node, "-e", "batch_std", "-o", str(out)],
+         "--ray-address", head_node[kind], "-e", "batch_std", "-o", str(out)],
         capture_output=True, text=True, env={**ENV, "RAY_AUTH_MODE": "disabled"}, timeout=300,
         stdin=subprocess.DEVNULL,
     )  # fmt: skip

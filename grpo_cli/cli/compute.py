@@ -128,11 +128,11 @@ def _compute(
     from grpo_cli.engines import ENGINES
 
     options = _check_options(preset, explicit)
-    if summary_path is not None:
+    io = ENGINES[options.backend].io
+    if summary_path is not None and io != "dataset":  # a dataset engine writes a folder
         from grpo_cli.io import table_format
 
         table_format(summary_path)
-    io = ENGINES[options.backend].io
     if io == "file":
         _compute_files(
             sources,

@@ -283,7 +283,8 @@ Output = Annotated[
         "-o",
         metavar="PATH",
         help="Output file, or - for standard output. Default: <stem>.adv.<suffix> beside "
-        "INPUT; standard output when INPUT is -.",
+        "INPUT; standard output when INPUT is -. With --backend ray: a folder of Parquet "
+        "parts (required).",
         show_default=False,
     ),
 ]
@@ -302,7 +303,8 @@ SummaryPath = Annotated[
     typer.Option(
         "--summary",
         metavar="PATH",
-        help="Write the per-group table here (.csv, .parquet, .jsonl, .json or .md).",
+        help="Write the per-group table here (.csv, .parquet, .jsonl, .json or .md; with "
+        "--backend ray, a folder of Parquet parts).",
         show_default=False,
     ),
 ]

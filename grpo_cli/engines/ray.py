@@ -218,10 +218,16 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     """Read, shuffle, (batch statistics), annotate and write: see the module docstring.
     Errors raised on the cluster (a bad value in some file) come back as they were
     raised."""
-    with connected(job.plan.options.ray_address) as ray:
-        _quiet(ray)
+    address = job.plan.options.ray_address
+    with connected(address) as ray:
         try:
-            return _run(ray, job, partitions)
+            if address is not None and address.startswith("ray://"):
+                # Ray Data cannot execute through Ray Client: the driver's part runs as a
+                # task on the cluster (whose nodes see the same paths).
+                remote = ray.remote(num_cpus=0, max_retries=0)(_run_on_cluster)
+                summary: RunSummary = ray.get(remote.remote(job, partitions))
+                return summary
+            return _run_on_cluster(job, partitions)
         except GrpoAdvError:
             raise
         except Exception as exc:
@@ -229,6 +235,13 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
             if cause is not None:
                 raise cause from None
             raise
+
+
+def _run_on_cluster(job: FileJob, partitions: int | None) -> RunSummary:
+    """:func:`_run` in a process attached to the cluster (the CLI's, or a task's)."""
+    ray = import_ray()
+    _quiet(ray)
+    return _run(ray, job, partitions)
 
 
 def _grpo_cause(exc: BaseException) -> GrpoAdvError | None:
