@@ -36,6 +36,7 @@ import re
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -768,15 +769,25 @@ def atomic_writes() -> Iterator[Stage]:
         yield stage
 
 
-def table_format(path: Path) -> str:
-    """The format of a table file, from its suffix (under any compression suffix)."""
+TABLE_FORMATS: Final = (*DATA_FORMATS, "markdown")
+
+
+def table_format(path: Path, requested: str | None = None) -> str:
+    """The format of a table file: ``requested`` (``md`` is markdown), else from the
+    suffix (under any compression suffix); standard output (``-``) is CSV unless
+    requested."""
+    if requested is not None:
+        return normalize_format(requested, allowed=TABLE_FORMATS)
+    if str(path) == "-":
+        return "csv"
     fmt = format_from_suffix(path) or (
         "json" if uncompressed_name(path).suffix.lower() == ".json" else None
     )
     if fmt is None:
         raise OptionsError(
             f"cannot tell the table format of {path}",
-            hint="end the file name with .csv, .parquet, .jsonl, .json or .md",
+            hint="end the file name with .csv, .parquet, .jsonl, .json or .md, or name it "
+            "with --output-format",
         )
     return fmt
 
@@ -788,10 +799,17 @@ def write_table(
     force: bool,
     protected: Sequence[Path] = (),
     stage: Stage | None = None,
+    fmt: str | None = None,
 ) -> str:
-    """Write a (summary) table to ``path``, format from its suffix; returns the format.
-    With ``stage`` (see :func:`atomic_writes`), it lands together with the other outputs."""
-    fmt = table_format(path)
+    """Write a (summary) table to ``path`` (``-``: standard output), in ``fmt`` or the
+    format of its suffix; returns the format. With ``stage`` (see :func:`atomic_writes`),
+    it lands together with the other outputs."""
+    fmt = table_format(path, fmt)
+    if str(path) == "-":
+        sink = sys.stdout.buffer
+        write_frame(frame, sink, fmt)
+        sink.flush()
+        return fmt
     check_output_path(path, force=force, protected=protected)
     (stage or atomic_write)(path, lambda sink: write_frame(frame, sink, fmt))
     return fmt

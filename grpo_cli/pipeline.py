@@ -81,16 +81,23 @@ def resolve(frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any]) -
     )
 
 
-def annotate(frame: pl.DataFrame, preset: str | None = None, **explicit: Any) -> Annotation:
+def annotate(
+    frame: pl.DataFrame, preset: str | None = None, *, replace: bool = False, **explicit: Any
+) -> Annotation:
     """Compute advantages with a preset and explicit options; also the per-group table and
     the run's figures. Groups that span several values of the batch column are refused
-    (see :func:`grpo_cli.summary.check_batch_spans`)."""
+    (see :func:`grpo_cli.summary.check_batch_spans`). ``replace``: input columns named
+    like an added column (a trainer dump's own ``advantage``) are recomputed in place
+    (same position) instead of refused."""
     resolved = resolve(frame, preset, explicit)
     options = resolved.options
-    full, keys = annotate_frame(resolved.frame, options)
+    added = options.added_columns()
+    replaced = [c for c in added if replace and c in resolved.frame.columns]
+    full, keys = annotate_frame(resolved.frame.drop(replaced), options)
     check_batch_spans(full, options, keys)
     output_columns = [c for c in frame.columns if c not in resolved.derived]
-    output = pick_columns(full, [*output_columns, *options.added_columns()])
+    new_columns = [c for c in added if c not in replaced]
+    output = pick_columns(full, [*output_columns, *new_columns])
     return Annotation(output, options, resolved.layout, full, keys, preset)
 
 

@@ -134,7 +134,8 @@ def check_frame(
     if existing:
         raise InputError(
             f"the input already has a column named {existing[0]!r}",
-            hint="name the output column with --advantage-col, or drop the existing column",
+            hint="pass --replace to overwrite it (a trainer's dump logs its own), or name the "
+            "output column with --advantage-col",
         )
     _check_nulls(frame, options, estimator.uses_groups)
     _check_group_size(frame, options)

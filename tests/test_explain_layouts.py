@@ -8,7 +8,7 @@ import inspect
 import json
 import math
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import polars as pl
@@ -77,7 +77,7 @@ def write_trl_folder(tmp_path: Path) -> Path:
 
 
 def compute_rows(
-    frame: pl.DataFrame, preset: str, step: int, index: int, **explicit: object
+    frame: pl.DataFrame, preset: str, step: int, index: int, **explicit: Any
 ) -> pl.DataFrame:
     """The rows ``compute`` annotates for run ``index`` of ``step`` (positional groups)."""
     out = annotate(frame.drop("advantage"), preset, **explicit).frame
@@ -239,7 +239,7 @@ class TestGdpo:
     def test_policies_on_keyed_groups(self, policies: dict[str, object]) -> None:
         """Groups of 1 to 16 responses, ties, a zero-variance group and null rewards."""
         log = hostile_log(with_nulls=True)
-        explicit = {
+        explicit: dict[str, Any] = {
             "reward_cols": ("reward", "format_reward"),
             "reward_weights": WEIGHTS,
             "aggregation": "normalize_then_sum",
@@ -358,6 +358,7 @@ class TestOptions:
         "backend",
         "device",
         "ray_address",
+        "replace",
     }
 
     def test_explain_takes_every_grouping_and_input_option_of_compute(self) -> None:

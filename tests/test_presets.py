@@ -4,6 +4,7 @@ on a log with variable group sizes, singletons, ties, zero-variance groups and n
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -52,7 +53,7 @@ def hostile_log(seed: int = 7, with_nulls: bool = False) -> pl.DataFrame:
     return frame
 
 
-def adv(frame: pl.DataFrame, preset: str, **explicit: object) -> list[float | None]:
+def adv(frame: pl.DataFrame, preset: str, **explicit: Any) -> list[float | None]:
     return annotate(frame, preset, **explicit).frame["advantage"].to_list()
 
 

@@ -35,7 +35,7 @@ app = typer.Typer(
     name="grpo-adv",
     help="Compute, check and explain GRPO group-relative advantages from reward logs.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -53,7 +53,11 @@ def root(
     version: Annotated[
         bool,
         typer.Option(
-            "--version", callback=_version_callback, is_eager=True, help="Print the version."
+            "--version",
+            "-V",
+            callback=_version_callback,
+            is_eager=True,
+            help="Print the version.",
         ),
     ] = False,
 ) -> None:
@@ -140,12 +144,22 @@ def _guarded(command: Callable[..., None]) -> Callable[..., None]:
     return run
 
 
-app.command("compute")(_guarded(compute_cmd))
-app.command("verify")(_guarded(verify_cmd))
-app.command("summarize")(_guarded(summarize_cmd))
-app.command("plot")(_guarded(plot_cmd))
-app.command("explain")(_guarded(explain_cmd))
-app.command("presets")(_guarded(presets_cmd))
+def _register(name: str, command: Callable[..., None]) -> None:
+    """Add ``command`` as ``name``; the main help shows its docstring's whole first line
+    (Click would cut it at 45 characters)."""
+    summary = (command.__doc__ or "").strip().splitlines()[0]
+    app.command(name, short_help=summary)(_guarded(command))
+
+
+for _name, _command in (
+    ("compute", compute_cmd),
+    ("verify", verify_cmd),
+    ("summarize", summarize_cmd),
+    ("plot", plot_cmd),
+    ("explain", explain_cmd),
+    ("presets", presets_cmd),
+):
+    _register(_name, _command)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -157,5 +171,16 @@ def main() -> None:
     and no partial output is left."""
     import signal
 
+    _accept_click_completion_names()
     signal.signal(signal.SIGTERM, _on_sigterm)
     app()
+
+
+def _accept_click_completion_names() -> None:
+    """Click's spelling of the completion variable (``bash_source``, ``zsh_complete``...)
+    as Typer's (``source_bash``, ``complete_zsh``), so both documented forms work."""
+    variable = "_GRPO_ADV_COMPLETE"
+    value = os.environ.get(variable, "")
+    shell, _, action = value.partition("_")
+    if action in ("source", "complete") and shell in ("bash", "zsh", "fish"):
+        os.environ[variable] = f"{action}_{shell}"

@@ -14,6 +14,7 @@ from grpo_cli.cli.outputs import (
     protected_inputs,
     read_input,
     remove_leftovers,
+    sources_or_stdin,
     write_outputs,
 )
 from grpo_cli.cli.params import (
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 @policy_options()
 def compute_cmd(
-    sources: Sources,
+    sources: Sources = None,
     output: Output = None,
     input_format: InputFormat = None,
     output_format: OutputFormat = None,
@@ -58,6 +59,14 @@ def compute_cmd(
     advantage_col: Annotated[
         str, typer.Option("--advantage-col", metavar="COL", help="Name of the output column.")
     ] = "advantage",
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Recompute input columns named like the added ones (a trainer dump's own "
+            "advantage column) in place, instead of refusing.",
+        ),
+    ] = False,
     summary_path: SummaryPath = None,
     out_dir: Annotated[
         Path | None,
@@ -96,9 +105,10 @@ def compute_cmd(
             )
         explicit["backend"] = "partitioned"
     _compute(
-        sources,
+        sources_or_stdin(sources),
         preset,
         explicit,
+        replace=replace,
         output=output,
         out_dir=out_dir,
         input_format=input_format,
@@ -114,6 +124,7 @@ def _compute(
     preset: str | None,
     explicit: dict[str, Any],
     *,
+    replace: bool,
     output: str | None,
     out_dir: Path | None,
     input_format: str | None,
@@ -133,6 +144,11 @@ def _compute(
         from grpo_cli.io import table_format
 
         table_format(summary_path)
+    if replace and io != "frame":
+        raise OptionsError(
+            f"--replace works with the in-memory engines, not --backend {options.backend}",
+            hint="drop the logged column first, or name the new one with --advantage-col",
+        )
     if io == "file":
         _compute_files(
             sources,
@@ -198,7 +214,13 @@ def _compute(
         for path, _ in targets.values():
             if path is not None:
                 check_output_path(path, force=force, protected=protected)
-        if summary_path is not None:
+        summary_to_stdout = summary_path is not None and str(summary_path) == "-"
+        if summary_to_stdout and any(path is None for path, _ in targets.values()):
+            raise OptionsError(
+                "--summary - and the annotated output both go to standard output",
+                hint="write the annotated log to a file with -o",
+            )
+        if summary_path is not None and not summary_to_stdout:
             if any(
                 path is not None and summary_path.resolve() == path.resolve()
                 for path, _ in targets.values()
@@ -208,10 +230,12 @@ def _compute(
                 )
             check_output_path(summary_path, force=force, protected=protected)
         remove_leftovers(
-            console, [path for path, _ in targets.values()] + [summary_path], quiet=quiet
+            console,
+            [path for path, _ in targets.values()] + [None if summary_to_stdout else summary_path],
+            quiet=quiet,
         )
         computing = progress.add("computing", total=1)
-        result = annotate(log.frame, preset, **explicit)
+        result = annotate(log.frame, preset, replace=replace, **explicit)
         progress.advance(computing)
         writing = progress.add("writing", total=len(targets))
         with atomic_writes() as stage:  # every output lands, or none

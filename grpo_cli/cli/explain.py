@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.outputs import read_input
+from grpo_cli.cli.outputs import read_input, sources_or_stdin
 from grpo_cli.cli.params import InputFormat, PolicyParams, Preset, Sources, policy_options
 
 
@@ -49,6 +49,6 @@ def explain_cmd(
 
     explicit = {**policy.explicit(), "advantage_col": advantage_col}
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
-    log = read_input(sources, input_format, key_cols)
+    log = read_input(sources_or_stdin(sources), input_format, key_cols)
     explanation = explain_one(log.frame, preset, explicit, group)
     render_explanation(stderr_console(), explanation)

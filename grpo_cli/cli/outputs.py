@@ -101,8 +101,16 @@ def output_targets(
 
     if out_dir is None:
         return {None: output_target(sources, output, output_format, input_format)}
-    if not out_dir.is_dir():
-        raise OutputError(f"--out-dir {out_dir} is not a folder", hint="create it first")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputError(f"--out-dir {out_dir} is not a folder", hint="choose a folder")
+    if not out_dir.exists():
+        try:
+            out_dir.mkdir(parents=True)  # as mkdir -p: a missing folder is created
+        except OSError as exc:
+            raise OutputError(
+                f"cannot create --out-dir {out_dir}: {exc.strerror or exc}",
+                hint="check the parent folder's permissions, or choose another folder",
+            ) from None
     targets: dict[int | None, tuple[Path | None, str]] = {}
     seen: set[Path] = set()
     for index, path in enumerate(paths):
@@ -210,3 +218,15 @@ def refuse_file_engines(backend: str | None, command: str) -> None:
         hint=f"use --backend {' or '.join(able)}; for logs too large for one machine, "
         f"grpo-adv compute --backend {backend} writes the advantages",
     )
+
+
+def sources_or_stdin(sources: list[str] | None) -> list[str]:
+    """The INPUT arguments; none given reads standard input when it is a pipe or a file
+    (as jq and xsv do), and is a usage error at a terminal."""
+    if sources:
+        return sources
+    if sys.stdin is None or sys.stdin.isatty():
+        raise OptionsError(
+            "no INPUT given", hint="give a reward log, or pipe one in: cat log.jsonl | grpo-adv ..."
+        )
+    return ["-"]

@@ -43,13 +43,30 @@ def _choices(title: str, choices: dict[str, str]) -> str:
     return f"{title}: " + "; ".join(f"{name} = {text}" for name, text in choices.items())
 
 
+def _completes(names: Callable[[], Collection[str]]) -> Callable[[str], list[str]]:
+    """Shell completion of an option's value: the names that start with what was typed
+    (``names`` is called only when the shell asks, so ``--help`` imports nothing more)."""
+
+    def complete(incomplete: str) -> list[str]:
+        return [name for name in names() if name.startswith(incomplete)]
+
+    return complete
+
+
+def _data_formats() -> Collection[str]:
+    from grpo_cli.io import DATA_FORMATS
+
+    return DATA_FORMATS
+
+
 Sources = Annotated[
-    list[str],
+    list[str] | None,
     typer.Argument(
         metavar="INPUT...",
         help="Reward log(s): .parquet, .csv, .jsonl/.ndjson or .json files (also gzip, zstd, "
         "bzip2 or xz compressed), folders or globs "
-        "(read as one log); - reads standard input.",
+        "(read as one log); - reads standard input, as does no INPUT when standard input is "
+        "a pipe.",
         show_default=False,
     ),
 ]
@@ -60,6 +77,7 @@ Preset = Annotated[
         metavar="NAME",
         help=f"Reproduce a trainer: {', '.join(PRESETS)} (see grpo-adv presets). "
         "Explicit options override it.",
+        autocompletion=_completes(lambda: PRESETS),
         show_default=False,
     ),
 ]
@@ -70,6 +88,7 @@ InputFormat = Annotated[
         metavar="FORMAT",
         help="Input format: parquet, csv, jsonl or json. Default: from the suffix, "
         "else from the content.",
+        autocompletion=_completes(_data_formats),
         show_default=False,
     ),
 ]
@@ -109,6 +128,7 @@ Aggregation = Annotated[
         "--aggregation",
         metavar="MODE",
         help=_choices("How several rewards combine", AGGREGATIONS),
+        autocompletion=_completes(lambda: AGGREGATIONS),
         show_default=False,
     ),
 ]
@@ -120,6 +140,7 @@ Estimator = Annotated[
         metavar="NAME",
         help="Advantage estimator (default grpo): "
         + "; ".join(f"{e.name} = {e.summary}" for e in ESTIMATORS.values()),
+        autocompletion=_completes(lambda: ESTIMATORS),
         show_default=False,
     ),
 ]
@@ -144,6 +165,7 @@ EpsMode = Annotated[
         "--eps-mode",
         metavar="MODE",
         help=_choices("Where eps goes", EPS_MODES),
+        autocompletion=_completes(lambda: EPS_MODES),
         show_default=False,
     ),
 ]
@@ -153,6 +175,7 @@ Singleton = Annotated[
         "--singleton",
         metavar="POLICY",
         help=_choices("A group with one valid reward", SINGLETON_POLICIES),
+        autocompletion=_completes(lambda: SINGLETON_POLICIES),
         show_default=False,
     ),
 ]
@@ -162,6 +185,7 @@ Nulls = Annotated[
         "--nulls",
         metavar="POLICY",
         help=_choices("Null or NaN rewards", NULL_POLICIES),
+        autocompletion=_completes(lambda: NULL_POLICIES),
         show_default=False,
     ),
 ]
@@ -180,6 +204,7 @@ ClipStage = Annotated[
         "--clip-stage",
         metavar="STAGE",
         help=_choices("Where --clip applies", CLIP_STAGES),
+        autocompletion=_completes(lambda: CLIP_STAGES),
         show_default=False,
     ),
 ]
@@ -254,6 +279,7 @@ Backend = Annotated[
         "--backend",
         metavar="NAME",
         help=_choices("Where the arithmetic runs", BACKENDS),
+        autocompletion=_completes(lambda: BACKENDS),
         show_default=False,
     ),
 ]
@@ -263,6 +289,7 @@ Device = Annotated[
         "--device",
         metavar="DEVICE",
         help=_choices("The torch device", DEVICES),
+        autocompletion=_completes(lambda: DEVICES),
         show_default=False,
     ),
 ]
@@ -295,6 +322,7 @@ OutputFormat = Annotated[
         metavar="FORMAT",
         help="Output format: parquet, csv, jsonl or json. Default: from -o's suffix, "
         "else the input's format.",
+        autocompletion=_completes(_data_formats),
         show_default=False,
     ),
 ]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.outputs import protected_inputs, remove_leftovers
+from grpo_cli.cli.outputs import protected_inputs, remove_leftovers, sources_or_stdin
 from grpo_cli.cli.params import (
     By,
     Force,
@@ -53,6 +53,7 @@ def plot_cmd(
     from grpo_cli.io import check_output_path
     from grpo_cli.plot import check_plot_path, write_dashboard
 
+    sources = sources_or_stdin(sources)
     fmt = check_plot_path(output)
     check_output_path(output, force=force, protected=protected_inputs(sources))
     explicit = {**report_params.explicit(), "advantage_col": advantage_col}

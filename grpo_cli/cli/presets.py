@@ -13,7 +13,9 @@ def presets_cmd(
     output_format: Annotated[
         str,
         typer.Option(
-            "--format", metavar="FORMAT", help="table (the terminal) or markdown (for docs)."
+            "--format",
+            metavar="FORMAT",
+            help="table (the terminal), markdown (for docs), json (one array of objects) or csv.",
         ),
     ] = "table",
 ) -> None:
@@ -21,13 +23,17 @@ def presets_cmd(
     from grpo_cli.presets import presets_frame
     from grpo_cli.render import render_presets
 
-    if output_format == "markdown":
-        from grpo_cli.io import frame_to_markdown
-
-        typer.echo(frame_to_markdown(presets_frame()), nl=False)
-    elif output_format == "table":
+    if output_format == "table":
         from rich.console import Console
 
         render_presets(Console(soft_wrap=False))
-    else:
-        raise OptionsError(f"unknown --format {output_format!r}", hint="choose table or markdown")
+        return
+    if output_format not in ("markdown", "md", "json", "csv"):
+        raise OptionsError(
+            f"unknown --format {output_format!r}", hint="choose table, markdown, json or csv"
+        )
+    from pathlib import Path
+
+    from grpo_cli.io import write_table
+
+    write_table(presets_frame(), Path("-"), force=False, fmt=output_format)

@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from grpo_cli.cli.outputs import protected_inputs, read_input, remove_leftovers
+from grpo_cli.cli.outputs import (
+    protected_inputs,
+    read_input,
+    remove_leftovers,
+    sources_or_stdin,
+)
 from grpo_cli.cli.params import (
     By,
     Force,
@@ -25,15 +30,25 @@ if TYPE_CHECKING:
 
 @report_options()
 def summarize_cmd(
-    sources: Sources,
+    sources: Sources = None,
     output: Annotated[
         Path | None,
         typer.Option(
             "--output",
             "-o",
             metavar="PATH",
-            help="Write the --level table; format from the suffix: .csv, .parquet, .json, "
-            ".jsonl or .md.",
+            help="Write the --level table (- for standard output); format from the suffix: "
+            ".csv, .parquet, .json, .jsonl or .md, or --output-format.",
+            show_default=False,
+        ),
+    ] = None,
+    output_format: Annotated[
+        str | None,
+        typer.Option(
+            "--output-format",
+            metavar="FORMAT",
+            help="Format of the -o table: csv, parquet, jsonl, json or md. Default: from "
+            "-o's suffix; csv for standard output.",
             show_default=False,
         ),
     ] = None,
@@ -72,22 +87,32 @@ def summarize_cmd(
     """
     from grpo_cli.render import print_warning, render_report, stderr_console
 
+    sources = sources_or_stdin(sources)
     explicit = {**report_params.explicit(), "advantage_col": advantage_col}
+    to_stdout = output is not None and str(output) == "-"
+    if output is not None:
+        from grpo_cli.io import table_format
+
+        table_format(output, output_format)  # before any input is read
     report = report_for(sources, preset, explicit, input_format, by)
     chosen = level or ("step" if report.by else "overall")
     table = report.table(chosen)
     if output is not None:
         from grpo_cli.io import write_table
 
-        remove_leftovers(stderr_console(), [output], quiet=quiet)
-        write_table(table, output, force=force, protected=protected_inputs(sources))
+        if not to_stdout:
+            remove_leftovers(stderr_console(), [output], quiet=quiet)
+        write_table(
+            table, output, force=force, protected=protected_inputs(sources), fmt=output_format
+        )
     if not quiet:
         console = stderr_console()
         for warning in report.warnings:
             print_warning(console, warning)
         render_report(console, report, rows=rows)
         if output is not None:
-            console.print(f"{chosen} table ({table.height:,} rows) written to {output}")
+            where = "standard output" if to_stdout else str(output)
+            console.print(f"{chosen} table ({table.height:,} rows) written to {where}")
 
 
 def report_for(

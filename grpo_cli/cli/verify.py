@@ -6,14 +6,14 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.outputs import read_input, refuse_file_engines
+from grpo_cli.cli.outputs import read_input, refuse_file_engines, sources_or_stdin
 from grpo_cli.cli.params import InputFormat, PolicyParams, Preset, Quiet, Sources, policy_options
 from grpo_cli.errors import EXIT_DIFFERENT
 
 
 @policy_options()
 def verify_cmd(
-    sources: Sources,
+    sources: Sources = None,
     preset: Preset = None,
     advantage_col: Annotated[
         str,
@@ -44,6 +44,7 @@ def verify_cmd(
     from grpo_cli.render import print_warning, render_verify_report, stderr_console
     from grpo_cli.verify import verify_advantages
 
+    sources = sources_or_stdin(sources)
     explicit = policy.explicit()
     refuse_file_engines(explicit.get("backend"), "verify")
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))

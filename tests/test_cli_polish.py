@@ -1,0 +1,170 @@
+"""Daily polish: shell completion, the version flag, whole command summaries in the main
+help, recomputing over a dump's own advantage column (--replace), and pipes both ways."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from grpo_cli import __version__
+from grpo_cli.cli import app
+
+GRPO_ADV = str(Path(sys.executable).with_name("grpo-adv"))
+
+
+def complete(line: str) -> list[str]:
+    """What bash completion offers for the last word of ``line``."""
+    words = line.split(" ")
+    env = {
+        **os.environ,
+        "_GRPO_ADV_COMPLETE": "complete_bash",
+        "COMP_WORDS": line,
+        "COMP_CWORD": str(len(words) - 1),
+    }
+    done = subprocess.run([GRPO_ADV], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+class TestCompletion:
+    def test_preset_names(self) -> None:
+        assert complete("grpo-adv compute log.parquet --preset trl") == [
+            "trl", "trl-batch", "trl-none", "trl-gdpo",
+        ]  # fmt: skip
+
+    def test_estimator_backend_and_format_names(self) -> None:
+        assert complete("grpo-adv compute x -e rl") == ["rloo"]
+        assert complete("grpo-adv verify x --backend p") == ["polars", "partitioned"]
+        assert complete("grpo-adv compute x --format j") == ["jsonl", "json"]
+        assert complete("grpo-adv compute x --singleton v") == ["verl"]
+
+    def test_commands_and_scripts(self) -> None:
+        assert complete("grpo-adv ex") == ["explain"]
+        for spelling in ("source_bash", "bash_source"):  # Typer's and Click's
+            env = {**os.environ, "_GRPO_ADV_COMPLETE": spelling}
+            done = subprocess.run([GRPO_ADV], capture_output=True, text=True, env=env, timeout=60)
+            assert "complete -o default -F _grpo_adv_completion grpo-adv" in done.stdout
+        shown = CliRunner().invoke(app, ["--help"])
+        assert "--install-completion" in shown.output and "--show-completion" in shown.output
+
+
+def test_version_short_flag() -> None:
+    result = CliRunner().invoke(app, ["-V"])
+    assert result.exit_code == 0
+    assert result.output == f"grpo-adv {__version__}\n"
+
+
+def test_main_help_keeps_whole_summaries() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    commands = result.output.split("Commands:")[1]
+    assert "..." not in commands
+    assert "Recompute advantages and compare them with a logged advantage column." in (
+        " ".join(commands.split())
+    )
+
+
+class TestReplace:
+    LOG = pl.DataFrame(
+        {
+            "prompt_id": ["a", "a", "b", "b"],
+            "advantage": [9.0, 9.0, 9.0, 9.0],  # the dump's own, to be recomputed
+            "reward": [1.0, 0.0, 0.5, 0.5],
+        }
+    )
+
+    def test_refused_with_a_hint_that_names_replace(self, tmp_path: Path) -> None:
+        source = tmp_path / "dump.parquet"
+        self.LOG.write_parquet(source)
+        result = CliRunner().invoke(app, ["compute", str(source), "-o", str(tmp_path / "o.csv")])
+        assert result.exit_code == 3
+        assert "hint: pass --replace to overwrite it" in result.output
+        assert not (tmp_path / "o.csv").exists()
+
+    def test_recomputes_in_place(self, tmp_path: Path) -> None:
+        source, out = tmp_path / "dump.parquet", tmp_path / "o.parquet"
+        self.LOG.write_parquet(source)
+        result = CliRunner().invoke(app, ["compute", str(source), "-o", str(out), "--replace"])
+        assert result.exit_code == 0, result.output
+        written = pl.read_parquet(out)
+        assert written.columns == ["prompt_id", "advantage", "reward"]
+        a = 0.5 / (np.sqrt(0.5) + 1e-8)
+        assert written["advantage"].to_list() == pytest.approx([a, -a, 0.0, 0.0], abs=1e-12)
+
+    def test_file_engines_refuse_it(self, tmp_path: Path) -> None:
+        source = tmp_path / "dump.parquet"
+        self.LOG.write_parquet(source)
+        result = CliRunner().invoke(
+            app, ["compute", str(source), "--low-memory", "--replace", "-o", str(tmp_path / "o")]
+        )
+        assert result.exit_code == 2
+        assert "--replace works with the in-memory engines" in result.output
+
+
+class TestPipes:
+    def test_no_input_reads_a_piped_stdin(self) -> None:
+        log = "\n".join(json.dumps({"prompt_id": "a", "reward": r}) for r in (1.0, 0.0, 0.5))
+        result = CliRunner().invoke(app, ["compute", "-q"], input=log + "\n")
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in result.stdout.splitlines()]
+        assert [row["advantage"] for row in rows] == pytest.approx([1.0, -1.0, 0.0], abs=1e-7)
+
+    def test_no_input_at_a_terminal_is_a_usage_error(self) -> None:
+        code = (
+            "import sys; sys.stdin.isatty = lambda: True\n"
+            "from grpo_cli.cli import main\n"
+            "sys.argv = ['grpo-adv', 'summarize']\n"
+            "main()\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert done.returncode == 2
+        assert done.stderr.splitlines()[0] == "error: no INPUT given"
+
+    @pytest.mark.parametrize(
+        ("fmt", "first"),
+        [
+            (None, "step,responses,groups"),
+            ("md", "| step | responses | groups"),
+            ("jsonl", '{"step":1,"responses":145'),
+        ],
+    )
+    def test_summarize_table_to_stdout(self, fmt: str | None, first: str) -> None:
+        args = ["summarize", "sample_data/rewards.parquet", "-o", "-", "-q"]
+        result = CliRunner().invoke(app, args + (["--output-format", fmt] if fmt else []))
+        assert result.exit_code == 0, result.output
+        assert result.stdout.startswith(first)
+        assert len(result.stdout.splitlines()) >= 3
+
+    def test_compute_summary_to_stdout(self, tmp_path: Path) -> None:
+        out = tmp_path / "o.parquet"
+        args = ["compute", "sample_data/rewards.parquet", "-o", str(out), "--summary", "-", "-q"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        table = pl.read_csv(result.stdout.encode())
+        assert table.columns[:3] == ["prompt_id", "size", "n_null"]
+        assert table["size"].sum() == pl.read_parquet(out).height
+        both = CliRunner().invoke(app, [*args[:2], "-o", "-", "--summary", "-"])
+        assert both.exit_code == 2
+        assert "both go to standard output" in both.output
+
+    def test_out_dir_is_created(self, tmp_path: Path) -> None:
+        target = tmp_path / "new" / "folder"
+        args = ["compute", "sample_data/rewards.csv", "--out-dir", str(target), "-q"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert [p.name for p in target.iterdir()] == ["rewards.adv.csv"]
+
+    def test_presets_as_json(self) -> None:
+        result = CliRunner().invoke(app, ["presets", "--format", "json"])
+        assert result.exit_code == 0
+        presets = json.loads(result.stdout)
+        by_name = {p["preset"]: p for p in presets}
+        assert by_name["trl"]["eps"] == "0.0001 (std)" and by_name["verl"]["layout"] == "verl"
+        assert len(presets) == len(by_name) >= 15
