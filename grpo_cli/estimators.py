@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from grpo_cli import formulas
 from grpo_cli.columns import STAT_COUNT, STAT_MEAN, STAT_VAR
-from grpo_cli.errors import OptionsError
 from grpo_cli.formulas import ExplainFn
 
 if TYPE_CHECKING:
@@ -296,14 +295,11 @@ def register_estimator(
 
 
 def get_estimator(name: str) -> Estimator:
-    """The estimator called ``name``; an unknown name lists the valid ones."""
-    try:
-        return ESTIMATORS[name]
-    except KeyError:
-        raise OptionsError(
-            f"unknown estimator {name!r}",
-            hint=f"choose one of: {', '.join(ESTIMATORS)}",
-        ) from None
+    """The estimator called ``name`` (case and separators ignored); an unknown name
+    suggests the closest and lists the valid ones."""
+    from grpo_cli.names import match_name
+
+    return ESTIMATORS[match_name(name, ESTIMATORS, "estimator")]
 
 
 def _zero_if_constant(ctx: EstimatorContext, expr: pl.Expr) -> pl.Expr:

@@ -10,19 +10,39 @@ and each response's advantage is written out with the estimator's formula. The v
 as the advantage is the one ``compute`` writes (the same pipeline), so a test can check the
 filled-in arithmetic against it. Policies that override the formula (null reward, one-reward
 group, zero-variance group, clip) are stated per row.
+
+The group is chosen in one of three ways (exactly one; see :func:`check_choice`):
+
+* ``--group``: its key, one value per key column (see :func:`parse_key`); each value may be
+  the start of its column's value when exactly one group's key starts that way
+  (:func:`select_group`);
+* ``--row N``: the group of the input's row ``N``, counting from 0 in the order read;
+* ``--pick``: ``worst``, the group holding the largest |advantage| ``compute`` writes;
+  ``zero-variance``, the first group (in input order) with two or more valid rewards, all
+  equal; ``singleton``, the first group with exactly one valid reward (see
+  :func:`pick_row`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import polars as pl
 
-from grpo_cli.columns import LOGGED_KEY, POSITION_KEY, REWARD_KEY, UID_GROUP
-from grpo_cli.errors import InputError, OptionsError
-from grpo_cli.formulas import BatchView, Filled, GroupNumbers, fmt, mean_var, norm_text
+from grpo_cli.columns import LOGGED_KEY, POSITION_KEY, PREFIX, REWARD_KEY, ROW_KEY, UID_GROUP
+from grpo_cli.errors import InputError, OptionsError, one_line
+from grpo_cli.formulas import (
+    BatchView,
+    Filled,
+    GroupNumbers,
+    fmt,
+    mean_var,
+    norm_text,
+    signed_sum,
+)
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Keys
 from grpo_cli.rewards import reward_expr
@@ -41,6 +61,16 @@ SHOWN_NAMES: Final = {POSITION_KEY: "group_index", UID_GROUP: "uid"}
 # Options that say where the arithmetic runs, not what it computes: explain always runs
 # it with Polars (it needs the group statistics columns the Polars pipeline leaves).
 NOT_EXPLAINED: Final = ("backend", "device")
+# --pick: the groups explain can find for the user (see the module docstring).
+PICKS: Final = ("worst", "zero-variance", "singleton")
+CHOOSERS: Final = ("--group", "--row", "--pick")
+# At most this many candidates in the error of an ambiguous --group prefix.
+SHOWN_CANDIDATES: Final = 5
+# Shown beside each response when the log has them: the step, and the start of the
+# response's text (the first of these columns the log has), cut to TEXT_WIDTH characters.
+STEP_COL: Final = "step"
+TEXT_COLS: Final = ("completion", "response", "output")
+TEXT_WIDTH: Final = 40
 
 
 @dataclass(frozen=True)
@@ -54,6 +84,9 @@ class ExplainedRow:
     advantage: float | None  # the pipeline's
     policy: str | None
     logged: float | None = None  # the input's own advantage column, if it had one
+    row: int | None = None  # the response's row in the input, from 0
+    step: Any = None  # its step (when the log has a step column)
+    text: str | None = None  # the start of its text (when the log has one, see TEXT_COLS)
 
 
 @dataclass(frozen=True)
@@ -73,23 +106,103 @@ class Explanation:
     rows: tuple[ExplainedRow, ...]
     notes: tuple[str, ...]
     logged: bool = False  # the input had an advantage column (shown beside ours)
+    step_col: str | None = None  # the log's step column, shown per response
+    text_col: str | None = None  # the log's text column, shown cut per response
+    chosen: str | None = None  # how the group was found, when not by its whole key
+
+
+def check_choice(
+    group: str | Sequence[str] | None, row: int | None, pick: str | None
+) -> tuple[str, ...]:
+    """Check that exactly one way of choosing the group is given and that it can work
+    (before any input is read); the ``--group`` values as a tuple (empty without)."""
+    texts = (group,) if isinstance(group, str) else tuple(group or ())
+    given = [
+        flag
+        for flag, value in zip(CHOOSERS, (texts, row, pick), strict=True)
+        if value not in ((), None)
+    ]
+    example = "e.g. --group p007, --row 0 or --pick worst"
+    if not given:
+        raise OptionsError(
+            "explain needs a group: give --group KEY, --row N or --pick WHICH", hint=example
+        )
+    if len(given) > 1:
+        raise OptionsError(
+            f"{' and '.join(given)} both choose the group: give only one of --group, --row, --pick",
+            hint=example,
+        )
+    if row is not None and row < 0:
+        raise OptionsError(
+            f"--row {row} is not a row number: rows are numbered from 0",
+            hint="give --row 0 for the first row of the log",
+        )
+    if pick is not None and pick not in PICKS:
+        raise OptionsError(f"unknown --pick {pick!r}", hint=f"choose one of {', '.join(PICKS)}")
+    return texts
 
 
 def parse_key(
-    text: str, group_cols: tuple[str, ...], names: tuple[str, ...] | None = None
+    text: str | Sequence[str],
+    group_cols: tuple[str, ...],
+    names: tuple[str, ...] | None = None,
 ) -> tuple[str, ...]:
-    """``KEY`` as one value per group column (comma-separated for a composite key);
-    ``names``: the columns as the user knows them (for the message)."""
+    """The ``--group`` value(s) as one value per group column; ``names``: the columns as the
+    user knows them (derived ones differ, see SHOWN_NAMES).
+
+    One ``--group`` of a composite key is split on commas (``1,p015``); repeated ones give
+    one value each, so a value may hold commas (``--group step=1 --group "prompt=a, b"``).
+    Each value is bare (the columns in order) or ``COL=VALUE`` (any order; COL a key
+    column, so a value that starts with ``COL=`` is written ``COL=COL=...``); not both."""
     names = names or group_cols
-    parts = tuple(p.strip() for p in text.split(",")) if len(group_cols) > 1 else (text,)
-    if len(parts) != len(group_cols):
-        plural = "" if len(parts) == 1 else "s"
+    texts = (text,) if isinstance(text, str) else tuple(text)
+    if len(texts) == 1 and len(group_cols) > 1:
+        parts = tuple(p.strip() for p in texts[0].split(","))
+    else:
+        parts = texts
+    columns = {name: i for i, name in enumerate(names)}
+    columns.update({c: i for i, c in enumerate(group_cols) if not c.startswith(PREFIX)})
+    named: dict[int, str] = {}
+    bare: list[str] = []
+    for part in parts:
+        column, equals, value = part.partition("=")
+        if equals and column.strip() in columns:
+            index = columns[column.strip()]
+            if index in named:
+                raise InputError(
+                    f"--group gives {names[index]} twice", hint=_key_form(group_cols, names)
+                )
+            named[index] = value.strip() if len(texts) == 1 and len(group_cols) > 1 else value
+        else:
+            bare.append(part)
+    shown = _given(texts)
+    if named and bare:
         raise InputError(
-            f"--group {text!r} gives {len(parts)} value{plural} for {len(group_cols)} key "
-            f"columns ({', '.join(names)})",
+            f"--group {shown} mixes COL=VALUE and bare values",
+            hint="give every value as COL=VALUE, or all of them bare in the key's column "
+            f"order ({', '.join(names)})",
+        )
+    if named:
+        missing = [name for i, name in enumerate(names) if i not in named]
+        if missing:
+            raise InputError(
+                f"--group {shown} gives no value for {', '.join(missing)}",
+                hint=_key_form(group_cols, names),
+            )
+        return tuple(named[i] for i in range(len(group_cols)))
+    if len(bare) != len(group_cols):
+        plural = "" if len(bare) == 1 else "s"
+        raise InputError(
+            f"--group {shown} gives {len(bare)} value{plural} for {len(group_cols)} key "
+            f"column{'' if len(group_cols) == 1 else 's'} ({', '.join(names)})",
             hint=_key_form(group_cols, names),
         )
-    return parts
+    return tuple(bare)
+
+
+def _given(texts: tuple[str, ...]) -> str:
+    """The ``--group`` values as the user gave them, for a message."""
+    return ", ".join(repr(t) for t in texts)
 
 
 def _key_form(group_cols: tuple[str, ...], names: tuple[str, ...]) -> str:
@@ -99,46 +212,146 @@ def _key_form(group_cols: tuple[str, ...], names: tuple[str, ...]) -> str:
             f"give {form}, GROUP_INDEX counting the runs of --group-size rows within each "
             f"{names[0]} from 0"
         )
-    return f"give one value per column, comma-separated: {form}"
+    if len(names) == 1:
+        return f"give one value: the {names[0]} of the group"
+    repeated = " ".join(f"--group {name}=..." for name in names)
+    return f"give one value per column, comma-separated: {form}; values with commas: {repeated}"
+
+
+def _key_strings(frame: pl.DataFrame, group_cols: tuple[str, ...]) -> pl.Series:
+    """The distinct keys of ``frame`` in order of appearance, as ``--group`` takes them."""
+    return (
+        frame.select(pl.concat_str([pl.col(c).cast(pl.String) for c in group_cols], separator=","))
+        .to_series()
+        .unique(maintain_order=True)
+    )
+
+
+def _listed(keys: pl.Series, group_cols: tuple[str, ...], most: int) -> str:
+    """The first ``most`` of ``keys`` and how many more there are."""
+    separator = "; " if len(group_cols) > 1 else ", "  # composite keys hold commas
+    shown = separator.join("null" if k is None else k for k in keys.head(most).to_list())
+    more = f" (and {keys.len() - most} more)" if keys.len() > most else ""
+    return f"{shown}{more}"
 
 
 def existing_keys(full: pl.DataFrame, group_cols: tuple[str, ...]) -> str:
     """``existing keys: ...``: the first few keys of ``full``, as ``--group`` takes them."""
-    keys = (
-        full.select(pl.concat_str([pl.col(c).cast(pl.String) for c in group_cols], separator=","))
-        .to_series()
-        .unique(maintain_order=True)
-    )
-    separator = "; " if len(group_cols) > 1 else ", "  # composite keys hold commas
-    shown = separator.join(keys.head(SHOWN_KEYS).to_list())
-    more = f" (and {keys.len() - SHOWN_KEYS} more)" if keys.len() > SHOWN_KEYS else ""
-    return f"existing keys: {shown}{more}"
+    return f"existing keys: {_listed(_key_strings(full, group_cols), group_cols, SHOWN_KEYS)}"
 
 
 def select_group(
     full: pl.DataFrame,
     group_cols: tuple[str, ...],
-    text: str,
+    text: str | Sequence[str],
     names: tuple[str, ...] | None = None,
 ) -> pl.DataFrame:
-    """The rows of the group whose key reads ``text``; an error lists a few existing keys.
-    ``names``: the key columns as the user knows them (derived ones differ, see
-    SHOWN_NAMES)."""
+    """The rows of the group whose key reads ``text`` (see :func:`parse_key`); failing an
+    exact match, of the one group whose key values start with the values given. An error
+    lists a few existing keys, or the candidates of an ambiguous prefix. ``names``: the key
+    columns as the user knows them (derived ones differ, see SHOWN_NAMES)."""
     names = names or group_cols
+    texts = (text,) if isinstance(text, str) else tuple(text)
     try:
-        values = parse_key(text, group_cols, names)
+        values = parse_key(texts, group_cols, names)
     except InputError as exc:
         exc.hint = f"{exc.hint}; {existing_keys(full, group_cols)}"
         raise
-    match = pl.all_horizontal(
-        pl.col(c).cast(pl.String) == v for c, v in zip(group_cols, values, strict=True)
+    strings = [pl.col(c).cast(pl.String) for c in group_cols]
+    exact = full.filter(pl.all_horizontal(s == v for s, v in zip(strings, values, strict=True)))
+    if exact.height:
+        return exact
+    rows = full.filter(
+        pl.all_horizontal(s.str.starts_with(v) for s, v in zip(strings, values, strict=True))
     )
-    rows = full.filter(match)
+    candidates = _key_strings(rows, group_cols)
+    if candidates.len() > 1:
+        raise InputError(
+            f"--group {_given(texts)} is the start of {candidates.len()} groups' keys: "
+            f"{_listed(candidates, group_cols, SHOWN_CANDIDATES)}",
+            hint="give more of the key, so that it starts one group's key only (or all of it)",
+        )
     if rows.height == 0:
         raise InputError(
-            f"no group {text!r} in {', '.join(names)}", hint=existing_keys(full, group_cols)
+            f"no group {_given(texts)} in {', '.join(names)}",
+            hint=existing_keys(full, group_cols),
         )
     return rows
+
+
+def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advantage_col: str) -> int:
+    """The position in ``full`` (input order) of the first row of the group ``--pick``
+    names (see the module docstring): ``worst``, the first row whose |advantage| is the
+    largest of the log; else the first row of the first group that is constant
+    (``zero-variance``) or has one valid reward (``singleton``). An error when there is
+    none."""
+    over = list(group_cols)
+    if pick == "worst":
+        size = pl.col(advantage_col).cast(pl.Float64).fill_nan(None).abs()
+        sizes = full.select(size).to_series()
+        largest = sizes.max()
+        if largest is None:
+            raise InputError(
+                "--pick worst finds no advantage: every advantage of the log is null",
+                hint="give --group KEY or --row N",
+            )
+        return int(sizes.arg_max() or 0)
+    reward = pl.col(REWARD_KEY)
+    valid = reward.count().over(over)
+    if pick == "singleton":
+        found = valid == 1
+        missing = "no group has exactly one valid reward"
+    else:
+        found = (valid >= 2) & (reward.min().over(over) == reward.max().over(over))
+        missing = "no group has two or more valid rewards, all equal"
+    hits = full.select(found.fill_null(False)).to_series()
+    if not hits.any():
+        raise InputError(
+            f"--pick {pick} finds no group: {missing}",
+            hint=f"pick another ({', '.join(p for p in PICKS if p != pick)}), or give "
+            "--group KEY or --row N",
+        )
+    return int(hits.arg_true()[0])
+
+
+def _group_at(full: pl.DataFrame, group_cols: tuple[str, ...], position: int) -> pl.DataFrame:
+    """The rows of the group of ``full``'s row at ``position`` (a null key value matches
+    null)."""
+    first = full.row(position, named=True)
+    return full.filter(
+        pl.all_horizontal(
+            pl.col(c).eq_missing(pl.lit(first[c], dtype=full.schema[c])) for c in group_cols
+        )
+    )
+
+
+def _row_of(full: pl.DataFrame, row: int) -> int:
+    """The position in ``full`` of the input's row ``row`` (an error past the last)."""
+    if row >= full.height:
+        plural = "" if full.height == 1 else "s"
+        raise InputError(
+            f"--row {row} is past the end of the log: it has {full.height:,} row{plural}",
+            hint=f"rows are numbered from 0 to {full.height - 1:,}, in the order read"
+            if full.height
+            else "the log is empty",
+        )
+    return row
+
+
+def cut(value: Any, width: int = TEXT_WIDTH) -> str | None:
+    """The start of a response's text, on one line, at most ``width`` characters and an
+    ellipsis (a chat-format response: the contents of its messages)."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = value.get("content", value)
+    elif isinstance(value, list):
+        value = " ".join(
+            str(item.get("content", item)) if isinstance(item, dict) else str(item)
+            for item in value
+        )
+    text = one_line(" ".join(str(value).split()))
+    return text if len(text) <= width else f"{text[:width].rstrip()}…"
 
 
 def explain_group(
@@ -149,11 +362,15 @@ def explain_group(
     logged: pl.Series | None = None,
     key: dict[str, Any] | None = None,
     gdpo: GdpoView | None = None,
+    chosen: str | None = None,
 ) -> Explanation:
     """Explain ``group_rows`` (one group, with REWARD_KEY and the advantage column);
     ``logged``: the advantages the input carried for these rows, shown beside ours;
     ``key``: the group's key as shown (default: its ``group_cols`` values); ``gdpo``: the
-    per-reward values and the batch's ``s`` under ``aggregation=normalize_then_sum``."""
+    per-reward values and the batch's ``s`` under ``aggregation=normalize_then_sum``;
+    ``chosen``: how the group was found. Each response's input row (ROW_KEY), step
+    (STEP_COL, unless it is part of the key) and the start of its text (the first of
+    TEXT_COLS) come along when ``group_rows`` has them."""
     from grpo_cli.estimators import get_estimator
 
     rewards = [_float(v) for v in group_rows[REWARD_KEY].to_list()]
@@ -204,18 +421,27 @@ def explain_group(
     # compute clips the final advantage unless a whitening clipped its input (clip_stage).
     whitened = gdpo is not None or get_estimator(options.estimator).whitens
     clips_final = options.clip is not None and (options.clip_stage == "advantage" or not whitened)
+    if key is None:
+        key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
+    size = group_rows.height
+    numbers = group_rows[ROW_KEY].to_list() if ROW_KEY in group_rows.columns else [None] * size
+    # A step that is part of the key is the same on every row: the heading shows it.
+    step_col = STEP_COL if STEP_COL in group_rows.columns and STEP_COL not in key else None
+    step_values = group_rows[step_col].to_list() if step_col else [None] * size
+    text_col = next((c for c in TEXT_COLS if c in group_rows.columns), None)
+    texts = [cut(v) for v in group_rows[text_col].to_list()] if text_col else [None] * size
     rows = []
-    for reward, advantage, was, (formula, value) in zip(
-        rewards, advantages, logged_values, formulas, strict=True
+    for reward, advantage, was, (formula, value), number, step, text in zip(
+        rewards, advantages, logged_values, formulas, numbers, step_values, texts, strict=True
     ):
         policy = _policy(reward, n, constant, options)
         if policy is None and value is not None and clips_final and options.clip is not None:
             lo, hi = options.clip
             if value < lo or value > hi:
                 policy = f"clipped to [{fmt(lo)}, {fmt(hi)}]"
-        rows.append(ExplainedRow(reward, formula, value, advantage, policy, was))
-    if key is None:
-        key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
+        rows.append(
+            ExplainedRow(reward, formula, value, advantage, policy, was, number, step, text)
+        )
     return Explanation(
         key=key,
         options=options,
@@ -230,6 +456,9 @@ def explain_group(
         rows=tuple(rows),
         notes=tuple(notes),
         logged=logged is not None,
+        step_col=step_col,
+        text_col=text_col,
+        chosen=chosen,
     )
 
 
@@ -245,7 +474,7 @@ def _steps(
 ) -> tuple[str, ...]:
     if n == 0:
         return ("no valid reward in this group",)
-    shown = " + ".join(fmt(r) for r in valid) if n <= 16 else f"... ({n} values)"
+    shown = signed_sum(valid) if n <= 16 else f"... ({n} values)"
     lines = [f"n = {n} valid rewards", f"mean = ({shown}) / {n} = {fmt(mean)}"]
     if var is None:
         lines.append(f"std (ddof={ddof}) is undefined with n = {n}")
@@ -439,17 +668,24 @@ def _policy(r: float | None, n: int, constant: bool, options: AdvantageOptions) 
 
 
 def explain_one(
-    frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any], key: str
+    frame: pl.DataFrame,
+    preset: str | None,
+    explicit: dict[str, Any],
+    key: str | Sequence[str] | None = None,
+    *,
+    row: int | None = None,
+    pick: str | None = None,
 ) -> Explanation:
-    """Compute the log as ``compute`` would (preset, layout, options), then explain the
-    group whose key reads ``key``.
+    """Compute the log as ``compute`` would (preset, layout, options), then explain one
+    group: the one whose key reads ``key``, the one of input row ``row`` (from 0), or the
+    one ``pick`` names (exactly one of the three; see the module docstring).
 
-    ``key`` gives one value per group column, comma-separated. Positional groups
-    (``group_size``) are keyed ``BATCH,GROUP_INDEX`` (``step,group_index`` for a TRL log):
-    GROUP_INDEX counts the runs of group_size rows within the batch value from 0; without
-    a batch column, the key is GROUP_INDEX alone. A verl dump's uid-derived key column
-    (the uid without its session and index parts) is named ``uid``. ``backend`` and
-    ``device`` are ignored: explain computes with Polars.
+    ``key`` gives one value per group column (see :func:`parse_key`), or the start of one
+    group's key values. Positional groups (``group_size``) are keyed ``BATCH,GROUP_INDEX``
+    (``step,group_index`` for a TRL log): GROUP_INDEX counts the runs of group_size rows
+    within the batch value from 0; without a batch column, the key is GROUP_INDEX alone. A
+    verl dump's uid-derived key column (the uid without its session and index parts) is
+    named ``uid``. ``backend`` and ``device`` are ignored: explain computes with Polars.
     """
     from grpo_cli.compute import annotate_frame
     from grpo_cli.estimators import get_estimator
@@ -457,6 +693,7 @@ def explain_one(
     from grpo_cli.presets import merge_options
     from grpo_cli.summary import check_batch_spans
 
+    texts = check_choice(key, row, pick)
     explicit = {k: v for k, v in explicit.items() if k not in NOT_EXPLAINED}
     estimator = get_estimator(merge_options(preset, explicit).get("estimator", "grpo"))
     if estimator.unit == "step":
@@ -477,8 +714,22 @@ def explain_one(
         source = source.with_columns(frame[column].alias(LOGGED_KEY))
     full, keys = annotate_frame(source, options)
     check_batch_spans(full, options, keys)  # what compute refuses, explain refuses
+    full = full.with_row_index(ROW_KEY)  # the engines keep the input's row order
     names = tuple(SHOWN_NAMES.get(c, c) for c in keys.exact)
-    rows = select_group(full, keys.exact, key, names)
+    chosen = None
+    if texts:
+        rows = select_group(full, keys.exact, texts, names)
+        shown_key = _key_strings(rows, keys.exact).item()
+        if shown_key != ",".join(parse_key(texts, keys.exact, names)):
+            chosen = f"--group {_given(texts)}: the only group whose key starts that way"
+    elif row is not None:
+        rows = _group_at(full, keys.exact, _row_of(full, row))
+        chosen = f"--row {row}: the group of input row {row}"
+    else:
+        assert pick is not None
+        position = pick_row(full, keys.exact, pick, options.advantage_col)
+        rows = _group_at(full, keys.exact, position)
+        chosen = _picked(pick, full.row(position, named=True), options.advantage_col)
     batch = None
     if get_estimator(options.estimator).scope == "batch":
         batch = _batch_view(full, rows, keys.batch, options)
@@ -488,7 +739,19 @@ def explain_one(
     summary = get_estimator(options.estimator).summary
     logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
     shown = {name: rows[c][0] for c, name in zip(keys.exact, names, strict=True)}
-    return explain_group(rows, options, summary, batch, logged, shown, gdpo)
+    return explain_group(rows, options, summary, batch, logged, shown, gdpo, chosen)
+
+
+def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> str:
+    """How ``--pick`` found the group, ``first`` being the row it found."""
+    if pick == "worst":
+        return (
+            f"--pick worst: input row {first[ROW_KEY]} has the largest |advantage| of the "
+            f"log ({fmt(first[advantage_col])})"
+        )
+    if pick == "singleton":
+        return "--pick singleton: the first group with exactly one valid reward"
+    return "--pick zero-variance: the first group whose valid rewards (two or more) are equal"
 
 
 def _batch_members(

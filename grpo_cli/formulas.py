@@ -67,6 +67,20 @@ def fmt(x: float | None) -> str:
     return f"{x:.6g}"
 
 
+def signed_sum(values: list[float]) -> str:
+    """``values`` written as a sum, a negative term with its minus sign as the operator:
+    ``[1, -1.5, 2]`` -> ``1 - 1.5 + 2`` (never ``1 + -1.5``)."""
+    parts: list[str] = []
+    for x in values:
+        if not parts:
+            parts.append(fmt(x))
+        elif math.copysign(1.0, x) < 0:
+            parts.append(f"- {fmt(-x)}")
+        else:
+            parts.append(f"+ {fmt(x)}")
+    return " ".join(parts)
+
+
 def mean_var(values: list[float], ddof: int) -> tuple[float, float | None]:
     """Mean and variance with ``ddof`` (None with too few values) of non-empty ``values``."""
     m = math.fsum(values) / len(values)

@@ -201,19 +201,23 @@ class AdvantageOptions:
             )
 
     def _check_choices(self) -> None:
-        for value, choices, flag in (
-            (self.singleton, SINGLETON_POLICIES, "--singleton"),
-            (self.nulls, NULL_POLICIES, "--nulls"),
-            (self.eps_mode, EPS_MODES, "--eps-mode"),
-            (self.aggregation, AGGREGATIONS, "--aggregation"),
-            (self.clip_stage, CLIP_STAGES, "--clip-stage"),
-            (self.backend, BACKENDS, "--backend"),
-            (self.device, DEVICES, "--device"),
+        """Every named choice spelled as the registry does (case and separators ignored:
+        ``-e RLOO`` is rloo); an unknown one suggests the closest."""
+        from grpo_cli.estimators import ESTIMATORS
+        from grpo_cli.names import match_name
+
+        for field, choices, what in (
+            ("singleton", SINGLETON_POLICIES, "--singleton value"),
+            ("nulls", NULL_POLICIES, "--nulls value"),
+            ("eps_mode", EPS_MODES, "--eps-mode value"),
+            ("aggregation", AGGREGATIONS, "--aggregation value"),
+            ("clip_stage", CLIP_STAGES, "--clip-stage value"),
+            ("backend", BACKENDS, "--backend value"),
+            ("device", DEVICES, "--device value"),
+            ("estimator", ESTIMATORS, "estimator"),
         ):
-            if value not in choices:
-                raise OptionsError(
-                    f"unknown {flag} value {value!r}", hint=f"choose one of: {', '.join(choices)}"
-                )
+            value = match_name(getattr(self, field), choices, what)
+            object.__setattr__(self, field, value)
         if self.ray_address is not None and self.backend != "ray":
             raise OptionsError(
                 "--ray-address is where --backend ray runs", hint="add --backend ray, or drop it"

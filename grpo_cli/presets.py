@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from grpo_cli.errors import OptionsError
-
 if TYPE_CHECKING:
     import polars as pl
 
@@ -234,14 +232,12 @@ PRESETS: Final[dict[str, Preset]] = {
 
 
 def get_preset(name: str) -> Preset:
-    """The preset called ``name``; an unknown name lists the valid ones."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise OptionsError(
-            f"unknown preset {name!r}",
-            hint=f"choose one of: {', '.join(PRESETS)} (grpo-adv presets shows them)",
-        ) from None
+    """The preset called ``name`` (case and separators ignored: ``TRL``, ``verl_rloo``);
+    an unknown name suggests the closest and lists the valid ones."""
+    from grpo_cli.names import match_name
+
+    see = " (grpo-adv presets shows them)"
+    return PRESETS[match_name(name, PRESETS, "preset", see=see)]
 
 
 def merge_options(preset: str | None, explicit: dict[str, Any]) -> dict[str, Any]:

@@ -593,10 +593,14 @@ def _value(value: object) -> str:
 
 def render_explanation(console: Console, e: Explanation) -> None:
     """One group, the formula filled in for every response (a table that fits the console,
-    its formulas wrapped on whitespace, the ``#`` column repeated if it must be split)."""
+    its formulas and texts wrapped on whitespace, the ``row`` column repeated if it must be
+    split): each response's input row, its step and the start of its text when the log
+    has them."""
     o = e.options
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
     console.print(f"[bold]group {_escape(key)}[/]: {e.size} responses", emoji=False)
+    if e.chosen:
+        console.print(f"  {_escape(e.chosen)}", emoji=False)
     console.print(
         f"estimator {o.estimator}: {_escape(e.estimator_summary)}  "
         f"(ddof={o.ddof}, eps={o.eps:g}, eps_mode={o.eps_mode}, singleton={o.singleton}, "
@@ -609,14 +613,19 @@ def render_explanation(console: Console, e: Explanation) -> None:
         console.print(f"  [bold]{_escape(e.formula)}[/]", emoji=False)
     for note in e.notes:
         console.print(f"  [yellow]note:[/] {_escape(note)}", emoji=False)
-    columns = [
-        TableColumn("#", justify="right"),
+    numbered = any(row.row is not None for row in e.rows)  # else: within the group
+    columns = [TableColumn("row" if numbered else "#", justify="right")]
+    if e.step_col:
+        columns.append(TableColumn(e.step_col, justify="right"))
+    columns += [
         TableColumn("reward", justify="right"),
         TableColumn("with the numbers", wrap=True),
         TableColumn("advantage", justify="right", style="bold"),
     ]
     if e.logged:
         columns.append(TableColumn("logged", justify="right"))
+    if e.text_col:
+        columns.append(TableColumn(e.text_col, wrap=True))
     rows: list[list[str]] = []
     for i, row in enumerate(e.rows):
         formula = row.formula
@@ -624,8 +633,13 @@ def render_explanation(console: Console, e: Explanation) -> None:
             formula = f"{formula} = {row.value:.6g}"
         if row.policy is not None:
             formula = f"{formula}  [{row.policy}]" if row.formula != "-" else row.policy
-        cells = [str(i), _num(row.reward, 6), _escape(formula), _num(row.advantage, 6)]
+        cells = [str(row.row if numbered else i)]
+        if e.step_col:
+            cells.append("-" if row.step is None else _escape(str(row.step)))
+        cells += [_num(row.reward, 6), _escape(formula), _num(row.advantage, 6)]
         if e.logged:
             cells.append(_num(row.logged, 6))
+        if e.text_col:
+            cells.append("-" if row.text is None else _escape(row.text))
         rows.append(cells)
     print_table(console, columns, rows, keys=1)

@@ -246,8 +246,9 @@ def test_errors_say_one_line_and_a_hint(
             ["compute", csv, "--estimator", "ppo"],
             None,
             2,
-            "error: unknown estimator 'ppo'\nhint: choose one of: grpo, dr_grpo, batch_std, rloo, "
-            "reinforce_pp_baseline, reinforce_pp, opo, gpg, grpo_passk, remax, process\n",
+            "error: unknown estimator 'ppo'\nhint: did you mean opo? (choose one of: grpo, "
+            "dr_grpo, batch_std, rloo, reinforce_pp_baseline, reinforce_pp, opo, gpg, "
+            "grpo_passk, remax, process)\n",
         ),
         (
             ["compute", csv, "--format", "xlsx"],

@@ -80,7 +80,7 @@ def test_the_blocks_stand_where_the_commands_put_them() -> None:
     assert verify[6 : 6 + len(policy)] == policy
     explain = _own(explain_cmd)
     engine = ("backend", "device", "ray_address")
-    assert explain[4 : 4 + len(policy) - 3] == [n for n in policy if n not in engine]
+    assert explain[6 : 6 + len(policy) - 3] == [n for n in policy if n not in engine]
     assert _own(summarize_cmd)[8 : 8 + len(report)] == report
     assert _own(plot_cmd)[5 : 5 + len(report) - 1] == [n for n in report if n != "ddof"]
     for command in (compute_cmd, verify_cmd, explain_cmd, summarize_cmd, plot_cmd):

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from grpo_cli import __version__
 from grpo_cli.cli import app
+from grpo_cli.presets import PRESETS
 
 GRPO_ADV = str(Path(sys.executable).with_name("grpo-adv"))
 
@@ -168,3 +169,70 @@ class TestPipes:
         by_name = {p["preset"]: p for p in presets}
         assert by_name["trl"]["eps"] == "0.0001 (std)" and by_name["verl"]["layout"] == "verl"
         assert len(presets) == len(by_name) >= 15
+
+
+class TestOneErrorStyle:
+    @pytest.mark.parametrize(
+        ("args", "lines"),
+        [
+            (
+                ["compute", "x.csv", "--estimater", "rloo"],
+                [
+                    "error: no such option: --estimater",
+                    "hint: did you mean --estimator? (grpo-adv compute -h lists them)",
+                ],
+            ),
+            (
+                ["compute", "x.csv", "--eps", "abc"],
+                [
+                    "error: invalid value for '--eps': expected a number",
+                    "hint: see grpo-adv compute -h",
+                ],
+            ),
+            (
+                ["computee"],
+                [
+                    "error: no such command 'computee'. Did you mean 'compute'?",
+                    "hint: see grpo-adv -h",
+                ],
+            ),
+            (
+                ["compute", "x.csv", "--preset", "verl_rlooo"],
+                [
+                    "error: unknown preset 'verl_rlooo'",
+                    "hint: did you mean verl-rloo or openrlhf-rloo? (choose one of: "
+                    + ", ".join(PRESETS)
+                    + " (grpo-adv presets shows them))",
+                ],
+            ),
+        ],
+    )
+    def test_usage_errors(self, args: list[str], lines: list[str]) -> None:
+        result = CliRunner().invoke(app, args, env={"COLUMNS": "400"})
+        assert result.exit_code == 2
+        assert result.output.splitlines() == lines
+
+    @pytest.mark.parametrize(
+        ("given", "canonical"),
+        [
+            (["-e", "RLOO"], {"estimator": "rloo"}),
+            (["--preset", "TRL"], {"preset": "trl"}),
+            (["--preset", "verl_rloo"], {"preset": "verl-rloo"}),
+            (["--singleton", "ZERO", "--backend", "Polars"], {}),
+        ],
+    )
+    def test_names_ignore_case_and_separators(
+        self, tmp_path: Path, given: list[str], canonical: dict[str, str]
+    ) -> None:
+        out_given, out_canonical = tmp_path / "a.csv", tmp_path / "b.csv"
+        source = "sample_data/rewards.csv"
+        given = [*given, "--deterministic"]  # bit-for-bit repeatable runs
+        first = CliRunner().invoke(app, ["compute", source, "-o", str(out_given), "-q", *given])
+        assert first.exit_code == 0, first.output
+        flags = [part for key, value in canonical.items() for part in (f"--{key}", value)]
+        flags.append("--deterministic")
+        second = CliRunner().invoke(
+            app, ["compute", source, "-o", str(out_canonical), "-q", *flags]
+        )
+        assert second.exit_code == 0, second.output
+        assert out_given.read_bytes() == out_canonical.read_bytes()

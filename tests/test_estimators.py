@@ -202,7 +202,14 @@ class TestApi:
         with pytest.raises(OptionsError) as info:
             get_estimator("ppo")
         assert info.value.message == "unknown estimator 'ppo'"
-        assert info.value.hint == f"choose one of: {', '.join(ESTIMATORS)}"
+        assert info.value.hint == f"did you mean opo? (choose one of: {', '.join(ESTIMATORS)})"
+        with pytest.raises(OptionsError) as far:
+            get_estimator("xyzzy")
+        assert far.value.hint == f"choose one of: {', '.join(ESTIMATORS)}"
+
+    @pytest.mark.parametrize("typed", ["RLOO", "Rloo", "dr-grpo", "DR_GRPO", "grpo-passk"])
+    def test_names_ignore_case_and_separators(self, typed: str) -> None:
+        assert get_estimator(typed).name == typed.lower().replace("-", "_")
 
     @pytest.mark.parametrize(
         ("overrides", "message"),

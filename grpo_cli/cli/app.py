@@ -4,14 +4,17 @@ SIGTERM. Every command runs inside :func:`_user_errors`, so a command module onl
 from __future__ import annotations
 
 import contextlib
+import difflib
 import errno
 import functools
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated, Any, NoReturn
 
 import typer
+from typer._click import exceptions as click_errors  # Typer vendors Click
+from typer.core import TyperGroup
 
 from grpo_cli import __version__
 from grpo_cli.cli.compute import compute_cmd
@@ -26,12 +29,77 @@ from grpo_cli.errors import (
     EXIT_OK,
     EXIT_OUTPUT,
     EXIT_TERMINATED,
+    EXIT_USAGE,
     GrpoAdvError,
+    OptionsError,
     OutputError,
     Terminated,
 )
 
+
+class _Group(TyperGroup):
+    """The root command group: Click's usage errors (an unknown option, a bad value, a
+    missing argument) in grpo-adv's one style, ``error:`` and ``hint:`` on stderr, exit 2,
+    with "did you mean" for option names."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        given: dict[str, Any] = {
+            "args": args,
+            "prog_name": prog_name,
+            "complete_var": complete_var,
+            "windows_expand_args": windows_expand_args,
+        }
+        if not standalone_mode:
+            return super().main(**given, standalone_mode=False, **extra)
+        try:
+            returned = super().main(**given, standalone_mode=False, **extra)
+        except click_errors.NoArgsIsHelpError as exc:
+            exc.show()  # the help, as Click shows it
+            sys.exit(EXIT_USAGE)
+        except click_errors.UsageError as exc:
+            from grpo_cli.render import print_error, stderr_console
+
+            print_error(stderr_console(), _usage_error(exc))
+            sys.exit(EXIT_USAGE)
+        except typer.Abort:
+            sys.exit(EXIT_INTERRUPTED)
+        sys.exit(returned if isinstance(returned, int) else EXIT_OK)
+
+
+_PLAIN_VALUE_ERRORS = {
+    "Input should be a valid number, unable to parse string as a number": "expected a number",
+    "Input should be a valid integer, unable to parse string as an integer": (
+        "expected a whole number"
+    ),
+}
+
+
+def _usage_error(exc: Any) -> OptionsError:
+    """One line and a hint for a Click usage error."""
+    ctx = getattr(exc, "ctx", None)
+    where = f"{ctx.command_path} -h" if ctx is not None else "grpo-adv -h"
+    if isinstance(exc, click_errors.NoSuchOption):
+        close = difflib.get_close_matches(exc.option_name, exc.possibilities or [], n=1)
+        suggestion = f"did you mean {' or '.join(close)}? " if close else ""
+        return OptionsError(
+            f"no such option: {exc.option_name}", hint=f"{suggestion}({where} lists them)"
+        )
+    message = exc.format_message()
+    for typer_says, we_say in _PLAIN_VALUE_ERRORS.items():
+        message = message.replace(typer_says, we_say)
+    return OptionsError(message[:1].lower() + message[1:], hint=f"see {where}")
+
+
 app = typer.Typer(
+    cls=_Group,
     name="grpo-adv",
     help="Compute, check and explain GRPO group-relative advantages from reward logs.",
     no_args_is_help=True,

@@ -2,30 +2,66 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 
 from grpo_cli.cli.outputs import read_input, sources_or_stdin
 from grpo_cli.cli.params import InputFormat, PolicyParams, Preset, Sources, policy_options
 
+# --pick's choices (grpo_cli.explain.PICKS, which a test keeps equal; not imported here:
+# it imports Polars, and --help must stay fast).
+PICK_HELP: Final = {
+    "worst": "the group holding the largest |advantage| of the log (the first, on a tie)",
+    "zero-variance": "the first group whose valid rewards (two or more) are all equal",
+    "singleton": "the first group with exactly one valid reward",
+}
+
+
+def _complete_pick(incomplete: str) -> list[str]:
+    return [name for name in PICK_HELP if name.startswith(incomplete)]
+
 
 # Where the output goes and how the arithmetic runs change nothing that explain shows.
 @policy_options(exclude={"backend", "device", "ray_address"})
 def explain_cmd(
-    sources: Sources,
+    sources: Sources = None,
     group: Annotated[
-        str,
+        list[str] | None,
         typer.Option(
             "--group",
             metavar="KEY",
-            help="The group's key value (comma-separated for a composite key). Positional "
+            help="The group's key value, or its start when only one group's key starts so. "
+            "A composite key: comma-separated (1,p015), or one --group per column, by name "
+            'when a value holds commas (--group step=1 --group "prompt=a, b"). Positional '
             "groups (--group-size) are keyed BATCH,GROUP_INDEX, e.g. 3,0 for the first run "
             "of G rows of step 3 (GROUP_INDEX alone without a batch column); a verl dump's "
             "by its uid.",
             show_default=False,
         ),
-    ],
+    ] = None,
+    row: Annotated[
+        int | None,
+        typer.Option(
+            "--row",
+            metavar="N",
+            help="Explain the group of input row N, counting from 0 (several inputs: in the "
+            "order read); the table's row column counts the same way.",
+            show_default=False,
+        ),
+    ] = None,
+    pick: Annotated[
+        str | None,
+        typer.Option(
+            "--pick",
+            metavar="WHICH",
+            help="Let explain find the group: "
+            + "; ".join(f"{name} = {text}" for name, text in PICK_HELP.items())
+            + ". Give one of --group, --row, --pick.",
+            autocompletion=_complete_pick,
+            show_default=False,
+        ),
+    ] = None,
     input_format: InputFormat = None,
     preset: Preset = None,
     *,
@@ -42,13 +78,15 @@ def explain_cmd(
     """Show one group's advantages with the formula filled in.
 
     Prints the rewards, n, mean, the std (ddof stated), eps, and each response's
-    advantage as the formula with numbers, for the chosen estimator or preset.
+    advantage as the formula with numbers, for the chosen estimator or preset, beside its
+    input row (and its step and the start of its text, when the log has them).
     """
-    from grpo_cli.explain import explain_one
+    from grpo_cli.explain import check_choice, explain_one
     from grpo_cli.render import render_explanation, stderr_console
 
+    check_choice(group, row, pick)  # before any input is read
     explicit = {**policy.explicit(), "advantage_col": advantage_col}
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     log = read_input(sources_or_stdin(sources), input_format, key_cols)
-    explanation = explain_one(log.frame, preset, explicit, group)
+    explanation = explain_one(log.frame, preset, explicit, group, row=row, pick=pick)
     render_explanation(stderr_console(), explanation)
