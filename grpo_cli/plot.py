@@ -1,9 +1,17 @@
-"""``plot``: a dashboard of a :class:`grpo_cli.report.Report` as PNG, SVG or HTML.
+"""``plot``: a dashboard of a :class:`grpo_cli.report.Report` as PNG, SVG, PDF or HTML.
 
-Four panels: the advantage histogram (annotated logs; else the per-group reward std), the
-reward histogram, and per-step curves: reward mean with its std band and the share of
-zero-std responses (``frac_reward_zero_std``), and the group size min / median / max.
-HTML embeds the SVG and the overall and per-step tables.
+The panels, top to bottom: the advantage histogram (annotated logs; else the per-group
+reward std) beside the reward histogram; then, when the report has a per-step table, full
+width and sharing the step axis: the reward mean with its std band, the share of zero-std
+responses (``frac_reward_zero_std``, on its own axis scaled to its values, so that 0.3% is
+as visible as 30%), and the group size min / median / max. The group-size panel is drawn
+only when group sizes vary (a histogram of them without a per-step table); when every
+group has the same size, the title's second line says that size. Legends sit to the right
+of their axes, never over a line. The title names the inputs and the preset or estimator.
+
+HTML embeds the SVG and the overall and per-step tables, styled to fit the page (fixed
+table layout at the page's width, long names wrapped, a horizontal scroll bar rather than
+an overflowing page when there are many columns).
 
 matplotlib is an optional extra (``pip install 'grpo-adv[plot]'``), imported only here and
 only when a plot is drawn, with the non-interactive Agg backend.
@@ -13,25 +21,105 @@ from __future__ import annotations
 
 import html
 import io
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, Final
 
 from grpo_cli.errors import OptionsError
 from grpo_cli.report import Report
 
-PLOT_FORMATS: Final = {".png": "png", ".svg": "svg", ".html": "html", ".htm": "html"}
+PLOT_FORMATS: Final = {
+    ".png": "png",
+    ".svg": "svg",
+    ".pdf": "pdf",
+    ".html": "html",
+    ".htm": "html",
+}
 INSTALL_HINT: Final = "pip install 'grpo-adv[plot]' (matplotlib)"
+DEFAULT_SUFFIX: Final = ".report.png"
+DPI: Final = 110
+WIDTH_IN: Final = 12.0
+# Panel heights (inches): the histogram row, the reward curve, each smaller curve.
+_HIST_IN: Final = 3.4
+_REWARD_IN: Final = 2.8
+_SMALL_IN: Final = 2.0
+_TITLE_IN: Final = 0.8
+# Legends: outside the axes, to the right of the top corner.
+_LEGEND: Final[dict[str, Any]] = {
+    "loc": "upper left",
+    "bbox_to_anchor": (1.01, 1.0),
+    "borderaxespad": 0.0,
+    "fontsize": 8,
+    "frameon": False,
+}
+_GREEN, _RED, _BLUE, _ORANGE, _BROWN, _PURPLE = (
+    "#55A868",
+    "#C44E52",
+    "#4C72B0",
+    "#DD8452",
+    "#937860",
+    "#8172B2",
+)
+_SAVE_METADATA: Final[dict[str, dict[str, None]]] = {
+    # No creation date: the same report gives the same bytes.
+    "svg": {"Date": None},
+    "pdf": {"CreationDate": None},
+}
 
 
 def check_plot_path(path: Path) -> str:
-    """The dashboard format from the suffix of ``path``."""
+    """The dashboard format (png, svg, pdf or html) from the suffix of ``path``; an
+    OptionsError for any other suffix."""
     fmt = PLOT_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise OptionsError(
             f"cannot tell the plot format of {path}",
-            hint="end the file name with .png, .svg or .html",
+            hint="end the file name with .png, .svg, .pdf or .html",
         )
     return fmt
+
+
+def default_plot_path(sources: Sequence[str]) -> Path:
+    """Where ``plot`` without ``-o`` writes: ``<stem>.report.png`` beside the one input
+    (``runs/r.adv.parquet`` -> ``runs/r.adv.report.png``; a compression suffix goes too:
+    ``r.jsonl.gz`` -> ``r.report.png``; a folder ``runs/logs`` -> ``runs/logs.report.png``).
+    Standard input, a glob or several inputs have no such name: an OptionsError asks for
+    ``-o``."""
+    from grpo_cli.io import uncompressed_name
+
+    if len(sources) != 1 or sources[0] == "-" or not Path(sources[0]).exists():
+        raise OptionsError(
+            "plot needs -o PATH here: the dashboard is named after a single input file",
+            hint="give -o report.png (or .svg, .pdf, .html)",
+        )
+    source = Path(sources[0])
+    if source.is_dir():
+        return source.resolve().with_name(source.resolve().name + DEFAULT_SUFFIX)
+    return source.with_name(uncompressed_name(source).stem + DEFAULT_SUFFIX)
+
+
+def dashboard_title(
+    sources: Sequence[str], *, preset: str | None = None, estimator: str | None = None
+) -> str:
+    """The dashboard's title: the inputs' file names (three at most, then a count) and the
+    preset and/or estimator, e.g. ``grpo-adv: rewards.adv.parquet (preset trl)``; with
+    neither, the default estimator: ``(estimator grpo)``."""
+    names = ["standard input" if s == "-" else (Path(s).name or s) for s in sources]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    run = [f"preset {preset}"] if preset else []
+    if estimator or not preset:
+        run.append(f"estimator {estimator or _default_estimator()}")
+    return f"grpo-adv: {shown} ({', '.join(run)})"
+
+
+def _default_estimator() -> str:
+    """The estimator ``compute`` uses when neither a preset nor ``--estimator`` names one."""
+    from dataclasses import fields
+
+    from grpo_cli.options import AdvantageOptions
+
+    return next(str(f.default) for f in fields(AdvantageOptions) if f.name == "estimator")
 
 
 def _pyplot() -> Any:
@@ -47,79 +135,174 @@ def _pyplot() -> Any:
     return plt
 
 
-def figure(report: Report, title: str = "") -> Any:
-    """The dashboard as a matplotlib Figure."""
-    plt = _pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), constrained_layout=True)
-    fig.suptitle(f"grpo-adv: {title}" if title else "grpo-adv", fontsize=13)
-    ax_adv, ax_reward, ax_steps, ax_sizes = axes.flat
-    if report.advantages is not None and report.advantages.len():
-        ax_adv.hist(report.advantages.to_numpy(), bins=50, color="#4C72B0")
-        ax_adv.set_title(f"advantage ({report.advantages.len():,} responses)")
-        ax_adv.set_xlabel("advantage")
-    else:
-        stds = report.groups["std"].drop_nulls().to_numpy()
-        ax_adv.hist(stds, bins=30, color="#8172B2")
-        ax_adv.set_title(f"group reward std ({len(stds):,} groups; log has no advantage)")
-        ax_adv.set_xlabel("std of the group's rewards")
-    ax_adv.set_ylabel("count")
-    ax_reward.hist(report.rewards.to_numpy(), bins=50, color="#55A868")
-    ax_reward.set_title(f"reward ({report.rewards.len():,} valid)")
-    ax_reward.set_xlabel("reward")
-    ax_reward.set_ylabel("count")
-    if report.by and report.steps.height:
-        steps = report.steps
-        x = list(range(steps.height)) if len(report.by) > 1 else steps[report.by[0]].to_numpy()
-        label = ", ".join(report.by)
-        mean = steps["reward"].to_numpy()
-        std = steps["reward_std"].fill_null(0.0).to_numpy()
-        ax_steps.plot(x, mean, color="#55A868", label="reward (mean)")
-        ax_steps.fill_between(
-            x, mean - std, mean + std, color="#55A868", alpha=0.2, label="± reward_std"
-        )
-        ax_steps.set_xlabel(label)
-        ax_steps.set_ylabel("reward")
-        twin = ax_steps.twinx()
-        twin.plot(
-            x,
-            steps["frac_reward_zero_std"].to_numpy(),
-            color="#C44E52",
-            label="frac_reward_zero_std",
-        )
-        twin.set_ylabel("frac_reward_zero_std", color="#C44E52")
-        twin.set_ylim(0, 1)
-        lines = ax_steps.get_legend_handles_labels()
-        more = twin.get_legend_handles_labels()
-        ax_steps.legend(lines[0] + more[0], lines[1] + more[1], loc="best", fontsize=8)
-        ax_steps.set_title(f"per {label}")
-        for name, color in (
-            ("group_size_max", "#DD8452"),
-            ("group_size_median", "#4C72B0"),
-            ("group_size_min", "#937860"),
-        ):
-            ax_sizes.plot(x, steps[name].to_numpy(), color=color, label=name)
-        if len(report.by) > 1 or steps.schema[report.by[0]].is_integer():
-            from matplotlib.ticker import MaxNLocator
+def sizes_vary(report: Report) -> bool:
+    """Whether the log's groups differ in size (rows per group); the group-size panel is
+    drawn only then."""
+    overall = report.overall
+    if overall.height and {"group_size_min", "group_size_max"} <= set(overall.columns):
+        return bool(overall["group_size_min"][0] != overall["group_size_max"][0])
+    return "size" in report.groups.columns and report.groups["size"].n_unique() > 1
 
-            for ax in (ax_steps, ax_sizes):
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax_sizes.set_xlabel(label)
-        ax_sizes.set_ylabel("responses per group")
-        ax_sizes.set_title(f"group sizes per {label}")
-        ax_sizes.legend(loc="best", fontsize=8)
-    else:
-        sizes = report.groups["size"].to_numpy()
-        ax_steps.axis("off")
-        ax_steps.text(0.5, 0.5, "no per-step column (give --by COL)", ha="center", va="center")
-        ax_sizes.hist(sizes, bins=min(50, max(int(sizes.max()), 1)), color="#4C72B0")
-        ax_sizes.set_title(f"group sizes ({len(sizes):,} groups)")
-        ax_sizes.set_xlabel("responses per group")
-        ax_sizes.set_ylabel("groups")
+
+def figure(report: Report, title: str = "grpo-adv") -> Any:
+    """The dashboard as a matplotlib Figure (see the module docstring for its panels);
+    ``title`` is its first title line, as :func:`dashboard_title` makes it."""
+    plt = _pyplot()
+    per_step = bool(report.by) and report.steps.height > 0
+    vary = sizes_vary(report)
+    rows = [_HIST_IN]
+    if per_step:
+        rows += [_REWARD_IN, _SMALL_IN] + ([_SMALL_IN] if vary else [])
+    elif vary:
+        rows.append(_SMALL_IN)
+    fig = plt.figure(figsize=(WIDTH_IN, sum(rows) + _TITLE_IN), layout="constrained", dpi=DPI)
+    fig.suptitle(f"{title}\n{_overview(report)}", fontsize=12)
+    grid = fig.add_gridspec(len(rows), 2, height_ratios=rows)
+    _histograms(report, fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]))
+    if per_step:
+        _per_step(report, fig, grid, vary)
+    elif vary:
+        _size_histogram(report, fig.add_subplot(grid[1, :]))
     return fig
 
 
-def write_dashboard(report: Report, path: Path, fmt: str, *, title: str = "") -> None:
-    """Draw the dashboard into ``path`` (atomically: nothing is left on failure)."""
+def _overview(report: Report) -> str:
+    """The title's second line: responses, groups and their size(s); a hint when there is
+    no per-step table."""
+    overall = report.overall.row(0, named=True) if report.overall.height else {}
+    responses, groups = overall.get("responses", 0), overall.get("groups", 0)
+    lo, hi = overall.get("group_size_min"), overall.get("group_size_max")
+    if lo is None or hi is None:
+        sizes = ""
+    elif lo == hi:
+        sizes = f", all of size {_num(lo)}"
+    else:
+        sizes = f" of size {_num(lo)} to {_num(hi)}"
+    line = f"{responses:,} responses in {groups:,} groups{sizes}"
+    if not (report.by and report.steps.height):
+        line += "; no per-step column (give --by COL for per-step curves)"
+    return line
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3g}"
+
+
+def _histograms(report: Report, ax_adv: Any, ax_reward: Any) -> None:
+    """The advantage histogram (else the group reward std's) and the reward histogram."""
+    if report.advantages is not None and report.advantages.len():
+        ax_adv.hist(report.advantages.to_numpy(), bins=50, color=_BLUE)
+        ax_adv.set_title(f"advantage ({report.advantages.len():,} responses)")
+        ax_adv.set_xlabel("advantage")
+    else:
+        stds = report.groups["std"].drop_nulls().drop_nans().to_numpy()
+        ax_adv.hist(stds, bins=30, color=_PURPLE)
+        ax_adv.set_title(f"group reward std ({len(stds):,} groups; the log has no advantage)")
+        ax_adv.set_xlabel("std of the group's rewards")
+    ax_adv.set_ylabel("count")
+    ax_reward.hist(report.rewards.to_numpy(), bins=50, color=_GREEN)
+    ax_reward.set_title(f"reward ({report.rewards.len():,} valid)")
+    ax_reward.set_xlabel("reward")
+    ax_reward.set_ylabel("count")
+
+
+def _per_step(report: Report, fig: Any, grid: Any, vary: bool) -> None:
+    """The full-width per-step panels, sharing the step axis (its labels on the lowest)."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    steps = report.steps
+    x = list(range(steps.height)) if len(report.by) > 1 else steps[report.by[0]].to_numpy()
+    label = ", ".join(report.by) + (" (row number)" if len(report.by) > 1 else "")
+    marker = "o" if steps.height <= 60 else None
+    ax_reward = fig.add_subplot(grid[1, :])
+    ax_zero = fig.add_subplot(grid[2, :], sharex=ax_reward)
+    axes = [ax_reward, ax_zero]
+
+    mean = steps["reward"].cast(float).to_numpy()
+    std = steps["reward_std"].cast(float).fill_null(0.0).to_numpy()
+    ax_reward.fill_between(
+        x, mean - std, mean + std, color=_GREEN, alpha=0.2, linewidth=0, label="± reward_std"
+    )
+    ax_reward.plot(x, mean, color=_GREEN, marker=marker, markersize=3, label="reward (mean)")
+    ax_reward.set_ylabel("reward")
+    ax_reward.set_title(f"reward per {', '.join(report.by)}", loc="left", fontsize=10)
+    ax_reward.legend(**_LEGEND)
+
+    zero = steps["frac_reward_zero_std"].cast(float).to_numpy()
+    ax_zero.plot(x, zero, color=_RED, marker=marker, markersize=3, label="frac_reward_zero_std")
+    top = zero_std_top(zero)
+    ax_zero.set_ylim(0.0, top)
+    ax_zero.yaxis.set_major_formatter(FuncFormatter(_percent))
+    ax_zero.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+    finite = [v for v in zero if math.isfinite(v)]
+    peak = max(finite) if finite else 0.0
+    note = f"max {peak:.3g} = {peak * 100:.3g}%" if peak > 0 else "0 at every step"
+    ax_zero.set_title(
+        f"frac_reward_zero_std: share of responses in zero-std groups ({note})",
+        loc="left",
+        fontsize=10,
+    )
+    ax_zero.set_ylabel("share")
+    ax_zero.legend(**_LEGEND)
+
+    if vary:
+        ax_sizes = fig.add_subplot(grid[3, :], sharex=ax_reward)
+        axes.append(ax_sizes)
+        lo = steps["group_size_min"].cast(float).to_numpy()
+        hi = steps["group_size_max"].cast(float).to_numpy()
+        ax_sizes.fill_between(x, lo, hi, color=_BLUE, alpha=0.15, linewidth=0, label="min to max")
+        for name, color in (
+            ("group_size_max", _ORANGE),
+            ("group_size_median", _BLUE),
+            ("group_size_min", _BROWN),
+        ):
+            values = steps[name].cast(float).to_numpy()
+            ax_sizes.plot(x, values, color=color, marker=marker, markersize=3, label=name)
+        ax_sizes.set_ylabel("responses per group")
+        ax_sizes.set_title(f"group sizes per {', '.join(report.by)}", loc="left", fontsize=10)
+        ax_sizes.legend(**_LEGEND)
+
+    for ax in axes[:-1]:
+        ax.tick_params(labelbottom=False)
+    axes[-1].set_xlabel(label)
+    if len(report.by) > 1 or steps.schema[report.by[0]].is_integer():
+        axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in axes:
+        ax.grid(axis="y", color="#dddddd", linewidth=0.6)
+        ax.set_axisbelow(True)
+
+
+def _percent(value: float, _position: object = None) -> str:
+    """A share as a percentage without trailing zeros (0.004 -> 0.4%)."""
+    return f"{value * 100:.3g}%"
+
+
+def zero_std_top(values: Any) -> float:
+    """The top of the ``frac_reward_zero_std`` axis (its bottom is 0): 15% above the
+    largest value, at most 1.05; 0.05 when every value is 0 or missing."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    peak = max(finite, default=0.0)
+    return min(peak * 1.15, 1.05) if peak > 0 else 0.05
+
+
+def _size_histogram(report: Report, ax: Any) -> None:
+    """Histogram of the group sizes (logs without a per-step table)."""
+    from matplotlib.ticker import MaxNLocator
+
+    sizes = report.groups["size"].to_numpy()
+    lo, hi = int(sizes.min()), int(sizes.max())
+    # One bar per size when there are few sizes, else 50 bins.
+    bins: Any = [v - 0.5 for v in range(lo, hi + 2)] if hi - lo <= 60 else 50
+    ax.hist(sizes, bins=bins, color=_BLUE, edgecolor="white", linewidth=0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"group sizes ({len(sizes):,} groups)", loc="left", fontsize=10)
+    ax.set_xlabel("responses per group")
+    ax.set_ylabel("groups")
+
+
+def write_dashboard(report: Report, path: Path, fmt: str, *, title: str = "grpo-adv") -> None:
+    """Draw the dashboard into ``path`` as ``fmt`` (png, svg, pdf or html), atomically:
+    nothing is left on failure."""
     from grpo_cli.io import atomic_write
 
     fig = figure(report, title)
@@ -127,8 +310,8 @@ def write_dashboard(report: Report, path: Path, fmt: str, *, title: str = "") ->
     try:
         if fmt == "html":
             svg = io.StringIO()
-            fig.savefig(svg, format="svg")
-            page = _html_page(report, svg.getvalue(), title)
+            fig.savefig(svg, format="svg", metadata=_SAVE_METADATA["svg"])
+            page = html_page(report, svg.getvalue(), title)
 
             def write(sink: IO[bytes]) -> None:
                 sink.write(page.encode())
@@ -137,20 +320,27 @@ def write_dashboard(report: Report, path: Path, fmt: str, *, title: str = "") ->
         else:
 
             def draw(sink: IO[bytes]) -> None:
-                fig.savefig(sink, format=fmt, dpi=110)
+                fig.savefig(sink, format=fmt, dpi=DPI, metadata=_SAVE_METADATA.get(fmt))
 
             atomic_write(path, draw)
     finally:
         plt.close(fig)
 
 
-def _html_table(frame: Any) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
+def _html_table(frame: Any, css_class: str) -> str:
+    """``frame`` as an HTML table in a horizontally scrolling wrapper; headers may break
+    after their underscores."""
+    head = "".join(f"<th>{html.escape(c).replace('_', '_<wbr>')}</th>" for c in frame.columns)
     rows = []
     for record in frame.iter_rows():
         cells = "".join(f"<td>{html.escape(_cell(v))}</td>" for v in record)
         rows.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    # Below about 6em a column would break its numbers: scroll instead.
+    width = f' style="min-width:{6 * len(frame.columns)}em"' if css_class == "wide" else ""
+    return (
+        f'<div class="table-wrap"><table class="{css_class}"{width}>'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def _cell(value: object) -> str:
@@ -159,16 +349,45 @@ def _cell(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def _html_page(report: Report, svg: str, title: str) -> str:
+PAGE_CSS: Final = """
+body { font-family: sans-serif; margin: 2em auto; max-width: 1400px; padding: 0 1em; }
+svg { max-width: 100%; height: auto; }
+.table-wrap { max-width: 100%; overflow-x: auto; margin-bottom: 1.5em; }
+table { border-collapse: collapse; font-size: 13px; max-width: 100%; }
+table.wide { table-layout: fixed; width: 100%; max-width: none; }
+td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: right;
+         overflow-wrap: anywhere; word-break: break-word; }
+th { background: #f4f4f4; vertical-align: bottom; }
+table.pairs td:first-child { text-align: left; }
+"""
+
+
+def html_page(report: Report, svg: str, title: str) -> str:
+    """The HTML dashboard: ``title``, the SVG figure, the overall metrics (one row per
+    metric) and the per-step table, with :data:`PAGE_CSS` so the tables fit the page."""
+    import polars as pl
+
     svg = svg[svg.find("<svg") :]
-    steps = _html_table(report.steps) if report.by and report.steps.height else ""
+    overall = report.overall
+    pairs = pl.DataFrame(
+        {
+            "metric": overall.columns,
+            "value": [_cell(overall[c][0]) if overall.height else "" for c in overall.columns],
+        }
+    )
+    steps = ""
+    if report.by and report.steps.height:
+        steps = f"<h2>per {html.escape(', '.join(report.by))}</h2>" + _html_table(
+            report.steps, "wide"
+        )
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>grpo-adv: {html.escape(title)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}</style></head>
-<body><h1>grpo-adv: {html.escape(title)}</h1>
+<html><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>{PAGE_CSS}</style></head>
+<body><h1>{html.escape(title)}</h1>
 {svg}
-<h2>overall</h2>{_html_table(report.overall)}
-{"<h2>per " + html.escape(", ".join(report.by)) + "</h2>" + steps if steps else ""}
+<h2>overall</h2>{_html_table(pairs, "pairs")}
+{steps}
 </body></html>
 """

@@ -16,11 +16,16 @@ from grpo_cli.errors import InputError
 from grpo_cli.explain import explain_one, filled
 from tests.conftest import SAMPLE_FILES, make_log
 
-MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<?xml", ".html": b"<!doctype html>"}
+MAGIC = {
+    ".png": b"\x89PNG\r\n\x1a\n",
+    ".svg": b"<?xml",
+    ".pdf": b"%PDF-",
+    ".html": b"<!doctype html>",
+}
 
 
 class TestPlot:
-    @pytest.mark.parametrize("suffix", [".png", ".svg", ".html"])
+    @pytest.mark.parametrize("suffix", [".png", ".svg", ".pdf", ".html"])
     def test_dashboard_file(self, runner: CliRunner, tmp_path: Path, suffix: str) -> None:
         pytest.importorskip("matplotlib")
         annotated = tmp_path / "annotated.parquet"
@@ -35,7 +40,7 @@ class TestPlot:
         assert result.exit_code == 0, result.output
         data = out.read_bytes()
         assert data.startswith(MAGIC[suffix])
-        assert len(data) > 20_000  # four panels, not an empty canvas
+        assert len(data) > 20_000  # five panels, not an empty canvas
         if suffix == ".html":
             text = data.decode()
             assert "<svg" in text and "frac_reward_zero_std" in text
@@ -48,15 +53,16 @@ class TestPlot:
         out = tmp_path / "r.png"
         assert runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)]).exit_code == 0
         width, height = struct.unpack(">II", out.read_bytes()[16:24])
-        assert (width, height) == (1320, 880)  # 12 x 8 inches at 110 dpi
+        assert (width, height) == (1320, 1210)  # five panels: 12 x 11 inches at 110 dpi
 
     def test_bad_suffix(self, runner: CliRunner, tmp_path: Path) -> None:
         result = runner.invoke(
-            app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(tmp_path / "r.pdf")]
+            app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(tmp_path / "r.gif")]
         )
         assert result.exit_code == 2
         assert "cannot tell the plot format" in result.output
-        assert not (tmp_path / "r.pdf").exists()
+        assert ".png, .svg, .pdf or .html" in result.output
+        assert not (tmp_path / "r.gif").exists()
 
     def test_missing_matplotlib_says_how_to_install(
         self, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -1,0 +1,265 @@
+"""`plot`'s dashboard: the panels it draws (checked on the matplotlib Figure), legends off
+the data, the title, PDF output, the HTML page's CSS and the default output path."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from grpo_cli.cli import app
+from grpo_cli.errors import OptionsError
+from grpo_cli.options import AdvantageOptions
+from grpo_cli.plot import (
+    PAGE_CSS,
+    check_plot_path,
+    dashboard_title,
+    default_plot_path,
+    figure,
+    html_page,
+    sizes_vary,
+    zero_std_top,
+)
+from grpo_cli.report import Report, summarize
+from tests.conftest import SAMPLE_FILES
+
+FLAT_SHARE = 4 / 1000  # one flat group of 4 among the 1000 responses of step 3
+
+
+def _even_log(*, with_step: bool = True) -> pl.DataFrame:
+    """5 steps of 250 groups of 4 distinct rewards; in step 3 one group is flat, so
+    frac_reward_zero_std is 0.004 there and 0 elsewhere; every group has size 4."""
+    steps, keys, rewards = [], [], []
+    for step in range(1, 6):
+        for g in range(250):
+            values = [0.5] * 4 if (step == 3 and g == 0) else [0.1, 0.4, 0.6, 0.9 - g / 1000]
+            steps += [step] * 4
+            keys += [f"s{step}g{g}"] * 4
+            rewards += values
+    frame = pl.DataFrame({"step": steps, "prompt_id": keys, "reward": rewards})
+    return frame if with_step else frame.drop("step")
+
+
+def _report(frame: pl.DataFrame) -> Report:
+    return summarize(frame, AdvantageOptions())
+
+
+def _sample_report(*, with_step: bool = True) -> Report:
+    frame = pl.read_parquet(SAMPLE_FILES["parquet"])
+    return _report(frame if with_step else frame.drop("step"))
+
+
+def _titled(fig: Any, text: str) -> list[Any]:
+    return [ax for ax in fig.axes if text in ax.get_title(loc="left") + ax.get_title()]
+
+
+@pytest.fixture
+def plt() -> Any:
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot
+
+    yield matplotlib.pyplot
+    matplotlib.pyplot.close("all")
+
+
+class TestFigure:
+    def test_frac_reward_zero_std_has_its_own_axis_scaled_to_its_values(self, plt: Any) -> None:
+        fig = figure(_report(_even_log()), "t")
+        (ax,) = _titled(fig, "frac_reward_zero_std")
+        (line,) = ax.get_lines()
+        assert list(line.get_ydata()) == pytest.approx([0, 0, FLAT_SHARE, 0, 0])
+        assert ax.get_ylim() == pytest.approx((0.0, FLAT_SHARE * 1.15))  # not (0, 1)
+        assert "max 0.004 = 0.4%" in ax.get_title(loc="left")
+        # its own panel: the reward curve is elsewhere, on its own y scale
+        (reward,) = _titled(fig, "reward per step")
+        assert ax is not reward and reward.get_ylim()[1] > 0.5
+        assert [ln.get_label() for ln in reward.get_lines()] == ["reward (mean)"]
+        assert ax.yaxis.get_major_formatter()(FLAT_SHARE, 0) == "0.4%"
+
+    def test_zero_std_axis_top(self) -> None:
+        assert zero_std_top([0.0, 0.003, None]) == pytest.approx(0.00345)
+        assert zero_std_top([0.0, float("nan")]) == 0.05
+        assert zero_std_top([1.0]) == 1.05
+
+    def test_no_group_size_panel_when_every_group_has_the_same_size(self, plt: Any) -> None:
+        report = _report(_even_log())
+        assert not sizes_vary(report)
+        fig = figure(report, "t")
+        assert len(fig.axes) == 4  # two histograms, reward, frac_reward_zero_std
+        assert _titled(fig, "group sizes") == []
+        assert "1,250 groups, all of size 4" in fig.get_suptitle()
+        flat = figure(_report(_even_log(with_step=False)), "t")
+        assert len(flat.axes) == 2 and _titled(flat, "group sizes") == []
+
+    def test_group_size_panel_when_sizes_vary(self, plt: Any) -> None:
+        report = _sample_report()
+        assert sizes_vary(report)
+        fig = figure(report, "t")
+        assert len(fig.axes) == 5
+        (sizes,) = _titled(fig, "group sizes per step")
+        assert [ln.get_label() for ln in sizes.get_lines()] == [
+            "group_size_max",
+            "group_size_median",
+            "group_size_min",
+        ]
+        assert list(sizes.get_lines()[0].get_ydata()) == [16, 16, 16, 15]
+        assert "64 groups of size 1 to 16" in fig.get_suptitle()
+        # the step axis is shared and labelled once, on the lowest panel
+        assert sizes.get_xlabel() == "step"
+        assert _titled(fig, "reward per step")[0].get_xlabel() == ""
+        no_step = figure(_sample_report(with_step=False), "t")
+        assert len(no_step.axes) == 3
+        (histogram,) = _titled(no_step, "group sizes (64 groups)")
+        assert len(histogram.patches) == 16  # one bar per size, 1 to 16
+        assert "no per-step column" in no_step.get_suptitle()
+
+    @pytest.mark.parametrize("even", [True, False], ids=["even", "sample"])
+    def test_legends_sit_outside_the_axes(self, plt: Any, even: bool) -> None:
+        fig = figure(_report(_even_log()) if even else _sample_report(), "t")
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        legends = [(ax, ax.get_legend()) for ax in fig.axes if ax.get_legend() is not None]
+        assert len(legends) == (2 if even else 3)
+        canvas = fig.bbox
+        for ax, legend in legends:
+            box = legend.get_window_extent(renderer)
+            data = ax.get_window_extent(renderer)
+            assert box.x0 >= data.x1, ax.get_title(loc="left")  # right of the data area
+            assert not box.overlaps(data)
+            for other in fig.axes:  # and over no other panel
+                assert other is ax or not box.overlaps(other.get_window_extent(renderer))
+            assert canvas.x0 <= box.x0 and box.x1 <= canvas.x1  # not cut off
+
+    def test_title_names_inputs_and_preset_or_estimator(self, plt: Any) -> None:
+        assert dashboard_title(["runs/rewards.adv.parquet"], preset="trl") == (
+            "grpo-adv: rewards.adv.parquet (preset trl)"
+        )
+        assert dashboard_title(["a.csv"]) == "grpo-adv: a.csv (estimator grpo)"
+        assert dashboard_title(["a.csv"], estimator="rloo") == "grpo-adv: a.csv (estimator rloo)"
+        assert dashboard_title(["-", "b", "c", "d", "e"], preset="verl", estimator="rloo") == (
+            "grpo-adv: standard input, b, c and 2 more (preset verl, estimator rloo)"
+        )
+        fig = figure(_sample_report(), "grpo-adv: x.parquet (preset trl)")
+        assert fig.get_suptitle().splitlines()[0] == "grpo-adv: x.parquet (preset trl)"
+
+    def test_figure_height_follows_the_panels(self, plt: Any) -> None:
+        sizes = [
+            tuple(figure(report, "t").get_size_inches())
+            for report in (_sample_report(), _report(_even_log()), _sample_report(with_step=False))
+        ]
+        assert sizes == [(12.0, 11.0), (12.0, 9.0), (12.0, 6.2)]
+
+
+class TestFiles:
+    def test_pdf(self, runner: CliRunner, tmp_path: Path, plt: Any) -> None:
+        assert check_plot_path(Path("r.PDF")) == "pdf"
+        out = tmp_path / "report.pdf"
+        result = runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        data = out.read_bytes()
+        assert data.startswith(b"%PDF-") and data.rstrip().endswith(b"%%EOF")
+        assert len(data) > 10_000
+
+    def test_title_threads_the_preset_and_estimator(
+        self, runner: CliRunner, tmp_path: Path, plt: Any
+    ) -> None:
+        log = tmp_path / "rewards.adv.parquet"
+        shutil.copyfile(SAMPLE_FILES["parquet"], log)
+        for extra, title in (
+            (["--preset", "trl"], "grpo-adv: rewards.adv.parquet (preset trl)"),
+            ([], "grpo-adv: rewards.adv.parquet (estimator grpo)"),
+            (["-e", "rloo"], "grpo-adv: rewards.adv.parquet (estimator rloo)"),
+        ):
+            out = tmp_path / "page.html"
+            result = runner.invoke(app, ["plot", str(log), "-o", str(out), "-f", *extra])
+            assert result.exit_code == 0, result.output
+            assert f"<title>{title}</title>" in out.read_text()
+
+    def test_unknown_estimator_is_refused_before_reading(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.png"
+        result = runner.invoke(app, ["plot", "missing.csv", "-o", str(out), "-e", "nope"])
+        assert result.exit_code == 2
+        assert "unknown estimator 'nope'" in result.output and not out.exists()
+
+    def test_html_tables_fit_the_page(self, runner: CliRunner, tmp_path: Path, plt: Any) -> None:
+        out = tmp_path / "report.html"
+        result = runner.invoke(app, ["plot", str(SAMPLE_FILES["parquet"]), "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        page = out.read_text()
+        for rule in (
+            "table-layout: fixed",
+            "max-width: 100%",
+            "overflow-x: auto",
+            "overflow-wrap: anywhere",
+            "svg { max-width: 100%; height: auto; }",
+        ):
+            assert rule in PAGE_CSS and rule in page, rule
+        assert page.count('<div class="table-wrap"><table') == 2  # overall and per step
+        assert '<div class="table-wrap"><table class="pairs"><thead>' in page
+        assert "<th>frac_<wbr>reward_<wbr>zero_<wbr>std</th>" in page  # breaks at "_"
+        # the overall metrics, one row each: 22 of the 570 responses are in zero-std groups
+        assert f"<tr><td>frac_reward_zero_std</td><td>{22 / 570:.6g}</td></tr>" in page
+        steps = _sample_report().steps
+        assert f'<table class="wide" style="min-width:{6 * steps.width}em">' in page
+
+    def test_html_page_without_steps(self) -> None:
+        page = html_page(_sample_report(with_step=False), "<?xml?><svg></svg>", "t & u")
+        assert "<title>t &amp; u</title>" in page and "<svg></svg>" in page
+        assert page.count("<table") == 1 and "<h2>per" not in page
+
+
+class TestDefaultOutput:
+    def test_beside_the_input(self, runner: CliRunner, tmp_path: Path, plt: Any) -> None:
+        log = tmp_path / "rewards.adv.parquet"
+        shutil.copyfile(SAMPLE_FILES["parquet"], log)
+        result = runner.invoke(app, ["plot", str(log)])
+        assert result.exit_code == 0, result.output
+        out = tmp_path / "rewards.adv.report.png"
+        assert out.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+        assert "dashboard written to" in result.output and "rewards.adv.report.png" in result.output
+        again = runner.invoke(app, ["plot", str(log)])
+        assert again.exit_code == 4  # an existing dashboard needs --force
+        assert runner.invoke(app, ["plot", str(log), "-f", "-q"]).exit_code == 0
+
+    def test_names(self, tmp_path: Path) -> None:
+        gz = tmp_path / "r.jsonl.gz"
+        with gzip.open(gz, "wb") as sink:
+            sink.write(b'{"prompt_id": "a", "reward": 1}\n')
+        assert default_plot_path([str(gz)]) == tmp_path / "r.report.png"
+        folder = tmp_path / "logs"
+        folder.mkdir()
+        assert default_plot_path([str(folder)]) == tmp_path.resolve() / "logs.report.png"
+        for sources in (["-"], [str(gz), str(gz)], [str(tmp_path / "*.jsonl.gz")]):
+            with pytest.raises(OptionsError, match="needs -o PATH"):
+                default_plot_path(sources)
+
+    @pytest.mark.parametrize("args", [[], ["-"]], ids=["piped", "dash"])
+    def test_standard_input_needs_o(self, runner: CliRunner, args: list[str]) -> None:
+        result = runner.invoke(app, ["plot", *args], input=SAMPLE_FILES["csv"].read_text())
+        assert result.exit_code == 2
+        assert "plot needs -o PATH" in result.output
+
+    def test_standard_input_with_o(self, runner: CliRunner, tmp_path: Path, plt: Any) -> None:
+        out = tmp_path / "r.svg"
+        result = runner.invoke(
+            app, ["plot", "-o", str(out), "-q"], input=SAMPLE_FILES["csv"].read_text()
+        )
+        assert result.exit_code == 0, result.output
+        assert out.read_bytes().startswith(b"<?xml")
+
+
+def test_matplotlib_is_imported_only_to_draw() -> None:
+    code = (
+        "import sys, grpo_cli.plot, grpo_cli.cli.plot; "
+        "assert 'matplotlib' not in sys.modules, 'imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
