@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 from grpo_cli import __version__
 from grpo_cli.cli.compute import compute_cmd
 from grpo_cli.cli.explain import explain_cmd
+from grpo_cli.cli.help import HelpCommand, epilog
 from grpo_cli.cli.plot import plot_cmd
 from grpo_cli.cli.presets import presets_cmd
 from grpo_cli.cli.summarize import summarize_cmd
@@ -214,9 +215,10 @@ def _guarded(command: Callable[..., None]) -> Callable[..., None]:
 
 def _register(name: str, command: Callable[..., None]) -> None:
     """Add ``command`` as ``name``; the main help shows its docstring's whole first line
-    (Click would cut it at 45 characters)."""
+    (Click would cut it at 45 characters); its own help has panels and examples
+    (:mod:`grpo_cli.cli.help`)."""
     summary = (command.__doc__ or "").strip().splitlines()[0]
-    app.command(name, short_help=summary)(_guarded(command))
+    app.command(name, short_help=summary, cls=HelpCommand, epilog=epilog(name))(_guarded(command))
 
 
 for _name, _command in (

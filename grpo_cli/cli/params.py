@@ -39,8 +39,14 @@ from grpo_cli.presets import PRESETS
 Command = Callable[..., None]
 
 
-def _choices(title: str, choices: dict[str, str]) -> str:
-    return f"{title}: " + "; ".join(f"{name} = {text}" for name, text in choices.items())
+def _choices(title: str, choices: dict[str, str], default: str | None = None) -> str:
+    """``TITLE: name = text; ...`` and, given, ``Default: NAME.`` (the one way help shows
+    a default: a "(default)" inside a choice's text is left out)."""
+    listed = "; ".join(
+        f"{name} = {text.replace(' (default)', '').replace('(default; ', '(')}"
+        for name, text in choices.items()
+    )
+    return f"{title}: {listed}." + (f" Default: {default}." if default else "")
 
 
 def _completes(names: Callable[[], Collection[str]]) -> Callable[[str], list[str]]:
@@ -62,7 +68,7 @@ def _data_formats() -> Collection[str]:
 Sources = Annotated[
     list[str] | None,
     typer.Argument(
-        metavar="INPUT...",
+        metavar="INPUT",
         help="Reward log(s): .parquet, .csv, .jsonl/.ndjson or .json files (also gzip, zstd, "
         "bzip2 or xz compressed), folders or globs "
         "(read as one log); - reads standard input, as does no INPUT when standard input is "
@@ -127,7 +133,7 @@ Aggregation = Annotated[
     typer.Option(
         "--aggregation",
         metavar="MODE",
-        help=_choices("How several rewards combine", AGGREGATIONS),
+        help=_choices("How several rewards combine", AGGREGATIONS, "sum_then_normalize"),
         autocompletion=_completes(lambda: AGGREGATIONS),
         show_default=False,
     ),
@@ -138,8 +144,9 @@ Estimator = Annotated[
         "--estimator",
         "-e",
         metavar="NAME",
-        help="Advantage estimator (default grpo): "
-        + "; ".join(f"{e.name} = {e.summary}" for e in ESTIMATORS.values()),
+        help="Advantage estimator: "
+        + "; ".join(f"{e.name} = {e.summary}" for e in ESTIMATORS.values())
+        + ". Default: grpo.",
         autocompletion=_completes(lambda: ESTIMATORS),
         show_default=False,
     ),
@@ -149,14 +156,14 @@ Ddof = Annotated[
     typer.Option(
         "--ddof",
         metavar="0|1",
-        help="Degrees-of-freedom correction of every std: 1 sample (default), 0 population.",
+        help="Degrees-of-freedom correction of every std: 1 sample, 0 population. Default: 1.",
         show_default=False,
     ),
 ]
 Eps = Annotated[
     float | None,
     typer.Option(
-        "--eps", metavar="FLOAT", help="The stabiliser (default 1e-8).", show_default=False
+        "--eps", metavar="FLOAT", help="The stabiliser. Default: 1e-8.", show_default=False
     ),
 ]
 EpsMode = Annotated[
@@ -164,7 +171,7 @@ EpsMode = Annotated[
     typer.Option(
         "--eps-mode",
         metavar="MODE",
-        help=_choices("Where eps goes", EPS_MODES),
+        help=_choices("Where eps goes", EPS_MODES, "std"),
         autocompletion=_completes(lambda: EPS_MODES),
         show_default=False,
     ),
@@ -174,7 +181,7 @@ Singleton = Annotated[
     typer.Option(
         "--singleton",
         metavar="POLICY",
-        help=_choices("A group with one valid reward", SINGLETON_POLICIES),
+        help=_choices("A group with one valid reward", SINGLETON_POLICIES, "zero"),
         autocompletion=_completes(lambda: SINGLETON_POLICIES),
         show_default=False,
     ),
@@ -184,7 +191,7 @@ Nulls = Annotated[
     typer.Option(
         "--nulls",
         metavar="POLICY",
-        help=_choices("Null or NaN rewards", NULL_POLICIES),
+        help=_choices("Null or NaN rewards", NULL_POLICIES, "exclude"),
         autocompletion=_completes(lambda: NULL_POLICIES),
         show_default=False,
     ),
@@ -203,7 +210,7 @@ ClipStage = Annotated[
     typer.Option(
         "--clip-stage",
         metavar="STAGE",
-        help=_choices("Where --clip applies", CLIP_STAGES),
+        help=_choices("Where --clip applies", CLIP_STAGES, "advantage"),
         autocompletion=_completes(lambda: CLIP_STAGES),
         show_default=False,
     ),
@@ -278,7 +285,7 @@ Backend = Annotated[
     typer.Option(
         "--backend",
         metavar="NAME",
-        help=_choices("Where the arithmetic runs", BACKENDS),
+        help=_choices("Where the arithmetic runs", BACKENDS, "polars"),
         autocompletion=_completes(lambda: BACKENDS),
         show_default=False,
     ),
@@ -288,7 +295,7 @@ Device = Annotated[
     typer.Option(
         "--device",
         metavar="DEVICE",
-        help=_choices("The torch device", DEVICES),
+        help=_choices("The torch device", DEVICES, "auto"),
         autocompletion=_completes(lambda: DEVICES),
         show_default=False,
     ),

@@ -13,6 +13,7 @@ def presets_cmd(
     output_format: Annotated[
         str,
         typer.Option(
+            "--output-format",
             "--format",
             metavar="FORMAT",
             help="table (the terminal), markdown (for docs), json (one array of objects) or csv.",
