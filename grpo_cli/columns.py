@@ -42,3 +42,12 @@ def batch_stat_column(index: int, name: str) -> str:
     """The column of the batch statistic ``name`` of an estimator's ``index``-th batch
     input (see :mod:`grpo_cli.batch_stats`)."""
     return f"{BATCH_STAT}{index}_{name}"
+
+
+READABLE: Final = {UID_GROUP: "uid (verl)", POSITION_KEY: "group_index", BATCH_KEY: "batch"}
+
+
+def readable(column: str) -> str:
+    """How messages and tables name ``column``: a temporary key column by what it holds
+    (verl's uid group is "uid (verl)"), any other column as it is."""
+    return READABLE.get(column, column)

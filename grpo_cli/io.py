@@ -257,7 +257,8 @@ def check_parquet_file(path: Path) -> None:
     if head != PARQUET_MAGIC:
         raise OptionsError(
             f"--low-memory needs a Parquet input; {path} is not Parquet",
-            hint="convert it first: grpo-adv compute IN -o IN.parquet, or drop --low-memory",
+            hint='convert it to Parquet first (python -c "import polars as pl; '
+            "pl.scan_csv('IN.csv').sink_parquet('IN.parquet')\"), or drop --low-memory",
         )
     if tail != PARQUET_MAGIC or size < 12:
         raise truncated_parquet(str(path))
@@ -537,7 +538,9 @@ def compressed(sink: IO[bytes], codec: str | None) -> Iterator[IO[bytes]]:
         yield stream
 
 
-def check_output_path(path: Path, *, force: bool, protected: Sequence[Path] = ()) -> None:
+def check_output_path(
+    path: Path, *, force: bool, protected: Sequence[Path] = (), flag: str = "-o"
+) -> None:
     """Refuse to write over an input (ever) or over an existing file (without ``force``);
     a stream (see :func:`is_stream`) needs no ``force``."""
     if is_stream(path):
@@ -552,7 +555,8 @@ def check_output_path(path: Path, *, force: bool, protected: Sequence[Path] = ()
         raise OutputError(f"{path} is a directory", hint="give a file path with -o")
     if path.exists() and not force:
         raise OutputError(
-            f"{path} already exists", hint="pass --force to overwrite it, or choose another -o"
+            f"{path} already exists",
+            hint=f"pass --force to overwrite it, or choose another {flag}",
         )
     if not path.parent.is_dir():
         raise OutputError(
@@ -800,6 +804,7 @@ def write_table(
     protected: Sequence[Path] = (),
     stage: Stage | None = None,
     fmt: str | None = None,
+    flag: str = "-o",
 ) -> str:
     """Write a (summary) table to ``path`` (``-``: standard output), in ``fmt`` or the
     format of its suffix; returns the format. With ``stage`` (see :func:`atomic_writes`),
@@ -810,7 +815,7 @@ def write_table(
         write_frame(frame, sink, fmt)
         sink.flush()
         return fmt
-    check_output_path(path, force=force, protected=protected)
+    check_output_path(path, force=force, protected=protected, flag=flag)
     (stage or atomic_write)(path, lambda sink: write_frame(frame, sink, fmt))
     return fmt
 

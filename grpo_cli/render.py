@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.progress import TaskID
 from rich.table import Table
 
+from grpo_cli.columns import readable
+
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
@@ -272,7 +274,7 @@ def render_run_summary(
     grouping = (
         f"runs of {options.group_size} rows"
         if options.group_size
-        else ", ".join(options.group_cols)
+        else ", ".join(readable(column) for column in options.group_cols)
     )
     batch = (
         f"{summary.batches:,} (by {options.batch_col})"

@@ -48,10 +48,26 @@ def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> Non
         fitting = [name for name in available if _fits_role(schema[name], role)]
         fitting.sort(key=lambda name: not _prefers(schema[name], role))
         suggestion = (close or fitting or ["NAME"])[0]
-        raise InputError(
-            f"{role} column {column!r} not found; the input has columns: {shown}",
-            hint=f"choose the {role} column with {flag}, e.g. {flag} {suggestion}",
+        dump = _trainer_dump(schema.names())
+        hint = (
+            f"this looks like a {dump[0]} dump: add --preset {dump[1]}"
+            if dump is not None and role in ("group", "reward")
+            else f"choose the {role} column with {flag}, e.g. {flag} {suggestion}"
         )
+        raise InputError(
+            f"{role} column {column!r} not found; the input has columns: {shown}", hint=hint
+        )
+
+
+def _trainer_dump(columns: Sequence[str]) -> tuple[str, str] | None:
+    """(what, preset) when ``columns`` are those of a trainer dump grpo-adv reads (see
+    :mod:`grpo_cli.layouts`): a verl rollout dump or a TRL completions table."""
+    names = set(columns)
+    if "score" in names and ({"uid", "input"} & names) and "prompt_id" not in names:
+        return "verl rollout", "verl"
+    if {"step", "prompt", "completion"} <= names and "prompt_id" not in names:
+        return "TRL completions", "trl"
+    return None
 
 
 def _fits_role(dtype: pl.DataType, role: str) -> bool:

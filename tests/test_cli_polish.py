@@ -236,3 +236,50 @@ class TestOneErrorStyle:
         )
         assert second.exit_code == 0, second.output
         assert out_given.read_bytes() == out_canonical.read_bytes()
+
+
+class TestHints:
+    @pytest.mark.parametrize(
+        ("source", "hint"),
+        [
+            (
+                "sample_data/verl_dump",
+                "hint: this looks like a verl rollout dump: add --preset verl",
+            ),
+            (
+                "sample_data/trl_completions",
+                "hint: this looks like a TRL completions dump: add --preset trl",
+            ),
+        ],
+    )
+    def test_dumps_without_a_preset(self, tmp_path: Path, source: str, hint: str) -> None:
+        result = CliRunner().invoke(app, ["compute", source, "-o", str(tmp_path / "o.csv")])
+        assert result.exit_code == 3
+        assert result.output.splitlines()[1] == hint
+
+    def test_existing_summary_names_its_own_flag(self, tmp_path: Path) -> None:
+        summary = tmp_path / "groups.md"
+        summary.write_text("mine")
+        args = ["compute", "sample_data/rewards.csv", "-o", str(tmp_path / "o.csv")]
+        result = CliRunner().invoke(app, [*args, "--summary", str(summary)])
+        assert result.exit_code == 4
+        assert "hint: pass --force to overwrite it, or choose another --summary" in result.output
+        assert summary.read_text() == "mine"
+
+    def test_low_memory_on_csv_suggests_a_real_conversion(self, tmp_path: Path) -> None:
+        args = ["compute", "sample_data/rewards.csv", "--low-memory", "-o", str(tmp_path / "o")]
+        result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+        assert result.exit_code == 2
+        assert "sink_parquet" in result.output and "grpo-adv compute IN" not in result.output
+
+    def test_verl_uid_group_is_named_readably(self, tmp_path: Path) -> None:
+        args = ["compute", "sample_data/verl_dump", "--preset", "verl", "--replace"]
+        result = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "o.jsonl")])
+        assert result.exit_code == 0, result.output
+        assert "(by step, uid (verl))" in result.output
+        assert "__grpo" not in result.output
+
+    def test_torch_hint_is_the_users(self) -> None:
+        from grpo_cli.engines.torch import INSTALL_HINT
+
+        assert INSTALL_HINT == "pip install 'grpo-adv[torch]'"

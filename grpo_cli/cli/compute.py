@@ -228,7 +228,7 @@ def _compute(
                 raise OutputError(
                     "--summary and an output are the same file", hint="give them different paths"
                 )
-            check_output_path(summary_path, force=force, protected=protected)
+            check_output_path(summary_path, force=force, protected=protected, flag="--summary")
         remove_leftovers(
             console,
             [path for path, _ in targets.values()] + [None if summary_to_stdout else summary_path],
@@ -244,7 +244,12 @@ def _compute(
             )
             if summary_path is not None:
                 write_table(
-                    result.groups, summary_path, force=force, protected=protected, stage=stage
+                    result.groups,
+                    summary_path,
+                    force=force,
+                    protected=protected,
+                    stage=stage,
+                    flag="--summary",
                 )
     if not quiet:
         _report(

@@ -27,9 +27,7 @@ from grpo_cli.plan import Keys, Plan, collision_columns, estimator_context
 from grpo_cli.policies import apply_policies
 
 SUPPORTED: Final = ("grpo", "dr_grpo", "rloo", "batch_std")
-INSTALL_HINT: Final = (
-    "pip install 'grpo-adv[torch]' (on this project's machines: pip install torch==2.13.0)"
-)
+INSTALL_HINT: Final = "pip install 'grpo-adv[torch]'"
 
 
 def import_torch() -> Any:
