@@ -340,8 +340,37 @@ def step_column(columns: Sequence[str], options: AdvantageOptions, keys: Keys) -
 def span_warnings(
     frame: pl.DataFrame, options: AdvantageOptions, keys: Keys, size_col: str = SIZE_KEY
 ) -> tuple[str, ...]:
-    """One warning line when groups span several values of the log's step-like column (a
-    prompt sampled again in a later step pooled into one group), else none."""
+    """Warning lines: groups that span several values of the log's step-like column (a
+    prompt sampled again in a later step pooled into one group); and a batch-level
+    estimator without a batch column on a log with a step-like column (every step pooled
+    into one batch)."""
+    return (
+        *_batch_warnings(frame.columns, options),
+        *_span_warning(frame, options, keys, size_col),
+    )
+
+
+def _batch_warnings(columns: Sequence[str], options: AdvantageOptions) -> tuple[str, ...]:
+    from grpo_cli.estimators import get_estimator
+
+    batch_level = get_estimator(options.estimator).scope == "batch"
+    if options.batch_col is not None or not (
+        batch_level or options.aggregation == "normalize_then_sum"
+    ):
+        return ()
+    column = next((c for c in STEP_COLUMNS if c in columns), None)
+    if column is None:
+        return ()
+    return (
+        f"{options.estimator} reads batch statistics and no --batch-col is given: the whole "
+        f"log is one batch; {column!r} looks like the batch (a trainer computes per step): "
+        f"--batch-col {column}",
+    )
+
+
+def _span_warning(
+    frame: pl.DataFrame, options: AdvantageOptions, keys: Keys, size_col: str
+) -> tuple[str, ...]:
     column = step_column(frame.columns, options, keys)
     spans = None if column is None else group_spans(frame, keys, column, size_col)
     if spans is None:

@@ -283,3 +283,18 @@ class TestHints:
         from grpo_cli.engines.torch import INSTALL_HINT
 
         assert INSTALL_HINT == "pip install 'grpo-adv[torch]'"
+
+    def test_batch_estimator_without_batch_column_names_the_step_column(
+        self, tmp_path: Path
+    ) -> None:
+        args = ["compute", "sample_data/rewards.parquet", "-o", str(tmp_path / "o.parquet")]
+        warned = CliRunner().invoke(app, [*args, "-e", "batch_std"], env={"COLUMNS": "400"})
+        assert warned.exit_code == 0, warned.output
+        assert (
+            "warning: batch_std reads batch statistics and no --batch-col is given: the whole "
+            "log is one batch; 'step' looks like the batch (a trainer computes per step): "
+            "--batch-col step"
+        ) in warned.output
+        per_step = ["-e", "batch_std", "--batch-col", "step", "-g", "step", "-g", "prompt_id"]
+        quiet = CliRunner().invoke(app, [*args, *per_step, "-f"], env={"COLUMNS": "400"})
+        assert quiet.exit_code == 0 and "looks like the batch" not in quiet.output
