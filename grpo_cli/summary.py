@@ -40,6 +40,7 @@ from grpo_cli.columns import (
     SPAN_VALUES,
     UID_GROUP,
     VALID_KEY,
+    readable,
 )
 from grpo_cli.engines.polars import collect
 from grpo_cli.errors import InputError
@@ -343,10 +344,33 @@ def span_warnings(
     """Warning lines: groups that span several values of the log's step-like column (a
     prompt sampled again in a later step pooled into one group); and a batch-level
     estimator without a batch column on a log with a step-like column (every step pooled
-    into one batch)."""
+    into one batch); and more than half of the groups holding one response (a wrong
+    group key)."""
     return (
         *_batch_warnings(frame.columns, options),
         *_span_warning(frame, options, keys, size_col),
+        *_singleton_warning(frame, options, size_col),
+    )
+
+
+def _singleton_warning(
+    frame: pl.DataFrame, options: AdvantageOptions, size_col: str
+) -> tuple[str, ...]:
+    """More than half of the groups hold one response: the group key is probably wrong
+    (a response id rather than a prompt id). Groups are counted from the rows (a group of
+    s rows adds s times 1/s)."""
+    if not _keyed_groups(options) or size_col not in frame.columns or frame.height == 0:
+        return ()
+    size = pl.col(size_col).cast(pl.Float64)
+    groups, singletons = frame.select(
+        (1.0 / size).sum().round().cast(pl.Int64), (size == 1).sum().cast(pl.Int64)
+    ).row(0)
+    if not groups or singletons * 2 <= groups:
+        return ()
+    key = ", ".join(readable(c) for c in options.group_cols)
+    return (
+        f"{singletons:,} of {groups:,} groups (by {key}) hold a single response: the group "
+        "key is probably wrong (a group is one prompt's responses; name it with --group-col)",
     )
 
 

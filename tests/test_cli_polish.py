@@ -298,3 +298,21 @@ class TestHints:
         per_step = ["-e", "batch_std", "--batch-col", "step", "-g", "step", "-g", "prompt_id"]
         quiet = CliRunner().invoke(app, [*args, *per_step, "-f"], env={"COLUMNS": "400"})
         assert quiet.exit_code == 0 and "looks like the batch" not in quiet.output
+
+    def test_a_key_that_makes_most_groups_singletons_is_questioned(self, tmp_path: Path) -> None:
+        source = tmp_path / "s.csv"
+        pl.DataFrame(
+            {"prompt_id": ["a", "b", "c", "d", "d"], "reward": [1.0, 0.0, 1.0, 0.0, 1.0]}
+        ).write_csv(source)
+        result = CliRunner().invoke(
+            app, ["compute", str(source), "-o", str(tmp_path / "o.csv")], env={"COLUMNS": "400"}
+        )
+        assert result.exit_code == 0, result.output
+        assert result.output.splitlines()[0] == (
+            "warning: 3 of 4 groups (by prompt_id) hold a single response: the group key is "
+            "probably wrong (a group is one prompt's responses; name it with --group-col)"
+        )
+        fine = CliRunner().invoke(
+            app, ["compute", "sample_data/rewards.csv", "-o", str(tmp_path / "f.csv")]
+        )
+        assert fine.exit_code == 0 and "hold a single response" not in fine.output
