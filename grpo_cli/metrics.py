@@ -36,7 +36,9 @@ The rows carry their group's profile (:mod:`grpo_cli.compute` adds it while anno
   exactly 0; the advantage's zero-variance case); ``zero_std_group_share``: their share of
   the groups. ``singleton_groups``: groups with exactly one valid reward. ``null_rewards``:
   null or NaN rewards. ``batches``: distinct batch values (with ``batch``).
-- With ``pass_rates`` (binary rewards): ``pass_at_n``, the share of groups with a valid
+- With ``pass_rates`` (binary rewards): ``zero_std_solved`` and ``zero_std_failed``, the
+  zero-variance groups split into all solved (every reward 1: too easy) and all failed
+  (every reward 0: too hard); ``pass_at_n``, the share of groups with a valid
   reward that have a success (OpenRLHF ``pass{n}``; with 0/1 rewards, a group mean above
   0), and ``pass_at_1``, the mean of those groups' means (OpenRLHF ``pass1``).
 - With ``advantage``: ``advantage_mean``, ``advantage_min``, ``advantage_max`` (NaN as
@@ -83,6 +85,8 @@ ZERO_STD_GROUPS: Final = "zero_std_groups"
 SINGLETON_GROUPS: Final = "singleton_groups"
 SCORED_GROUPS: Final = "scored_groups"  # groups with a valid reward
 PASSING_GROUPS: Final = "passing_groups"  # ... and a success (group mean above 0)
+SOLVED_GROUPS: Final = "zero_std_solved"  # binary: zero-variance groups, every reward 1
+FAILED_GROUPS: Final = "zero_std_failed"  # binary: zero-variance groups, every reward 0
 GROUP_MEAN_SUM: Final = "group_mean_sum"  # sum of the scored groups' means
 ADV_N: Final = "advantage_n"
 ADV_MEAN: Final = "advantage_mean"
@@ -103,6 +107,8 @@ SUMS: Final = (
     SINGLETON_GROUPS,
     SCORED_GROUPS,
     PASSING_GROUPS,
+    SOLVED_GROUPS,
+    FAILED_GROUPS,
     GROUP_MEAN_SUM,
     ADV_ZERO,
 )
@@ -117,6 +123,8 @@ GROUP_PARTIALS: Final = (
     SINGLETON_GROUPS,
     SCORED_GROUPS,
     PASSING_GROUPS,
+    SOLVED_GROUPS,
+    FAILED_GROUPS,
     GROUP_MEAN_SUM,
     SIZE_HIST,
 )
@@ -134,6 +142,8 @@ FIGURES: Final = (
     "group_reward_std",
     "zero_std_groups",
     "zero_std_group_share",
+    "zero_std_solved",
+    "zero_std_failed",
     "singleton_groups",
     "null_rewards",
     "batches",
@@ -339,6 +349,8 @@ def _group_aggs(pass_rates: bool, *, per_row: bool) -> list[pl.Expr]:
         aggs += [
             groups(scored).alias(SCORED_GROUPS),
             groups(scored & (pl.col(GROUP_MEAN) > 0.0)).alias(PASSING_GROUPS),
+            groups(zero_variance() & (pl.col(GROUP_MEAN) == 1.0)).alias(SOLVED_GROUPS),
+            groups(zero_variance() & (pl.col(GROUP_MEAN) == 0.0)).alias(FAILED_GROUPS),
             (means / size.filter(scored) if per_row else means).sum().alias(GROUP_MEAN_SUM),
         ]
     return aggs
@@ -460,6 +472,8 @@ def finish(merged: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
     if BATCH_VALUES in names:
         figures["batches"] = pl.col(BATCH_VALUES).list.len().cast(pl.Int64)
     if SCORED_GROUPS in names:
+        figures["zero_std_solved"] = pl.col(SOLVED_GROUPS)
+        figures["zero_std_failed"] = pl.col(FAILED_GROUPS)
         figures["pass_at_n"] = ratio(pl.col(PASSING_GROUPS), pl.col(SCORED_GROUPS))
         figures["pass_at_1"] = ratio(pl.col(GROUP_MEAN_SUM), pl.col(SCORED_GROUPS))
     if ADV_N in names:

@@ -316,3 +316,41 @@ class TestHints:
             app, ["compute", "sample_data/rewards.csv", "-o", str(tmp_path / "f.csv")]
         )
         assert fine.exit_code == 0 and "hold a single response" not in fine.output
+
+
+def test_zero_variance_groups_split_into_solved_and_failed(tmp_path: Path) -> None:
+    """Binary rewards: all-1 groups are too easy, all-0 groups too hard (per step too)."""
+    source = tmp_path / "bin.csv"
+    pl.DataFrame(
+        {
+            "step": [1] * 9 + [2] * 4,
+            "prompt_id": list("aaabbbccc") + list("ddee"),
+            "reward": [1.0, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 1, 1],
+        }
+    ).write_csv(source)
+    overall = CliRunner().invoke(
+        app,
+        [
+            "summarize",
+            str(source),
+            "-o",
+            "-",
+            "--level",
+            "overall",
+            "-q",
+            "--output-format",
+            "jsonl",
+        ],
+    )
+    figures = json.loads(overall.stdout)
+    assert (figures["zero_std_groups"], figures["zero_std_solved"], figures["zero_std_failed"]) == (
+        4,
+        3,
+        1,
+    )
+    steps = CliRunner().invoke(app, ["summarize", str(source), "-o", "-", "-q"])
+    table = pl.read_csv(steps.stdout.encode())
+    assert table.select("step", "zero_std_solved", "zero_std_failed").rows() == [
+        (1, 1, 1),
+        (2, 2, 0),
+    ]
