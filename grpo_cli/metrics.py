@@ -568,3 +568,46 @@ def finish_batch_stats(
             pl.col(col["nonzero"]),
         ]
     return merged.select(*by, *columns)
+
+
+# ------------------------------------------------------------------ trainer log lines
+LENGTH_COLUMNS: Final = ("length", "completion_length", "response_length")
+
+
+def trainer_aggs(
+    columns: Sequence[str],
+    reward_cols: Sequence[str],
+    length_col: str | None,
+    advantage: str | None,
+) -> list[pl.Expr]:
+    """Figures TRL logs next to the reward, as aggregations over a set of rows (the rows
+    of a step, or all of them; not partials: :mod:`grpo_cli.report` evaluates them on the
+    whole log):
+
+    - with several reward columns, per reward function ``rewards/<col>/mean`` and
+      ``rewards/<col>/std`` (ddof 1, NaN as null: TRL's nanmean / nanstd);
+    - with a length column (``length_col``, else the first of ``LENGTH_COLUMNS`` present):
+      ``completions/mean_length``, ``completions/min_length``, ``completions/max_length``
+      (TRL), and with an advantage column ``length_advantage_corr``, Pearson's correlation
+      of length and advantage (null when either is constant).
+    """
+    aggs: list[pl.Expr] = []
+    if len(reward_cols) > 1:
+        for column in reward_cols:
+            value = pl.col(column).cast(pl.Float64).fill_nan(None)
+            aggs += [
+                value.mean().alias(f"rewards/{column}/mean"),
+                value.std(ddof=1).alias(f"rewards/{column}/std"),
+            ]
+    length = length_col or next((c for c in LENGTH_COLUMNS if c in columns), None)
+    if length is not None and length in columns:
+        value = pl.col(length).cast(pl.Float64)
+        aggs += [
+            value.mean().alias("completions/mean_length"),
+            value.min().alias("completions/min_length"),
+            value.max().alias("completions/max_length"),
+        ]
+        if advantage is not None:
+            a = pl.col(advantage).cast(pl.Float64).fill_nan(None)
+            aggs.append(pl.corr(value, a).alias("length_advantage_corr"))
+    return aggs

@@ -124,6 +124,12 @@ def summarize(
             hint="--advantage-col names the logged advantage column",
         )
     overall, steps = _tables(prepared, keys, by, binary, adv, options.deterministic)
+    extra = metrics.trainer_aggs(frame.columns, options.reward_cols, options.length_col, adv)
+    if extra:
+        overall = pl.concat([overall, prepared.select(extra)], how="horizontal")
+        if by:
+            per_step = prepared.group_by(list(by)).agg(extra)
+            steps = steps.join(per_step, on=list(by), how="left", maintain_order="left")
     groups = _group_rows(prepared, options, keys, by, adv)
     return Report(
         overall=overall,

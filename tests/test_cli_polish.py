@@ -354,3 +354,35 @@ def test_zero_variance_groups_split_into_solved_and_failed(tmp_path: Path) -> No
         (1, 1, 1),
         (2, 2, 0),
     ]
+
+
+def test_trainer_metrics_per_reward_function_and_length(tmp_path: Path) -> None:
+    """TRL's rewards/<func>/mean and /std, completion lengths and the length-advantage
+    correlation, checked against numpy."""
+    log = pl.DataFrame(
+        {
+            "step": [1, 1, 1, 1, 2, 2, 2, 2],
+            "prompt_id": ["a", "a", "b", "b", "c", "c", "d", "d"],
+            "accuracy": [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0],
+            "format": [0.5, 0.5, 1.0, 0.0, 1.0, 0.5, 0.5, 0.0],
+            "length": [10, 30, 20, 40, 50, 10, 30, 20],
+        }
+    )
+    source = tmp_path / "log.parquet"
+    log.write_parquet(source)
+    annotated = tmp_path / "adv.parquet"
+    args = ["compute", str(source), "-r", "accuracy", "-r", "format", "-o", str(annotated), "-q"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    result = CliRunner().invoke(
+        app,
+        ["summarize", str(annotated), "-r", "accuracy", "-r", "format", "-o", "-", "-q",
+         "--level", "overall", "--output-format", "jsonl"],
+    )  # fmt: skip
+    figures = json.loads(result.stdout)
+    assert figures["rewards/accuracy/mean"] == pytest.approx(0.5)
+    assert figures["rewards/format/std"] == pytest.approx(np.std(log["format"].to_numpy(), ddof=1))
+    assert figures["completions/mean_length"] == pytest.approx(210 / 8)
+    assert (figures["completions/min_length"], figures["completions/max_length"]) == (10, 50)
+    adv = pl.read_parquet(annotated)["advantage"].to_numpy()
+    expected = np.corrcoef(log["length"].to_numpy(), adv)[0, 1]
+    assert figures["length_advantage_corr"] == pytest.approx(expected, rel=1e-12)
