@@ -11,21 +11,128 @@
   columns, ``advantage``. No prompt id: groups are consecutive runs of ``--group-size``
   (num_generations) rows within a step; rewards default to every numeric column but
   ``step`` and ``advantage`` (name them with ``--reward-col`` when log_extra adds numbers).
+  Without ``--group-size``, G is inferred from the runs of consecutive rows with the same
+  ``prompt`` within a step (see :func:`infer_group_size`).
 
 A layout only fills in what the user did not set explicitly.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any, Final
 
 import polars as pl
 
 from grpo_cli.columns import UID_GROUP
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import InputError, OptionsError
 
 TRL_NON_REWARD: Final = frozenset({"step", "advantage"})
+TRL_PROMPT: Final = "prompt"
+GROUP_SIZE_HINT: Final = (
+    "pass --group-size G with your GRPOConfig num_generations (TRL's default is 8)"
+)
+
+
+@dataclass(frozen=True)
+class PromptRun:
+    """One run of consecutive rows with the same prompt (and batch value).
+
+    Attributes:
+        batch: the batch column's value in the run (None without a batch column).
+        row: the run's first row, counting from 0 in the order read.
+        length: rows in the run.
+    """
+
+    batch: Any
+    row: int
+    length: int
+
+
+def prompt_runs(
+    frame: pl.DataFrame, batch_col: str | None, prompt_col: str = TRL_PROMPT
+) -> list[PromptRun]:
+    """The runs of consecutive rows of ``frame`` with equal ``prompt_col`` (two nulls are
+    equal) and equal ``batch_col`` (a run never crosses a batch boundary), in order."""
+    keys = [c for c in (batch_col, prompt_col) if c is not None and c in frame.columns]
+    if not keys or frame.height == 0:
+        return []
+    batch = batch_col if batch_col is not None and batch_col in frame.columns else None
+    runs = (
+        frame.select(keys)
+        .with_row_index("__row")
+        .with_columns(pl.struct(keys).rle_id().alias("__run"))
+        .group_by("__run", maintain_order=True)
+        .agg(
+            pl.col("__row").first(),
+            pl.len().alias("__length"),
+            (pl.col(batch).first() if batch else pl.lit(None)).alias("__batch"),
+        )
+    )
+    return [
+        PromptRun(batch=b, row=int(r), length=int(n))
+        for b, r, n in zip(runs["__batch"], runs["__row"], runs["__length"], strict=True)
+    ]
+
+
+def runs_group_size(runs: list[PromptRun]) -> int | None:
+    """The G the runs imply: the gcd of their lengths when it is at least 2 and some run
+    has exactly that length (every run is then G rows, or a multiple: the same prompt
+    sampled twice in a row makes a run of 2G), else None (no runs, or lengths with no such
+    G: runs of 4 and 6 rows are a broken run, not groups of 2)."""
+    if not runs:
+        return None
+    lengths = [run.length for run in runs]
+    g = math.gcd(*lengths)
+    return g if g >= 2 and g == min(lengths) else None
+
+
+def infer_group_size(
+    frame: pl.DataFrame, batch_col: str | None, prompt_col: str = TRL_PROMPT
+) -> tuple[int, str]:
+    """TRL's num_generations from a completions log, and the warning that says so.
+
+    TRL logs each prompt's G completions as one run of consecutive rows with the same
+    ``prompt`` within a step. G is the length of those runs when every run has the same
+    length; otherwise the gcd of the run lengths when it is at least 2 and is the shortest
+    run's length (two consecutive prompts may be the same text, making a run of 2G, 3G
+    ...). Anything else is an :class:`InputError` naming the first run whose length is no
+    multiple of the most common run length of 2 or more (or saying every prompt is alone
+    in its run). An empty log is an :class:`OptionsError`: give ``--group-size``.
+    """
+    runs = prompt_runs(frame, batch_col, prompt_col)
+    if not runs:
+        raise OptionsError(
+            "a TRL completions log has no prompt id, and this one has no rows to infer "
+            "num_generations from",
+            hint=GROUP_SIZE_HINT,
+        )
+    g = runs_group_size(runs)
+    where = "runs of equal prompts (TRL num_generations)"
+    if g is None:
+        counts = Counter(run.length for run in runs if run.length >= 2)
+        if not counts:
+            raise InputError(
+                f"cannot infer --group-size: each of the {len(runs)} runs of equal "
+                f"{prompt_col!r} holds one row",
+                hint=GROUP_SIZE_HINT,
+            )
+        expected = counts.most_common(1)[0][0]
+        bad = next(run for run in runs if run.length % expected)
+        step = "" if bad.batch is None else f"{batch_col} {bad.batch}, "
+        raise InputError(
+            f"cannot infer --group-size: the run of equal {prompt_col!r} at {step}row "
+            f"{bad.row} has {bad.length} rows, not a multiple of {expected} (the other runs)",
+            hint=GROUP_SIZE_HINT,
+        )
+    lengths = sorted({run.length for run in runs})
+    if len(lengths) > 1:
+        shown = ", ".join(str(n) for n in lengths)
+        where += f"; runs of {shown} rows: the same prompt sampled again in a row"
+    return g, f"inferred --group-size {g} from {where}"
 
 
 def derived_column(name: str) -> pl.Expr:
@@ -52,12 +159,17 @@ def detect_layout(frame: pl.DataFrame, layout: str | None) -> str | None:
 
 
 def apply_layout(
-    frame: pl.DataFrame, layout: str | None, fields: dict[str, Any], explicit: Collection[str]
+    frame: pl.DataFrame,
+    layout: str | None,
+    fields: dict[str, Any],
+    explicit: Collection[str],
+    warnings: list[str] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any], list[str]]:
     """Fill in the option fields a detected dump layout implies.
 
     Returns the frame (with any derived key column), the fields and the derived columns
-    (to drop from the output).
+    (to drop from the output). A TRL log without ``--group-size`` gets the G of
+    :func:`infer_group_size`; ``warnings`` (when given) receives its warning line.
     """
     found = detect_layout(frame, layout)
     fields = dict(fields)
@@ -93,9 +205,8 @@ def apply_layout(
                 )
             fields["reward_cols"] = tuple(numeric)
         if not grouping_given:
-            raise OptionsError(
-                "a TRL completions log has no prompt id: groups are runs of num_generations rows",
-                hint="pass --group-size G with your GRPOConfig num_generations (TRL's "
-                "default is 8)",
-            )
+            batch = fields.get("batch_col")
+            fields["group_size"], warning = infer_group_size(frame, batch)
+            if warnings is not None:
+                warnings.append(warning)
     return frame, fields, derived

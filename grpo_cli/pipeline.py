@@ -26,12 +26,14 @@ from grpo_cli.summary import (
 
 @dataclass(frozen=True)
 class Resolved:
-    """A frame ready to compute on: layout applied, options final."""
+    """A frame ready to compute on: layout applied, options final; ``warnings``: what the
+    layout filled in that the user should know (a TRL group size inferred), one line each."""
 
     frame: pl.DataFrame
     options: AdvantageOptions
     derived: tuple[str, ...]
     layout: str | None
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Annotation:
     full: pl.DataFrame
     keys: Keys
     preset: str | None = None
+    layout_warnings: tuple[str, ...] = ()
 
     @cached_property
     def run(self) -> RunSummary:
@@ -54,9 +57,10 @@ class Annotation:
 
     @cached_property
     def warnings(self) -> tuple[str, ...]:
-        """What the user should know: groups that span steps (one more grouping of the
-        key), and how the log fits the preset's trainer."""
+        """What the user should know: what the dump layout inferred, groups that span
+        steps (one more grouping of the key), and how the log fits the preset's trainer."""
         return (
+            *self.layout_warnings,
             *span_warnings(self.full, self.options, self.keys),
             *_warnings(self.preset, self.run),
         )
@@ -69,15 +73,18 @@ class Annotation:
 
 def resolve(frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any]) -> Resolved:
     """Options from ``preset`` overridden by ``explicit``, with the preset's dump layout
-    applied when ``frame`` is in it."""
+    applied when ``frame`` is in it (a TRL log without ``--group-size``: G inferred from its
+    runs of equal prompts, and a warning saying so)."""
     fields = merge_options(preset, explicit)
     layout = get_preset(preset).layout if preset else None
-    frame, fields, derived = apply_layout(frame, layout, fields, explicit.keys())
+    warnings: list[str] = []
+    frame, fields, derived = apply_layout(frame, layout, fields, explicit.keys(), warnings)
     return Resolved(
         frame=frame,
         options=AdvantageOptions(**fields),
         derived=tuple(derived),
         layout=detect_layout(frame, layout),
+        warnings=tuple(warnings),
     )
 
 
@@ -98,7 +105,7 @@ def annotate(
     output_columns = [c for c in frame.columns if c not in resolved.derived]
     new_columns = [c for c in added if c not in replaced]
     output = pick_columns(full, [*output_columns, *new_columns])
-    return Annotation(output, options, resolved.layout, full, keys, preset)
+    return Annotation(output, options, resolved.layout, full, keys, preset, resolved.warnings)
 
 
 def _warnings(preset: str | None, run: RunSummary) -> tuple[str, ...]:

@@ -329,7 +329,8 @@ def print_figures(
 def render_verify_report(
     console: Console, report: VerifyReport, *, preset: str | None, source: str
 ) -> None:
-    """The outcome of ``verify``: agreement figures and the worst groups."""
+    """The outcome of ``verify``: agreement figures, the worst groups and the report's
+    hints (``hint: ...``, one line each)."""
     verdict = "[bold green]agree[/]" if report.agree else "[bold red]differ[/]"
     console.print(
         f"{_escape(source)} vs {preset or 'the given options'}: {verdict} "
@@ -354,6 +355,8 @@ def render_verify_report(
         ]
         rows = [[_escape(_cell(v)) for v in row] for row in worst.iter_rows()]
         print_table(console, columns, rows, keys=keys, title="worst groups")
+    for hint in report.hints:
+        console.print(f"[yellow]hint:[/] {_escape(hint)}", markup=True, emoji=False)
 
 
 def describe_method(options: AdvantageOptions, layout: str | None = None) -> str:

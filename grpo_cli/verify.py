@@ -3,6 +3,13 @@
 Agreement is per row: ``|stored - recomputed| <= tol``; two nulls (or NaNs) agree, a null
 against a number does not. A list-valued advantage (process supervision) is compared
 element by element.
+
+When rows differ the report carries hints: a group size the log's runs of equal prompts
+contradict (``prompt runs have length 4, not --group-size 8``), and, when more than half
+the rows differ and several reward columns are summed, the reward weights (TRL sums its
+reward functions with GRPOConfig ``reward_weights``). ``differing`` holds the rows over
+tolerance: input ``row`` (from 0, in the order read), the group key, the prompt, the
+logged and recomputed advantages and ``difference`` (logged - recomputed).
 """
 
 from __future__ import annotations
@@ -13,9 +20,11 @@ from typing import Any
 import polars as pl
 
 from grpo_cli.columns import RECOMPUTED_KEY as RECOMPUTED
+from grpo_cli.columns import ROW_KEY as ROW  # the input row number, shown as ``row``
 from grpo_cli.compute import annotate_frame
 from grpo_cli.engines.polars import collect
 from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.layouts import TRL_PROMPT, prompt_runs, runs_group_size
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import resolve
 from grpo_cli.schema import require_columns
@@ -36,7 +45,12 @@ class VerifyReport:
         tol: the tolerance.
         options: the options the advantages were recomputed with.
         layout: the trainer dump layout the log was read as, if any.
-        warnings: what the user should know (groups that span steps), one line each.
+        warnings: what the user should know (an inferred group size, groups that span
+            steps), one line each.
+        hints: why the rows may differ (see the module), one line each.
+        differing: the rows over tolerance: ``row``, the group key, ``prompt`` (when the
+            log has it), ``logged``, ``recomputed``, ``difference`` (logged - recomputed;
+            null where one side is null).
     """
 
     rows: int
@@ -49,6 +63,8 @@ class VerifyReport:
     options: AdvantageOptions
     layout: str | None
     warnings: tuple[str, ...] = ()
+    hints: tuple[str, ...] = ()
+    differing: pl.DataFrame | None = None
 
     @property
     def agree(self) -> bool:
@@ -83,8 +99,15 @@ def verify_advantages(
     resolved = resolve(frame.drop(advantage_col), preset, {**explicit, "advantage_col": RECOMPUTED})
     full, keys = annotate_frame(resolved.frame.with_columns(frame[advantage_col]), resolved.options)
     check_batch_spans(full, resolved.options, keys)
-    warnings = span_warnings(full, resolved.options, keys) if warn else ()
-    pairs = full.lazy().select(*keys.exact, pl.col(advantage_col), pl.col(RECOMPUTED))
+    warnings = (*resolved.warnings, *span_warnings(full, resolved.options, keys)) if warn else ()
+    shown_prompt = (
+        [TRL_PROMPT] if TRL_PROMPT in full.columns and TRL_PROMPT not in keys.exact else []
+    )
+    pairs = (
+        full.lazy()
+        .with_row_index(ROW)
+        .select(ROW, *keys.exact, *shown_prompt, pl.col(advantage_col), pl.col(RECOMPUTED))
+    )
     if is_list:
         pairs = pairs.explode(advantage_col, RECOMPUTED)
     stored = pl.col(advantage_col).cast(pl.Float64).fill_nan(None)
@@ -108,15 +131,58 @@ def verify_advantages(
     )
     worst = worst.rename({k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES})
     max_diff = rows["abs_diff"].max()
+    over = rows.filter(pl.col("abs_diff") > tol)
+    differing = over.select(
+        pl.col(ROW).alias("row"),
+        *(pl.col(k).alias(DISPLAY_NAMES.get(k, k)) for k in keys.exact),
+        *shown_prompt,
+        pl.col(advantage_col).cast(pl.Float64).alias("logged"),
+        pl.col(RECOMPUTED).alias("recomputed"),
+        (pl.col(advantage_col).cast(pl.Float64) - pl.col(RECOMPUTED)).alias("difference"),
+    )
     return VerifyReport(
         rows=rows.height,
         groups=per_group.height,
         max_abs_diff=float(max_diff) if max_diff is not None else 0.0,  # type: ignore[arg-type]
-        rows_over=int((rows["abs_diff"] > tol).sum()),
+        rows_over=over.height,
         groups_over=int((per_group["max_abs_diff"] > tol).sum()),
         worst=worst,
         tol=tol,
         options=resolved.options,
         layout=resolved.layout,
         warnings=warnings,
+        hints=_hints(resolved.frame, resolved.options, over.height, rows.height),
+        differing=differing,
     )
+
+
+def _hints(
+    frame: pl.DataFrame, options: AdvantageOptions, rows_over: int, rows: int
+) -> tuple[str, ...]:
+    """Why rows may differ: a ``--group-size`` that the runs of equal prompts contradict
+    (their length, by :func:`grpo_cli.layouts.runs_group_size`, is another G); several
+    reward columns summed when more than half the rows differ and the group size is not in
+    question (a systematic mismatch, as
+    wrong weights give: a group where only one reward varies agrees whatever the weights,
+    so "every row" would miss it)."""
+    if rows_over == 0:
+        return ()
+    hints: list[str] = []
+    if options.group_size is not None and TRL_PROMPT in frame.columns:
+        batch = options.batch_col if options.batch_col in frame.columns else None
+        runs_g = runs_group_size(prompt_runs(frame, batch))
+        if runs_g is not None and runs_g != options.group_size:
+            hints.append(
+                f"prompt runs have length {runs_g}, not --group-size {options.group_size}: "
+                f"pass --group-size {runs_g} (your num_generations), or leave it out to "
+                "infer it"
+            )
+    if not hints and len(options.reward_cols) > 1 and 2 * rows_over > rows:
+        weights = ", ".join(f"{w:g}" for w in options.weights)
+        hints.append(
+            f"{rows_over:,} of {rows:,} rows differ and {len(options.reward_cols)} reward "
+            f"columns are summed ({', '.join(options.reward_cols)}; weights {weights}): give "
+            "the trainer's weights with --reward-weights W1,W2 (TRL: GRPOConfig "
+            "reward_weights)"
+        )
+    return tuple(hints)

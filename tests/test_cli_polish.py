@@ -386,3 +386,12 @@ def test_trainer_metrics_per_reward_function_and_length(tmp_path: Path) -> None:
     adv = pl.read_parquet(annotated)["advantage"].to_numpy()
     expected = np.corrcoef(log["length"].to_numpy(), adv)[0, 1]
     assert figures["length_advantage_corr"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_summarize_says_it_inferred_the_group_size() -> None:
+    args = ["summarize", "sample_data/trl_completions", "--preset", "trl"]
+    result = CliRunner().invoke(app, [*args, "--reward-weights", "1,0.5"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (
+        "warning: inferred --group-size 4 from runs of equal prompts (TRL num_generations)"
+    )

@@ -70,6 +70,92 @@ class TestVerify:
         assert "vs trl-batch: differ" in result.stderr
         assert "worst groups" in result.stderr
 
+    def test_trl_dump_agrees_without_the_group_size(self, runner: CliRunner) -> None:
+        for given in ([], ["--group-size", "auto"]):
+            args = ["verify", str(TRL_DIR), "--preset", "trl", "--reward-weights", "1,0.5"]
+            result = runner.invoke(app, [*args, *given])
+            assert result.exit_code == 0, result.stderr
+            assert result.stderr.startswith(
+                "warning: inferred --group-size 4 from runs of equal prompts (TRL "
+                "num_generations)\n"
+            )
+            assert "groups by runs of 4 rows" in result.stderr
+            assert "groups over tolerance │ 0 of 16" in result.stderr
+            assert "hint:" not in result.stderr
+
+    def test_a_bad_group_size_value_is_a_usage_error(self, runner: CliRunner) -> None:
+        result = runner.invoke(
+            app, ["verify", str(TRL_DIR), "--preset", "trl", "--group-size", "x"]
+        )
+        assert result.exit_code == 2
+        assert result.stderr.startswith(
+            "error: invalid value for '--group-size': expected a whole number or auto\n"
+        )
+
+    def test_wrong_weights_hint_at_reward_weights(self, runner: CliRunner) -> None:
+        result = runner.invoke(app, ["verify", str(TRL_DIR), "--preset", "trl"])
+        assert result.exit_code == 1
+        # one group (step 20's run 1: one reward constant) agrees whatever the weights
+        assert "rows over tolerance   │ 60" in result.stderr
+        assert result.stderr.endswith(
+            "hint: 60 of 64 rows differ and 2 reward columns are summed (accuracy_reward, "
+            "format_reward; weights 1, 1): give the trainer's weights with --reward-weights "
+            "W1,W2 (TRL: GRPOConfig reward_weights)\n"
+        )
+
+    def test_a_wrong_group_size_is_diagnosed(self, runner: CliRunner) -> None:
+        args = ["verify", str(TRL_DIR), "--preset", "trl", "--reward-weights", "1,0.5"]
+        result = runner.invoke(app, [*args, "--group-size", "8"])
+        assert result.exit_code == 1
+        assert "rows over tolerance   │ 64" in result.stderr
+        hints = [line for line in result.stderr.splitlines() if line.startswith("hint:")]
+        assert hints == [
+            "hint: prompt runs have length 4, not --group-size 8: pass --group-size 4 (your "
+            "num_generations), or leave it out to infer it"
+        ]
+
+    def test_diff_out_writes_the_differing_rows(self, runner: CliRunner, tmp_path: Path) -> None:
+        out = tmp_path / "diff.csv"
+        args = ["verify", str(TRL_DIR), "--preset", "trl", "--diff-out", str(out), "-q"]
+        result = runner.invoke(app, args)
+        assert (result.exit_code, result.stderr) == (1, "")
+        diff = pl.read_csv(out)
+        assert diff.columns == [
+            "row",
+            "step",
+            "group_index",
+            "prompt",
+            "logged",
+            "recomputed",
+            "difference",
+        ]
+        assert diff.height == 60
+        log = pl.concat([pl.read_parquet(p) for p in sorted(TRL_DIR.iterdir())])
+        expected = annotate(log.drop("advantage"), "trl").frame["advantage"]
+        # rows 36-39 (step 20's run 1) agree whatever the weights: one reward is constant
+        assert sorted(set(range(64)) - set(diff["row"])) == [36, 37, 38, 39]
+        for row in diff.iter_rows(named=True):
+            i = row["row"]
+            assert row["prompt"] == log["prompt"][i]
+            assert (row["step"], row["group_index"]) == (log["step"][i], (i % 32) // 4)
+            assert row["logged"] == pytest.approx(log["advantage"][i], abs=1e-12)
+            assert row["recomputed"] == pytest.approx(expected[i], abs=1e-12)
+            assert row["difference"] == pytest.approx(row["logged"] - row["recomputed"])
+            assert abs(row["difference"]) > 1e-5
+        again = runner.invoke(app, args)
+        assert again.exit_code == 4
+        assert "exists" in again.stderr
+        forced = runner.invoke(app, [*args, "--force"])
+        assert (forced.exit_code, forced.stderr) == (1, "")
+
+    def test_diff_out_of_an_agreeing_log_is_empty(self, runner: CliRunner, tmp_path: Path) -> None:
+        out = tmp_path / "diff.parquet"
+        args = ["verify", str(TRL_DIR), "--preset", "trl", "--reward-weights", "1,0.5"]
+        result = runner.invoke(app, [*args, "--diff-out", str(out)])
+        assert result.exit_code == 0, result.stderr
+        assert f"0 differing row(s) written to {out}" in result.stderr
+        assert pl.read_parquet(out).height == 0
+
     def test_verl_dump_agrees_with_verl_to_float32(self, runner: CliRunner) -> None:
         result = runner.invoke(app, ["verify", str(VERL_DIR), "--preset", "verl"])
         assert result.exit_code == 0, result.stderr
@@ -163,8 +249,17 @@ class TestLayouts:
             [0.5 / (0.5**0.5 + 1e-6), -0.5 / (0.5**0.5 + 1e-6), 1 / (1 + 1e-6), 1 / (1 + 1e-6)]
         )
 
-    def test_trl_layout_needs_the_group_size(self) -> None:
+    def test_trl_layout_infers_the_group_size(self) -> None:
         frame = pl.read_parquet(next(TRL_DIR.iterdir())).drop("advantage")
+        warnings: list[str] = []
+        _, fields, _ = apply_layout(frame, "trl", {}, explicit=set(), warnings=warnings)
+        assert fields["group_size"] == 4  # make_trainer_dumps.py: num_generations=4
+        assert warnings == [
+            "inferred --group-size 4 from runs of equal prompts (TRL num_generations)"
+        ]
+
+    def test_an_empty_trl_log_needs_the_group_size(self) -> None:
+        frame = pl.read_parquet(next(TRL_DIR.iterdir())).drop("advantage").head(0)
         with pytest.raises(OptionsError) as info:
             apply_layout(frame, "trl", {}, explicit=set())
         assert info.value.hint == (

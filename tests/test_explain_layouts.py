@@ -188,12 +188,13 @@ class TestTrlPositionalGroups:
         assert_reproduces_compute(explanation, expected)
         assert expected[0] == pytest.approx(1 / math.sqrt(2))
 
-    def test_the_layout_hint_can_be_followed(self, runner: CliRunner) -> None:
-        """The TRL layout asks for --group-size; explain takes it (the issue's report)."""
+    def test_the_group_size_is_inferred_or_taken(self, runner: CliRunner) -> None:
+        """The TRL layout infers --group-size from the runs of equal prompts; explain also
+        takes it given (the issue's report)."""
         args = ["explain", str(SAMPLE_DIR / "trl_completions"), "--preset", "trl"]
-        asked = runner.invoke(app, [*args, "--group", "10,0"])
-        assert asked.exit_code == 2
-        assert "pass --group-size G" in asked.output
+        inferred = runner.invoke(app, [*args, "--group", "10,0"])
+        assert inferred.exit_code == 0, inferred.output
+        assert "group step=10, group_index=0: 4 responses" in inferred.output
         followed = runner.invoke(app, [*args, "--group", "10,0", "--group-size", "4"])
         assert followed.exit_code == 0, followed.output
         assert "group step=10, group_index=0: 4 responses" in followed.output

@@ -225,13 +225,30 @@ BatchCol = Annotated[
         show_default=False,
     ),
 ]
+
+
+def parse_group_size(text: str) -> int | None:
+    """``--group-size``: a whole number, or ``auto`` (None, as if not given: a TRL dump's G
+    is then inferred from its runs of equal prompts)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:  # the usage error (exit 2) of any bad option value
+        from pydantic_core import PydanticCustomError  # what Typer validates with
+
+        raise PydanticCustomError("group_size", "expected a whole number or auto") from None
+
+
 GroupSize = Annotated[
     int | None,
     typer.Option(
         "--group-size",
         metavar="G",
+        parser=parse_group_size,
         help="Positional groups: consecutive runs of G rows (within each batch), for logs "
-        "without a prompt id (TRL's num_generations).",
+        "without a prompt id (TRL's num_generations). auto (or not given, with a TRL "
+        "preset): inferred from a TRL dump's runs of equal prompts.",
         show_default=False,
     ),
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -129,4 +130,5 @@ def report_for(
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     log = read_input(sources, input_format, key_cols)
     resolved = resolve(log.frame, preset, explicit)
-    return summarize_log(resolved.frame, resolved.options, tuple(by) if by else None)
+    report = summarize_log(resolved.frame, resolved.options, tuple(by) if by else None)
+    return replace(report, warnings=(*resolved.warnings, *report.warnings))

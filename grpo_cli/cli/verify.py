@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.outputs import read_input, refuse_file_engines, sources_or_stdin
-from grpo_cli.cli.params import InputFormat, PolicyParams, Preset, Quiet, Sources, policy_options
+from grpo_cli.cli.outputs import (
+    protected_inputs,
+    read_input,
+    refuse_file_engines,
+    remove_leftovers,
+    sources_or_stdin,
+)
+from grpo_cli.cli.params import (
+    Force,
+    InputFormat,
+    PolicyParams,
+    Preset,
+    Quiet,
+    Sources,
+    policy_options,
+)
 from grpo_cli.errors import EXIT_DIFFERENT
 
 
@@ -35,6 +50,18 @@ def verify_cmd(
     input_format: InputFormat = None,
     *,
     policy: PolicyParams,
+    diff_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--diff-out",
+            metavar="PATH",
+            help="Write the rows over --tol here (.csv, .parquet, .jsonl, .json or .md; - for "
+            "standard output): row (input row, from 0), the group key, prompt, logged, "
+            "recomputed, difference (logged - recomputed).",
+            show_default=False,
+        ),
+    ] = None,
+    force: Force = False,
     quiet: Quiet = False,
 ) -> None:
     """Recompute advantages and compare them with a logged advantage column.
@@ -45,6 +72,10 @@ def verify_cmd(
     from grpo_cli.verify import verify_advantages
 
     sources = sources_or_stdin(sources)
+    if diff_out is not None:
+        from grpo_cli.io import table_format
+
+        table_format(diff_out, None)  # before any input is read
     explicit = policy.explicit()
     refuse_file_engines(explicit.get("backend"), "verify")
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
@@ -58,10 +89,19 @@ def verify_cmd(
         warn=not quiet,
         **explicit,
     )
+    if diff_out is not None and report.differing is not None:
+        from grpo_cli.io import write_table
+
+        if str(diff_out) != "-":
+            remove_leftovers(stderr_console(), [diff_out], quiet=quiet)
+        write_table(report.differing, diff_out, force=force, protected=protected_inputs(sources))
     if not quiet:
         console = stderr_console()
         for warning in report.warnings:
             print_warning(console, warning)
         render_verify_report(console, report, preset=preset, source=log.source)
+        if diff_out is not None:
+            where = "standard output" if str(diff_out) == "-" else str(diff_out)
+            console.print(f"{report.rows_over:,} differing row(s) written to {where}")
     if not report.agree:
         raise typer.Exit(EXIT_DIFFERENT)
