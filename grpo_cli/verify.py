@@ -27,7 +27,6 @@ from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.layouts import TRL_PROMPT, prompt_runs, runs_group_size
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import resolve
-from grpo_cli.schema import require_columns
 from grpo_cli.summary import DISPLAY_NAMES, check_batch_spans, span_warnings
 
 
@@ -71,6 +70,37 @@ class VerifyReport:
         return self.rows_over == 0
 
 
+def _no_logged_advantages(
+    frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any], advantage_col: str
+) -> None:
+    """Refuse a log without ``advantage_col``, suggesting only a float column (or a list
+    of floats) that is not an input of the computation (never the reward: a verl dump's
+    ``score``), else saying there is nothing to verify."""
+    resolved = resolve(frame.head(0), preset, explicit)
+    options = resolved.options
+    used = {*options.reward_cols, *options.group_cols}
+    for column in (options.batch_col, options.length_col, options.baseline_col):
+        if column is not None:
+            used.add(column)
+    candidates = [
+        name
+        for name, dtype in frame.schema.items()
+        if name not in used
+        and (dtype.is_float() or (isinstance(dtype, pl.List) and dtype.inner.is_float()))
+    ]
+    hint = (
+        f"name the logged advantage column with --advantage-col, e.g. --advantage-col "
+        f"{candidates[0]}"
+        if candidates
+        else "this log holds no advantages to check: grpo-adv compute writes them"
+    )
+    raise InputError(
+        f"advantage column {advantage_col!r} not found; the input has columns: "
+        + ", ".join(frame.columns[:20]),
+        hint=hint,
+    )
+
+
 def verify_advantages(
     frame: pl.DataFrame,
     preset: str | None = None,
@@ -87,7 +117,8 @@ def verify_advantages(
     that span the log's step column give a warning (one more grouping of the key)."""
     if not tol >= 0:
         raise OptionsError(f"--tol must be >= 0, got {tol}", hint="e.g. --tol 1e-5")
-    require_columns(frame.schema, [advantage_col], "advantage")
+    if advantage_col not in frame.columns:
+        _no_logged_advantages(frame, preset, explicit, advantage_col)
     stored_type = frame.schema[advantage_col]
     is_list = isinstance(stored_type, pl.List)
     inner = stored_type.inner if isinstance(stored_type, pl.List) else stored_type

@@ -395,3 +395,27 @@ def test_summarize_says_it_inferred_the_group_size() -> None:
     assert result.output.splitlines()[0] == (
         "warning: inferred --group-size 4 from runs of equal prompts (TRL num_generations)"
     )
+
+
+class TestVerifyWithoutAdvantages:
+    def test_a_verl_dump_without_advantages_is_not_told_to_use_its_score(
+        self, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "dump.jsonl"
+        pl.read_ndjson("sample_data/verl_dump/1.jsonl").drop("advantage").write_ndjson(source)
+        result = CliRunner().invoke(app, ["verify", str(source), "--preset", "verl"])
+        assert result.exit_code == 3
+        assert result.output.splitlines()[-1] == (
+            "hint: this log holds no advantages to check: grpo-adv compute writes them"
+        )
+
+    def test_a_float_column_that_is_no_input_is_suggested(self, tmp_path: Path) -> None:
+        source = tmp_path / "log.csv"
+        log = pl.read_csv("sample_data/rewards.csv").with_columns(adv_logged=pl.col("reward"))
+        log.write_csv(source)
+        result = CliRunner().invoke(app, ["verify", str(source)])
+        assert result.exit_code == 3
+        assert result.output.splitlines()[-1] == (
+            "hint: name the logged advantage column with --advantage-col, e.g. --advantage-col "
+            "adv_logged"
+        )
