@@ -611,3 +611,25 @@ def trainer_aggs(
             a = pl.col(advantage).cast(pl.Float64).fill_nan(None)
             aggs.append(pl.corr(value, a).alias("length_advantage_corr"))
     return aggs
+
+
+# verl's names for the figures it logs (verl/trainer/ppo/metric_utils.py
+# compute_data_metrics: critic/score/*, critic/advantages/*, response_length/*), used for
+# the tables under a verl preset.
+VERL_NAMES: Final = {
+    "reward": "critic/score/mean",
+    "advantage_mean": "critic/advantages/mean",
+    "advantage_min": "critic/advantages/min",
+    "advantage_max": "critic/advantages/max",
+    "completions/mean_length": "response_length/mean",
+    "completions/min_length": "response_length/min",
+    "completions/max_length": "response_length/max",
+}
+
+
+def trainer_names(table: pl.DataFrame, trainer: str | None) -> pl.DataFrame:
+    """``table`` with its figures under ``trainer``'s names where they differ (``verl``:
+    ``VERL_NAMES``); TRL's and OpenRLHF's are the figures' own names."""
+    if trainer != "verl":
+        return table
+    return table.rename({k: v for k, v in VERL_NAMES.items() if k in table.columns})

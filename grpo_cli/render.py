@@ -540,7 +540,10 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
     )
     steps = report.steps
     if report.by and steps.height:
-        shown = [c for c in (*report.by, *STEP_COLUMNS) if c in steps.columns]
+        from grpo_cli.metrics import VERL_NAMES
+
+        step_columns = [c for name in STEP_COLUMNS for c in (name, VERL_NAMES.get(name, name))]
+        shown = list(dict.fromkeys(c for c in (*report.by, *step_columns) if c in steps.columns))
         columns = [
             TableColumn(
                 _escape(name),

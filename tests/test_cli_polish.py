@@ -419,3 +419,17 @@ class TestVerifyWithoutAdvantages:
             "hint: name the logged advantage column with --advantage-col, e.g. --advantage-col "
             "adv_logged"
         )
+
+
+def test_verl_presets_show_verls_names(tmp_path: Path) -> None:
+    annotated = tmp_path / "v.parquet"
+    args = ["compute", "sample_data/verl_dump", "--preset", "verl", "--replace", "-q"]
+    assert CliRunner().invoke(app, [*args, "-o", str(annotated)]).exit_code == 0
+    base = ["summarize", str(annotated), "-o", "-", "-q", "--level", "overall"]
+    verl = json.loads(
+        CliRunner().invoke(app, [*base, "--preset", "verl", "--output-format", "jsonl"]).stdout
+    )
+    plain = json.loads(CliRunner().invoke(app, [*base, "--output-format", "jsonl"]).stdout)
+    assert verl["critic/score/mean"] == plain["reward"]
+    assert verl["critic/advantages/max"] == plain["advantage_max"]
+    assert "reward" not in verl and "critic/score/mean" not in plain

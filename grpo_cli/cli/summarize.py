@@ -95,7 +95,7 @@ def summarize_cmd(
         from grpo_cli.io import table_format
 
         table_format(output, output_format)  # before any input is read
-    report = report_for(sources, preset, explicit, input_format, by)
+    report = under_trainer_names(report_for(sources, preset, explicit, input_format, by), preset)
     chosen = level or ("step" if report.by else "overall")
     table = report.table(chosen)
     if output is not None:
@@ -132,3 +132,17 @@ def report_for(
     resolved = resolve(log.frame, preset, explicit)
     report = summarize_log(resolved.frame, resolved.options, tuple(by) if by else None)
     return replace(report, warnings=(*resolved.warnings, *report.warnings))
+
+
+def under_trainer_names(report: Report, preset: str | None) -> Report:
+    """``report``'s tables under the names the preset's trainer logs its figures (verl:
+    ``critic/score/mean``...; see :func:`grpo_cli.metrics.trainer_names`)."""
+    from grpo_cli.metrics import trainer_names
+    from grpo_cli.presets import get_preset
+
+    trainer = get_preset(preset).trainer.split()[0] if preset else None
+    return replace(
+        report,
+        overall=trainer_names(report.overall, trainer),
+        steps=trainer_names(report.steps, trainer),
+    )
