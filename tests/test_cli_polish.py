@@ -429,7 +429,8 @@ def test_verl_presets_show_verls_names(tmp_path: Path) -> None:
     verl = json.loads(
         CliRunner().invoke(app, [*base, "--preset", "verl", "--output-format", "jsonl"]).stdout
     )
-    plain = json.loads(CliRunner().invoke(app, [*base, "--output-format", "jsonl"]).stdout)
+    plain_args = [*base, "-r", "score", "-g", "uid", "--output-format", "jsonl"]
+    plain = json.loads(CliRunner().invoke(app, plain_args).stdout)
     assert verl["critic/score/mean"] == plain["reward"]
     assert verl["critic/advantages/max"] == plain["advantage_max"]
     assert "reward" not in verl and "critic/score/mean" not in plain
