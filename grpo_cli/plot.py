@@ -8,6 +8,9 @@ as visible as 30%), and the group size min / median / max. The group-size panel 
 only when group sizes vary (a histogram of them without a per-step table); when every
 group has the same size, the title's second line says that size. Legends sit to the right
 of their axes, never over a line. The title names the inputs and the preset or estimator.
+A ``compare`` output (two or more ``advantage_<method>`` columns, see
+:func:`method_advantages`) gets one step histogram per method, on shared bins, with a
+legend, in place of the advantage histogram.
 
 HTML embeds the SVG and the overall and per-step tables, styled to fit the page (fixed
 table layout at the page's width, long names wrapped, a horizontal scroll bar rather than
@@ -22,7 +25,7 @@ from __future__ import annotations
 import html
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -144,9 +147,28 @@ def sizes_vary(report: Report) -> bool:
     return "size" in report.groups.columns and report.groups["size"].n_unique() > 1
 
 
-def figure(report: Report, title: str = "grpo-adv") -> Any:
+def method_advantages(frame: Any) -> dict[str, Any]:
+    """The advantages of a ``compare`` output by method: every numeric column named
+    ``advantage_<method>``, as a float array without nulls and NaNs, keyed by
+    ``<method>``, when there are two or more such columns; else empty (one advantage
+    column is the ordinary histogram)."""
+    import polars as pl
+
+    prefix = "advantage_"
+    found = {
+        name.removeprefix(prefix): frame[name].cast(pl.Float64).drop_nulls().drop_nans().to_numpy()
+        for name in frame.columns
+        if name.startswith(prefix) and len(name) > len(prefix) and frame[name].dtype.is_numeric()
+    }
+    return found if len(found) >= 2 else {}
+
+
+def figure(
+    report: Report, title: str = "grpo-adv", *, methods: Mapping[str, Any] | None = None
+) -> Any:
     """The dashboard as a matplotlib Figure (see the module docstring for its panels);
-    ``title`` is its first title line, as :func:`dashboard_title` makes it."""
+    ``title`` is its first title line, as :func:`dashboard_title` makes it; ``methods``
+    (see :func:`method_advantages`): two or more methods' advantages, overlaid."""
     plt = _pyplot()
     per_step = bool(report.by) and report.steps.height > 0
     vary = sizes_vary(report)
@@ -158,7 +180,8 @@ def figure(report: Report, title: str = "grpo-adv") -> Any:
     fig = plt.figure(figsize=(WIDTH_IN, sum(rows) + _TITLE_IN), layout="constrained", dpi=DPI)
     fig.suptitle(f"{title}\n{_overview(report)}", fontsize=12)
     grid = fig.add_gridspec(len(rows), 2, height_ratios=rows)
-    _histograms(report, fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]))
+    ax_adv, ax_reward = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+    _histograms(report, ax_adv, ax_reward, methods or {})
     if per_step:
         _per_step(report, fig, grid, vary)
     elif vary:
@@ -188,9 +211,12 @@ def _num(value: float) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3g}"
 
 
-def _histograms(report: Report, ax_adv: Any, ax_reward: Any) -> None:
-    """The advantage histogram (else the group reward std's) and the reward histogram."""
-    if report.advantages is not None and report.advantages.len():
+def _histograms(report: Report, ax_adv: Any, ax_reward: Any, methods: Mapping[str, Any]) -> None:
+    """The advantage histogram (one per method given two or more ``methods``; else the
+    group reward std's) and the reward histogram."""
+    if len(methods) >= 2:
+        _method_histograms(methods, ax_adv)
+    elif report.advantages is not None and report.advantages.len():
         ax_adv.hist(report.advantages.to_numpy(), bins=50, color=_BLUE)
         ax_adv.set_title(f"advantage ({report.advantages.len():,} responses)")
         ax_adv.set_xlabel("advantage")
@@ -204,6 +230,21 @@ def _histograms(report: Report, ax_adv: Any, ax_reward: Any) -> None:
     ax_reward.set_title(f"reward ({report.rewards.len():,} valid)")
     ax_reward.set_xlabel("reward")
     ax_reward.set_ylabel("count")
+
+
+def _method_histograms(methods: Mapping[str, Any], ax: Any) -> None:
+    """One step histogram per method on the same 50 bins (over all methods' values)."""
+    import numpy as np
+
+    arrays = [np.asarray(v, dtype=float) for v in methods.values()]
+    edges = np.histogram_bin_edges(np.concatenate(arrays), bins=50)
+    colors = (_BLUE, _ORANGE, _GREEN, _RED, _PURPLE, _BROWN)
+    for i, (name, values) in enumerate(zip(methods, arrays, strict=True)):
+        ax.hist(values, bins=edges, histtype="step", color=colors[i % len(colors)], label=name)
+    ax.set_title(f"advantage by method ({len(methods)} methods)")
+    ax.set_xlabel("advantage")
+    ax.set_ylabel("count")
+    ax.legend(**_LEGEND)
 
 
 def _per_step(report: Report, fig: Any, grid: Any, vary: bool) -> None:
@@ -300,12 +341,19 @@ def _size_histogram(report: Report, ax: Any) -> None:
     ax.set_ylabel("groups")
 
 
-def write_dashboard(report: Report, path: Path, fmt: str, *, title: str = "grpo-adv") -> None:
+def write_dashboard(
+    report: Report,
+    path: Path,
+    fmt: str,
+    *,
+    title: str = "grpo-adv",
+    methods: Mapping[str, Any] | None = None,
+) -> None:
     """Draw the dashboard into ``path`` as ``fmt`` (png, svg, pdf or html), atomically:
-    nothing is left on failure."""
+    nothing is left on failure; ``methods``: as for :func:`figure`."""
     from grpo_cli.io import atomic_write
 
-    fig = figure(report, title)
+    fig = figure(report, title, methods=methods)
     plt = _pyplot()
     try:
         if fmt == "html":

@@ -19,7 +19,7 @@ give a warning (see :func:`grpo_cli.summary.span_warnings`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import polars as pl
@@ -75,6 +75,7 @@ class Report:
     rewards: pl.Series
     advantages: pl.Series | None
     warnings: tuple[str, ...] = ()
+    methods: dict[str, pl.Series] = field(default_factory=dict)
 
     def table(self, level: str) -> pl.DataFrame:
         """The table of ``level`` (step, group or overall)."""
@@ -141,7 +142,22 @@ def summarize(
         rewards=rewards,
         advantages=prepared[adv].cast(pl.Float64).drop_nulls().drop_nans() if adv else None,
         warnings=span_warnings(prepared, options, keys),
+        methods=compared_advantages(frame),
     )
+
+
+def compared_advantages(frame: pl.DataFrame) -> dict[str, pl.Series]:
+    """The advantages of a ``compare`` output by method (its numeric ``advantage_<method>``
+    columns, nulls and NaNs left out), when it has two or more; else empty."""
+    prefix = "advantage_"
+    columns = [
+        c for c, dtype in frame.schema.items() if c.startswith(prefix) and dtype.is_numeric()
+    ]
+    if len(columns) < 2:
+        return {}
+    return {
+        c.removeprefix(prefix): frame[c].cast(pl.Float64).drop_nulls().drop_nans() for c in columns
+    }
 
 
 def _prepare(frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:

@@ -192,7 +192,7 @@ class TestOneErrorStyle:
             (
                 ["computee"],
                 [
-                    "error: no such command 'computee'. Did you mean 'compute'?",
+                    "error: no such command 'computee'. Did you mean 'compute', 'compare'?",
                     "hint: see grpo-adv -h",
                 ],
             ),
@@ -434,3 +434,18 @@ def test_verl_presets_show_verls_names(tmp_path: Path) -> None:
     assert verl["critic/score/mean"] == pytest.approx(plain["reward"], rel=1e-12)
     assert verl["critic/advantages/max"] == pytest.approx(plain["advantage_max"], rel=1e-12)
     assert "reward" not in verl and "critic/score/mean" not in plain
+
+
+def test_plot_of_a_compare_table_overlays_the_methods(tmp_path: Path) -> None:
+    from grpo_cli.cli.summarize import report_for
+
+    both = tmp_path / "both.parquet"
+    args = ["compare", "sample_data/rewards.parquet", "-e", "grpo", "-e", "dr_grpo", "-q"]
+    assert CliRunner().invoke(app, [*args, "-o", str(both)]).exit_code == 0
+    report = report_for([str(both)], None, {"advantage_col": "advantage_grpo"}, None, None)
+    assert list(report.methods) == ["grpo", "dr_grpo"]
+    written = pl.read_parquet(both)
+    assert report.methods["dr_grpo"].len() == written["advantage_dr_grpo"].drop_nulls().len()
+    result = CliRunner().invoke(app, ["plot", str(both), "-o", str(tmp_path / "p.png")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

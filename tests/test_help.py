@@ -16,7 +16,7 @@ from grpo_cli.cli import app
 from grpo_cli.cli.help import EXAMPLES
 from tests.conftest import ROOT, SAMPLE_DIR
 
-COMMANDS = ("compute", "verify", "summarize", "plot", "explain", "presets")
+COMMANDS = ("compute", "verify", "summarize", "plot", "explain", "presets", "compare")
 
 
 def help_of(command: str) -> str:
@@ -34,7 +34,7 @@ def test_help_has_panels_one_default_style_and_examples(command: str) -> None:
     assert 3 <= len(EXAMPLES[command]) <= 5
     for line, _ in EXAMPLES[command]:
         assert line in text
-    if command != "presets":
+    if command not in ("presets", "compare"):
         assert ("\nInput:\n" in text and "\nOutput:\n" in text) or command == "explain"
 
 

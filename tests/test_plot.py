@@ -24,6 +24,7 @@ from grpo_cli.plot import (
     default_plot_path,
     figure,
     html_page,
+    method_advantages,
     sizes_vary,
     zero_std_top,
 )
@@ -155,6 +156,25 @@ class TestFigure:
             for report in (_sample_report(), _report(_even_log()), _sample_report(with_step=False))
         ]
         assert sizes == [(12.0, 11.0), (12.0, 9.0), (12.0, 6.2)]
+
+    def test_compare_output_overlays_one_histogram_per_method(self, plt: Any) -> None:
+        from grpo_cli.compare import compare, methods_from
+
+        frame = pl.read_parquet(SAMPLE_FILES["parquet"])
+        table = compare(frame, methods_from(["trl", "verl"], ["dr_grpo"]), {}).frame
+        methods = method_advantages(table)
+        assert list(methods) == ["trl", "verl", "dr_grpo"]
+        assert len(methods["verl"]) == table["advantage_verl"].drop_nulls().len() == 569
+        fig = figure(_report(table), "t", methods=methods)
+        (ax,) = _titled(fig, "advantage by method")
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["trl", "verl", "dr_grpo"]
+        steps = ax.patches
+        assert len(steps) == 3 and all(p.get_fill() is False for p in steps)  # step outlines
+        assert _titled(fig, "advantage (") == []  # in place of the one histogram
+        # one advantage_ column (or none): the ordinary histogram
+        assert method_advantages(table.select("prompt_id", "reward", "advantage_trl")) == {}
+        plain = figure(_report(table.rename({"advantage_trl": "advantage"})), "t")
+        assert _titled(plain, "advantage by method") == []
 
 
 class TestFiles:

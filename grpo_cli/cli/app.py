@@ -17,6 +17,7 @@ from typer._click import exceptions as click_errors  # Typer vendors Click
 from typer.core import TyperGroup
 
 from grpo_cli import __version__
+from grpo_cli.cli.compare import compare_cmd
 from grpo_cli.cli.compute import compute_cmd
 from grpo_cli.cli.explain import explain_cmd
 from grpo_cli.cli.help import HelpCommand, epilog
@@ -228,6 +229,7 @@ for _name, _command in (
     ("plot", plot_cmd),
     ("explain", explain_cmd),
     ("presets", presets_cmd),
+    ("compare", compare_cmd),
 ):
     _register(_name, _command)
 

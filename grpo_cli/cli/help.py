@@ -119,6 +119,20 @@ EXAMPLES: Final[dict[str, tuple[tuple[str, str], ...]]] = {
         ("grpo-adv explain sample_data/rewards.parquet --pick worst", "the largest advantage"),
         ("grpo-adv explain sample_data/rewards.parquet --row 0 -e rloo", "row 0's group, RLOO"),
     ),
+    "compare": (
+        (
+            "grpo-adv compare sample_data/rewards.parquet --preset trl --preset verl",
+            "TRL's and verl's conventions on one log",
+        ),
+        (
+            "grpo-adv compare sample_data/rewards.parquet -e grpo -e dr_grpo -o both.parquet",
+            "GRPO against Dr. GRPO, every row with both columns",
+        ),
+        (
+            "grpo-adv compare sample_data/rewards.parquet --preset trl -e rloo --top 3",
+            "the three groups where they disagree most",
+        ),
+    ),
     "presets": (
         ("grpo-adv presets", "the table"),
         ("grpo-adv presets --format json", "for scripts"),

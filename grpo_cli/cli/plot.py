@@ -87,6 +87,6 @@ def plot_cmd(
 
     remove_leftovers(stderr_console(), [output], quiet=quiet)
     title = dashboard_title(sources, preset=preset, estimator=estimator)
-    write_dashboard(report, output, fmt, title=title)
+    write_dashboard(report, output, fmt, title=title, methods=report.methods or None)
     if not quiet:
         stderr_console().print(f"dashboard written to {output}")

@@ -1,0 +1,264 @@
+"""``compare``: one log's advantages under several methods side by side.
+
+A *method* is a trainer preset (its own policies, as ``compute --preset``) or an
+estimator (with the default policies, as ``compute --estimator``). Every method is
+computed with :func:`grpo_cli.pipeline.annotate` on the same frame, with
+``deterministic=True`` so that a comparison repeats bit for bit; method ``m``'s column,
+``advantage_<m>`` (``-`` written ``_``), equals what ``compute`` writes with that method.
+
+Figures, per method, over the rows where its advantage is not null (``A``):
+
+* ``mean_abs = mean(|A|)``; ``std = sqrt(mean((A - mean(A))^2))`` (population, ddof 0);
+  ``zero_share = #{A == 0} / n``; all null when the method leaves every advantage null.
+
+Against the first method (``B``), over the rows where both are not null:
+
+* ``max_abs_diff = max |A - B|``;
+* ``correlation``: Pearson's ``cov(A, B) / (std(A) std(B))``; null when either method's
+  advantages are constant there (a zero std: the correlation is undefined) or fewer than
+  two rows are paired;
+* ``sign_differs = #{sign(A) != sign(B)} / n``, with ``sign(0) = 0`` its own sign (so
+  ``0`` against ``0.3`` differs, ``0`` against ``0`` does not).
+
+The groups where methods disagree most: per row ``d = max over the other methods of
+|A_m - A_first|`` (pairs with a null ignored), per group the largest ``d``; the ``top``
+groups by it, largest first (ties in the order the groups first appear). Groups where no
+paired difference is above 0 are not listed. Groups are the first method's (its key
+columns, after any dump layout), and their rewards are the rewards the estimator saw
+(the combined reward when there are several reward columns).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import numpy as np
+import polars as pl
+
+from grpo_cli.columns import REWARD_KEY, readable
+from grpo_cli.errors import OptionsError
+from grpo_cli.estimators import get_estimator
+from grpo_cli.pipeline import Annotation, annotate
+from grpo_cli.presets import get_preset
+
+COLUMN_PREFIX: Final = "advantage_"
+DEFAULT_TOP: Final = 5
+
+
+@dataclass(frozen=True)
+class Method:
+    """A preset or an estimator, by its canonical name."""
+
+    name: str
+    kind: Literal["preset", "estimator"]
+
+    @property
+    def column(self) -> str:
+        """Its output column: ``advantage_<name>`` with ``-`` as ``_``."""
+        return COLUMN_PREFIX + self.name.replace("-", "_")
+
+    @property
+    def label(self) -> str:
+        """``preset trl`` or ``estimator rloo``."""
+        return f"{self.kind} {self.name}"
+
+
+def methods_from(presets: Sequence[str], estimators: Sequence[str]) -> tuple[Method, ...]:
+    """The methods to compare: the presets, then the estimators, each in the order given,
+    by canonical name (an unknown name is an OptionsError with a did-you-mean). Fewer
+    than two methods, or two with the same output column, are an OptionsError."""
+    methods = [Method(get_preset(p).name, "preset") for p in presets]
+    methods += [Method(get_estimator(e).name, "estimator") for e in estimators]
+    if len(methods) < 2:
+        raise OptionsError(
+            f"compare needs at least two methods, got {len(methods)}",
+            hint="give two or more of --preset NAME and --estimator NAME "
+            "(e.g. --preset trl --preset verl)",
+        )
+    seen: dict[str, Method] = {}
+    for method in methods:
+        if method.column in seen:
+            raise OptionsError(
+                f"{method.label} is given twice (both would be {method.column})",
+                hint="name each method once",
+            )
+        seen[method.column] = method
+    return tuple(methods)
+
+
+@dataclass(frozen=True)
+class MethodStats:
+    """One method's figures (see the module docstring); the pairwise ones are None for the
+    first method, and ``correlation`` also where it is undefined."""
+
+    method: Method
+    responses: int
+    mean_abs: float | None
+    std: float | None
+    zero_share: float | None
+    max_abs_diff: float | None = None
+    correlation: float | None = None
+    sign_differs: float | None = None
+
+
+@dataclass(frozen=True)
+class GroupDisagreement:
+    """A group where methods disagree: its key (readable column name, value), its size,
+    its rewards in row order, the largest |difference| from the first method and the
+    method where it is reached."""
+
+    key: tuple[tuple[str, Any], ...]
+    size: int
+    rewards: tuple[float | None, ...]
+    max_abs_diff: float
+    method: Method
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The result of :func:`compare`: ``frame`` holds every input row, in order, with its
+    columns and one ``advantage_<method>`` column per method."""
+
+    methods: tuple[Method, ...]
+    frame: pl.DataFrame
+    stats: tuple[MethodStats, ...]
+    top_groups: tuple[GroupDisagreement, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def annotate_method(frame: pl.DataFrame, method: Method, explicit: Mapping[str, Any]) -> Annotation:
+    """``frame`` annotated by ``method`` (column :attr:`Method.column`), deterministically."""
+    fields = {**explicit, "deterministic": True, "advantage_col": method.column}
+    if method.kind == "preset":
+        return annotate(frame, method.name, **fields)
+    return annotate(frame, None, **{**fields, "estimator": method.name})
+
+
+def compare(
+    frame: pl.DataFrame,
+    methods: Sequence[Method],
+    explicit: Mapping[str, Any],
+    *,
+    top: int = DEFAULT_TOP,
+) -> Comparison:
+    """Every method's advantages on ``frame`` with the shared ``explicit`` options, their
+    figures and the ``top`` groups where they disagree most (see the module docstring)."""
+    if top < 0:
+        raise OptionsError(f"--top must be 0 or more, got {top}", hint="e.g. --top 5")
+    annotations = [annotate_method(frame, m, explicit) for m in methods]
+    out = frame.with_columns(a.frame[m.column] for a, m in zip(annotations, methods, strict=True))
+    values = [_values(out[m.column]) for m in methods]
+    stats = [_own_stats(methods[0], values[0])]
+    stats += [_pair_stats(m, v, values[0]) for m, v in zip(methods[1:], values[1:], strict=True)]
+    warnings = tuple(dict.fromkeys(w for a in annotations for w in a.warnings))
+    return Comparison(
+        methods=tuple(methods),
+        frame=out,
+        stats=tuple(stats),
+        top_groups=_top_groups(annotations[0], methods, values, top),
+        warnings=warnings,
+    )
+
+
+def _values(column: pl.Series) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """A column as float64, null as NaN."""
+    return column.cast(pl.Float64).fill_null(float("nan")).to_numpy().astype(np.float64)
+
+
+def _own_stats(method: Method, a: np.ndarray[Any, np.dtype[np.float64]]) -> MethodStats:
+    valid = a[~np.isnan(a)]
+    if valid.size == 0:
+        return MethodStats(method, 0, None, None, None)
+    return MethodStats(
+        method,
+        int(valid.size),
+        mean_abs=float(np.mean(np.abs(valid))),
+        std=float(np.std(valid)),
+        zero_share=float(np.mean(valid == 0.0)),
+    )
+
+
+def _pair_stats(
+    method: Method,
+    a: np.ndarray[Any, np.dtype[np.float64]],
+    first: np.ndarray[Any, np.dtype[np.float64]],
+) -> MethodStats:
+    own = _own_stats(method, a)
+    both = ~np.isnan(a) & ~np.isnan(first)
+    x, y = a[both], first[both]
+    if x.size == 0:
+        return own
+    return MethodStats(
+        method,
+        own.responses,
+        own.mean_abs,
+        own.std,
+        own.zero_share,
+        max_abs_diff=float(np.max(np.abs(x - y))),
+        correlation=pearson(x, y),
+        sign_differs=float(np.mean(np.sign(x) != np.sign(y))),
+    )
+
+
+def pearson(
+    x: np.ndarray[Any, np.dtype[np.float64]], y: np.ndarray[Any, np.dtype[np.float64]]
+) -> float | None:
+    """Pearson's correlation of ``x`` and ``y``; None when fewer than two pairs or either
+    is constant (a zero std: undefined)."""
+    if x.size < 2:
+        return None
+    dx, dy = x - x.mean(), y - y.mean()
+    sx, sy = math.sqrt(float(np.dot(dx, dx))), math.sqrt(float(np.dot(dy, dy)))
+    if sx == 0.0 or sy == 0.0:
+        return None
+    return max(-1.0, min(1.0, float(np.dot(dx, dy)) / (sx * sy)))
+
+
+def _top_groups(
+    first: Annotation,
+    methods: Sequence[Method],
+    values: Sequence[np.ndarray[Any, np.dtype[np.float64]]],
+    top: int,
+) -> tuple[GroupDisagreement, ...]:
+    if top == 0 or len(first.full) == 0:
+        return ()
+    diffs = np.stack([np.abs(v - values[0]) for v in values[1:]])  # NaN where a null
+    paired = ~np.isnan(diffs)
+    largest = np.where(paired, diffs, -1.0)
+    which = np.argmax(largest, axis=0)  # the other method with the largest difference
+    row_diff = np.max(largest, axis=0)  # -1: no paired difference on this row
+    exact = list(first.keys.exact)
+    keys = {f"k{i}": first.full[c] for i, c in enumerate(exact)}
+    rows = pl.DataFrame(
+        {
+            **keys,
+            "reward": first.full[REWARD_KEY].cast(pl.Float64),
+            "diff": row_diff,
+            "which": which.astype(np.int64),
+        }
+    )
+    groups = (
+        rows.group_by(list(keys), maintain_order=True)
+        .agg(
+            pl.len().alias("size"),
+            pl.col("reward"),
+            pl.col("diff").max(),
+            pl.col("which").get(pl.col("diff").arg_max()),
+        )
+        .filter(pl.col("diff") > 0)
+        .sort("diff", descending=True, maintain_order=True)
+        .head(top)
+    )
+    return tuple(
+        GroupDisagreement(
+            key=tuple((readable(c), row[f"k{i}"]) for i, c in enumerate(exact)),
+            size=int(row["size"]),
+            rewards=tuple(row["reward"]),
+            max_abs_diff=float(row["diff"]),
+            method=methods[1 + int(row["which"])],
+        )
+        for row in groups.iter_rows(named=True)
+    )

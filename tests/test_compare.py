@@ -1,0 +1,205 @@
+"""``compare``: one log's advantages under several methods, side by side: the written
+columns are compute's advantages, the figures match a hand computation, the groups where
+methods disagree most, and the usage and output errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from grpo_cli.cli import app
+from grpo_cli.compare import Method, compare, methods_from, pearson
+from grpo_cli.errors import OptionsError
+from grpo_cli.pipeline import annotate
+from tests.conftest import SAMPLE_FILES, make_log
+
+GROUPS: dict[str, list[float | None]] = {
+    "a": [1.0, 0.0, 0.0, 1.0],
+    "b": [0.5, 0.5, 0.5],  # constant: 0 everywhere
+    "c": [2.0],  # one response: 0 by default, 2 / (1 + 1e-6) under verl
+    "d": [0.0, 3.0, 1.0],
+}
+GRPO, DR_GRPO, VERL = (
+    Method("grpo", "estimator"),
+    Method("dr_grpo", "estimator"),
+    Method("verl", "preset"),
+)
+
+
+def _by_hand(eps: float, *, singleton_unit: bool, scale: bool) -> np.ndarray:
+    """(r - mean_g) / (std_g + eps) with the sample std (or r - mean_g without ``scale``);
+    a constant group 0; a one-response group 0, or under verl mean 0 and std 1."""
+    out: list[float] = []
+    for rewards in GROUPS.values():
+        r = np.array(rewards, dtype=float)
+        if r.size == 1:
+            out.append(float(r[0] / (1.0 + eps)) if singleton_unit else 0.0)
+        elif np.all(r == r[0]):
+            out += [0.0] * r.size
+        else:
+            centred = r - r.mean()
+            out += list(centred / (r.std(ddof=1) + eps) if scale else centred)
+    return np.array(out)
+
+
+GRPO_A = _by_hand(1e-8, singleton_unit=False, scale=True)
+DR_A = _by_hand(0.0, singleton_unit=False, scale=False)
+VERL_A = _by_hand(1e-6, singleton_unit=True, scale=True)
+
+
+@pytest.fixture
+def log() -> pl.DataFrame:
+    return make_log(GROUPS)
+
+
+class TestCore:
+    def test_columns_are_the_hand_computed_advantages(self, log: pl.DataFrame) -> None:
+        result = compare(log, (GRPO, DR_GRPO, VERL), {})
+        assert result.frame.columns == [
+            "prompt_id",
+            "reward",
+            "advantage_grpo",
+            "advantage_dr_grpo",
+            "advantage_verl",
+        ]
+        for column, expected in (
+            ("advantage_grpo", GRPO_A),
+            ("advantage_dr_grpo", DR_A),
+            ("advantage_verl", VERL_A),
+        ):
+            assert result.frame[column].to_numpy() == pytest.approx(expected, abs=1e-12)
+
+    def test_per_method_figures(self, log: pl.DataFrame) -> None:
+        first, dr, verl = compare(log, (GRPO, DR_GRPO, VERL), {}).stats
+        for stats, a in ((first, GRPO_A), (dr, DR_A), (verl, VERL_A)):
+            assert stats.responses == 11
+            assert stats.mean_abs == pytest.approx(np.mean(np.abs(a)), abs=1e-12)
+            assert stats.std == pytest.approx(np.std(a), abs=1e-12)
+            assert stats.zero_share == pytest.approx(np.mean(a == 0.0))
+        assert first.zero_share == pytest.approx(4 / 11)  # b's three and c
+        assert verl.zero_share == pytest.approx(3 / 11)  # c is 2 / (1 + 1e-6) there
+        assert (first.max_abs_diff, first.correlation, first.sign_differs) == (None, None, None)
+        assert dr.max_abs_diff == pytest.approx(np.max(np.abs(DR_A - GRPO_A)), abs=1e-12)
+        assert dr.correlation == pytest.approx(np.corrcoef(DR_A, GRPO_A)[0, 1], abs=1e-12)
+        assert verl.correlation == pytest.approx(np.corrcoef(VERL_A, GRPO_A)[0, 1], abs=1e-12)
+        assert verl.max_abs_diff == pytest.approx(2 / (1 + 1e-6), abs=1e-12)
+
+    def test_sign_differs_counts_zero_as_its_own_sign(self, log: pl.DataFrame) -> None:
+        _, dr, verl = compare(log, (GRPO, DR_GRPO, VERL), {}).stats
+        assert dr.sign_differs == 0.0  # same signs and the same zeros
+        assert verl.sign_differs == pytest.approx(1 / 11)  # c: 0 under grpo, 2 under verl
+        assert verl.sign_differs == pytest.approx(np.mean(np.sign(VERL_A) != np.sign(GRPO_A)))
+
+    def test_top_groups_are_the_largest_differences_from_the_first(self, log: pl.DataFrame) -> None:
+        groups = compare(log, (GRPO, DR_GRPO, VERL), {}, top=2).top_groups
+        diff = np.maximum(np.abs(DR_A - GRPO_A), np.abs(VERL_A - GRPO_A))
+        keys = [k for k, rewards in GROUPS.items() for _ in rewards]
+        per_group = {k: max(d for kk, d in zip(keys, diff, strict=True) if kk == k) for k in GROUPS}
+        assert per_group["d"] > per_group["a"] > per_group["b"] == 0.0
+        assert [g.key for g in groups] == [(("prompt_id", "c"),), (("prompt_id", "d"),)]
+        assert [g.method for g in groups] == [VERL, DR_GRPO]
+        assert groups[0].max_abs_diff == pytest.approx(per_group["c"], abs=1e-12)
+        assert groups[1].max_abs_diff == pytest.approx(per_group["d"], abs=1e-12)
+        assert (groups[1].size, groups[1].rewards) == (3, (0.0, 3.0, 1.0))
+        every = compare(log, (GRPO, DR_GRPO, VERL), {}, top=10).top_groups
+        assert [g.key[0][1] for g in every] == ["c", "d", "a"]  # b never differs
+
+    def test_constant_advantages_have_no_correlation(self) -> None:
+        flat = make_log({"a": [1.0, 1.0], "b": [0.0, 0.0]})
+        first, other = compare(flat, (GRPO, DR_GRPO), {}).stats
+        assert (other.max_abs_diff, other.correlation, other.sign_differs) == (0.0, None, 0.0)
+        assert first.zero_share == 1.0 and first.std == 0.0
+        assert compare(flat, (GRPO, DR_GRPO), {}).top_groups == ()
+        assert pearson(np.array([1.0]), np.array([2.0])) is None
+        assert pearson(np.array([1.0, 2.0, 4.0]), np.array([2.0, 4.0, 8.0])) == pytest.approx(1)
+
+    def test_methods_are_canonical_and_checked(self) -> None:
+        methods = methods_from(["TRL", "verl_rloo"], ["RLOO"])
+        assert [(m.name, m.column) for m in methods] == [
+            ("trl", "advantage_trl"),
+            ("verl-rloo", "advantage_verl_rloo"),
+            ("rloo", "advantage_rloo"),
+        ]
+        with pytest.raises(OptionsError, match="at least two methods, got 1"):
+            methods_from(["trl"], [])
+        with pytest.raises(OptionsError, match="preset trl is given twice"):
+            methods_from(["trl", "Trl"], [])
+
+
+class TestCli:
+    def test_written_columns_are_what_compute_writes(self, tmp_path: Path) -> None:
+        out = tmp_path / "cmp.parquet"
+        args = ["compare", str(SAMPLE_FILES["parquet"]), "--preset", "trl", "--preset", "verl"]
+        result = CliRunner().invoke(app, [*args, "-e", "rloo", "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        written = pl.read_parquet(out)
+        frame = pl.read_parquet(SAMPLE_FILES["parquet"])
+        assert written.columns == [
+            *frame.columns,
+            "advantage_trl",
+            "advantage_verl",
+            "advantage_rloo",
+        ]
+        assert written.select(frame.columns).equals(frame)
+        cases: tuple[tuple[str, str | None, dict[str, Any]], ...] = (
+            ("advantage_trl", "trl", {}),
+            ("advantage_verl", "verl", {}),
+            ("advantage_rloo", None, {"estimator": "rloo"}),
+        )
+        for column, preset, extra in cases:
+            expected = annotate(frame, preset, deterministic=True, **extra).frame["advantage"]
+            diff = (written[column] - expected).abs().max()
+            assert written[column].null_count() == expected.null_count()
+            assert isinstance(diff, float) and diff <= 1e-12, column
+        assert "advantages by method" in result.stderr
+        assert "groups where the methods disagree most (top 5)" in result.stderr
+
+    def test_shared_options_reach_every_method(self, tmp_path: Path) -> None:
+        frame = make_log(GROUPS).rename({"prompt_id": "q", "reward": "score"})
+        source, out = tmp_path / "log.csv", tmp_path / "cmp.csv"
+        frame.write_csv(source)
+        args = ["compare", str(source), "-e", "grpo", "-e", "dr_grpo", "-g", "q", "-r", "score"]
+        result = CliRunner().invoke(app, [*args, "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        written = pl.read_csv(out)
+        assert written["advantage_dr_grpo"].to_numpy() == pytest.approx(DR_A, abs=1e-12)
+
+    @pytest.mark.parametrize(
+        ("extra", "message", "hint"),
+        [
+            (["--preset", "trl"], "compare needs at least two methods, got 1", "--preset"),
+            (["--preset", "trl", "--preset", "TRL"], "preset trl is given twice", "once"),
+            (["--preset", "trll", "-e", "grpo"], "unknown preset 'trll'", "did you mean trl"),
+            (["-e", "grpo", "-e", "rlo"], "unknown estimator 'rlo'", "did you mean rloo"),
+        ],
+    )
+    def test_usage_errors(self, extra: list[str], message: str, hint: str) -> None:
+        result = CliRunner().invoke(app, ["compare", str(SAMPLE_FILES["parquet"]), *extra])
+        assert result.exit_code == 2
+        assert result.stderr.startswith(f"error: {message}")
+        assert hint in result.stderr.split("hint:", 1)[1]
+
+    def test_no_overwrite_without_force(self, tmp_path: Path) -> None:
+        out = tmp_path / "cmp.csv"
+        out.write_text("mine")
+        args = ["compare", str(SAMPLE_FILES["parquet"]), "--preset", "trl", "-e", "rloo"]
+        refused = CliRunner().invoke(app, [*args, "-o", str(out)])
+        assert refused.exit_code == 4
+        assert "already exists" in refused.stderr and "--force" in refused.stderr
+        assert out.read_text() == "mine"
+        forced = CliRunner().invoke(app, [*args, "-o", str(out), "--force"])
+        assert forced.exit_code == 0, forced.output
+        assert pl.read_csv(out).columns[-2:] == ["advantage_trl", "advantage_rloo"]
+
+    def test_constant_advantages_say_why_correlation_is_null(self, tmp_path: Path) -> None:
+        source = tmp_path / "flat.csv"
+        make_log({"a": [1.0, 1.0], "b": [0.0, 0.0]}).write_csv(source)
+        result = CliRunner().invoke(app, ["compare", str(source), "-e", "grpo", "-e", "rloo"])
+        assert result.exit_code == 0, result.output
+        assert "correlation null: one method's advantages are constant" in result.stderr
+        assert "no group where the methods differ" in result.stderr
