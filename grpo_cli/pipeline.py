@@ -4,6 +4,7 @@ per-group table and the run's figures."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -12,6 +13,7 @@ import polars as pl
 
 from grpo_cli.compute import annotate_frame, pick_columns
 from grpo_cli.layouts import apply_layout, detect_layout
+from grpo_cli.metrics import LENGTH_COLUMNS
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Keys
 from grpo_cli.presets import get_preset, merge_options
@@ -79,6 +81,7 @@ def resolve(frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any]) -
     layout = get_preset(preset).layout if preset else None
     warnings: list[str] = []
     frame, fields, derived = apply_layout(frame, layout, fields, explicit.keys(), warnings)
+    fields = length_from_columns(frame.columns, fields, warnings)
     return Resolved(
         frame=frame,
         options=AdvantageOptions(**fields),
@@ -86,6 +89,31 @@ def resolve(frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any]) -
         layout=detect_layout(frame, layout),
         warnings=tuple(warnings),
     )
+
+
+def needs_length(fields: dict[str, Any]) -> bool:
+    """Whether options need a length column they do not name (opo, --token-weighted)."""
+    from grpo_cli.estimators import get_estimator
+
+    if fields.get("length_col"):
+        return False
+    wanted = "length" in get_estimator(str(fields.get("estimator", "grpo"))).needs
+    return wanted or bool(fields.get("token_weighted"))
+
+
+def length_from_columns(
+    columns: Sequence[str], fields: dict[str, Any], warnings: list[str]
+) -> dict[str, Any]:
+    """Options that need a length column and name none take the log's ``length`` (or
+    ``completion_length``, ``response_length``), with a warning saying so; without one,
+    the options' own error asks for --length-col."""
+    if not needs_length(fields):
+        return fields
+    found = next((c for c in LENGTH_COLUMNS if c in columns), None)
+    if found is None:
+        return fields
+    warnings.append(f"using the length column {found!r} (--length-col names another)")
+    return {**fields, "length_col": found}
 
 
 def annotate(

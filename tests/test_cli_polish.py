@@ -449,3 +449,28 @@ def test_plot_of_a_compare_table_overlays_the_methods(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["plot", str(both), "-o", str(tmp_path / "p.png")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_opo_takes_the_logs_length_column(tmp_path: Path) -> None:
+    out, explicit = tmp_path / "auto.parquet", tmp_path / "named.parquet"
+    base = ["compute", "sample_data/rewards.parquet", "-e", "opo", "--deterministic"]
+    auto = CliRunner().invoke(app, [*base, "-o", str(out)], env={"COLUMNS": "300"})
+    assert auto.exit_code == 0, auto.output
+    assert auto.output.splitlines()[0] == (
+        "warning: using the length column 'length' (--length-col names another)"
+    )
+    named = CliRunner().invoke(app, [*base, "--length-col", "length", "-o", str(explicit), "-q"])
+    assert named.exit_code == 0
+    assert pl.read_parquet(out).equals(pl.read_parquet(explicit))
+    source = tmp_path / "no_length.csv"
+    pl.DataFrame({"prompt_id": ["a", "a"], "reward": [1.0, 0.0]}).write_csv(source)
+    missing = CliRunner().invoke(
+        app, ["compute", str(source), "-e", "opo", "-o", str(tmp_path / "x.csv")]
+    )
+    assert missing.exit_code == 2
+    assert missing.output.splitlines()[0] == "error: estimator opo needs --length-col"
+    weighted = CliRunner().invoke(
+        app, ["compute", str(source), "--preset", "openrlhf-reinforce-baseline", "-o", "-"]
+    )
+    assert weighted.exit_code == 2
+    assert weighted.output.splitlines()[0] == "error: --token-weighted needs --length-col"

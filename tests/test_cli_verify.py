@@ -375,15 +375,6 @@ class TestComputeWithPresets:
                 + ", ".join(PRESETS)
                 + " (grpo-adv presets shows them)\n",
             ),
-            (
-                ["--estimator", "opo"],
-                "error: estimator opo needs --length-col\n"
-                "hint: name the column with --length-col COL\n",
-            ),
-            (
-                ["--preset", "openrlhf-reinforce-baseline"],
-                "error: --token-weighted needs --length-col\nhint: name the length column\n",
-            ),
         ],
     )
     def test_option_errors(

@@ -270,11 +270,14 @@ def _check_options(preset: str | None, explicit: dict[str, Any]) -> AdvantageOpt
     the output). The count of --reward-weights is checked once a dump layout has named
     the reward columns."""
     from grpo_cli.options import AdvantageOptions
+    from grpo_cli.pipeline import needs_length
     from grpo_cli.presets import merge_options
 
     fields = merge_options(preset, explicit)
     if "reward_cols" not in explicit:
         fields.pop("reward_weights", None)
+    if needs_length(fields):  # the log may hold one (see pipeline.length_from_columns)
+        fields["length_col"] = "length"
     return AdvantageOptions(**fields)
 
 
