@@ -380,15 +380,16 @@ def head_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
     )
     try:
         deadline = time.monotonic() + 120
-        while True:
-            assert head.poll() is None, "ray start --head exited"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "ray start --head did not listen in 120 s"
-                time.sleep(0.5)
-        time.sleep(2)  # the raylet registers after the GCS listens
+        for listening in (port, client_port):  # the GCS, then the Ray Client server
+            while True:
+                assert head.poll() is None, "ray start --head exited"
+                try:
+                    socket.create_connection(("127.0.0.1", listening), timeout=1).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "ray start --head did not listen"
+                    time.sleep(0.5)
+        time.sleep(3)  # the raylet registers after the GCS listens
         yield {"gcs": f"127.0.0.1:{port}", "client": f"ray://127.0.0.1:{client_port}"}
     finally:
         head.terminate()
