@@ -661,19 +661,12 @@ def atomic_path(path: Path) -> Iterator[Path]:
             dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part"
         )
     except OSError as exc:
-        if is_disk_full(exc):
-            raise _disk_full(path) from None
-        raise OutputError(
-            f"cannot write to {path.parent}: {exc.strerror or exc}",
-            hint="check the folder's permissions, or choose another -o",
-        ) from None
+        raise _staging_error(path, exc) from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o666 & ~umask)
+        tmp.chmod(0o666 & ~_umask())
         tmp.replace(path)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
@@ -714,12 +707,7 @@ def atomic_folder(path: Path) -> Iterator[Path]:
             tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part")
         )
     except OSError as exc:
-        if is_disk_full(exc):
-            raise _disk_full(path) from None
-        raise OutputError(
-            f"cannot write to {path.parent}: {exc.strerror or exc}",
-            hint="check the folder's permissions, or choose another -o",
-        ) from None
+        raise _staging_error(path, exc) from None
     try:
         yield tmp
         tmp.chmod(0o777 & ~_umask())
@@ -739,6 +727,16 @@ def atomic_folder(path: Path) -> Iterator[Path]:
         if isinstance(exc, Exception) and is_disk_full(exc):
             raise _disk_full(path) from None
         raise
+
+
+def _staging_error(path: Path, exc: OSError) -> OutputError:
+    """Why the temporary file or folder beside ``path`` could not be made."""
+    if is_disk_full(exc):
+        return _disk_full(path)
+    return OutputError(
+        f"cannot write to {path.parent}: {exc.strerror or exc}",
+        hint="check the folder's permissions, or choose another -o",
+    )
 
 
 def _umask() -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -77,3 +79,25 @@ def load_script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_example(example: str, folder: Path, timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    """Run a documented command line (README, --help examples) as a user would, from a copy
+    of the sample data in ``folder``, with ``grpo-adv`` on the PATH."""
+    shutil.copytree(SAMPLE_DIR, folder / "sample_data")
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    launcher = bin_dir / "grpo-adv"
+    launcher.write_text(f'#!/bin/sh\nexec {sys.executable} -m grpo_cli "$@"\n')
+    launcher.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {example}"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )

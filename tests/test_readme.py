@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SAMPLE_DIR
+from tests.conftest import ROOT, SAMPLE_DIR, run_example
 
 README = (ROOT / "README.md").read_text()
 EXAMPLES = [
@@ -29,22 +26,7 @@ def test_readme_has_examples() -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_readme_example_runs(example: str, tmp_path: Path) -> None:
-    shutil.copytree(SAMPLE_DIR, tmp_path / "sample_data")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    launcher = bin_dir / "grpo-adv"
-    launcher.write_text(f'#!/bin/sh\nexec {sys.executable} -m grpo_cli "$@"\n')
-    launcher.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        ["bash", "-c", f"set -o pipefail; {example}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_example(example, tmp_path, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
 

@@ -134,8 +134,8 @@ def _compute(
     quiet: bool,
 ) -> None:
     """Check every option, read, compute, write the outputs, then tell the user what
-    happened. An engine that reads and writes files itself (``io="files"`` in the engine
-    registry) gets the input paths and the output path instead."""
+    happened. An engine that reads and writes files itself (``io="file"`` or ``"dataset"``
+    in the engine registry) gets the input paths and the output path instead."""
     from grpo_cli.engines import ENGINES
 
     options = _check_options(preset, explicit)
