@@ -20,12 +20,13 @@ import polars as pl
 
 from grpo_cli.engines import FrameEngine, check, get_engine
 from grpo_cli.errors import OptionsError
-from grpo_cli.options import AdvantageOptions
+from grpo_cli.options import AdvantageOptions, speaks_python
 from grpo_cli.plan import Keys, Plan, make_plan, run_with_fallback
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 
+@speaks_python
 def compute_advantages(
     frame: FrameT, options: AdvantageOptions | None = None, **overrides: Any
 ) -> FrameT:

@@ -21,6 +21,7 @@ Exit codes (also in the README):
 from __future__ import annotations
 
 import errno as _errno
+from contextvars import ContextVar
 
 EXIT_OK = 0
 EXIT_DIFFERENT = 1
@@ -30,6 +31,12 @@ EXIT_OUTPUT = 4
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
+
+
+# Whether errors are shown to a command-line user (options spelled as flags, ``--eps``) or
+# raised to Python code (keyword arguments, ``eps=``): the CLI sets it around every
+# command; see grpo_cli.options.python_spelling.
+FLAG_SPELLING: ContextVar[bool] = ContextVar("flag_spelling", default=False)
 
 
 class Terminated(BaseException):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import polars as pl
@@ -109,6 +109,7 @@ class Explanation:
     step_col: str | None = None  # the log's step column, shown per response
     text_col: str | None = None  # the log's text column, shown cut per response
     chosen: str | None = None  # how the group was found, when not by its whole key
+    warnings: tuple[str, ...] = ()  # what reading the log inferred (a TRL group size)
 
 
 def check_choice(
@@ -739,7 +740,8 @@ def explain_one(
     summary = get_estimator(options.estimator).summary
     logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
     shown = {name: rows[c][0] for c, name in zip(keys.exact, names, strict=True)}
-    return explain_group(rows, options, summary, batch, logged, shown, gdpo, chosen)
+    explained = explain_group(rows, options, summary, batch, logged, shown, gdpo, chosen)
+    return replace(explained, warnings=resolved.warnings)
 
 
 def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> str:

@@ -6,12 +6,15 @@ heavy, so the CLI can build its help from it quickly.
 
 from __future__ import annotations
 
+import functools
 import math
+import re
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, fields, replace
-from typing import Any, Final
+from typing import Any, Final, ParamSpec, TypeVar
 
 from grpo_cli.engines import ENGINES
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import FLAG_SPELLING, GrpoAdvError, OptionsError
 
 SINGLETON_POLICIES: Final[dict[str, str]] = {
     "zero": "advantage 0: one response carries no relative information (default)",
@@ -58,6 +61,88 @@ def _as_tuple(value: object) -> tuple[Any, ...]:
     if isinstance(value, list | tuple):
         return tuple(value)
     raise OptionsError(f"expected a name or a list of names, got {value!r}")
+
+
+# --------------------------------------------------------------------------- error spelling
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+# --flag, then the word after it (a value or not: see python_spelling)
+_FLAG = re.compile(r"--([a-z][a-z-]*)(?: (-?[A-Za-z0-9_.]+(?:,-?[0-9.e+-]+)*))?")
+_FLAG_ALIASES: Final = {"group-col": "group_cols", "reward-col": "reward_cols"}
+_NUMBERS = re.compile(r"-?[0-9][0-9.e+-]*(?:,-?[0-9][0-9.e+-]*)*")
+
+
+def _choices() -> dict[str, Collection[str]]:
+    """The option fields whose value is one of a set of names, with that set."""
+    from grpo_cli.estimators import ESTIMATORS
+
+    return {
+        "singleton": SINGLETON_POLICIES,
+        "nulls": NULL_POLICIES,
+        "eps_mode": EPS_MODES,
+        "aggregation": AGGREGATIONS,
+        "clip_stage": CLIP_STAGES,
+        "backend": BACKENDS,
+        "device": DEVICES,
+        "estimator": ESTIMATORS,
+    }
+
+
+def python_spelling(text: str) -> str:
+    """``text`` with the options it names spelled as keyword arguments of
+    :class:`AdvantageOptions`: ``--eps`` is ``eps``, ``--eps 1e-8`` is ``eps=1e-8``,
+    ``--group-col COL`` is ``group_cols=("COL",)``, ``--clip -10,10`` is
+    ``clip=(-10, 10)``, ``--estimator grpo`` is ``estimator="grpo"``. The word after a
+    flag is its value when it is a placeholder (upper case), numbers, one of the option's
+    choices, or any word after ``e.g.``. Flags that are no field (``--force``) stay."""
+    by_field = {f.name: str(f.type) for f in fields(AdvantageOptions)}
+    choices = _choices()
+
+    def spell(found: re.Match[str]) -> str:
+        flag, word = found.group(1), found.group(2)
+        name = _FLAG_ALIASES.get(flag, flag.replace("-", "_"))
+        if name not in by_field:
+            return found.group(0)
+        kind = by_field[name]
+        many = kind.startswith("tuple")
+        after_eg = found.string[: found.start()].endswith("e.g. ")
+        if word is None or kind == "bool":
+            value = None
+        elif word.isupper():  # a placeholder
+            value = word if kind.startswith(("int", "tuple[float")) else f'"{word}"'
+        elif _NUMBERS.fullmatch(word):
+            value = ", ".join(word.split(",")) if many else word
+        elif word in choices.get(name, ()) or after_eg:
+            value = f'"{word}"'
+        else:
+            value = None
+        if value is None:
+            return name if word is None else f"{name} {word}"
+        if not many:
+            return f"{name}={value}"
+        return f"{name}=({value})" if "," in value else f"{name}=({value},)"
+
+    return _FLAG.sub(spell, text)
+
+
+def speaks_python(func: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Raise the errors of ``func`` with their options spelled as keyword arguments
+    (:func:`python_spelling`), unless the command line is running it
+    (:data:`grpo_cli.errors.FLAG_SPELLING`): the Python API names ``eps=``, not ``--eps``."""
+
+    @functools.wraps(func)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return func(*args, **kwargs)
+        except GrpoAdvError as error:
+            if not FLAG_SPELLING.get():
+                error.message = python_spelling(error.message)
+                if error.hint is not None:
+                    error.hint = python_spelling(error.hint)
+            raise
+
+    return wrapper
 
 
 @dataclass(frozen=True)
@@ -124,6 +209,7 @@ class AdvantageOptions:
     device: str = "auto"
     ray_address: str | None = None
 
+    @speaks_python
     def __post_init__(self) -> None:
         object.__setattr__(self, "group_cols", _as_tuple(self.group_cols))
         object.__setattr__(self, "reward_cols", _as_tuple(self.reward_cols))
@@ -203,19 +289,10 @@ class AdvantageOptions:
     def _check_choices(self) -> None:
         """Every named choice spelled as the registry does (case and separators ignored:
         ``-e RLOO`` is rloo); an unknown one suggests the closest."""
-        from grpo_cli.estimators import ESTIMATORS
         from grpo_cli.names import match_name
 
-        for field, choices, what in (
-            ("singleton", SINGLETON_POLICIES, "--singleton value"),
-            ("nulls", NULL_POLICIES, "--nulls value"),
-            ("eps_mode", EPS_MODES, "--eps-mode value"),
-            ("aggregation", AGGREGATIONS, "--aggregation value"),
-            ("clip_stage", CLIP_STAGES, "--clip-stage value"),
-            ("backend", BACKENDS, "--backend value"),
-            ("device", DEVICES, "--device value"),
-            ("estimator", ESTIMATORS, "estimator"),
-        ):
+        for field, choices in _choices().items():
+            what = "estimator" if field == "estimator" else f"--{field.replace('_', '-')} value"
             value = match_name(getattr(self, field), choices, what)
             object.__setattr__(self, field, value)
         if self.ray_address is not None and self.backend != "ray":
@@ -257,6 +334,7 @@ class AdvantageOptions:
         """The columns the computation appends, in order."""
         return (self.advantage_col, *(STATS_COLUMNS if self.with_stats else ()))
 
+    @speaks_python
     def with_overrides(self, **overrides: Any) -> AdvantageOptions:
         """A copy with some fields changed (unknown names raise OptionsError).
 

@@ -14,7 +14,7 @@ import polars as pl
 from grpo_cli.compute import annotate_frame, pick_columns
 from grpo_cli.layouts import apply_layout, detect_layout
 from grpo_cli.metrics import LENGTH_COLUMNS
-from grpo_cli.options import AdvantageOptions
+from grpo_cli.options import AdvantageOptions, speaks_python
 from grpo_cli.plan import Keys
 from grpo_cli.presets import get_preset, merge_options
 from grpo_cli.summary import (
@@ -116,6 +116,7 @@ def length_from_columns(
     return {**fields, "length_col": found}
 
 
+@speaks_python
 def annotate(
     frame: pl.DataFrame, preset: str | None = None, *, replace: bool = False, **explicit: Any
 ) -> Annotation:

@@ -605,6 +605,8 @@ def render_explanation(console: Console, e: Explanation) -> None:
     split): each response's input row, its step and the start of its text when the log
     has them."""
     o = e.options
+    for warning in e.warnings:
+        print_warning(console, warning)
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
     console.print(f"[bold]group {_escape(key)}[/]: {e.size} responses", emoji=False)
     if e.chosen:

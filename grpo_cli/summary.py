@@ -45,7 +45,7 @@ from grpo_cli.columns import (
 from grpo_cli.engines.polars import collect
 from grpo_cli.errors import InputError
 from grpo_cli.estimators import get_estimator
-from grpo_cli.options import AdvantageOptions
+from grpo_cli.options import AdvantageOptions, speaks_python
 from grpo_cli.plan import Keys
 from grpo_cli.rewards import reward_expr
 
@@ -75,6 +75,7 @@ def reward_units(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame
     return frame.with_row_index(ROW_KEY)
 
 
+@speaks_python
 def group_table(
     annotated: pl.LazyFrame,
     options: AdvantageOptions,

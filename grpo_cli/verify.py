@@ -25,7 +25,7 @@ from grpo_cli.compute import annotate_frame
 from grpo_cli.engines.polars import collect
 from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.layouts import TRL_PROMPT, prompt_runs, runs_group_size
-from grpo_cli.options import AdvantageOptions
+from grpo_cli.options import AdvantageOptions, speaks_python
 from grpo_cli.pipeline import resolve
 from grpo_cli.summary import DISPLAY_NAMES, check_batch_spans, span_warnings
 
@@ -101,6 +101,7 @@ def _no_logged_advantages(
     )
 
 
+@speaks_python
 def verify_advantages(
     frame: pl.DataFrame,
     preset: str | None = None,

@@ -173,8 +173,8 @@ def test_a_file_engine_is_refused_for_a_frame() -> None:
     with pytest.raises(OptionsError) as info:
         compute_advantages(make_log({"a": [1.0, 0.0]}), backend="partitioned")
     assert info.value.message == (
-        "--backend partitioned reads and writes files, not an in-memory frame"
-    )
+        'backend="partitioned" reads and writes files, not an in-memory frame'
+    )  # the Python API names keyword arguments (the CLI: --backend partitioned)
 
 
 @pytest.mark.parametrize("estimator", ["batch_std", "gpg", "reinforce_pp_baseline"])

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -155,6 +156,40 @@ class TestPipes:
         assert both.exit_code == 2
         assert "both go to standard output" in both.output
 
+    @pytest.mark.parametrize("fmt", ["jsonl", "json", "md"])
+    def test_compute_summary_format(self, tmp_path: Path, fmt: str) -> None:
+        out = tmp_path / "o.parquet"
+        args = ["compute", "sample_data/rewards.parquet", "-o", str(out), "-q"]
+        result = CliRunner().invoke(app, [*args, "--summary", "-", "--summary-format", fmt])
+        assert result.exit_code == 0, result.output
+        groups = pl.read_parquet(out).group_by("prompt_id").len()
+        if fmt == "md":
+            lines = result.stdout.splitlines()
+            assert lines[0].startswith("| prompt_id") and set(lines[1]) <= {"|", "-", ":", " "}
+            assert len(lines) == 2 + groups.height
+            return
+        records = (
+            [json.loads(line) for line in result.stdout.splitlines()]
+            if fmt == "jsonl"
+            else json.loads(result.stdout)
+        )
+        sizes = {r["prompt_id"]: r["size"] for r in records}
+        assert sizes == dict(groups.iter_rows())
+        # a file in the asked format, whatever its suffix says
+        table = tmp_path / "groups.txt"
+        named = CliRunner().invoke(
+            app, [*args, "--force", "--summary", str(table), "--summary-format", fmt]
+        )
+        assert named.exit_code == 0, named.output
+        assert table.read_text() == result.stdout
+
+    def test_summary_format_needs_summary(self, tmp_path: Path) -> None:
+        args = ["compute", "sample_data/rewards.csv", "-o", str(tmp_path / "o.csv")]
+        result = CliRunner().invoke(app, [*args, "--summary-format", "md"])
+        assert result.exit_code == 2
+        assert "--summary-format" in result.output and "--summary PATH" in result.output
+        assert not (tmp_path / "o.csv").exists()
+
     def test_out_dir_is_created(self, tmp_path: Path) -> None:
         target = tmp_path / "new" / "folder"
         args = ["compute", "sample_data/rewards.csv", "--out-dir", str(target), "-q"]
@@ -236,6 +271,72 @@ class TestOneErrorStyle:
         )
         assert second.exit_code == 0, second.output
         assert out_given.read_bytes() == out_canonical.read_bytes()
+
+
+class TestPythonApiErrors:
+    """The Python API's errors name keyword arguments; the CLI's name flags."""
+
+    FRAME = pl.DataFrame({"prompt_id": ["a", "a"], "reward": [1.0, 2.0]})
+
+    @pytest.mark.parametrize(
+        ("given", "message", "hint"),
+        [
+            ({"eps": -1.0}, "eps must be a finite number >= 0, got -1.0", "e.g. eps=1e-8"),
+            (
+                {"group_cols": ()},
+                "no group column given",
+                'pass group_cols=("COL",) (e.g. prompt_id)',
+            ),
+            (
+                {"clip": (3.0, 1.0)},
+                "clip needs LO,HI with LO < HI, got (3.0, 1.0)",
+                "e.g. clip=(-10, 10)",
+            ),
+            (
+                {"estimator": "opo"},
+                "estimator opo needs length_col",
+                'name the column with length_col="COL"',
+            ),
+            (
+                {"reward_weights": (1.0, 2.0)},
+                "2 reward weight(s) for 1 reward column(s)",
+                "give one weight per reward_cols, e.g. reward_weights=(1, 0.5)",
+            ),
+            (
+                {"aggregation": "normalize_then_sum", "estimator": "rloo"},
+                'aggregation="normalize_then_sum" works with estimator="grpo", not rloo',
+                'use aggregation="sum_then_normalize" with this estimator',
+            ),
+            (
+                {"group_cols": ("nope",)},
+                "group column 'nope' not found; the input has columns: prompt_id, reward",
+                'choose the group column with group_cols, e.g. group_cols=("prompt_id",)',
+            ),
+        ],
+    )
+    def test_keyword_arguments(self, given: dict[str, Any], message: str, hint: str) -> None:
+        from grpo_cli import GrpoAdvError, compute_advantages
+
+        with pytest.raises(GrpoAdvError) as raised:
+            compute_advantages(self.FRAME, **given)
+        assert (raised.value.message, raised.value.hint) == (message, hint)
+
+    def test_options_alone(self) -> None:
+        from grpo_cli import AdvantageOptions, GrpoAdvError
+
+        with pytest.raises(GrpoAdvError, match=r"^group_size must be at least 1, got 0$"):
+            AdvantageOptions(group_size=0)
+
+    def test_the_cli_still_names_flags(self, tmp_path: Path) -> None:
+        out = tmp_path / "o.csv"
+        result = CliRunner().invoke(
+            app, ["compute", "sample_data/rewards.csv", "-o", str(out), "--eps", "-1"]
+        )
+        assert (result.exit_code, result.stderr) == (
+            2,
+            "error: --eps must be a finite number >= 0, got -1.0\nhint: e.g. --eps 1e-8\n",
+        )
+        assert not out.exists()
 
 
 class TestHints:

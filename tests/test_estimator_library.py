@@ -140,7 +140,7 @@ class TestNullPolicies:
     def test_error(self) -> None:
         with pytest.raises(InputError) as info:
             compute_advantages(self.log, nulls="error")
-        assert info.value.message == "1 row(s) have a null or NaN reward (--nulls error)"
+        assert info.value.message == '1 row(s) have a null or NaN reward (nulls="error")'
 
 
 class TestClipAndBatches:
@@ -216,13 +216,13 @@ class TestPositionalGroups:
         log = pl.DataFrame({"step": [1, 1, 1, 2, 2], "reward": [0.0, 1.0, 5.0, 5.0, 2.0]})
         with pytest.raises(InputError) as info:
             compute_advantages(log, group_size=3, batch_col="step")
-        assert info.value.message == "step=2 has 2 rows, not a multiple of --group-size 3"
+        assert info.value.message == "step=2 has 2 rows, not a multiple of group_size=3"
 
 
 class TestNeeds:
     @pytest.mark.parametrize(
         ("estimator", "flag"),
-        [("opo", "--length-col"), ("remax", "--baseline-col"), ("process", "--step-rewards-col")],
+        [("opo", "length_col"), ("remax", "baseline_col"), ("process", "step_rewards_col")],
     )
     def test_estimator_needs_its_column(self, estimator: str, flag: str) -> None:
         with pytest.raises(OptionsError) as info:
@@ -230,7 +230,7 @@ class TestNeeds:
         assert info.value.message == f"estimator {estimator} needs {flag}"
 
     def test_token_weighted_needs_lengths(self) -> None:
-        with pytest.raises(OptionsError, match="--token-weighted needs --length-col"):
+        with pytest.raises(OptionsError, match=r"^token_weighted needs length_col$"):
             compute_advantages(LOG, token_weighted=True)
 
 

@@ -214,10 +214,10 @@ class TestApi:
     @pytest.mark.parametrize(
         ("overrides", "message"),
         [
-            ({"ddof": 2}, "--ddof must be 0 or 1, got 2"),
-            ({"eps": -1.0}, "--eps must be a finite number >= 0, got -1.0"),
-            ({"eps": math.inf}, "--eps must be a finite number >= 0, got inf"),
-            ({"singleton": "bogus"}, "unknown --singleton value 'bogus'"),
+            ({"ddof": 2}, "ddof must be 0 or 1, got 2"),
+            ({"eps": -1.0}, "eps must be a finite number >= 0, got -1.0"),
+            ({"eps": math.inf}, "eps must be a finite number >= 0, got inf"),
+            ({"singleton": "bogus"}, "unknown singleton value 'bogus'"),
             ({"group_cols": ()}, "no group column given"),
             ({"reward_col": "prompt_id"}, "'prompt_id' is both a reward and a group column"),
             ({"typo": 1}, "unknown option(s): typo"),
@@ -239,7 +239,7 @@ class TestApi:
         )
         assert (
             info.value.hint
-            == "choose the reward column with --reward-col, e.g. --reward-col reward"
+            == 'choose the reward column with reward_cols, e.g. reward_cols=("reward",)'
         )
 
     def test_text_rewards_are_refused_with_an_example(self) -> None:

@@ -352,6 +352,7 @@ class TestOptions:
         "output_format",
         "with_stats",
         "summary_path",
+        "summary_format",
         "out_dir",
         "low_memory",
         "force",

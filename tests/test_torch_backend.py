@@ -73,7 +73,7 @@ def test_cuda_without_cuda_is_a_clear_error() -> None:
         pytest.skip("this machine has CUDA")
     with pytest.raises(OptionsError) as info:
         compute_advantages(hostile_log(), backend="torch", device="cuda")
-    assert info.value.message == "--device cuda: torch sees no CUDA device"
+    assert info.value.message == 'device="cuda": torch sees no CUDA device'
 
 
 def test_cli_torch_backend(runner: CliRunner) -> None:

@@ -40,7 +40,7 @@ def test_missing_torch_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(builtins, "__import__", no_torch)
     with pytest.raises(OptionsError) as info:
         compute_advantages(hostile_log(), backend="torch")
-    assert info.value.message == "--backend torch needs PyTorch, which is not installed"
+    assert info.value.message == 'backend="torch" needs PyTorch, which is not installed'
     assert info.value.hint is not None and "pip install 'grpo-adv[torch]'" in info.value.hint
 
 
@@ -48,7 +48,7 @@ def test_unsupported_estimator_is_a_clear_error() -> None:
     with pytest.raises(OptionsError) as info:
         compute_advantages(hostile_log(), backend="torch", estimator="gpg")
     assert info.value.message == (
-        "--backend torch does not support estimator gpg (it computes grpo, dr_grpo, rloo, "
+        'backend="torch" does not support estimator gpg (it computes grpo, dr_grpo, rloo, '
         "batch_std)"
     )
-    assert info.value.hint == "use --backend polars"
+    assert info.value.hint == 'use backend="polars"'

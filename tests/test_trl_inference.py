@@ -150,6 +150,18 @@ class TestVerifyAndCompute:
         diff = (result.frame["advantage"] - sample_log()["advantage"]).abs().max()
         assert isinstance(diff, float) and diff < 1e-6  # TRL's float32
 
+    def test_explain_warns_that_it_inferred(self, runner: CliRunner) -> None:
+        args = ["explain", str(TRL_DIR), "--preset", "trl", "--reward-weights", "1,0.5"]
+        result = runner.invoke(app, [*args, "--row", "5"])
+        assert result.exit_code == 0, result.stderr
+        first, second = result.stderr.splitlines()[:2]
+        assert first == f"warning: {INFERRED_4}"
+        assert second.startswith("group step=") and second.endswith(": 4 responses")
+        given = runner.invoke(app, [*args, "--row", "5", "--group-size", "4"])
+        assert given.exit_code == 0, given.stderr
+        assert "warning" not in given.stderr
+        assert given.stderr.splitlines()[1:] == result.stderr.splitlines()[2:]
+
     def test_cli_names_the_broken_run(self, runner: CliRunner, tmp_path: Path) -> None:
         path = tmp_path / "completions_00001.parquet"
         runs_log([(1, "a", 4), (1, "b", 4), (1, "c", 3), (1, "d", 4)]).with_columns(

@@ -32,6 +32,7 @@ from grpo_cli.errors import (
     EXIT_OUTPUT,
     EXIT_TERMINATED,
     EXIT_USAGE,
+    FLAG_SPELLING,
     GrpoAdvError,
     OptionsError,
     OutputError,
@@ -157,6 +158,7 @@ def _user_errors() -> Iterator[None]:
     """Turn core errors into one line plus a hint on stderr and the documented exit code."""
     from grpo_cli.render import print_error, stderr_console
 
+    spelling = FLAG_SPELLING.set(True)  # errors name --flags, not keyword arguments
     try:
         yield
     except typer.Exit:
@@ -177,6 +179,8 @@ def _user_errors() -> Iterator[None]:
         _internal_error(exc)
     except Exception as exc:
         _internal_error(exc)
+    finally:
+        FLAG_SPELLING.reset(spelling)
 
 
 def _disk_full_error() -> OutputError:

@@ -26,6 +26,7 @@ from grpo_cli.cli.params import (
     Preset,
     Quiet,
     Sources,
+    SummaryFormat,
     SummaryPath,
     policy_options,
 )
@@ -68,6 +69,7 @@ def compute_cmd(
         ),
     ] = False,
     summary_path: SummaryPath = None,
+    summary_format: SummaryFormat = None,
     out_dir: Annotated[
         Path | None,
         typer.Option(
@@ -114,6 +116,7 @@ def compute_cmd(
         input_format=input_format,
         output_format=output_format,
         summary_path=summary_path,
+        summary_format=summary_format,
         force=force,
         quiet=quiet,
     )
@@ -130,6 +133,7 @@ def _compute(
     input_format: str | None,
     output_format: str | None,
     summary_path: Path | None,
+    summary_format: str | None,
     force: bool,
     quiet: bool,
 ) -> None:
@@ -140,10 +144,17 @@ def _compute(
 
     options = _check_options(preset, explicit)
     io = ENGINES[options.backend].io
+    if summary_format is not None and (summary_path is None or io == "dataset"):
+        raise OptionsError(
+            "--summary-format names the format of a --summary table",
+            hint="give --summary PATH too"
+            if summary_path is None
+            else f"--backend {options.backend} writes --summary as a folder of Parquet parts",
+        )
     if summary_path is not None and io != "dataset":  # a dataset engine writes a folder
         from grpo_cli.io import table_format
 
-        table_format(summary_path)
+        table_format(summary_path, summary_format)
     if replace and io != "frame":
         raise OptionsError(
             f"--replace works with the in-memory engines, not --backend {options.backend}",
@@ -249,6 +260,7 @@ def _compute(
                     force=force,
                     protected=protected,
                     stage=stage,
+                    fmt=summary_format,
                     flag="--summary",
                 )
     if not quiet:

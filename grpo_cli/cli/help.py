@@ -43,6 +43,7 @@ PANELS: Final[dict[str, tuple[str, ...]]] = {
         "--with-stats",
         "--replace",
         "--summary",
+        "--summary-format",
         "--out-dir",
         "--rows",
         "--top",

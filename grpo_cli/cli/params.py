@@ -65,6 +65,12 @@ def _data_formats() -> Collection[str]:
     return DATA_FORMATS
 
 
+def _table_formats() -> Collection[str]:
+    from grpo_cli.io import TABLE_FORMATS
+
+    return TABLE_FORMATS
+
+
 Sources = Annotated[
     list[str] | None,
     typer.Argument(
@@ -357,6 +363,17 @@ SummaryPath = Annotated[
         metavar="PATH",
         help="Write the per-group table here (.csv, .parquet, .jsonl, .json or .md; with "
         "--backend ray, a folder of Parquet parts).",
+        show_default=False,
+    ),
+]
+SummaryFormat = Annotated[
+    str | None,
+    typer.Option(
+        "--summary-format",
+        metavar="FORMAT",
+        help="Format of the --summary table: csv, parquet, jsonl, json or md. Default: from "
+        "its suffix; csv for standard output (--summary -).",
+        autocompletion=_completes(_table_formats),
         show_default=False,
     ),
 ]
