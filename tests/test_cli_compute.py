@@ -402,3 +402,26 @@ def test_help_does_not_import_polars() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=_cli_env(), check=True
     )
     assert done.stdout == "False\n"
+
+
+def test_a_run_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """Option values are converted without Typer's Pydantic adapters (grpo_cli.cli.coercion),
+    and a compute of a CSV needs neither pyarrow, numpy's consumers nor the optional engines."""
+    out = tmp_path / "o.csv"
+    code = (
+        "import sys\n"
+        "from grpo_cli.cli.app import main\n"
+        f"sys.argv = ['grpo-adv', 'compute', 'sample_data/rewards.csv', '-o', {str(out)!r}, "
+        "'--eps', '1e-6', '--group-size', 'auto', '-q']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code == 0, exit.code\n"
+        "print(sorted(m for m in ('pydantic', 'pyarrow', 'torch', 'ray', 'matplotlib', 'pandas')"
+        " if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_cli_env(), check=True
+    )
+    assert done.stdout == "[]\n", done.stderr
+    assert pl.read_csv(out).height == pl.read_csv("sample_data/rewards.csv").height

@@ -225,6 +225,13 @@ class TestOneErrorStyle:
                 ],
             ),
             (
+                ["compute", "x.csv", "--ddof", "1.5"],
+                [
+                    "error: invalid value for '--ddof': expected a whole number",
+                    "hint: see grpo-adv compute -h",
+                ],
+            ),
+            (
                 ["computee"],
                 [
                     "error: no such command 'computee'. Did you mean 'compute', 'compare'?",

@@ -76,6 +76,15 @@ class _Group(TyperGroup):
             sys.exit(EXIT_INTERRUPTED)
         sys.exit(returned if isinstance(returned, int) else EXIT_OK)
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Click's parsing, with option values converted by :mod:`grpo_cli.cli.coercion`
+        (as every command's: see :class:`grpo_cli.cli.help.HelpCommand`)."""
+        from grpo_cli.cli.coercion import install
+
+        install(self.get_params(ctx))
+        result: list[str] = super().parse_args(ctx, args)
+        return result
+
 
 _PLAIN_VALUE_ERRORS = {
     "Input should be a valid number, unable to parse string as a number": "expected a number",

@@ -168,6 +168,15 @@ class HelpCommand(TyperCommand):
     """A command whose ``--help`` lists options in panels (``PANELS``), shows every
     default one way ("Default: X." in the text) and ends with its examples."""
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Click's parsing, with option values converted by :mod:`grpo_cli.cli.coercion`
+        (not Typer's Pydantic adapters: start-up time)."""
+        from grpo_cli.cli.coercion import install
+
+        install(self.get_params(ctx))
+        result: list[str] = super().parse_args(ctx, args)
+        return result
+
     def format_options(self, ctx: Any, formatter: Any) -> None:
         """Options grouped by panel, in ``PANEL_ORDER``; arguments first."""
         sections: dict[str, list[tuple[str, str]]] = {}

@@ -241,9 +241,7 @@ def parse_group_size(text: str) -> int | None:
     try:
         return int(text)
     except ValueError:  # the usage error (exit 2) of any bad option value
-        from pydantic_core import PydanticCustomError  # what Typer validates with
-
-        raise PydanticCustomError("group_size", "expected a whole number or auto") from None
+        raise typer.BadParameter("expected a whole number or auto") from None
 
 
 GroupSize = Annotated[
