@@ -189,6 +189,17 @@ class TestReportApi:
         assert groups.columns[:3] == ["prompt_id", "step", "size"]
         assert groups.filter(pl.col("prompt_id") == "b")["zero_std"].item() is True
 
+    @pytest.mark.parametrize("seed", [0, 1, 2])
+    def test_histogram_bins_as_numpy_does(self, seed: int) -> None:
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        data = np.concatenate([rng.normal(size=5000), rng.integers(0, 2, 500).astype(float)])
+        edges, counts = histogram(pl.Series("x", data), bins=12)
+        expected_counts, expected_edges = np.histogram(data, bins=12)
+        assert counts == expected_counts.tolist()
+        assert edges == pytest.approx(expected_edges.tolist(), rel=1e-12, abs=1e-12)
+
     def test_histogram(self) -> None:
         edges, counts = histogram(pl.Series([0.0, 0.0, 1.0, None, float("nan")]), bins=2)
         assert edges == [0.0, 0.5, 1.0] and counts == [2, 1]

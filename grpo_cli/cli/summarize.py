@@ -97,9 +97,11 @@ def summarize_cmd(
         table_format(output, output_format)  # before any input is read
     report = under_trainer_names(report_for(sources, preset, explicit, input_format, by), preset)
     chosen = level or ("step" if report.by else "overall")
-    table = report.table(chosen)
+    table = report.table(chosen) if output is not None or level is not None else None
     if output is not None:
         from grpo_cli.io import write_table
+
+        assert table is not None
 
         if not to_stdout:
             remove_leftovers(stderr_console(), [output], quiet=quiet)
@@ -111,7 +113,7 @@ def summarize_cmd(
         for warning in report.warnings:
             print_warning(console, warning)
         render_report(console, report, rows=rows)
-        if output is not None:
+        if output is not None and table is not None:
             where = "standard output" if to_stdout else str(output)
             console.print(f"{chosen} table ({table.height:,} rows) written to {where}")
 
