@@ -5,6 +5,12 @@ imports included), timed wall-clock, with its peak RSS (``wait4``). Each round r
 method once on the same warm input; a method's ratio is its time over the Polars
 read + write floor *of the same round*; the table shows medians over rounds.
 
+The sets: 10M numeric rows in the three orders real logs have (shuffled; shuffled within
+each step; grouped by prompt: see ``datasets.make_log``), 1M rows with text; then the
+reading jobs (summarize, verify, plot) against compute on the shuffled log, a 10-row CSV
+end to end, and (``--big-rows``) ``--low-memory`` on a log larger than memory against the
+streaming floor (``lowmem.py``). Each figure is printed with its target.
+
 Methods (all write Parquet with their library's default writer):
 
 - ``floor``: Polars ``read_parquet`` + ``write_parquet``, no computation.
@@ -90,7 +96,7 @@ def run_process(argv: list[str]) -> Run:
     return Run(seconds, peak_kib / 1024)
 
 
-def methods(src: Path, out: Path, text: bool) -> dict[str, list[str]]:
+def methods(src: Path, out: Path, *, text: bool, pandas: bool) -> dict[str, list[str]]:
     py = sys.executable
     cli = str(Path(py).with_name("grpo-adv"))
     chosen = {
@@ -103,6 +109,8 @@ def methods(src: Path, out: Path, text: bool) -> dict[str, list[str]]:
     }
     if text:  # pandas and DuckDB move 1.2 KB of text a row; keep the text run short
         chosen.pop("grpo-adv -q")
+    if not pandas:
+        chosen.pop("pandas")
     return chosen
 
 
@@ -120,11 +128,24 @@ def agreement(out: Path, names: list[str]) -> float:
     return worst
 
 
-def bench_set(label: str, src: Path, rounds: int, text: bool) -> list[str]:
-    """Run every method ``rounds`` times on ``src``; return the report's lines."""
+def _verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+@dataclass
+class SetResult:
+    """One set's report lines and its headline ratios (medians over rounds)."""
+
+    lines: list[str]
+    x_floor: float
+    duckdb_speedup: float | None
+
+
+def bench_set(label: str, src: Path, rounds: int, *, text: bool, pandas: bool) -> SetResult:
+    """Run every method ``rounds`` times on ``src``; the report's lines and ratios."""
     out = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
     try:
-        cmds = methods(src, out, text)
+        cmds = methods(src, out, text=text, pandas=pandas)
         times: dict[str, list[float]] = {name: [] for name in cmds}
         ratios: dict[str, list[float]] = {name: [] for name in cmds}
         peaks: dict[str, float] = dict.fromkeys(cmds, 0.0)
@@ -152,14 +173,81 @@ def bench_set(label: str, src: Path, rounds: int, text: bool) -> list[str]:
         )
     lines.append("")
     lines.append(f"- all methods agree with grpo-adv to {diff:.1e} (max |difference|)")
+    speedups = {}
     for other in ("pandas", "duckdb"):
         if other in med:
-            speedup = statistics.median(
+            speedups[other] = statistics.median(
                 o / g for o, g in zip(ratios[other], ratios["grpo-adv"], strict=True)
             )
-            lines.append(f"- grpo-adv is {speedup:.2f}x faster than {other}")
+            lines.append(f"- grpo-adv is {speedups[other]:.2f}x faster than {other}")
     lines.append("")
+    return SetResult(lines, med["grpo-adv"], speedups.get("duckdb"))
+
+
+def reading_jobs(src: Path, rounds: int) -> list[str]:
+    """summarize, verify and plot against compute on the same log, ``rounds`` times each,
+    interleaved (targets: summarize no slower and no larger than compute, verify <= 1.2x
+    compute, plot <= summarize + 1 s)."""
+    cli = str(Path(sys.executable).with_name("grpo-adv"))
+    out = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
+    annotated = out / "annotated.parquet"
+    try:
+        run_process([cli, "compute", str(src), "-o", str(annotated), "-q"])
+        jobs = {
+            "compute": [cli, "compute", str(src), "-o", str(out / "c.parquet"), "-f"],
+            "summarize": [cli, "summarize", str(src)],
+            "verify": [cli, "verify", str(annotated)],
+            "plot": [cli, "plot", str(src), "-o", str(out / "plot.png"), "-f"],
+        }
+        runs: dict[str, list[Run]] = {name: [] for name in jobs}
+        for _ in range(rounds):
+            for name, argv in jobs.items():
+                runs[name].append(run_process(argv))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    sec = {name: statistics.median(r.seconds for r in rs) for name, rs in runs.items()}
+    peak = {name: max(r.peak_mib for r in rs) for name, rs in runs.items()}
+    lines = [
+        f"### Reading jobs on {src.name}",
+        "",
+        "| command | median s | x compute | peak RSS MiB |",
+        "|---|---|---|---|",
+    ]
+    for name in jobs:
+        lines.append(
+            f"| {name} | {sec[name]:.2f} | {sec[name] / sec['compute']:.2f} | {peak[name]:.0f} |"
+        )
+    summarize_ok = sec["summarize"] <= sec["compute"] and peak["summarize"] <= peak["compute"]
+    lines += [
+        "",
+        f"- summarize no slower and no larger than compute: {_verdict(summarize_ok)}",
+        f"- verify <= 1.2x compute: {sec['verify'] / sec['compute']:.2f}x, "
+        f"{_verdict(sec['verify'] <= 1.2 * sec['compute'])}",
+        f"- plot <= summarize + 1 s: +{sec['plot'] - sec['summarize']:.2f} s, "
+        f"{_verdict(sec['plot'] <= sec['summarize'] + 1.0)}",
+        "",
+    ]
     return lines
+
+
+def small_file(rounds: int = 15) -> list[str]:
+    """``grpo-adv compute`` on a 10-row CSV, end to end (target <= 0.45 s)."""
+    cli = str(Path(sys.executable).with_name("grpo-adv"))
+    out = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
+    try:
+        src = out / "ten.csv"
+        src.write_text(
+            "prompt_id,reward\n" + "".join(f"p{i // 4},{i % 3 / 2}\n" for i in range(10))
+        )
+        argv = [cli, "compute", str(src), "-o", str(out / "ten.adv.csv"), "-f"]
+        seconds = statistics.median(run_process(argv).seconds for _ in range(rounds))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return [
+        f"`grpo-adv compute` on a 10-row CSV: {seconds:.3f} s median of {rounds} "
+        f"(target <= 0.45 s: {_verdict(seconds <= 0.45)})",
+        "",
+    ]
 
 
 def help_time(rounds: int = 7) -> float:
@@ -169,41 +257,94 @@ def help_time(rounds: int = 7) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000, help="rows of the numeric set")
+    parser.add_argument("--rows", type=int, default=10_000_000, help="rows of the numeric sets")
     parser.add_argument("--text-rows", type=int, default=1_000_000, help="rows of the text set")
+    parser.add_argument(
+        "--big-rows",
+        type=int,
+        default=200_000_000,
+        help="rows of the --low-memory log (0: leave that run out)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench")
     parser.add_argument("--report", type=Path, default=None, help="also write the report here")
     args = parser.parse_args()
 
-    numeric = write_log(args.data / f"shuffled_{args.rows}.parquet", args.rows)
-    grouped = write_log(args.data / f"grouped_{args.rows}.parquet", args.rows, order="grouped")
+    # Byte code compiled once, as an installed package has it (PYTHONDONTWRITEBYTECODE
+    # would otherwise make every measured process compile grpo_cli from source).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "grpo_cli"], check=True)
+    orders = {
+        "shuffled": "shuffled",
+        "step": "shuffled within steps",
+        "grouped": "grouped by prompt",
+    }
+    logs = {
+        order: write_log(args.data / f"{order}_{args.rows}.parquet", args.rows, order=order)
+        for order in orders
+    }
     text = write_log(args.data / f"text_{args.text_rows}.parquet", args.text_rows, text=True)
     lines = [
         f"grpo-adv bench: {os.cpu_count()} cores, Polars {pl.__version__}, "
         f"{args.rounds} rounds, medians",
         "",
     ]
-    sets = [
-        (f"{args.rows:,} rows, shuffled, numeric (target: grpo-adv <= 1.5x floor)", numeric, False),
-        (f"{args.rows:,} rows, grouped by prompt", grouped, False),
-        (
-            f"{args.text_rows:,} rows with prompt/completion text (target: <= 1.15x floor)",
-            text,
-            True,
-        ),
-    ]
-    for label, path, has_text in sets:
+    headline = []
+    for order, words in orders.items():
+        label = f"{args.rows:,} rows, {words}, numeric"
         print(f"running: {label}", file=sys.stderr, flush=True)
-        lines += bench_set(label, path, args.rounds, has_text)
+        result = bench_set(label, logs[order], args.rounds, text=False, pandas=order == "shuffled")
+        lines += result.lines
+        headline.append((words, result))
+    label = f"{args.text_rows:,} rows with prompt/completion text (target: <= 1.15x floor)"
+    print(f"running: {label}", file=sys.stderr, flush=True)
+    lines += bench_set(label, text, args.rounds, text=True, pandas=True).lines
+    print("running: reading jobs, small file", file=sys.stderr, flush=True)
+    lines += reading_jobs(logs["shuffled"], args.rounds)
+    lines += small_file()
     seconds = help_time()
-    verdict = "met" if seconds < 0.3 else "NOT met"
-    lines.append(f"`grpo-adv --help`: {seconds:.3f} s (target < 0.3 s: {verdict})")
+    lines += [f"`grpo-adv --help`: {seconds:.3f} s (target < 0.3 s: {_verdict(seconds < 0.3)})", ""]
+    if args.big_rows:
+        print("running: --low-memory", file=sys.stderr, flush=True)
+        lines += lowmem_lines(args.big_rows, args.data)
+    lines += [
+        "### Compute on every order (targets: <= 1.5x floor, >= 1.5x faster than DuckDB)",
+        "",
+        "| order | grpo-adv / floor | grpo-adv / DuckDB | DuckDB / grpo-adv |",
+        "|---|---|---|---|",
+    ]
+    for words, result in headline:
+        speedup = result.duckdb_speedup or float("nan")
+        lines.append(
+            f"| {words} | {result.x_floor:.2f} ({_verdict(result.x_floor <= 1.5)}) | "
+            f"{1 / speedup:.2f} | {speedup:.2f} ({_verdict(speedup >= 1.5)}) |"
+        )
     report = "\n".join(lines) + "\n"
     print(report)
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(report)
+
+
+def lowmem_lines(rows: int, data: Path) -> list[str]:
+    """``lowmem.py``'s run: --low-memory against the streaming floor, with its check."""
+    from lowmem import measure
+
+    result = measure(rows, data)
+    ratio = result.seconds / result.floor_seconds
+    return [
+        f"### {rows:,} rows with --low-memory (targets: <= 3x the streaming floor, <= 2 GiB)",
+        "",
+        "| run | s | peak GiB |",
+        "|---|---|---|",
+        f"| streaming floor (scan -> sink) | {result.floor_seconds:.1f} | {result.floor_gib:.2f} |",
+        f"| grpo-adv --low-memory | {result.seconds:.1f} | {result.gib:.2f} |",
+        "",
+        f"- {ratio:.2f}x the floor ({_verdict(ratio <= 3)}), peak {result.gib:.2f} GiB "
+        f"({_verdict(result.gib <= 2)})",
+        f"- check on {result.groups} groups: rows and order equal: {result.same_rows}; "
+        f"max |difference| {result.diff:.3g}",
+        "",
+    ]
 
 
 if __name__ == "__main__":

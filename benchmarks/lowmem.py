@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -35,59 +36,91 @@ def timed(argv: list[str]) -> tuple[float, float]:
     return seconds, int(done.stderr.strip().splitlines()[-1]) / 1024 / 1024
 
 
+@dataclass
+class LowMemResult:
+    """One --low-memory run against the streaming floor, and its check."""
+
+    floor_seconds: float
+    floor_gib: float
+    seconds: float
+    gib: float
+    groups: int
+    rows: int
+    same_rows: bool
+    diff: float
+
+
+def measure(rows: int, data: Path, sample_groups: int = 2000) -> LowMemResult:
+    """Make (or reuse) the log of ``rows`` rows in ``data``, run the floor and grpo-adv
+    --low-memory, and check a sample of groups against an in-memory computation."""
+    start = time.perf_counter()
+    source = write_big_log(data / f"big_{rows}.parquet", rows)
+    print(
+        f"log: {source} ({source.stat().st_size / 2**30:.2f} GiB, ready in "
+        f"{time.perf_counter() - start:.0f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    out = data / "lowmem_out.parquet"
+    floor_out = data / "floor_out.parquet"
+    floor_code = "import sys, polars as pl; pl.scan_parquet(sys.argv[1]).sink_parquet(sys.argv[2])"
+    try:
+        floor_s, floor_gib = timed([sys.executable, "-c", floor_code, str(source), str(floor_out)])
+        floor_out.unlink()
+        cli = str(Path(sys.executable).with_name("grpo-adv"))
+        low_s, low_gib = timed([cli, "compute", str(source), "-o", str(out), "-f", "--low-memory"])
+        ids = (
+            pl.scan_parquet(source)
+            .select("prompt_id")
+            .head(5_000_000)
+            .unique()
+            .collect()["prompt_id"]
+            .sample(sample_groups, seed=1)
+        )
+        picked = (
+            pl.scan_parquet(source)
+            .with_row_index("row")
+            .filter(pl.col("prompt_id").is_in(ids.implode()))
+            .collect(engine="streaming")
+        )
+        got = (
+            pl.scan_parquet(out)
+            .with_row_index("row")
+            .filter(pl.col("prompt_id").is_in(ids.implode()))
+            .collect(engine="streaming")
+        )
+    finally:
+        out.unlink(missing_ok=True)
+        floor_out.unlink(missing_ok=True)
+    expected = annotate(picked.drop("row"), deterministic=True).frame
+    diff = float((got["advantage"] - expected["advantage"]).abs().max() or 0.0)  # type: ignore[arg-type]
+    return LowMemResult(
+        floor_s,
+        floor_gib,
+        low_s,
+        low_gib,
+        len(ids),
+        picked.height,
+        got["row"].equals(picked["row"]),
+        diff,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000_000)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench")
     parser.add_argument("--sample-groups", type=int, default=2000)
     args = parser.parse_args()
-    start = time.perf_counter()
-    source = write_big_log(args.data / f"big_{args.rows}.parquet", args.rows)
+    r = measure(args.rows, args.data, args.sample_groups)
+    print(f"streaming floor (scan -> sink): {r.floor_seconds:.1f} s, peak {r.floor_gib:.2f} GiB")
     print(
-        f"log: {source} ({source.stat().st_size / 2**30:.2f} GiB, made in "
-        f"{time.perf_counter() - start:.0f} s)",
-        flush=True,
+        f"grpo-adv --low-memory: {r.seconds:.1f} s ({r.seconds / r.floor_seconds:.2f}x floor), "
+        f"peak {r.gib:.2f} GiB"
     )
-    out = args.data / "lowmem_out.parquet"
-    floor_code = "import sys, polars as pl; pl.scan_parquet(sys.argv[1]).sink_parquet(sys.argv[2])"
-    floor_s, floor_gib = timed(
-        [sys.executable, "-c", floor_code, str(source), str(args.data / "floor_out.parquet")]
-    )
-    print(f"streaming floor (scan -> sink): {floor_s:.1f} s, peak {floor_gib:.2f} GiB", flush=True)
-    cli = str(Path(sys.executable).with_name("grpo-adv"))
-    low_s, low_gib = timed([cli, "compute", str(source), "-o", str(out), "-f", "--low-memory"])
     print(
-        f"grpo-adv --low-memory: {low_s:.1f} s ({low_s / floor_s:.2f}x floor), "
-        f"peak {low_gib:.2f} GiB",
-        flush=True,
-    )
-    ids = (
-        pl.scan_parquet(source)
-        .select("prompt_id")
-        .head(5_000_000)
-        .unique()
-        .collect()["prompt_id"]
-        .sample(args.sample_groups, seed=1)
-    )
-    rows = (
-        pl.scan_parquet(source)
-        .with_row_index("row")
-        .filter(pl.col("prompt_id").is_in(ids.implode()))
-        .collect(engine="streaming")
-    )
-    got = (
-        pl.scan_parquet(out)
-        .with_row_index("row")
-        .filter(pl.col("prompt_id").is_in(ids.implode()))
-        .collect(engine="streaming")
-    )
-    expected = annotate(rows.drop("row"), deterministic=True).frame
-    same_rows = got["row"].equals(rows["row"])
-    diff = float((got["advantage"] - expected["advantage"]).abs().max() or 0.0)  # type: ignore[arg-type]
-    print(
-        f"check on {len(ids)} groups ({rows.height:,} rows): rows and order equal: {same_rows}; "
-        f"max |difference| {diff:.3g}",
-        flush=True,
+        f"check on {r.groups} groups ({r.rows:,} rows): rows and order equal: {r.same_rows}; "
+        f"max |difference| {r.diff:.3g}"
     )
 
 

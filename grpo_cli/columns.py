@@ -1,4 +1,5 @@
-"""Every temporary column grpo-adv adds to a frame, named once.
+"""Every temporary column grpo-adv adds to a frame, named once (and the log columns that
+number steps).
 
 They all start with ``__grpo_``, never reach an output, and error messages never list them.
 This module imports nothing, so any module may use it.
@@ -43,6 +44,18 @@ def batch_stat_column(index: int, name: str) -> str:
     input (see :mod:`grpo_cli.batch_stats`)."""
     return f"{BATCH_STAT}{index}_{name}"
 
+
+# Log columns that number training steps, in order of preference: groups should not span
+# them (a warning).
+STEP_COLUMNS: Final = (
+    "step",
+    "global_step",
+    "training_step",
+    "iteration",
+    "batch",
+    "batch_id",
+    "epoch",
+)
 
 READABLE: Final = {UID_GROUP: "uid (verl)", POSITION_KEY: "group_index", BATCH_KEY: "batch"}
 

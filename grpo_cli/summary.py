@@ -38,6 +38,7 @@ from grpo_cli.columns import (
     SIZE_KEY,
     SPAN_ROW,
     SPAN_VALUES,
+    STEP_COLUMNS,
     UID_GROUP,
     VALID_KEY,
     readable,
@@ -51,16 +52,6 @@ from grpo_cli.rewards import reward_expr
 
 GROUP_TABLE_COLUMNS: Final = ("size", "n_null", "mean", "std", "min", "max", "zero_std")
 DISPLAY_NAMES: Final = {POSITION_KEY: "group_index", UID_GROUP: "group"}
-# Columns that number training steps, in order of preference: groups should not span them.
-STEP_COLUMNS: Final = (
-    "step",
-    "global_step",
-    "training_step",
-    "iteration",
-    "batch",
-    "batch_id",
-    "epoch",
-)
 
 
 def reward_units(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame:

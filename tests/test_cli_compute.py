@@ -410,11 +410,11 @@ def test_a_run_imports_only_what_it_uses(tmp_path: Path) -> None:
     out = tmp_path / "o.csv"
     code = (
         "import sys\n"
-        "from grpo_cli.cli.app import main\n"
+        "from grpo_cli.cli.app import app\n"
         f"sys.argv = ['grpo-adv', 'compute', 'sample_data/rewards.csv', '-o', {str(out)!r}, "
         "'--eps', '1e-6', '--group-size', 'auto', '-q']\n"
         "try:\n"
-        "    main()\n"
+        "    app()\n"
         "except SystemExit as exit:\n"
         "    assert exit.code == 0, exit.code\n"
         "print(sorted(m for m in ('pydantic', 'pyarrow', 'torch', 'ray', 'matplotlib', 'pandas')"
@@ -425,3 +425,18 @@ def test_a_run_imports_only_what_it_uses(tmp_path: Path) -> None:
     )
     assert done.stdout == "[]\n", done.stderr
     assert pl.read_csv(out).height == pl.read_csv("sample_data/rewards.csv").height
+
+
+def test_the_process_exits_at_once_with_every_output_flushed(tmp_path: Path) -> None:
+    """main() ends the process without the interpreter's teardown (os._exit), after
+    flushing: what a pipe reads is whole, and the exit status is the command's."""
+    code = "from grpo_cli.cli.app import main; main()"
+    args = [sys.executable, "-c", code, "compute", "sample_data/rewards.csv", "-o", "-", "-q"]
+    done = subprocess.run(args, capture_output=True, env=_cli_env(), check=False)
+    assert done.returncode == 0, done.stderr
+    expected = pl.read_csv("sample_data/rewards.csv").height
+    assert pl.read_csv(done.stdout).height == expected
+    missing = [sys.executable, "-c", code, "compute", str(tmp_path / "no.csv")]
+    failed = subprocess.run(missing, capture_output=True, text=True, env=_cli_env(), check=False)
+    assert failed.returncode == 3
+    assert failed.stderr.startswith("error: no such file")

@@ -258,7 +258,25 @@ def main() -> None:
 
     _accept_click_completion_names()
     signal.signal(signal.SIGTERM, _on_sigterm)
-    app()
+    try:
+        app()
+    except SystemExit as done:
+        _exit_now(done.code)
+
+
+def _exit_now(code: object) -> NoReturn:
+    """End the process once the command is done, without the interpreter's teardown:
+    every output is written (atomic renames done, temporary files removed) and only
+    memory is left, which freeing piece by piece costs 0.1 to 0.2 s after a log of 10M
+    rows. Standard streams are flushed first (a closed pipe is not an error). With Ray
+    loaded, its exit handlers (stopping an embedded cluster) run as usual."""
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    if "ray" in sys.modules:
+        sys.exit(status)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(status)
 
 
 def _accept_click_completion_names() -> None:
