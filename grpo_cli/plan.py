@@ -21,7 +21,7 @@ The reward is :func:`grpo_cli.rewards.combined_reward`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import polars as pl
@@ -33,6 +33,8 @@ from grpo_cli.columns import (
     GROUP_HASH,
     POSITION_KEY,
     REWARD_KEY,
+    STEP_COLUMNS,
+    span_bound_columns,
 )
 from grpo_cli.estimators import BatchStatSource, Estimator, EstimatorContext, get_estimator
 from grpo_cli.options import AdvantageOptions
@@ -126,6 +128,10 @@ class Plan:
             rewards per group, and need their own window).
         batch_source: where batch statistics come from (an engine that sees the log in
             pieces: :mod:`grpo_cli.batch_stats`); None: windows over the batch key.
+        span_col: the log's step column (see :func:`step_column`), when it has no nulls:
+            the engine adds its smallest and largest value per group
+            (:func:`span_bounds`) in its one grouping pass, which tells at no extra pass
+            whether a group spans steps.
     """
 
     options: AdvantageOptions
@@ -133,6 +139,7 @@ class Plan:
     keys: Keys
     has_nulls: bool = True
     batch_source: BatchStatSource | None = None
+    span_col: str | None = None
 
     def exact(self) -> Plan:
         """The same plan on the exact group key (the collision fallback)."""
@@ -148,18 +155,45 @@ def decide(options: AdvantageOptions, *, hashed: bool = True, has_nulls: bool = 
     return Plan(options, estimator, resolve_keys(options, hashed=use_hash), has_nulls)
 
 
+def keyed_groups(options: AdvantageOptions) -> bool:
+    """Groups come from key columns (not positions) and the estimator uses them."""
+    return options.group_size is None and get_estimator(options.estimator).uses_groups
+
+
+def step_column(columns: Sequence[str], options: AdvantageOptions, keys: Keys) -> str | None:
+    """The step-like column groups are checked against: the first of STEP_COLUMNS in
+    ``columns``, when there is no batch column, groups are by key and the key lacks it."""
+    if options.batch_col is not None or not keyed_groups(options):
+        return None
+    column = next((c for c in STEP_COLUMNS if c in columns), None)
+    return None if column is None or column in keys.exact else column
+
+
+def span_bounds(column: str, group: Sequence[str]) -> list[pl.Expr]:
+    """Per row, the smallest and largest value of ``column`` in its group (windows over
+    ``group``; see :func:`grpo_cli.columns.span_bound_columns`)."""
+    low, high = span_bound_columns(column)
+    keys = list(group)
+    return [pl.col(column).min().over(keys).alias(low), pl.col(column).max().over(keys).alias(high)]
+
+
 def make_plan(
     frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions, *, hashed: bool = True
 ) -> Plan:
     """Check ``frame`` against ``options`` (every input check, once: see
     :func:`grpo_cli.schema.check_frame`) and decide the plan (see :func:`decide`); an
-    in-memory frame also says whether the reward has nulls."""
+    in-memory frame also says whether the reward has nulls, and names its step column
+    when that has none (``span_col``)."""
     plan = decide(options, hashed=hashed)
     check_frame(frame, options, plan.estimator)
     step_unit = plan.estimator.unit == "step"
     if isinstance(frame, pl.DataFrame) and options.singleton != "drop" and not step_unit:
-        has_nulls = bool(frame.select(combined_reward(options).is_null().any()).item())
-        plan = replace(plan, has_nulls=has_nulls)
+        step = step_column(frame.columns, options, plan.keys)
+        counts = frame.select(
+            combined_reward(options).is_null().any().alias("nulls"),
+            (pl.col(step).null_count() if step else pl.lit(1)).alias("step_nulls"),
+        ).row(0)
+        plan = replace(plan, has_nulls=bool(counts[0]), span_col=step if not counts[1] else None)
     return plan
 
 

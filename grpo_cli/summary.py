@@ -42,12 +42,13 @@ from grpo_cli.columns import (
     UID_GROUP,
     VALID_KEY,
     readable,
+    span_bound_columns,
 )
 from grpo_cli.engines.polars import collect
 from grpo_cli.errors import InputError
 from grpo_cli.estimators import get_estimator
 from grpo_cli.options import AdvantageOptions, speaks_python
-from grpo_cli.plan import Keys
+from grpo_cli.plan import Keys, keyed_groups, step_column
 from grpo_cli.rewards import reward_expr
 
 GROUP_TABLE_COLUMNS: Final = ("size", "n_null", "mean", "std", "min", "max", "zero_std")
@@ -226,11 +227,16 @@ def group_spans(
     """The groups of ``frame`` (with the columns of ``keys``) whose rows hold several values
     of ``column``, or None when every group stays within one value.
 
-    With hashed keys, first one cheap pass (:func:`_pairs_outnumber_groups`); then, only when
-    some group spans, one grouping of the key with the distinct count of ``column`` and a
-    few passes for the example.
+    First one cheap pass: over the bounds of ``column`` per group when the engine added
+    them (:func:`grpo_cli.plan.span_bounds`; ``column`` without nulls), else with hashed
+    keys :func:`_pairs_outnumber_groups`; then, only when some group spans, one grouping
+    of the key with the distinct count of ``column`` and a few passes for the example.
     """
-    if keys.hashed and not _pairs_outnumber_groups(frame, column, size_col):
+    low, high = span_bound_columns(column)
+    if low in frame.columns:  # the engine's bounds: one cheap pass
+        if not frame.select((pl.col(low) != pl.col(high)).any()).item():
+            return None
+    elif keys.hashed and not _pairs_outnumber_groups(frame, column, size_col):
         return None
     group = list(keys.group)
     spanning = (
@@ -299,11 +305,6 @@ def _value_list(values: list[object]) -> str:
     return f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
-def _keyed_groups(options: AdvantageOptions) -> bool:
-    """Groups come from key columns (not positions) and the estimator uses them."""
-    return options.group_size is None and get_estimator(options.estimator).uses_groups
-
-
 def check_batch_spans(
     frame: pl.DataFrame, options: AdvantageOptions, keys: Keys, size_col: str = SIZE_KEY
 ) -> None:
@@ -311,7 +312,7 @@ def check_batch_spans(
     are per batch value, so such a group would be pooled across batches. Positional groups
     are within batches already; a group key holding the batch column cannot span it."""
     column = options.batch_col
-    if column is None or column in keys.exact or not _keyed_groups(options):
+    if column is None or column in keys.exact or not keyed_groups(options):
         return
     spans = group_spans(frame, keys, column, size_col)
     if spans is not None:
@@ -319,15 +320,6 @@ def check_batch_spans(
             f"{spans.describe()} (batch column); first: {spans.example}",
             hint=f"group within each batch: {spans.fix}",
         )
-
-
-def step_column(columns: Sequence[str], options: AdvantageOptions, keys: Keys) -> str | None:
-    """The step-like column groups are checked against: the first of STEP_COLUMNS in
-    ``columns``, when there is no batch column, groups are by key and the key lacks it."""
-    if options.batch_col is not None or not _keyed_groups(options):
-        return None
-    column = next((c for c in STEP_COLUMNS if c in columns), None)
-    return None if column is None or column in keys.exact else column
 
 
 def span_warnings(
@@ -351,7 +343,7 @@ def _singleton_warning(
     """More than half of the groups hold one response: the group key is probably wrong
     (a response id rather than a prompt id). Groups are counted from the rows (a group of
     s rows adds s times 1/s)."""
-    if not _keyed_groups(options) or size_col not in frame.columns or frame.height == 0:
+    if not keyed_groups(options) or size_col not in frame.columns or frame.height == 0:
         return ()
     size = pl.col(size_col).cast(pl.Float64)
     groups, singletons = frame.select(
