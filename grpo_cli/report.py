@@ -27,7 +27,7 @@ from typing import Final
 import polars as pl
 
 from grpo_cli import metrics
-from grpo_cli.columns import REWARD_KEY, SIZE_KEY, UNUSED_OUTPUT, VALID_KEY
+from grpo_cli.columns import REWARD_KEY, SIZE_KEY, UNUSED_OUTPUT, VALID_KEY, span_bound_columns
 from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import (
@@ -37,6 +37,7 @@ from grpo_cli.plan import (
     hash_columns,
     make_plan,
     run_with_fallback,
+    span_bounds,
     with_keys,
 )
 from grpo_cli.rewards import combined_reward
@@ -60,7 +61,8 @@ class Report:
         overall: one row of metrics over the whole log.
         steps: one row of metrics per value of ``by`` (empty without ``by``).
         group_rows: makes the ``groups`` table, on first use (one more grouping of the key,
-            which only ``--level group`` and ``plot`` need).
+            which only ``--level group`` needs).
+        group_sizes: ``size`` and ``std`` of every group (what ``plot`` draws).
         by: the batch columns of ``steps``.
         binary: every valid reward is 0 or 1 (the pass metrics are present).
         annotated: the input has the advantage column (the advantage metrics are present).
@@ -71,6 +73,7 @@ class Report:
     overall: pl.DataFrame
     steps: pl.DataFrame
     group_rows: Callable[[], pl.DataFrame]
+    group_sizes: pl.DataFrame
     by: tuple[str, ...]
     binary: bool
     annotated: bool
@@ -121,7 +124,8 @@ def summarize(
         )
     annotated = options.advantage_col in frame.columns
     plan = make_plan(frame, options.with_overrides(advantage_col=UNUSED_OUTPUT))
-    prepared, used = run_with_fallback(lambda chosen: _prepare(frame, chosen), plan)
+    bounded = _bounded_columns(frame, plan, by)
+    prepared, used = run_with_fallback(lambda chosen: _prepare(frame, chosen, bounded), plan)
     keys = used.keys
     check_batch_spans(prepared, options, keys)
     rewards = prepared[REWARD_KEY].drop_nulls()
@@ -132,7 +136,7 @@ def summarize(
             f"column {adv!r} is {prepared.schema[adv]}, not numbers",
             hint="--advantage-col names the logged advantage column",
         )
-    overall, steps = _tables(prepared, keys, by, binary, adv, options.deterministic)
+    overall, steps, profiles = _tables(prepared, keys, by, binary, adv, options.deterministic)
     extra = metrics.trainer_aggs(frame.columns, options.reward_cols, options.length_col, adv)
     if extra:
         overall = pl.concat([overall, prepared.select(extra)], how="horizontal")
@@ -143,6 +147,7 @@ def summarize(
         overall=overall,
         steps=steps,
         group_rows=lambda: _group_rows(prepared, options, keys, by, adv),
+        group_sizes=_sizes_and_stds(profiles, options.ddof),
         by=by,
         binary=binary,
         annotated=annotated,
@@ -167,15 +172,63 @@ def compared_advantages(frame: pl.DataFrame) -> dict[str, pl.Series]:
     }
 
 
-def _prepare(frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
+def _bounded_columns(frame: pl.DataFrame, plan: Plan, by: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns whose bounds per group :func:`_prepare` adds: the one ``by`` column and
+    the step column (span checks, and :func:`_one_row_per_group`), when without nulls."""
+    wanted = [*by[:1], *([plan.span_col] if plan.span_col else [])]
+    if len(by) > 1 or not wanted:
+        return ()
+    nulls = frame.select(pl.col(c).null_count() for c in dict.fromkeys(wanted)).row(0)
+    return tuple(c for c, n in zip(dict.fromkeys(wanted), nulls, strict=True) if not n)
+
+
+def _prepare(frame: pl.DataFrame, plan: Plan, bounded: tuple[str, ...] = ()) -> pl.DataFrame:
     """Every row with its reward and its group's figures, groups found by the plan's keys
-    (a 64-bit hash of the key unless the plan is exact), as in ``compute``."""
+    (a 64-bit hash of the key unless the plan is exact), as in ``compute``; and the bounds
+    per group of the ``bounded`` columns (:func:`grpo_cli.plan.span_bounds`), in the same
+    grouping pass."""
     keys = plan.keys
     rows = with_keys(frame.lazy(), plan.options).with_columns(
         *hash_columns(keys), combined_reward(plan.options).alias(REWARD_KEY)
     )
-    rows = rows.with_columns(*_group_columns(list(keys.group)), *collision_columns(keys))
+    bounds = [e for column in bounded for e in span_bounds(column, keys.group)]
+    rows = rows.with_columns(*_group_columns(list(keys.group)), *collision_columns(keys), *bounds)
     return rows.collect()
+
+
+def _one_row_per_group(
+    prepared: pl.DataFrame, keys: Keys, by: tuple[str, ...], columns: list[str]
+) -> pl.DataFrame | None:
+    """One row per (value of ``by``, group) with ``columns``: when no group spans the one
+    ``by`` column (its bounds per group are equal), the first row of each group (one
+    hash-set pass, 6x cheaper than grouping by both); None when that does not hold."""
+    if len(by) > 1:
+        return None
+    if by:
+        low, high = span_bound_columns(by[0])
+        if low not in prepared.columns:
+            return None
+        if prepared.select((pl.col(low) != pl.col(high)).any()).item():
+            return None
+    first = (
+        pl.struct(list(keys.group)).is_first_distinct()
+        if len(keys.group) > 1
+        else (pl.col(keys.group[0]).is_first_distinct())
+    )
+    rest = [g for g in keys.group if g not in by]
+    return prepared.lazy().filter(first).select(*by, *rest, *columns).collect()
+
+
+def _sizes_and_stds(profiles: pl.DataFrame, ddof: int) -> pl.DataFrame:
+    """``size`` and ``std`` (of the valid rewards, with ``ddof``; null below ddof + 1 of
+    them) of every group, from one row per group with its profile (variance with ddof 1):
+    ``var_d = var_1 (n - 1) / (n - d)``, and 0 for one reward with ddof 0."""
+    n = pl.col(VALID_KEY)
+    var1 = pl.col(metrics.GROUP_VAR)
+    var = var1 if ddof == 1 else pl.when(n == 1).then(0.0).otherwise(var1 * (n - 1) / (n - ddof))
+    return profiles.select(
+        pl.col(SIZE_KEY).alias("size"), pl.when(n > ddof).then(var.sqrt()).alias("std")
+    )
 
 
 def _group_rows(
@@ -208,9 +261,9 @@ def _tables(
     binary: bool,
     adv: str | None,
     deterministic: bool,
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The overall table and the per-``by`` table (empty without ``by``), from the
-    partials of :mod:`grpo_cli.metrics`.
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The overall table, the per-``by`` table (empty without ``by``), from the partials
+    of :mod:`grpo_cli.metrics`, and one row per group with its profile.
 
     A group is counted in every value of ``by`` where it has rows (one row per (``by``,
     group) with the group's profile), and once overall (its whole key: positional keys
@@ -218,7 +271,9 @@ def _tables(
     those of the ``by`` values (disjoint rows); its group figures come from one row per
     group."""
     group = [g for g in keys.group if g not in by]
-    per_group = prepared.lazy().group_by([*by, *group]).agg(pl.col(*_PROFILE).first()).collect()
+    per_group = _one_row_per_group(prepared, keys, by, list(_PROFILE))
+    if per_group is None:
+        per_group = prepared.lazy().group_by([*by, *group]).agg(pl.col(*_PROFILE).first()).collect()
     advantage = pl.col(adv) if adv is not None else None
     per_by = metrics.partials(
         prepared.lazy(),
@@ -229,12 +284,12 @@ def _tables(
         deterministic=deterministic,
     )
     if not by:
-        return _table(per_by, ()), pl.DataFrame()
+        return _table(per_by, ()), pl.DataFrame(), per_group
     one_per_group = per_group.unique(subset=list(keys.group), keep="first")
     rows = metrics.merge(per_by.drop(metrics.GROUP_PARTIALS, strict=False))
     groups = metrics.group_partials(one_per_group, pass_rates=binary)
     overall = pl.concat([rows, groups], how="horizontal")
-    return _table(overall, ()), _table(per_by, by)
+    return _table(overall, ()), _table(per_by, by), one_per_group
 
 
 def _table(merged: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:

@@ -275,3 +275,19 @@ class TestTrainerDumps:
         steps = json.loads(out.read_text())
         assert all(row["group_size_min"] == row["group_size_max"] == 8 for row in steps)
         assert sum(row["responses"] for row in steps) == sum(8 * row["groups"] for row in steps)
+
+
+@pytest.mark.parametrize("ddof", [0, 1])
+@pytest.mark.parametrize("by", [None, ()])
+def test_group_sizes_are_the_group_tables(ddof: int, by: tuple[str, ...] | None) -> None:
+    """What plot draws (sizes and stds from one row per group) equals the group table's
+    columns, group by group, with nulls and singletons in the log."""
+    frame = pl.read_parquet(SAMPLE_FILES["parquet"]).with_columns(
+        reward=pl.when(pl.int_range(pl.len()) % 7 == 3).then(None).otherwise(pl.col("reward"))
+    )
+    report = summarize(frame, AdvantageOptions(ddof=ddof), by)
+    table = report.groups.select("size", "std").sort("size", "std", nulls_last=True)
+    drawn = report.group_sizes.sort("size", "std", nulls_last=True)
+    assert drawn["size"].to_list() == table["size"].to_list()
+    assert drawn["std"].is_null().to_list() == table["std"].is_null().to_list()
+    assert drawn["std"].to_numpy() == pytest.approx(table["std"].to_numpy(), nan_ok=True)

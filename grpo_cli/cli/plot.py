@@ -71,6 +71,7 @@ def plot_cmd(
         check_plot_path,
         dashboard_title,
         default_plot_path,
+        preload_pyplot,
         write_dashboard,
     )
 
@@ -81,6 +82,7 @@ def plot_cmd(
     if estimator is not None:
         get_estimator(estimator)  # an unknown name fails before any input is read
     check_output_path(output, force=force, protected=protected_inputs(sources))
+    preload_pyplot()  # while the log is read and summarized
     explicit = {**report_params.explicit(), "advantage_col": advantage_col}
     report = report_for(sources, preset, explicit, input_format, by)
     from grpo_cli.render import stderr_console
