@@ -39,10 +39,10 @@ BATCH_STAT: Final = "__grpo_bstat"  # batch statistics from partials: see batch_
 TORCH_RAW: Final = "__grpo_torch_raw"  # torch engine: the formula's value before policies
 
 
-def span_bound_columns(column: str) -> tuple[str, str]:
-    """The columns holding, per row, the smallest and largest value of ``column`` in its
-    group (the engine adds them for the log's step column: groups that span steps)."""
-    return f"{SPAN_VALUES}_min:{column}", f"{SPAN_VALUES}_max:{column}"
+def span_flag_column(column: str) -> str:
+    """The column holding, per row, whether its group holds several values of ``column``
+    (the engine adds it for the log's step column: groups that span steps)."""
+    return f"{SPAN_VALUES}:{column}"
 
 
 def batch_stat_column(index: int, name: str) -> str:

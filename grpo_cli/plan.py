@@ -34,7 +34,7 @@ from grpo_cli.columns import (
     POSITION_KEY,
     REWARD_KEY,
     STEP_COLUMNS,
-    span_bound_columns,
+    span_flag_column,
 )
 from grpo_cli.estimators import BatchStatSource, Estimator, EstimatorContext, get_estimator
 from grpo_cli.options import AdvantageOptions
@@ -129,9 +129,8 @@ class Plan:
         batch_source: where batch statistics come from (an engine that sees the log in
             pieces: :mod:`grpo_cli.batch_stats`); None: windows over the batch key.
         span_col: the log's step column (see :func:`step_column`), when it has no nulls:
-            the engine adds its smallest and largest value per group
-            (:func:`span_bounds`) in its one grouping pass, which tells at no extra pass
-            whether a group spans steps.
+            the engine adds whether each row's group spans it (:func:`span_flag`) in its
+            one grouping pass, which tells at no extra pass whether a group spans steps.
     """
 
     options: AdvantageOptions
@@ -169,12 +168,14 @@ def step_column(columns: Sequence[str], options: AdvantageOptions, keys: Keys) -
     return None if column is None or column in keys.exact else column
 
 
-def span_bounds(column: str, group: Sequence[str]) -> list[pl.Expr]:
-    """Per row, the smallest and largest value of ``column`` in its group (windows over
-    ``group``; see :func:`grpo_cli.columns.span_bound_columns`)."""
-    low, high = span_bound_columns(column)
+def span_flag(column: str, group: Sequence[str]) -> pl.Expr:
+    """Per row, whether its group holds several values of ``column`` (without nulls): its
+    smallest and largest value differ (two windows over ``group``, one Boolean column; see
+    :func:`grpo_cli.columns.span_flag_column`)."""
     keys = list(group)
-    return [pl.col(column).min().over(keys).alias(low), pl.col(column).max().over(keys).alias(high)]
+    values = pl.col(column)
+    spans = values.min().over(keys) != values.max().over(keys)
+    return spans.alias(span_flag_column(column))
 
 
 def make_plan(

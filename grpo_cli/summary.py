@@ -42,7 +42,7 @@ from grpo_cli.columns import (
     UID_GROUP,
     VALID_KEY,
     readable,
-    span_bound_columns,
+    span_flag_column,
 )
 from grpo_cli.engines.polars import collect
 from grpo_cli.errors import InputError
@@ -227,14 +227,14 @@ def group_spans(
     """The groups of ``frame`` (with the columns of ``keys``) whose rows hold several values
     of ``column``, or None when every group stays within one value.
 
-    First one cheap pass: over the bounds of ``column`` per group when the engine added
-    them (:func:`grpo_cli.plan.span_bounds`; ``column`` without nulls), else with hashed
+    First one cheap pass: over the engine's per-row flag when it added one
+    (:func:`grpo_cli.plan.span_flag`; ``column`` without nulls), else with hashed
     keys :func:`_pairs_outnumber_groups`; then, only when some group spans, one grouping
     of the key with the distinct count of ``column`` and a few passes for the example.
     """
-    low, high = span_bound_columns(column)
-    if low in frame.columns:  # the engine's bounds: one cheap pass
-        if not frame.select((pl.col(low) != pl.col(high)).any()).item():
+    flag = span_flag_column(column)
+    if flag in frame.columns:  # the engine's flag: one cheap pass
+        if not frame.get_column(flag).any():
             return None
     elif keys.hashed and not _pairs_outnumber_groups(frame, column, size_col):
         return None

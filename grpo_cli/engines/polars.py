@@ -30,7 +30,7 @@ from grpo_cli.plan import (
     collision_columns,
     estimator_context,
     hash_columns,
-    span_bounds,
+    span_flag,
     with_keys,
 )
 from grpo_cli.policies import apply_policies
@@ -93,11 +93,11 @@ def profile_columns(plan: Plan) -> list[pl.Expr]:
 def with_group_stats(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     """The prepared frame (see :func:`prepare`) with every group statistic, in one grouping
     pass (and CHECK_MAX when the plan's keys are hashed; the group's row count when the
-    reward may be null; the step column's bounds per group with ``plan.span_col``): what
+    reward may be null; whether the group spans ``plan.span_col``): what
     the formulas read (response-level estimators)."""
     options, keys = plan.options, plan.keys
     size = [pl.len().over(list(keys.group)).alias(SIZE_KEY)] if plan.has_nulls else []
-    spans = span_bounds(plan.span_col, keys.group) if plan.span_col else []
+    spans = [span_flag(plan.span_col, keys.group)] if plan.span_col else []
     return prepare(frame, plan).with_columns(
         *group_stat_columns(pl.col(REWARD_KEY), keys.group, options.ddof),
         *collision_columns(keys),
