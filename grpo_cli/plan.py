@@ -51,12 +51,16 @@ class Keys:
         batch: the batch key columns.
         exact: the group key columns themselves (for tables and collision checks).
         hashed: whether ``group`` is a hash of ``exact``.
+        check: a column holding a second, independent hash of the key, when ``group`` is
+            a hash (CHECK_HASH when ``hashed``; the partitioned engine's spilled one): the
+            windows then add CHECK_MAX, which detects two keys sharing the first hash.
     """
 
     group: tuple[str, ...]
     batch: tuple[str, ...]
     exact: tuple[str, ...]
     hashed: bool = False
+    check: str | None = None
 
 
 def resolve_keys(options: AdvantageOptions, *, hashed: bool = False) -> Keys:
@@ -69,7 +73,7 @@ def resolve_keys(options: AdvantageOptions, *, hashed: bool = False) -> Keys:
     else:
         exact = options.group_cols
     if hashed and exact:
-        return Keys(group=(GROUP_HASH,), batch=batch, exact=exact, hashed=True)
+        return Keys(group=(GROUP_HASH,), batch=batch, exact=exact, hashed=True, check=CHECK_HASH)
     return Keys(group=exact, batch=batch, exact=exact)
 
 
@@ -101,18 +105,19 @@ def hash_columns(keys: Keys) -> list[pl.Expr]:
 
 
 def collision_columns(keys: Keys) -> list[pl.Expr]:
-    """Per row, the largest second hash of its group (one window aggregate)."""
-    if not keys.hashed:
+    """Per row, the largest second hash (``keys.check``) of its group (one window
+    aggregate), when the group key is a hash."""
+    if keys.check is None:
         return []
-    return [pl.col(CHECK_HASH).max().over(GROUP_HASH).alias(CHECK_MAX)]
+    return [pl.col(keys.check).max().over(list(keys.group)).alias(CHECK_MAX)]
 
 
 def hash_collision(frame: pl.DataFrame, keys: Keys) -> bool:
     """Whether two different keys shared a group hash: their second hashes differ, so some
     row's second hash is below its group's largest (``frame`` has CHECK_MAX)."""
-    if not keys.hashed:
+    if keys.check is None:
         return False
-    return bool(frame.select((pl.col(CHECK_HASH) != pl.col(CHECK_MAX)).any()).item())
+    return bool(frame.select((pl.col(keys.check) != pl.col(CHECK_MAX)).any()).item())
 
 
 @dataclass(frozen=True)

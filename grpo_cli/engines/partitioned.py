@@ -4,10 +4,11 @@ than memory, Parquet in, Parquet out, in bounded memory, exact.
 Three streaming passes over a Parquet log, spilling to a temporary folder beside the output:
 
 1. **Partition.** Stream the columns the computation needs, with each row's index, into
-   ``partitions`` files by a hash of the group key: every group lands whole in one file.
-   The key is spilled as two independent 64-bit hashes (fixed-width, far cheaper to move
-   than strings): the first identifies the group, the second detects a collision of the
-   first.
+   ``partitions`` files by a hash of the group key (Polars' streaming engine, partitioned
+   sink): every group lands whole in one file. The key is spilled as two independent
+   64-bit hashes (fixed-width, far cheaper to move than strings): the first identifies the
+   group, the second detects a collision of the first (in the same grouping pass as the
+   group statistics: ``Keys.check``).
 2. **Compute.** Each partition (about rows / partitions rows) is annotated in memory by the
    Polars engine with the plan made once for the whole log (no check runs again), so every
    group statistic and policy is the same; the advantages are spilled with their row index
@@ -27,9 +28,10 @@ log), the run starts again with the exact key columns spilled instead of the has
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -42,19 +44,19 @@ from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.errors import GrpoAdvError, InputError
 from grpo_cli.estimators import ESTIMATORS
 from grpo_cli.options import AdvantageOptions
-from grpo_cli.plan import Plan, decide, make_plan, resolve_keys
+from grpo_cli.plan import Plan, decide, hash_collision, make_plan, resolve_keys
 from grpo_cli.summary import RunSummary
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    pass
 
 ROW: Final = PART_ROW
 PART: Final = PART_INDEX
 GROUP: Final = PART_GROUP
 CHECK: Final = PART_CHECK
-PARTITIONS: Final = 256
+PARTITION_ROWS: Final = 2_000_000  # rows a partition holds, about (its memory: ~0.5 GB)
+MIN_PARTITIONS: Final = 8
 CHUNK_ROWS: Final = 1_000_000
-SPILL_BATCH: Final = 16_384
 MERGE_EVERY: Final = 64  # partitions whose partials are kept before merging them
 
 
@@ -106,7 +108,7 @@ def annotate_to_parquet(
     output: Path,
     options: AdvantageOptions,
     *,
-    partitions: int = PARTITIONS,
+    partitions: int | None = None,
     chunk_rows: int = CHUNK_ROWS,
     on_step: Callable[[str], None] | None = None,
 ) -> RunSummary:
@@ -127,12 +129,19 @@ def run(
     output: Path,
     plan: Plan,
     *,
-    partitions: int = PARTITIONS,
+    partitions: int | None = None,
     chunk_rows: int = CHUNK_ROWS,
     on_step: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """The three passes (see the module docstring) for a checked ``plan``; on a hash
-    collision, once more with the exact key spilled."""
+    collision, once more with the exact key spilled. ``partitions`` defaults to one per
+    PARTITION_ROWS input rows (at least MIN_PARTITIONS): memory stays at about one
+    partition's whatever the log's size."""
+    if partitions is None:
+        import pyarrow.parquet as pq
+
+        rows = pq.ParquetFile(source).metadata.num_rows
+        partitions = max(MIN_PARTITIONS, -(-rows // PARTITION_ROWS))
     try:
         return _run(source, output, plan, partitions, chunk_rows, on_step, exact=False)
     except _Collision:
@@ -158,10 +167,10 @@ def _run(
     spill = make_spill_folder(spill_parent(output))
     try:
         step("partitioning")
-        _partition(source, spill / "in", needed, key_cols, partitions, chunk_rows, exact=exact)
+        _partition(source, spill / "in", needed, key_cols, partitions, exact=exact)
         step("computing")
         group = key_cols if exact else (GROUP,)
-        parts = _compute_partitions(spill, plan, group, check_hash=not exact)
+        parts = _compute_partitions(spill, plan, group, chunk_rows, check_hash=not exact)
         step("merging")
         _merge(source, spill, output, options.added_columns(), chunk_rows)
     finally:
@@ -170,11 +179,12 @@ def _run(
 
 
 def _spill_options() -> Any:
-    """Arrow IPC write options of the spill files: lz4 (a quarter smaller, twice the cost
-    of no compression, still ten times faster than Parquet on small batches)."""
+    """Arrow IPC write options of the spill files: uncompressed. lz4 made them a quarter
+    smaller but cost 1.5 s of 16 on 50M rows (compressing, then decompressing each once);
+    the spills are read back once, from the page cache."""
     from pyarrow import ipc
 
-    return ipc.IpcWriteOptions(compression="lz4")
+    return ipc.IpcWriteOptions(compression=None)
 
 
 def _needed_columns(options: AdvantageOptions, schema: pl.Schema) -> list[str]:
@@ -191,57 +201,40 @@ def _partition(
     needed: list[str],
     key_cols: tuple[str, ...],
     partitions: int,
-    batch: int,
     *,
     exact: bool,
 ) -> None:
-    """Stream ``source`` in batches into one spill file per partition (one Arrow IPC writer
-    each, a record batch per input batch: memory stays at about one batch). The key goes as
-    its two hashes, or ``exact``: as its columns."""
-    import pyarrow.parquet as pq
-    from pyarrow import ipc
-
-    folder.mkdir()
-    writers: dict[int, ipc.RecordBatchFileWriter] = {}
-    offset = 0
+    """Stream ``source`` into Arrow IPC spill files (uncompressed), a folder per partition, with
+    Polars' streaming engine and its partitioned sink: rows keep their input order within
+    a partition, and memory stays at a few batches whatever the log's size. The key goes
+    as its two hashes, or ``exact``: as its columns."""
     key = pl.struct(list(key_cols)) if len(key_cols) > 1 else pl.col(key_cols[0])
     columns = list(dict.fromkeys([*needed, *key_cols]))
     spilled = list(dict.fromkeys([*key_cols, *needed])) if exact else [GROUP, CHECK, *needed]
-    # pre_buffer=False: with read-ahead, pyarrow keeps about 7 MB per row group read until
-    # the file is closed (1.6 GiB over a 200-row-group log); without it, memory stays flat.
-    reader = pq.ParquetFile(source, pre_buffer=False)
-    try:
-        for record_batch in reader.iter_batches(batch_size=batch, columns=columns):
-            frame = pl.DataFrame(pl.from_arrow(record_batch))
-            frame = frame.with_row_index(ROW, offset=offset).with_columns(
-                key.hash(seed=0).alias(GROUP), key.hash(seed=1).alias(CHECK)
-            )
-            frame = frame.with_columns((pl.col(GROUP) % partitions).alias(PART)).select(
-                ROW, PART, *spilled
-            )
-            offset += frame.height
-            # Sorted by partition, each partition's rows are one zero-copy slice.
-            frame = frame.sort(PART, maintain_order=True)
-            counts = frame.group_by(PART).agg(n=pl.len()).sort(PART)
-            table = frame.drop(PART).to_arrow()
-            start = 0
-            for part, n in counts.iter_rows():
-                index = int(part)
-                if index not in writers:
-                    path = folder / f"{index:05d}.arrow"
-                    writers[index] = ipc.new_file(path, table.schema, options=_spill_options())
-                writers[index].write_table(table.slice(start, n))
-                start += n
-    finally:
-        for writer in writers.values():
-            writer.close()
+    rows = (
+        pl.scan_parquet(source)
+        .select(columns)
+        .with_row_index(ROW)
+        .with_columns(key.hash(seed=0).alias(GROUP), key.hash(seed=1).alias(CHECK))
+        .select(ROW, (pl.col(GROUP) % partitions).alias(PART), *spilled)
+    )
+    sink = pl.PartitionBy(folder, key=PART, include_key=False, approximate_bytes_per_file=None)
+    rows.sink_ipc(sink, compression="uncompressed", mkdir=True)
+
+
+def _partition_files(folder: Path) -> list[list[Path]]:
+    """The spill files of each partition (a folder per partition value), in order."""
+    return [sorted(part.glob("*.ipc")) for part in sorted(folder.iterdir()) if part.is_dir()]
 
 
 def _compute_partitions(
-    spill: Path, plan: Plan, group: tuple[str, ...], *, check_hash: bool
+    spill: Path, plan: Plan, group: tuple[str, ...], chunk_rows: int, *, check_hash: bool
 ) -> list[pl.DataFrame]:
     """Annotate every partition with the Polars engine on the plan made for the whole log,
-    its group key the spilled one (``group``); spill the advantages, keep the partials."""
+    its group key the spilled one (``group``); spill the advantages by range of row index
+    (one file per ``chunk_rows`` input rows, each partition adding its rows of the range),
+    keep the partials."""
+    import numpy as np
     from pyarrow import ipc
 
     options = plan.options
@@ -249,23 +242,36 @@ def _compute_partitions(
     out = spill / "adv"
     out.mkdir()
     inner_options = options.with_overrides(group_cols=group, backend="polars")
-    inner = Plan(inner_options, plan.estimator, resolve_keys(inner_options), has_nulls=True)
-    for path in sorted((spill / "in").glob("*.arrow")):
-        full = POLARS.annotate(pl.read_ipc(path), inner)
-        if check_hash and _collided(full):
-            raise _Collision()
-        _check_batch_spans(full, options, group)
-        table = full.select(ROW, *options.added_columns()).to_arrow()
-        with ipc.new_file(out / path.name, table.schema, options=_spill_options()) as writer:
-            writer.write_table(table, max_chunksize=SPILL_BATCH)
-        _accumulate(parts, full, options, group)
+    keys = resolve_keys(inner_options)
+    if check_hash:  # the spilled key is a hash: its check in the same grouping pass
+        keys = replace(keys, check=CHECK)
+    inner = Plan(inner_options, plan.estimator, keys, has_nulls=True)
+    writers: dict[int, ipc.RecordBatchFileWriter] = {}
+    try:
+        for paths in _partition_files(spill / "in"):
+            full = POLARS.annotate(pl.concat([pl.read_ipc(path) for path in paths]), inner)
+            if hash_collision(full, keys):
+                raise _Collision()
+            _check_batch_spans(full, options, group)
+            table = full.select(ROW, *options.added_columns()).to_arrow()
+            rows = table.column(0).to_numpy()  # ascending: the input order within a partition
+            if not len(rows):
+                continue
+            first, last = int(rows[0]) // chunk_rows, int(rows[-1]) // chunk_rows
+            edges = np.searchsorted(rows, np.arange(first, last + 2) * chunk_rows)
+            for offset, (lo, hi) in enumerate(itertools.pairwise(edges)):
+                if hi > lo:
+                    writer = writers.get(first + offset)
+                    if writer is None:
+                        path = out / f"{first + offset:08d}.arrow"
+                        writer = ipc.new_file(path, table.schema, options=_spill_options())
+                        writers[first + offset] = writer
+                    writer.write_table(table.slice(int(lo), int(hi - lo)))
+            _accumulate(parts, full, options, group)
+    finally:
+        for writer in writers.values():
+            writer.close()
     return parts
-
-
-def _collided(part: pl.DataFrame) -> bool:
-    """Whether two keys of ``part`` share the spilled group hash (their check hashes then
-    differ within the group)."""
-    return bool(part.select((pl.col(CHECK) != pl.col(CHECK).max().over(GROUP)).any()).item())
 
 
 def _check_batch_spans(
@@ -320,77 +326,47 @@ def _merge(
 ) -> None:
     """The input with its advantages, in input order, to one Parquet file.
 
-    Each partition's advantages are in input-row order, so every partition file is read once,
-    front to back, through a cursor: chunk [lo, hi) of the row index takes from each cursor
-    the rows below ``hi``, and the added columns are written in input order. A streaming
-    horizontal concatenation of the input and that file then writes the output."""
+    The advantages were spilled by range of row index (:func:`_compute_partitions`): each
+    range's file holds every row of the range once, so its rows are put in input order by
+    inverting their index (no sort), range after range, into one file of the added
+    columns. A streaming horizontal concatenation of the input and that file then writes
+    the output (about the cost of copying the input)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from pyarrow import ipc
 
     rows = pq.ParquetFile(source).metadata.num_rows
-    cursors = [_Cursor(path) for path in sorted((spill / "adv").glob("*.arrow"))]
-    ordered = spill / "ordered.parquet"
-    writer: pq.ParquetWriter | None = None
-    lo = 0
+    ordered = spill / "ordered.arrow"
+    writer: ipc.RecordBatchFileWriter | None = None
+    written = 0
     try:
-        for hi in range(min(chunk_rows, rows), rows + chunk_rows, chunk_rows):
-            hi = min(hi, rows)
-            pieces = [piece for cursor in cursors if (piece := cursor.take_below(hi)).num_rows]
-            merged = pa.concat_tables(pieces)
-            # The row indices are a permutation of [lo, hi): invert it instead of sorting.
+        for path in sorted((spill / "adv").glob("*.arrow")):
+            lo = int(path.stem) * chunk_rows
+            with pa.memory_map(str(path)) as mapped:
+                merged = ipc.open_file(mapped).read_all()
             index = merged.column(0).to_numpy()
+            if lo != written or len(index) != min(chunk_rows, rows - lo):
+                break  # a range missing or short: reported below
             position = np.empty(len(index), dtype=np.int64)
             position[index - lo] = np.arange(len(index))
             table = merged.select(list(columns)).take(position)
-            lo = hi
             if writer is None:
-                writer = pq.ParquetWriter(ordered, table.schema, compression="none")
+                writer = ipc.new_file(ordered, table.schema)
             writer.write_table(table)
-            if hi == rows:
-                break
+            written += table.num_rows
     finally:
         if writer is not None:
             writer.close()
-    if writer is None or pq.ParquetFile(ordered).metadata.num_rows != rows:
+    if writer is None or written != rows:
         raise GrpoAdvError(
             "internal error: the spilled advantages do not cover the input rows",
             hint="run again without --low-memory, and report this",
         )
     from grpo_cli.io import PARQUET_ZSTD_LEVEL
 
-    both = pl.concat([pl.scan_parquet(source), pl.scan_parquet(ordered)], how="horizontal")
+    both = pl.concat([pl.scan_parquet(source), pl.scan_ipc(ordered)], how="horizontal")
     both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
-
-
-class _Cursor:
-    """Reads one spilled partition (row index ascending) front to back, a batch at a time."""
-
-    def __init__(self, path: Path) -> None:
-        import pyarrow as pa
-        from pyarrow import ipc
-
-        self._reader = ipc.open_file(pa.OSFile(str(path)))
-        self._next = 0
-        self._pending: list[pa.RecordBatch] = []
-        self._last = -1  # the largest row index read so far
-
-    def take_below(self, hi: int) -> pa.Table:
-        """The next rows whose index is below ``hi``."""
-        import numpy as np
-        import pyarrow as pa
-
-        while self._last < hi and self._next < self._reader.num_record_batches:
-            batch = self._reader.get_batch(self._next)
-            self._next += 1
-            if batch.num_rows:
-                self._pending.append(batch)
-                self._last = int(batch.column(0)[-1].as_py())
-        table = pa.Table.from_batches(self._pending, schema=self._reader.schema)
-        rows = table.column(0).to_numpy()
-        cut = int(np.searchsorted(rows, hi))
-        self._pending = table.slice(cut).to_batches()
-        return table.slice(0, cut)
 
 
 def _summary(parts: list[pl.DataFrame]) -> RunSummary:
