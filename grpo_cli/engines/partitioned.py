@@ -328,44 +328,42 @@ def _merge(
 
     The advantages were spilled by range of row index (:func:`_compute_partitions`): each
     range's file holds every row of the range once, so its rows are put in input order by
-    inverting their index (no sort), range after range, into one file of the added
-    columns. A streaming horizontal concatenation of the input and that file then writes
-    the output (about the cost of copying the input)."""
+    inverting their index (no sort), range after range, into a file of the added columns
+    per range. A streaming horizontal concatenation of the input and those files then
+    writes the output (about the cost of copying the input)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyarrow import ipc
 
     rows = pq.ParquetFile(source).metadata.num_rows
-    ordered = spill / "ordered.arrow"
-    writer: ipc.RecordBatchFileWriter | None = None
+    ordered = spill / "ordered"
+    ordered.mkdir()
     written = 0
-    try:
-        for path in sorted((spill / "adv").glob("*.arrow")):
-            lo = int(path.stem) * chunk_rows
-            with pa.memory_map(str(path)) as mapped:
-                merged = ipc.open_file(mapped).read_all()
-            index = merged.column(0).to_numpy()
-            if lo != written or len(index) != min(chunk_rows, rows - lo):
-                break  # a range missing or short: reported below
-            position = np.empty(len(index), dtype=np.int64)
-            position[index - lo] = np.arange(len(index))
-            table = merged.select(list(columns)).take(position)
-            if writer is None:
-                writer = ipc.new_file(ordered, table.schema)
+    for path in sorted((spill / "adv").glob("*.arrow")):
+        lo = int(path.stem) * chunk_rows
+        with pa.memory_map(str(path)) as mapped:
+            merged = ipc.open_file(mapped).read_all()
+        index = merged.column(0).to_numpy()
+        if lo != written or len(index) != min(chunk_rows, rows - lo):
+            break  # a range missing or short: reported below
+        position = np.empty(len(index), dtype=np.int64)
+        position[index - lo] = np.arange(len(index))
+        table = merged.select(list(columns)).take(position)
+        with ipc.new_file(ordered / path.name, table.schema) as writer:
             writer.write_table(table)
-            written += table.num_rows
-    finally:
-        if writer is not None:
-            writer.close()
-    if writer is None or written != rows:
+        written += table.num_rows
+    if written != rows or not rows:
         raise GrpoAdvError(
             "internal error: the spilled advantages do not cover the input rows",
             hint="run again without --low-memory, and report this",
         )
     from grpo_cli.io import PARQUET_ZSTD_LEVEL
 
-    both = pl.concat([pl.scan_parquet(source), pl.scan_ipc(ordered)], how="horizontal")
+    # One file per range: a single file's pages stayed mapped until the end, all counted in
+    # the peak RSS (2.19 GiB on 200M rows, against 1.00 GiB with one file per range).
+    added = pl.scan_ipc(sorted(ordered.glob("*.arrow")))
+    both = pl.concat([pl.scan_parquet(source), added], how="horizontal")
     both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
 
 
