@@ -58,11 +58,13 @@ def compute_advantages(
     return pick_columns(full, names)
 
 
-def annotate_frame(frame: pl.DataFrame, options: AdvantageOptions) -> tuple[pl.DataFrame, Keys]:
+def annotate_frame(
+    frame: pl.DataFrame, options: AdvantageOptions, *, span_check: bool = True
+) -> tuple[pl.DataFrame, Keys]:
     """The annotated frame *with* the plan's temporary key, reward and group-profile
     columns (for callers that also build tables: :mod:`grpo_cli.pipeline`), and the keys
-    its groups were found by."""
-    plan = make_plan(frame, options)
+    its groups were found by (``span_check``: see :func:`grpo_cli.plan.make_plan`)."""
+    plan = make_plan(frame, options, span_check=span_check)
     engine = frame_engine(plan)
     full, used = run_with_fallback(lambda chosen: engine.annotate(frame, chosen), plan)
     return full, used.keys

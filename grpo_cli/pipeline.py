@@ -118,18 +118,24 @@ def length_from_columns(
 
 @speaks_python
 def annotate(
-    frame: pl.DataFrame, preset: str | None = None, *, replace: bool = False, **explicit: Any
+    frame: pl.DataFrame,
+    preset: str | None = None,
+    *,
+    replace: bool = False,
+    span_check: bool = True,
+    **explicit: Any,
 ) -> Annotation:
     """Compute advantages with a preset and explicit options; also the per-group table and
     the run's figures. Groups that span several values of the batch column are refused
     (see :func:`grpo_cli.summary.check_batch_spans`). ``replace``: input columns named
     like an added column (a trainer dump's own ``advantage``) are recomputed in place
-    (same position) instead of refused."""
+    (same position) instead of refused. ``span_check=False``: the caller will not read
+    ``warnings``, so the engine need not flag groups that span steps on the way."""
     resolved = resolve(frame, preset, explicit)
     options = resolved.options
     added = options.added_columns()
     replaced = [c for c in added if replace and c in resolved.frame.columns]
-    full, keys = annotate_frame(resolved.frame.drop(replaced), options)
+    full, keys = annotate_frame(resolved.frame.drop(replaced), options, span_check=span_check)
     check_batch_spans(full, options, keys)
     output_columns = [c for c in frame.columns if c not in resolved.derived]
     new_columns = [c for c in added if c not in replaced]

@@ -133,7 +133,8 @@ class Plan:
             rewards per group, and need their own window).
         batch_source: where batch statistics come from (an engine that sees the log in
             pieces: :mod:`grpo_cli.batch_stats`); None: windows over the batch key.
-        span_col: the log's step column (see :func:`step_column`), when it has no nulls:
+        span_col: the log's step column (see :func:`step_column`), when it is integer and
+            has no nulls:
             the engine adds whether each row's group spans it (:func:`span_flag`) in its
             one grouping pass, which tells at no extra pass whether a group spans steps.
     """
@@ -173,28 +174,42 @@ def step_column(columns: Sequence[str], options: AdvantageOptions, keys: Keys) -
     return None if column is None or column in keys.exact else column
 
 
-def span_flag(column: str, group: Sequence[str]) -> pl.Expr:
-    """Per row, whether its group holds several values of ``column`` (without nulls): its
-    smallest and largest value differ (two windows over ``group``, one Boolean column; see
-    :func:`grpo_cli.columns.span_flag_column`)."""
+def span_flag(column: str, group: Sequence[str], rows: pl.Expr | None = None) -> pl.Expr:
+    """Per row, whether its group holds several values of ``column`` (without nulls; see
+    :func:`grpo_cli.columns.span_flag_column`). With ``rows`` (the group's row count as
+    a window over ``group`` that the caller computes anyway; ``column`` integer): the
+    row's value times ``rows`` differs from the group's sum, which holds for some row of
+    every group with two values (not all equal to their mean): one more window sum, where
+    the smallest and largest values (any dtype) take two windows, 0.13 s against 0.02 s on
+    10M shuffled rows."""
     keys = list(group)
-    values = pl.col(column)
-    spans = values.min().over(keys) != values.max().over(keys)
+    if rows is not None:
+        values = pl.col(column).cast(pl.Int64)
+        spans = values * rows != values.sum().over(keys)
+    else:
+        spans = pl.col(column).min().over(keys) != pl.col(column).max().over(keys)
     return spans.alias(span_flag_column(column))
 
 
 def make_plan(
-    frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions, *, hashed: bool = True
+    frame: pl.DataFrame | pl.LazyFrame,
+    options: AdvantageOptions,
+    *,
+    hashed: bool = True,
+    span_check: bool = True,
 ) -> Plan:
     """Check ``frame`` against ``options`` (every input check, once: see
     :func:`grpo_cli.schema.check_frame`) and decide the plan (see :func:`decide`); an
     in-memory frame also says whether the reward has nulls, and names its step column
-    when that has none (``span_col``)."""
+    when that is integer without nulls (``span_col``; ``span_check=False``: the caller
+    will not check spans, and the engine need not flag them)."""
     plan = decide(options, hashed=hashed)
     check_frame(frame, options, plan.estimator)
     step_unit = plan.estimator.unit == "step"
     if isinstance(frame, pl.DataFrame) and options.singleton != "drop" and not step_unit:
-        step = step_column(frame.columns, options, plan.keys)
+        step = step_column(frame.columns, options, plan.keys) if span_check else None
+        if step is not None and not frame.schema[step].is_integer():
+            step = None  # other steps: summary._pairs_outnumber_groups checks them
         counts = frame.select(
             combined_reward(options).is_null().any().alias("nulls"),
             (pl.col(step).null_count() if step else pl.lit(1)).alias("step_nulls"),

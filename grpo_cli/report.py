@@ -191,7 +191,12 @@ def _prepare(frame: pl.DataFrame, plan: Plan, bounded: tuple[str, ...] = ()) -> 
     rows = with_keys(frame.lazy(), plan.options).with_columns(
         *hash_columns(keys), combined_reward(plan.options).alias(REWARD_KEY)
     )
-    flags = [span_flag(column, keys.group) for column in bounded]
+    size = pl.len().over(list(keys.group))  # the profile's SIZE_KEY window
+    schema = frame.collect_schema()
+    flags = [
+        span_flag(column, keys.group, size if schema[column].is_integer() else None)
+        for column in bounded
+    ]
     rows = rows.with_columns(*_group_columns(list(keys.group)), *collision_columns(keys), *flags)
     return rows.collect()
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
@@ -258,3 +260,25 @@ class TestSummarizePositionalGroups:
         assert overall["responses"] == 64
         assert overall["groups"] == groups.height == verified.groups == 8
         assert groups.select("step", "group_index").unique().height == 8
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    data=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(-3, 3), st.one_of(st.none(), st.floats(0, 1))),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_the_one_window_span_flag_is_the_two_window_one(
+    data: list[tuple[int, int, float | None]],
+) -> None:
+    """The engine's span flag for integer steps (value x rows against the group's sum: one
+    window) equals the smallest and largest values differing (two windows), row by row."""
+    from grpo_cli.plan import span_flag
+
+    frame = pl.DataFrame(data, schema=["g", "step", "reward"], orient="row")
+    rows = pl.len().over("g")
+    got = frame.select(span_flag("step", ("g",), rows)).to_series()
+    expected = frame.select(span_flag("step", ("g",))).to_series()
+    assert got.to_list() == expected.to_list()

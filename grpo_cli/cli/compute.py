@@ -246,7 +246,7 @@ def _compute(
             quiet=quiet,
         )
         computing = progress.add("computing", total=1)
-        result = annotate(log.frame, preset, replace=replace, **explicit)
+        result = annotate(log.frame, preset, replace=replace, span_check=not quiet, **explicit)
         progress.advance(computing)
         writing = progress.add("writing", total=len(targets))
         with atomic_writes() as stage:  # every output lands, or none

@@ -97,7 +97,11 @@ def with_group_stats(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyF
     the formulas read (response-level estimators)."""
     options, keys = plan.options, plan.keys
     size = [pl.len().over(list(keys.group)).alias(SIZE_KEY)] if plan.has_nulls else []
-    spans = [span_flag(plan.span_col, keys.group)] if plan.span_col else []
+    # The group's rows, as a window the statistics compute anyway (one grouping pass).
+    rows = pl.len() if plan.has_nulls else pl.col(REWARD_KEY).count()
+    spans = (
+        [span_flag(plan.span_col, keys.group, rows.over(list(keys.group)))] if plan.span_col else []
+    )
     return prepare(frame, plan).with_columns(
         *group_stat_columns(pl.col(REWARD_KEY), keys.group, options.ddof),
         *collision_columns(keys),
