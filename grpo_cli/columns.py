@@ -40,8 +40,8 @@ TORCH_RAW: Final = "__grpo_torch_raw"  # torch engine: the formula's value befor
 
 
 def span_flag_column(column: str) -> str:
-    """The column holding, per row, whether its group holds several values of ``column``
-    (the engine adds it for the log's step column: groups that span steps)."""
+    """The column flagging rows of groups that hold several values of ``column`` (see
+    :func:`grpo_cli.plan.span_flag`; the engine adds it for the log's step column)."""
     return f"{SPAN_VALUES}:{column}"
 
 

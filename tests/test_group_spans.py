@@ -274,11 +274,17 @@ def test_the_one_window_span_flag_is_the_two_window_one(
     data: list[tuple[int, int, float | None]],
 ) -> None:
     """The engine's span flag for integer steps (value x rows against the group's sum: one
-    window) equals the smallest and largest values differing (two windows), row by row."""
+    window) flags some row of exactly the groups the two-window flag (smallest and largest
+    values differ) flags in full."""
     from grpo_cli.plan import span_flag
 
     frame = pl.DataFrame(data, schema=["g", "step", "reward"], orient="row")
-    rows = pl.len().over("g")
-    got = frame.select(span_flag("step", ("g",), rows)).to_series()
-    expected = frame.select(span_flag("step", ("g",))).to_series()
-    assert got.to_list() == expected.to_list()
+    flags = frame.with_columns(
+        one=span_flag("step", ("g",), pl.len().over("g")).alias("one"),
+        two=span_flag("step", ("g",)).alias("two"),
+        spans=pl.col("step").n_unique().over("g") > 1,
+    )
+    assert flags["two"].to_list() == flags["spans"].to_list()
+    per_group = flags.group_by("g").agg(pl.col("one").any(), pl.col("spans").first())
+    assert per_group["one"].to_list() == per_group["spans"].to_list()
+    assert not flags.filter(~pl.col("spans"))["one"].any()
