@@ -249,7 +249,10 @@ def _compute_partitions(
     writers: dict[int, ipc.RecordBatchFileWriter] = {}
     try:
         for paths in _partition_files(spill / "in"):
-            full = POLARS.annotate(pl.concat([pl.read_ipc(path) for path in paths]), inner)
+            frame = pl.concat([pl.read_ipc(path) for path in paths])
+            for path in paths:  # the spill shrinks as it goes: disk peaks at the first pass's
+                path.unlink()
+            full = POLARS.annotate(frame, inner)
             if hash_collision(full, keys):
                 raise _Collision()
             _check_batch_spans(full, options, group)
@@ -344,6 +347,7 @@ def _merge(
         lo = int(path.stem) * chunk_rows
         with pa.memory_map(str(path)) as mapped:
             merged = ipc.open_file(mapped).read_all()
+        path.unlink()
         index = merged.column(0).to_numpy()
         if lo != written or len(index) != min(chunk_rows, rows - lo):
             break  # a range missing or short: reported below
