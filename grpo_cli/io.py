@@ -630,6 +630,21 @@ def make_spill_folder(parent: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{owner_tag()}.", suffix=".spill", dir=parent))
 
 
+def remove_spill_folder(folder: Path, *, settle_s: float = 2.0) -> None:
+    """Remove ``folder`` and everything in it. Polars' partitioned sink can still be
+    finishing a file on another thread when its error reaches us (a full disk), and it
+    creates missing folders: removal is retried until the folder stays gone (at most
+    ``settle_s`` seconds)."""
+    import time
+
+    deadline = time.monotonic() + settle_s
+    while True:
+        shutil.rmtree(folder, ignore_errors=True)
+        time.sleep(0.05)  # gone, and still gone a moment later
+        if not folder.exists() or time.monotonic() > deadline:
+            return
+
+
 def _disk_full(path: Path) -> OutputError:
     return OutputError(
         f"no space left on the device of {path}; nothing was written",

@@ -29,7 +29,6 @@ log), the run starts again with the exact key columns spilled instead of the has
 from __future__ import annotations
 
 import itertools
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -158,7 +157,7 @@ def _run(
     *,
     exact: bool,
 ) -> RunSummary:
-    from grpo_cli.io import make_spill_folder, spill_parent
+    from grpo_cli.io import make_spill_folder, remove_spill_folder, spill_parent
 
     options = plan.options
     step = on_step or (lambda _: None)
@@ -174,7 +173,7 @@ def _run(
         step("merging")
         _merge(source, spill, output, options.added_columns(), chunk_rows)
     finally:
-        shutil.rmtree(spill, ignore_errors=True)
+        remove_spill_folder(spill)
     return _summary(parts)
 
 
