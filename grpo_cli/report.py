@@ -124,8 +124,8 @@ def summarize(
         )
     annotated = options.advantage_col in frame.columns
     plan = make_plan(frame, options.with_overrides(advantage_col=UNUSED_OUTPUT))
-    bounded = _bounded_columns(frame, plan, by)
-    prepared, used = run_with_fallback(lambda chosen: _prepare(frame, chosen, bounded), plan)
+    flagged = _flagged_columns(frame, plan, by)
+    prepared, used = run_with_fallback(lambda chosen: _prepare(frame, chosen, flagged), plan)
     keys = used.keys
     check_batch_spans(prepared, options, keys)
     rewards = prepared[REWARD_KEY].drop_nulls()
@@ -172,7 +172,7 @@ def compared_advantages(frame: pl.DataFrame) -> dict[str, pl.Series]:
     }
 
 
-def _bounded_columns(frame: pl.DataFrame, plan: Plan, by: tuple[str, ...]) -> tuple[str, ...]:
+def _flagged_columns(frame: pl.DataFrame, plan: Plan, by: tuple[str, ...]) -> tuple[str, ...]:
     """The columns :func:`_prepare` flags groups spanning: the one ``by`` column and
     the step column (span checks, and :func:`_one_row_per_group`), when without nulls."""
     wanted = [*by[:1], *([plan.span_col] if plan.span_col else [])]
@@ -182,10 +182,10 @@ def _bounded_columns(frame: pl.DataFrame, plan: Plan, by: tuple[str, ...]) -> tu
     return tuple(c for c, n in zip(dict.fromkeys(wanted), nulls, strict=True) if not n)
 
 
-def _prepare(frame: pl.DataFrame, plan: Plan, bounded: tuple[str, ...] = ()) -> pl.DataFrame:
+def _prepare(frame: pl.DataFrame, plan: Plan, flagged: tuple[str, ...] = ()) -> pl.DataFrame:
     """Every row with its reward and its group's figures, groups found by the plan's keys
     (a 64-bit hash of the key unless the plan is exact), as in ``compute``; and whether
-    its group spans each ``bounded`` column (:func:`grpo_cli.plan.span_flag`), in the
+    its group spans each ``flagged`` column (:func:`grpo_cli.plan.span_flag`), in the
     same grouping pass."""
     keys = plan.keys
     rows = with_keys(frame.lazy(), plan.options).with_columns(
@@ -195,7 +195,7 @@ def _prepare(frame: pl.DataFrame, plan: Plan, bounded: tuple[str, ...] = ()) -> 
     schema = frame.collect_schema()
     flags = [
         span_flag(column, keys.group, size if schema[column].is_integer() else None)
-        for column in bounded
+        for column in flagged
     ]
     rows = rows.with_columns(*_group_columns(list(keys.group)), *collision_columns(keys), *flags)
     return rows.collect()

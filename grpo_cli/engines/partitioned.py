@@ -9,16 +9,19 @@ Three streaming passes over a Parquet log, spilling to a temporary folder beside
    64-bit hashes (fixed-width, far cheaper to move than strings): the first identifies the
    group, the second detects a collision of the first (in the same grouping pass as the
    group statistics: ``Keys.check``).
-2. **Compute.** Each partition (about rows / partitions rows) is annotated in memory by the
+2. **Compute.** Each partition (about PARTITION_ROWS rows) is annotated in memory by the
    Polars engine with the plan made once for the whole log (no check runs again), so every
    group statistic and policy is the same; the advantages are spilled with their row index
-   (rows keep their input order within a partition), and the run's figures are kept as
-   partial aggregates (:mod:`grpo_cli.metrics`), merged on the way.
-3. **Merge.** For each chunk of ``chunk_rows`` row indices, take the advantages of those rows
-   from a cursor on each partition (each partition file is read once, front to back) and
-   write them in input order; then a streaming horizontal concatenation of the input and
-   those columns writes the output (about the cost of copying the input).
+   into one file per range of ``chunk_rows`` row indices (each partition adds its rows of
+   every range, in input order), and the run's figures are kept as partial aggregates
+   (:mod:`grpo_cli.metrics`), merged on the way.
+3. **Merge.** Each range's file holds every row of the range once: its advantages are put
+   in input order by inverting their row index (no sort, no merge of sorted runs), a file
+   per range; then a streaming horizontal concatenation of the input and those files
+   writes the output (about the cost of copying the input).
 
+Spill files are uncompressed Arrow IPC, each removed once read (the disk holds at most
+about 30 bytes a row).
 Peak memory is about one partition or one chunk, whichever is larger, whatever the log's
 size. Every group lies whole in one partition, so the engine computes exactly the estimators
 whose statistics stay within a group (``scope="group"`` in the estimator registry) and
