@@ -264,15 +264,16 @@ def main() -> None:
         _exit_now(done.code)
 
 
-def _exit_now(code: object) -> NoReturn:
+def _exit_now(code: str | int | None) -> NoReturn:
     """End the process once the command is done, without the interpreter's teardown:
     every output is written (atomic renames done, temporary files removed) and only
     memory is left, which freeing piece by piece costs 0.1 to 0.2 s after a log of 10M
     rows. Standard streams are flushed first (a closed pipe is not an error). With Ray
-    loaded, its exit handlers (stopping an embedded cluster) run as usual."""
-    status = code if isinstance(code, int) else (0 if code is None else 1)
-    if "ray" in sys.modules:
-        sys.exit(status)
+    loaded (its exit handlers stop an embedded cluster), or a message for an exit code,
+    the interpreter exits as usual."""
+    if "ray" in sys.modules or not (code is None or isinstance(code, int)):
+        sys.exit(code)  # Ray's exit handlers; a message to print, as Python does
+    status = code or 0
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
