@@ -41,7 +41,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO, Final
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Final
 
 import polars as pl
 
@@ -262,6 +262,39 @@ def check_parquet_file(path: Path) -> None:
         )
     if tail != PARQUET_MAGIC or size < 12:
         raise truncated_parquet(str(path))
+
+
+if TYPE_CHECKING:
+    from grpo_cli.schema import FooterStats
+
+
+def parquet_footer_stats(path: Path, columns: Sequence[str]) -> dict[str, FooterStats]:
+    """The footer statistics of ``columns`` of the Parquet file ``path`` over every row
+    group (see :class:`grpo_cli.schema.FooterStats`), for the columns whose every row group
+    records a null count; no column read. Bounds only where every row group has them."""
+    import pyarrow.parquet as pq
+
+    from grpo_cli.schema import FooterStats
+
+    meta = pq.ParquetFile(path).metadata
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    found: dict[str, FooterStats] = {}
+    for column in columns:
+        if names.count(column) != 1:
+            continue  # absent, or nested (several leaves)
+        index = names.index(column)
+        chunks = [meta.row_group(g).column(index).statistics for g in range(meta.num_row_groups)]
+        if any(s is None or not s.has_null_count for s in chunks):
+            continue
+        nulls = sum(s.null_count for s in chunks)
+        low = high = None
+        bounded = all(s.has_min_max for s in chunks if s.num_values)
+        if bounded and all(isinstance(s.min, int | float) for s in chunks if s.has_min_max):
+            lows = [float(s.min) for s in chunks if s.has_min_max]
+            highs = [float(s.max) for s in chunks if s.has_min_max]
+            low, high = (min(lows), max(highs)) if lows else (0.0, 0.0)
+        found[column] = FooterStats(nulls, low, high)
+    return found
 
 
 def csv_separator(data: bytes) -> str:

@@ -8,7 +8,9 @@ no engine checks again.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import polars as pl
@@ -23,6 +25,23 @@ if TYPE_CHECKING:
 # Rewards at or beyond this magnitude are refused: sums of squared deviations of 1e9 of them
 # would overflow float64 (and the advantages silently become 0).
 MAX_ABS_REWARD: Final = 1e140
+
+
+@dataclass(frozen=True)
+class FooterStats:
+    """What a Parquet file's footer says of one column over all its row groups: its null
+    count (exact), and its smallest and largest value (None unless numeric; NaN is in
+    neither). Checks use them only to skip a pass that would find nothing wrong."""
+
+    nulls: int
+    low: float | None = None
+    high: float | None = None
+
+    def bounded(self) -> bool:
+        """Every value is finite and below MAX_ABS_REWARD in magnitude."""
+        ends = (self.low, self.high)
+        return all(v is not None and math.isfinite(v) and abs(v) < MAX_ABS_REWARD for v in ends)
+
 
 # Column roles -> the CLI flag that sets them (for hints).
 ROLE_FLAGS = {
@@ -121,11 +140,16 @@ def describe_bad_reward(frame: pl.DataFrame, column: str) -> str:
 
 
 def check_frame(
-    frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions, estimator: Estimator
+    frame: pl.DataFrame | pl.LazyFrame,
+    options: AdvantageOptions,
+    estimator: Estimator,
+    footer: Mapping[str, FooterStats] | None = None,
 ) -> None:
     """Every check of ``frame`` against ``options``: the columns the options need and their
     types, that no added column already exists, null keys, infinite or huge rewards, and
-    that positional groups divide every batch."""
+    that positional groups divide every batch. ``footer``: the statistics of a Parquet
+    file's columns (:func:`grpo_cli.io.parquet_footer_stats`), which spare a scanned log
+    the pass over its keys and rewards when they show nothing to refuse."""
     schema = frame.collect_schema()
     if estimator.uses_groups and options.group_size is None:
         require_columns(schema, options.group_cols, "group")
@@ -153,7 +177,7 @@ def check_frame(
             hint="pass --replace to overwrite it (a trainer's dump logs its own), or name the "
             "output column with --advantage-col",
         )
-    _check_nulls(frame, options, estimator.uses_groups)
+    _check_nulls(frame, options, estimator.uses_groups, footer or {})
     _check_group_size(frame, options)
 
 
@@ -180,13 +204,17 @@ def _all_parse_as_numbers(frame: pl.DataFrame | pl.LazyFrame, column: str) -> bo
 
 
 def _check_nulls(
-    frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions, uses_groups: bool
+    frame: pl.DataFrame | pl.LazyFrame,
+    options: AdvantageOptions,
+    uses_groups: bool,
+    footer: Mapping[str, FooterStats],
 ) -> None:
     key_cols = list(options.group_cols) if uses_groups and options.group_size is None else []
     if options.batch_col:
         key_cols.append(options.batch_col)
     checks = {}
-    if key_cols:
+    keys_clean = all(c in footer and footer[c].nulls == 0 for c in key_cols)
+    if key_cols and not keys_clean:
         checks["keys"] = pl.any_horizontal(*(pl.col(c).is_null() for c in key_cols)).sum()
     schema = frame.collect_schema()
     rewards = [
@@ -196,7 +224,8 @@ def _check_nulls(
     ]
     if options.nulls == "error" and rewards:
         checks["rewards"] = pl.any_horizontal(*(r.is_null() for r in rewards)).sum()
-    if rewards:
+    rewards_bounded = all(c in footer and footer[c].bounded() for c in options.reward_cols)
+    if rewards and not rewards_bounded:
         checks["infinite"] = pl.any_horizontal(*(r.is_infinite() for r in rewards)).sum()
         checks["huge"] = pl.any_horizontal(
             *((r.abs() >= MAX_ABS_REWARD) & r.is_finite() for r in rewards)

@@ -88,3 +88,71 @@ def test_cli_low_memory(runner: CliRunner, sample_copy: dict[str, Path]) -> None
     )
     assert csv.exit_code == 2
     assert csv.stderr.startswith("error: --low-memory needs a Parquet input;")
+
+
+class TestFooterChecks:
+    """--low-memory checks a Parquet log's keys and rewards through its footer statistics
+    when they show nothing to refuse, and scans them otherwise (grpo_cli.plan.parquet_plan)."""
+
+    def test_the_footer_statistics(self, tmp_path: Path) -> None:
+        from grpo_cli.io import parquet_footer_stats
+        from grpo_cli.schema import FooterStats
+
+        path = tmp_path / "log.parquet"
+        pl.DataFrame(
+            {
+                "prompt_id": ["a", None, "b", "b"],
+                "reward": [0.5, -2.0, float("nan"), 3.0],
+                "flag": [True, False, True, None],
+            }
+        ).write_parquet(path, row_group_size=2)
+        stats = parquet_footer_stats(path, ["prompt_id", "reward", "flag", "missing"])
+        assert stats["prompt_id"].nulls == 1
+        assert stats["reward"] == FooterStats(0, -2.0, 3.0)  # NaN is in neither bound
+        assert stats["flag"] == FooterStats(1, 0.0, 1.0)
+        assert "missing" not in stats
+        bare = tmp_path / "bare.parquet"
+        pl.read_parquet(path).write_parquet(bare, statistics=False)
+        assert parquet_footer_stats(bare, ["prompt_id", "reward"]) == {}
+
+    def test_a_clean_footer_spares_the_pass(self) -> None:
+        """The footer is trusted to skip, never to refuse: a footer that (wrongly) shows no
+        null key lets a log with one through, which shows no pass over the keys ran."""
+        from grpo_cli.estimators import get_estimator
+        from grpo_cli.schema import FooterStats, check_frame
+
+        log = pl.LazyFrame({"prompt_id": ["a", None], "reward": [1.0, float("inf")]})
+        options = AdvantageOptions()
+        clean = {"prompt_id": FooterStats(0), "reward": FooterStats(0, 0.0, 1.0)}
+        check_frame(log, options, get_estimator("grpo"), clean)  # no pass: nothing raised
+        with pytest.raises(Exception, match="null group or batch key"):
+            check_frame(log, options, get_estimator("grpo"), {"reward": clean["reward"]})
+        with pytest.raises(Exception, match="infinite reward"):
+            check_frame(log, options, get_estimator("grpo"), {"prompt_id": FooterStats(0)})
+
+    @pytest.mark.parametrize(
+        ("column", "value", "message"),
+        [
+            ("prompt_id", None, "1 row(s) have a null group or batch key (prompt_id)"),
+            ("reward", float("inf"), "1 row(s) have an infinite reward (reward)"),
+            ("reward", 1e200, "1 row(s) have a reward of magnitude 1e+140 or more (reward)"),
+        ],
+    )
+    @pytest.mark.parametrize("statistics", [True, False])
+    def test_what_the_footer_shows_is_still_refused(
+        self, tmp_path: Path, column: str, value: object, message: str, statistics: bool
+    ) -> None:
+        log = pl.read_parquet(SAMPLE_FILES["parquet"])
+        bad = log.with_columns(
+            pl.when(pl.int_range(pl.len()) == 5)
+            .then(pl.lit(value))
+            .otherwise(pl.col(column))
+            .alias(column)
+        )
+        source = tmp_path / "bad.parquet"
+        bad.write_parquet(source, statistics=statistics)
+        out = tmp_path / "out.parquet"
+        result = CliRunner().invoke(app, ["compute", str(source), "--low-memory", "-o", str(out)])
+        assert result.exit_code == 3, result.stderr
+        assert result.stderr.splitlines()[0].startswith(f"error: {message}")
+        assert not out.exists()

@@ -307,7 +307,6 @@ def _compute_files(
 ) -> None:
     """A file engine (``--backend partitioned``, alias ``--low-memory``): one Parquet file
     in, one Parquet file out, bounded memory."""
-    import polars as pl
 
     from grpo_cli.engines import FileJob, check, get_engine
     from grpo_cli.io import (
@@ -317,7 +316,7 @@ def _compute_files(
         compression_for,
         expand_sources,
     )
-    from grpo_cli.plan import decide, make_plan
+    from grpo_cli.plan import decide, parquet_plan
     from grpo_cli.render import stderr_console
 
     options = _check_options(preset, explicit)
@@ -336,7 +335,7 @@ def _compute_files(
     if not source.is_file():
         read_rewards(source)  # raises the usual missing / folder / permission error
     check_parquet_file(source)
-    plan = make_plan(pl.scan_parquet(source), options, hashed=False)
+    plan = parquet_plan(source, options)
     target, fmt = output_target([str(source)], output, output_format, "parquet")
     if target is None or fmt != "parquet" or compression_for(target) is not None:
         raise OptionsError(

@@ -46,7 +46,7 @@ from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.errors import GrpoAdvError, InputError
 from grpo_cli.estimators import ESTIMATORS
 from grpo_cli.options import AdvantageOptions
-from grpo_cli.plan import Plan, decide, hash_collision, make_plan, resolve_keys
+from grpo_cli.plan import Plan, decide, hash_collision, parquet_plan, resolve_keys
 from grpo_cli.summary import RunSummary
 
 if TYPE_CHECKING:
@@ -118,8 +118,14 @@ def annotate_to_parquet(
     memory (see the module docstring) and return the run's figures: the Python API of the
     engine (checks the log and makes the plan first)."""
     check(ENGINE, decide(options, hashed=False))
-    plan = make_plan(pl.scan_parquet(source), options, hashed=False)
-    return run(source, output, plan, partitions=partitions, chunk_rows=chunk_rows, on_step=on_step)
+    return run(
+        source,
+        output,
+        parquet_plan(source, options),
+        partitions=partitions,
+        chunk_rows=chunk_rows,
+        on_step=on_step,
+    )
 
 
 class _Collision(Exception):
