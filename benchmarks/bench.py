@@ -336,7 +336,8 @@ def lowmem_lines(rows: int, data: Path) -> list[str]:
         "",
         "| run | s | peak GiB |",
         "|---|---|---|",
-        f"| streaming floor (scan -> sink) | {result.floor_seconds:.1f} | {result.floor_gib:.2f} |",
+        f"| streaming floor (scan -> sink; the mean of a run before and one after) | "
+        f"{result.floor_seconds:.1f} | {result.floor_gib:.2f} |",
         f"| grpo-adv --low-memory | {result.seconds:.1f} | {result.gib:.2f} |",
         "",
         f"- {ratio:.2f}x the floor ({_verdict(ratio <= 3)}), peak {result.gib:.2f} GiB "
