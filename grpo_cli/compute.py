@@ -20,6 +20,7 @@ import polars as pl
 
 from grpo_cli.engines import FrameEngine, check, get_engine
 from grpo_cli.errors import OptionsError
+from grpo_cli.layouts import within_steps
 from grpo_cli.options import AdvantageOptions, speaks_python
 from grpo_cli.plan import Keys, Plan, make_plan, run_with_fallback
 
@@ -34,7 +35,10 @@ def compute_advantages(
 
     Args:
         frame: a Polars DataFrame or LazyFrame with the columns the options name.
-        options: the computation's options (defaults: GRPO, ddof 1, eps 1e-8).
+        options: the computation's options, taken as they are (defaults: GRPO, ddof 1,
+            eps 1e-8). Without them, groups form within each step: on a frame with a
+            step column (``step``, ``global_step``, ...) and no ``group_cols`` override,
+            the key is (step, prompt_id), as every trainer groups.
         **overrides: option fields to change, e.g. ``ddof=0, group_cols=("step", "prompt_id")``.
 
     Returns:
@@ -48,8 +52,11 @@ def compute_advantages(
         OptionsError: invalid options, or options the chosen engine cannot compute.
         InputError: a missing column, non-numeric rewards, a null key, a bad group size.
     """
+    columns: list[str] = frame.collect_schema().names()
+    if options is None:  # the default key groups within each step (layouts.within_steps)
+        overrides = within_steps(columns, overrides, overrides.keys())
     chosen: AdvantageOptions = (options or AdvantageOptions()).with_overrides(**overrides)
-    names: list[str] = [*frame.collect_schema().names(), *chosen.added_columns()]
+    names: list[str] = [*columns, *chosen.added_columns()]
     if isinstance(frame, pl.LazyFrame):
         from grpo_cli.engines.polars import annotate_lazy
 

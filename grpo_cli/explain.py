@@ -32,7 +32,15 @@ from typing import Any, Final
 
 import polars as pl
 
-from grpo_cli.columns import LOGGED_KEY, POSITION_KEY, PREFIX, REWARD_KEY, ROW_KEY, UID_GROUP
+from grpo_cli.columns import (
+    LOGGED_KEY,
+    POSITION_KEY,
+    PREFIX,
+    REWARD_KEY,
+    ROW_KEY,
+    STEP_COLUMNS,
+    UID_GROUP,
+)
 from grpo_cli.errors import InputError, OptionsError, one_line
 from grpo_cli.formulas import (
     BatchView,
@@ -256,6 +264,9 @@ def select_group(
     try:
         values = parse_key(texts, group_cols, names)
     except InputError as exc:
+        within = _within_one_step(full, group_cols, texts, names)
+        if within is not None:
+            return within
         exc.hint = f"{exc.hint}; {existing_keys(full, group_cols)}"
         raise
     strings = [pl.col(c).cast(pl.String) for c in group_cols]
@@ -278,6 +289,47 @@ def select_group(
             hint=existing_keys(full, group_cols),
         )
     return rows
+
+
+def _within_one_step(
+    full: pl.DataFrame,
+    group_cols: tuple[str, ...],
+    texts: tuple[str, ...],
+    names: tuple[str, ...],
+) -> pl.DataFrame | None:
+    """A key led by a step column (groups form within each step) named without its step
+    (``--group p007``): the rows of the one group with that prompt key, or an error listing
+    the steps it is a group in; None when the key is not led by a step or the values do
+    not name the rest of it."""
+    if len(group_cols) < 2 or group_cols[0] not in STEP_COLUMNS or POSITION_KEY in group_cols:
+        return None
+    parts = texts[0].split(",") if len(texts) == 1 else list(texts)
+    if len(parts) != len(group_cols) - 1 or any("=" in part for part in parts):
+        return None
+    rows = select_group(full, group_cols[1:], texts, names[1:])
+    candidates = _key_strings(rows, group_cols)
+    if candidates.len() > 1:
+        steps = rows[group_cols[0]].unique(maintain_order=True)
+        raise InputError(
+            f"--group {_given(texts)} is a group in {steps.len()} values of {names[0]}: "
+            f"{_listed(candidates, group_cols, SHOWN_CANDIDATES)}",
+            hint=f"give the {names[0]} too, e.g. --group {candidates[0]}",
+        )
+    return rows
+
+
+def _named_exactly(
+    rows: pl.DataFrame, group_cols: tuple[str, ...], texts: tuple[str, ...], names: tuple[str, ...]
+) -> bool:
+    """Whether ``texts`` name the key of the group ``rows`` in full (not a prefix of it);
+    a key led by a step column may be named without its step (see
+    :func:`_within_one_step`)."""
+    try:
+        values = parse_key(texts, group_cols, names)
+    except InputError:
+        group_cols, names = group_cols[1:], names[1:]
+        values = parse_key(texts, group_cols, names)
+    return bool(_key_strings(rows, group_cols).item() == ",".join(values))
 
 
 def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advantage_col: str) -> int:
@@ -720,8 +772,7 @@ def explain_one(
     chosen = None
     if texts:
         rows = select_group(full, keys.exact, texts, names)
-        shown_key = _key_strings(rows, keys.exact).item()
-        if shown_key != ",".join(parse_key(texts, keys.exact, names)):
+        if not _named_exactly(rows, keys.exact, texts, names):
             chosen = f"--group {_given(texts)}: the only group whose key starts that way"
     elif row is not None:
         rows = _group_at(full, keys.exact, _row_of(full, row))

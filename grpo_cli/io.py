@@ -325,7 +325,7 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
                 separator=csv_separator(data),
             )
             _check_unique_header(frame, name)
-            return frame
+            return typed_keys(frame, string_cols)
         if fmt == "jsonl":
             try:
                 return pl.read_ndjson(buffer, infer_schema_length=None)
@@ -333,12 +333,34 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
                 cleaned = _nan_as_null(data)
                 if cleaned is None:
                     raise
-                return pl.read_ndjson(io.BytesIO(cleaned), infer_schema_length=None)
+                try:
+                    return pl.read_ndjson(io.BytesIO(cleaned), infer_schema_length=None)
+                except pl.exceptions.PolarsError as exc:  # another line: blame it, not a NaN
+                    raise _parse_error(cleaned, fmt, name, exc) from None
         if fmt == "json":
             return pl.read_json(buffer, infer_schema_length=None)
     except pl.exceptions.PolarsError as exc:
         raise _parse_error(data, fmt, name, exc) from None
     raise OptionsError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(DATA_FORMATS)}")
+
+
+def typed_keys(frame: pl.DataFrame, string_cols: Iterable[str]) -> pl.DataFrame:
+    """CSV key columns read as text, given back the number type they read as when every
+    value reads back as the very same text: ``7`` is the integer 7, but a column with
+    ``007`` (or ``7.50``, `` 7``) stays text, so two keys that differ as text never merge.
+    Keys are compared exactly, and a column of plain numbers (a ``step``) keeps its type:
+    it is written back as a number and sorts as one."""
+    typed = []
+    for column in string_cols:
+        if column not in frame.columns or frame.schema[column] != pl.String:
+            continue
+        text = frame.get_column(column)
+        for dtype in (pl.Int64, pl.Float64):
+            number = text.cast(dtype, strict=False)
+            if number.cast(pl.String).eq_missing(text).all():
+                typed.append(number)
+                break
+    return frame.with_columns(typed) if typed else frame
 
 
 def _check_unique_header(frame: pl.DataFrame, name: str) -> None:

@@ -12,7 +12,16 @@
   (num_generations) rows within a step; rewards default to every numeric column but
   ``step`` and ``advantage`` (name them with ``--reward-col`` when log_extra adds numbers).
   Without ``--group-size``, G is inferred from the runs of consecutive rows with the same
-  ``prompt`` within a step (see :func:`infer_group_size`).
+  ``prompt`` within a step (see :func:`infer_group_size`). With ``steps_per_generation``
+  larger than the gradient accumulation, TRL logs one generation under several
+  consecutive steps, identical rows but for ``step``: the reading commands count each
+  generation once (see :func:`once_per_generation`).
+
+Any log, whatever its layout: groups form within each training step. When the group key is
+not given (``--group-col``/``--group-size``) and the log has a step column (the first of
+:data:`grpo_cli.columns.STEP_COLUMNS`), the default key is (step, prompt key): no trainer
+ever forms a group across steps (see :func:`within_steps`). Pooling a prompt sampled again
+in a later step into one group takes an explicit ``-g prompt_id``.
 
 A layout only fills in what the user did not set explicitly.
 """
@@ -27,7 +36,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from grpo_cli.columns import UID_GROUP
+from grpo_cli.columns import STEP_COLUMNS, UID_GROUP
 from grpo_cli.errors import InputError, OptionsError
 
 TRL_NON_REWARD: Final = frozenset({"step", "advantage"})
@@ -210,3 +219,64 @@ def apply_layout(
             if warnings is not None:
                 warnings.append(warning)
     return frame, fields, derived
+
+
+def within_steps(
+    columns: Collection[str], fields: dict[str, Any], explicit: Collection[str]
+) -> dict[str, Any]:
+    """``fields`` with the log's step column put first in the group key, when the user
+    named no grouping (``group_cols`` or ``group_size`` not in ``explicit``), the key
+    (a preset's, a layout's or the default ``prompt_id``) holds no step column, and
+    ``columns`` has one (the first of STEP_COLUMNS): ``(step, prompt_id)``, as every
+    trainer groups within a step. A positional key (``group_size``) already counts
+    within the batch and is left alone."""
+    if "group_cols" in explicit or fields.get("group_size") is not None:
+        return fields
+    group_cols = tuple(fields.get("group_cols", ("prompt_id",)))
+    step = next((c for c in STEP_COLUMNS if c in columns), None)
+    if step is None or any(c in STEP_COLUMNS for c in group_cols):
+        return fields
+    return {**fields, "group_cols": (step, *group_cols)}
+
+
+def repeated_steps(frame: pl.DataFrame, step_col: str = "step") -> list[Any]:
+    """The values of ``step_col`` whose rows repeat, in order and to the last bit, the rows
+    of the step logged before (every column but ``step_col``), in the order steps appear.
+    A hash of each row finds the candidates; each is then checked exactly."""
+    if step_col not in frame.columns or frame.height == 0 or frame.width < 2:
+        return []
+    others = [c for c in frame.columns if c != step_col]
+    per_step = (
+        frame.select(step_col, pl.struct(others).hash(7).alias("__hash"))
+        .group_by(step_col, maintain_order=True)
+        .agg("__hash")
+    )
+    steps, hashes = per_step[step_col].to_list(), per_step["__hash"].to_list()
+    rows = frame.partition_by(step_col, as_dict=True, include_key=False, maintain_order=True)
+    return [
+        steps[i]
+        for i in range(1, len(steps))
+        if hashes[i] == hashes[i - 1]
+        and rows[(steps[i],)].equals(rows[(steps[i - 1],)], null_equal=True)
+    ]
+
+
+def once_per_generation(
+    frame: pl.DataFrame, preset_layout: str | None
+) -> tuple[pl.DataFrame, str | None]:
+    """A TRL completions log with each generation once: the steps that repeat the rows of
+    the step before (TRL logs one generation under each of its ``steps_per_generation``
+    steps when that exceeds the gradient accumulation) left out, and the warning line
+    that says so; ``frame`` as it is, and None, for any other log."""
+    if detect_layout(frame, preset_layout) != "trl":
+        return frame, None
+    repeated = repeated_steps(frame)
+    if not repeated:
+        return frame, None
+    shown = ", ".join(str(s) for s in repeated[:5]) + (" ..." if len(repeated) > 5 else "")
+    warning = (
+        f"{len(repeated)} step(s) repeat the rows of the step before ({shown}): TRL logs one "
+        "generation under each of its steps_per_generation steps; each generation is counted "
+        "once"
+    )
+    return frame.filter(~pl.col("step").is_in(repeated)), warning

@@ -29,13 +29,19 @@ def canonical(value: str, names: Collection[str]) -> str | None:
 
 def match_name(value: str, names: Collection[str], what: str, *, see: str = "") -> str:
     """The name in ``names`` that ``value`` spells (see :func:`canonical`); otherwise an
-    OptionsError ``unknown WHAT 'VALUE'`` whose hint suggests the closest names and lists
-    them all (``see``: where to read more, appended to the hint)."""
+    OptionsError ``unknown WHAT 'VALUE'`` whose hint suggests the longest name ``value``
+    starts with (``verl-grpo``: ``verl``), then the closest spellings, and lists them all
+    (``see``: where to read more, appended to the hint)."""
     found = canonical(value, names)
     if found is not None:
         return found
     keys = {_key(name): name for name in names}
-    close = [keys[k] for k in difflib.get_close_matches(_key(value), list(keys), n=2, cutoff=0.6)]
+    typed = _key(value)
+    # a name the value extends (``verl-grpo`` is ``verl`` with its estimator spelled out)
+    # comes first, the longest such; then the closest spellings
+    prefixes = sorted((k for k in keys if k and typed.startswith(k)), key=len, reverse=True)
+    similar = difflib.get_close_matches(typed, list(keys), n=2, cutoff=0.6)
+    close = [keys[k] for k in dict.fromkeys([*prefixes[:1], *similar])]
     listing = f"choose one of: {', '.join(names)}{see}"
     hint = f"did you mean {' or '.join(close)}? ({listing})" if close else listing
     raise OptionsError(f"unknown {what} {value!r}", hint=hint)

@@ -268,9 +268,14 @@ class AdvantageOptions:
         weights = self.reward_weights
         if weights is not None:
             if len(weights) != len(self.reward_cols):
+                columns = self.reward_cols
+                named = " ".join(f"-r {c}" for c in columns[: len(weights)])
                 raise OptionsError(
-                    f"{len(weights)} reward weight(s) for {len(self.reward_cols)} reward column(s)",
-                    hint="give one weight per --reward-col, e.g. --reward-weights 1,0.5",
+                    f"{len(weights)} reward weight(s) for {len(columns)} reward column(s): "
+                    + ", ".join(columns),
+                    hint=f"give one weight per reward column, or name the rewards: {named}"
+                    if len(weights) < len(columns)
+                    else "give one weight per --reward-col, e.g. --reward-weights 1,0.5",
                 )
             if not all(math.isfinite(w) for w in weights):
                 raise OptionsError("reward weights must be finite numbers")

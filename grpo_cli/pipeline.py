@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 
 from grpo_cli.compute import annotate_frame, pick_columns
-from grpo_cli.layouts import apply_layout, detect_layout
+from grpo_cli.layouts import apply_layout, detect_layout, within_steps
 from grpo_cli.metrics import LENGTH_COLUMNS
 from grpo_cli.options import AdvantageOptions, speaks_python
 from grpo_cli.plan import Keys
@@ -76,11 +76,14 @@ class Annotation:
 def resolve(frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any]) -> Resolved:
     """Options from ``preset`` overridden by ``explicit``, with the preset's dump layout
     applied when ``frame`` is in it (a TRL log without ``--group-size``: G inferred from its
-    runs of equal prompts, and a warning saying so)."""
+    runs of equal prompts, and a warning saying so), and groups within each step of a log
+    with a step column unless the group key is explicit
+    (:func:`grpo_cli.layouts.within_steps`)."""
     fields = merge_options(preset, explicit)
     layout = get_preset(preset).layout if preset else None
     warnings: list[str] = []
     frame, fields, derived = apply_layout(frame, layout, fields, explicit.keys(), warnings)
+    fields = within_steps(frame.columns, fields, explicit.keys())
     fields = length_from_columns(frame.columns, fields, warnings)
     return Resolved(
         frame=frame,

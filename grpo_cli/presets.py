@@ -240,6 +240,13 @@ def get_preset(name: str) -> Preset:
     return PRESETS[match_name(name, PRESETS, "preset", see=see)]
 
 
+def siblings(name: str) -> list[str]:
+    """The other presets of the trainer ``name`` reproduces (those whose name starts with
+    the same word: ``trl`` -> ``trl-batch``, ``trl-none``, ``trl-gdpo``), in table order."""
+    family = get_preset(name).name.split("-")[0]
+    return [p for p in PRESETS if p.split("-")[0] == family and p != get_preset(name).name]
+
+
 def merge_options(preset: str | None, explicit: dict[str, Any]) -> dict[str, Any]:
     """Option fields from ``preset``, overridden by the ``explicit`` ones."""
     base = dict(get_preset(preset).options) if preset else {}

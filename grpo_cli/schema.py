@@ -69,7 +69,7 @@ def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> Non
         suggestion = (close or fitting or ["NAME"])[0]
         dump = _trainer_dump(schema.names())
         hint = (
-            f"this looks like a {dump[0]} dump: add --preset {dump[1]}"
+            f"this looks like a {dump[0]} dump: use --preset {dump[1]}"
             if dump is not None and role in ("group", "reward")
             else f"choose the {role} column with {flag}, e.g. {flag} {suggestion}"
         )

@@ -14,8 +14,9 @@ logged and recomputed advantages and ``difference`` (logged - recomputed).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 
@@ -23,10 +24,11 @@ from grpo_cli.columns import RECOMPUTED_KEY as RECOMPUTED
 from grpo_cli.columns import ROW_KEY as ROW  # the input row number, shown as ``row``
 from grpo_cli.compute import annotate_frame
 from grpo_cli.engines.polars import collect
-from grpo_cli.errors import InputError, OptionsError
-from grpo_cli.layouts import TRL_PROMPT, prompt_runs, runs_group_size
+from grpo_cli.errors import GrpoAdvError, InputError, OptionsError
+from grpo_cli.layouts import TRL_PROMPT, once_per_generation, prompt_runs, runs_group_size
 from grpo_cli.options import AdvantageOptions, speaks_python
 from grpo_cli.pipeline import resolve
+from grpo_cli.presets import get_preset
 from grpo_cli.summary import DISPLAY_NAMES, check_batch_spans, span_warnings
 
 
@@ -110,12 +112,16 @@ def verify_advantages(
     tol: float = 1e-5,
     top: int = 5,
     warn: bool = True,
+    search: bool = True,
     **explicit: Any,
 ) -> VerifyReport:
     """Recompute with ``preset`` and ``explicit`` options; compare with ``advantage_col``.
 
     Groups that span several values of the batch column are refused; with ``warn``, groups
-    that span the log's step column give a warning (one more grouping of the key)."""
+    that span the log's step column give a warning (one more grouping of the key). With
+    ``search``, when rows differ, the preset's siblings and the subsets of the reward
+    columns are tried, and the one that reproduces the logged column is the hint (see
+    :func:`_matching_route`)."""
     if not tol >= 0:
         raise OptionsError(f"--tol must be >= 0, got {tol}", hint="e.g. --tol 1e-5")
     if advantage_col not in frame.columns:
@@ -128,10 +134,19 @@ def verify_advantages(
             f"advantage column {advantage_col!r} holds {stored_type} values, not numbers",
             hint="name the logged advantage column with --advantage-col",
         )
+    frame, repeated = once_per_generation(frame, get_preset(preset).layout if preset else None)
     resolved = resolve(frame.drop(advantage_col), preset, {**explicit, "advantage_col": RECOMPUTED})
     full, keys = annotate_frame(resolved.frame.with_columns(frame[advantage_col]), resolved.options)
     check_batch_spans(full, resolved.options, keys)
-    warnings = (*resolved.warnings, *span_warnings(full, resolved.options, keys)) if warn else ()
+    warnings = (
+        (
+            *resolved.warnings,
+            *([repeated] if repeated else []),
+            *span_warnings(full, resolved.options, keys),
+        )
+        if warn
+        else ()
+    )
     shown_prompt = (
         [TRL_PROMPT] if TRL_PROMPT in full.columns and TRL_PROMPT not in keys.exact else []
     )
@@ -172,6 +187,11 @@ def verify_advantages(
         pl.col(RECOMPUTED).alias("recomputed"),
         (pl.col(advantage_col).cast(pl.Float64) - pl.col(RECOMPUTED)).alias("difference"),
     )
+    hints = _hints(resolved.frame, resolved.options, over.height, rows.height)
+    if over.height and search:
+        route = _matching_route(frame, preset, explicit, resolved.options, advantage_col, tol)
+        if route is not None:
+            hints = (route,)
     return VerifyReport(
         rows=rows.height,
         groups=per_group.height,
@@ -183,9 +203,88 @@ def verify_advantages(
         options=resolved.options,
         layout=resolved.layout,
         warnings=warnings,
-        hints=_hints(resolved.frame, resolved.options, over.height, rows.height),
+        hints=hints,
         differing=differing,
     )
+
+
+SEARCH_ROW_BUDGET: Final = 20_000_000  # rows recomputed at most while looking for a route
+SEARCH_SUBSETS: Final = 4  # reward columns at most whose subsets are tried
+
+
+def _matching_route(
+    frame: pl.DataFrame,
+    preset: str | None,
+    explicit: dict[str, Any],
+    options: AdvantageOptions,
+    advantage_col: str,
+    tol: float,
+) -> str | None:
+    """The options that reproduce the logged column when the given ones do not: a sibling
+    preset of the same trainer (``--preset trl`` on a ``scale_rewards="batch"`` run:
+    ``trl-batch``), a subset of the reward columns the log offers (a numeric ``log_extra``
+    column taken as a reward), or both; None when none agrees. Candidates go sibling by
+    sibling (the given preset first), each with every reward set (all, then the subsets
+    from the largest: at most SEARCH_SUBSETS columns, and only when the rewards were not
+    named), until SEARCH_ROW_BUDGET rows have been recomputed."""
+    from grpo_cli.presets import siblings
+
+    presets = [preset, *siblings(preset)] if preset else [None]
+    columns = options.reward_cols
+    reward_sets: list[tuple[str, ...]] = [columns]
+    if "reward_cols" not in explicit and 1 < len(columns) <= SEARCH_SUBSETS:
+        for size in range(len(columns) - 1, 0, -1):
+            reward_sets += list(itertools.combinations(columns, size))
+    given = explicit.get("reward_weights")
+    budget = SEARCH_ROW_BUDGET
+    for candidate in presets:
+        for rewards in reward_sets:
+            if (candidate, rewards) == (preset, columns):
+                continue
+            if budget < frame.height:
+                return None
+            budget -= frame.height
+            tried = dict(explicit)
+            if rewards != columns:
+                tried["reward_cols"] = rewards
+                if given is not None and len(given) == len(columns):
+                    tried["reward_weights"] = tuple(given[columns.index(c)] for c in rewards)
+                else:
+                    tried.pop("reward_weights", None)
+            try:
+                report = verify_advantages(
+                    frame,
+                    candidate,
+                    advantage_col=advantage_col,
+                    tol=tol,
+                    warn=False,
+                    search=False,
+                    **tried,
+                )
+            except GrpoAdvError:
+                continue
+            if report.agree:
+                return _route_hint(candidate, preset, rewards, columns, tried)
+    return None
+
+
+def _route_hint(
+    candidate: str | None,
+    preset: str | None,
+    rewards: tuple[str, ...],
+    columns: tuple[str, ...],
+    tried: dict[str, Any],
+) -> str:
+    """The one-line hint naming what :func:`_matching_route` found."""
+    parts = [] if candidate == preset else [f"--preset {candidate}"]
+    if rewards != columns:
+        parts.append(" ".join(f"-r {c}" for c in rewards))
+        if "reward_weights" in tried:
+            parts.append("--reward-weights " + ",".join(f"{w:g}" for w in tried["reward_weights"]))
+    left_out = [c for c in columns if c not in rewards]
+    verb = "is not a reward" if len(left_out) == 1 else "are not rewards"
+    why = f" ({', '.join(left_out)} {verb})" if left_out else ""
+    return f"the logged advantages match {' '.join(parts)}{why}"
 
 
 def _hints(

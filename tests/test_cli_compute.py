@@ -149,14 +149,27 @@ def test_summary_files_in_every_format(
         assert result.exit_code == 0, result.stderr
         assert summary.stat().st_size > 0
     table = pl.read_parquet(tmp_path / "groups.parquet")
-    assert table.columns == ["prompt_id", "size", "n_null", "mean", "std", "min", "max", "zero_std"]
+    # the sample has a step column: groups are (step, prompt_id)
+    assert table.columns == [
+        "step",
+        "prompt_id",
+        "size",
+        "n_null",
+        "mean",
+        "std",
+        "min",
+        "max",
+        "zero_std",
+    ]
     assert table.height == 64
     assert table["size"].sum() == EXPECTED.len()
     assert table.filter(pl.col("prompt_id") == "p003")["zero_std"].to_list() == [True]
     assert (
         (tmp_path / "groups.md")
         .read_text()
-        .startswith("| prompt_id | size | n_null | mean | std | min | max | zero_std |\n|---|")
+        .startswith(
+            "| step | prompt_id | size | n_null | mean | std | min | max | zero_std |\n|---|"
+        )
     )
     assert pl.read_json(tmp_path / "groups.json").equals(pl.read_ndjson(tmp_path / "groups.jsonl"))
 
@@ -167,7 +180,7 @@ def test_terminal_summary_figures(runner: CliRunner, sample_copy: dict[str, Path
     err = result.stderr
     for line in (
         "│ rows                          │ 570",
-        "│ groups                        │ 64  (by prompt_id)",
+        "│ groups                        │ 64  (by step, prompt_id)",
         "│ group size min / median / max │ 1 / 9 / 16",
         "│ singleton groups              │ 1 (--singleton zero)",
         "│ null rewards                  │ 1",

@@ -150,7 +150,7 @@ class TestPipes:
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
         table = pl.read_csv(result.stdout.encode())
-        assert table.columns[:3] == ["prompt_id", "size", "n_null"]
+        assert table.columns[:3] == ["step", "prompt_id", "size"]
         assert table["size"].sum() == pl.read_parquet(out).height
         both = CliRunner().invoke(app, [*args[:2], "-o", "-", "--summary", "-"])
         assert both.exit_code == 2
@@ -165,7 +165,12 @@ class TestPipes:
         groups = pl.read_parquet(out).group_by("prompt_id").len()
         if fmt == "md":
             lines = result.stdout.splitlines()
-            assert lines[0].startswith("| prompt_id") and set(lines[1]) <= {"|", "-", ":", " "}
+            assert lines[0].startswith("| step | prompt_id") and set(lines[1]) <= {
+                "|",
+                "-",
+                ":",
+                " ",
+            }
             assert len(lines) == 2 + groups.height
             return
         records = (
@@ -306,7 +311,7 @@ class TestPythonApiErrors:
             ),
             (
                 {"reward_weights": (1.0, 2.0)},
-                "2 reward weight(s) for 1 reward column(s)",
+                "2 reward weight(s) for 1 reward column(s): reward",
                 "give one weight per reward_cols, e.g. reward_weights=(1, 0.5)",
             ),
             (
@@ -352,11 +357,11 @@ class TestHints:
         [
             (
                 "sample_data/verl_dump",
-                "hint: this looks like a verl rollout dump: add --preset verl",
+                "hint: this looks like a verl rollout dump: use --preset verl",
             ),
             (
                 "sample_data/trl_completions",
-                "hint: this looks like a TRL completions dump: add --preset trl",
+                "hint: this looks like a TRL completions dump: use --preset trl",
             ),
         ],
     )

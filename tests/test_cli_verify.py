@@ -366,7 +366,7 @@ class TestComputeWithPresets:
             ),
             (
                 ["--reward-weights", "1,2"],
-                "error: 2 reward weight(s) for 1 reward column(s)\n"
+                "error: 2 reward weight(s) for 1 reward column(s): reward\n"
                 "hint: give one weight per --reward-col, e.g. --reward-weights 1,0.5\n",
             ),
             (

@@ -195,7 +195,7 @@ class TestRewards:
     def test_weights_must_match(self) -> None:
         with pytest.raises(OptionsError) as info:
             compute_advantages(LOG, reward_weights=(1.0, 2.0))
-        assert info.value.message == "2 reward weight(s) for 1 reward column(s)"
+        assert info.value.message == "2 reward weight(s) for 1 reward column(s): reward"
 
 
 class TestPositionalGroups:

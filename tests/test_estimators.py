@@ -120,7 +120,8 @@ class TestHandComputed:
         )
         by_both = advantages(log, group_cols=("step", "prompt_id"), eps=0.0)
         assert by_both == pytest.approx([-1 / math.sqrt(2), 1 / math.sqrt(2), 0.0, 0.0])
-        by_prompt = advantages(log, eps=0.0)
+        assert advantages(log, eps=0.0) == by_both  # the default groups within steps
+        by_prompt = advantages(log, group_cols=("prompt_id",), eps=0.0)  # pooled, as asked
         assert by_prompt[0] == pytest.approx((0 - 1.75) / np.std([0, 1, 3, 3], ddof=1))
 
     @pytest.mark.parametrize("value", [0.1, 0.3, 0.7, 1 / 3, 1e12 + 0.1, -2.5])

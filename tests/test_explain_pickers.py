@@ -43,6 +43,11 @@ LOG = pl.DataFrame(
 )
 
 
+# LOG's groups are by prompt: gamma spans steps 2 and 3 on purpose (an explicit -g pools)
+BY_PROMPT = {"group_cols": ("prompt_id",)}
+POOLED = ("-g", "prompt_id")
+
+
 @pytest.fixture
 def log_csv(tmp_path: Path) -> Path:
     path = tmp_path / "log.csv"
@@ -69,11 +74,11 @@ def table(output: str) -> list[dict[str, str]]:
 
 class TestPrefix:
     def test_a_unique_prefix_finds_the_group(self, runner: CliRunner, log_csv: Path) -> None:
-        explanation = explain_one(LOG, None, {}, "gam")
+        explanation = explain_one(LOG, None, BY_PROMPT, "gam")
         assert explanation.key == {"prompt_id": "gamma"}
         assert [r.reward for r in explanation.rows] == [0.0, 0.0, 3.0]
         assert explanation.chosen == "--group 'gam': the only group whose key starts that way"
-        result = runner.invoke(app, ["explain", str(log_csv), "--group", "alphab"])
+        result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--group", "alphab"])
         assert result.exit_code == 0, result.output
         assert lines(result.output)[:2] == [
             "group prompt_id=alphabet: 1 responses",
@@ -81,7 +86,7 @@ class TestPrefix:
         ]
 
     def test_an_exact_key_wins_over_longer_keys(self) -> None:
-        explanation = explain_one(LOG, None, {}, "alpha")  # also the start of "alphabet"
+        explanation = explain_one(LOG, None, BY_PROMPT, "alpha")  # also the start of "alphabet"
         assert explanation.key == {"prompt_id": "alpha"}
         assert [r.reward for r in explanation.rows] == [1.0, 0.0]
         assert explanation.chosen is None
@@ -89,7 +94,7 @@ class TestPrefix:
     def test_an_ambiguous_prefix_lists_the_candidates(
         self, runner: CliRunner, log_csv: Path
     ) -> None:
-        result = runner.invoke(app, ["explain", str(log_csv), "--group", "alph"])
+        result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--group", "alph"])
         assert result.exit_code == 3
         assert lines(result.output) == [
             "error: --group 'alph' is the start of 2 groups' keys: alpha, alphabet",
@@ -117,7 +122,7 @@ class TestPrefix:
         assert explain_one(frame, None, explicit, "1,p015").key == {"step": 1, "prompt_id": "p015"}
 
     def test_no_match_is_the_existing_error(self, runner: CliRunner, log_csv: Path) -> None:
-        result = runner.invoke(app, ["explain", str(log_csv), "--group", "zeta"])
+        result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--group", "zeta"])
         assert result.exit_code == 3
         assert lines(result.output) == [
             "error: no group 'zeta' in prompt_id",
@@ -133,9 +138,9 @@ class TestRow:
     def test_the_group_of_a_row(
         self, runner: CliRunner, log_csv: Path, row: int, key: str, rows: list[str]
     ) -> None:
-        assert explain_one(LOG, None, {}, row=row).key == {"prompt_id": key}
+        assert explain_one(LOG, None, BY_PROMPT, row=row).key == {"prompt_id": key}
         result = runner.invoke(
-            app, ["explain", str(log_csv), "--row", str(row)], env={"COLUMNS": "200"}
+            app, ["explain", str(log_csv), *POOLED, "--row", str(row)], env={"COLUMNS": "200"}
         )
         assert result.exit_code == 0, result.output
         assert lines(result.output)[:2] == [
@@ -145,7 +150,7 @@ class TestRow:
         assert [r["row"] for r in table(result.output)] == rows
 
     def test_past_the_end(self, runner: CliRunner, log_csv: Path) -> None:
-        result = runner.invoke(app, ["explain", str(log_csv), "--row", "10"])
+        result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--row", "10"])
         assert result.exit_code == 3
         assert lines(result.output) == [
             "error: --row 10 is past the end of the log: it has 10 rows",
@@ -153,7 +158,7 @@ class TestRow:
         ]
 
     def test_negative(self, runner: CliRunner, log_csv: Path) -> None:
-        result = runner.invoke(app, ["explain", str(log_csv), "--row", "-1"])
+        result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--row", "-1"])
         assert result.exit_code == 2
         assert lines(result.output)[0] == (
             "error: --row -1 is not a row number: rows are numbered from 0"
@@ -164,7 +169,9 @@ class TestRow:
         folder.mkdir()
         LOG.head(4).write_csv(folder / "a.csv")
         LOG.tail(6).write_csv(folder / "b.csv")
-        result = runner.invoke(app, ["explain", str(folder), "--row", "9"], env={"COLUMNS": "200"})
+        result = runner.invoke(
+            app, ["explain", str(folder), *POOLED, "--row", "9"], env={"COLUMNS": "200"}
+        )
         assert result.exit_code == 0, result.output
         assert lines(result.output)[0] == "group prompt_id=gamma: 3 responses"
         assert [r["row"] for r in table(result.output)] == ["4", "5", "9"]
@@ -178,14 +185,14 @@ class TestRow:
 
 class TestPick:
     def test_worst(self, runner: CliRunner, log_csv: Path) -> None:
-        advantages = annotate(LOG).frame["advantage"].abs()
+        advantages = annotate(LOG, group_cols=("prompt_id",)).frame["advantage"].abs()
         assert advantages.arg_max() == 9  # gamma's 3.0
-        explanation = explain_one(LOG, None, {}, pick="worst")
+        explanation = explain_one(LOG, None, BY_PROMPT, pick="worst")
         assert explanation.key == {"prompt_id": "gamma"}
         assert explanation.chosen == (
             "--pick worst: input row 9 has the largest |advantage| of the log (1.1547)"
         )
-        result = runner.invoke(app, ["explain", str(log_csv), "--pick", "worst"])
+        result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--pick", "worst"])
         assert result.exit_code == 0, result.output
         assert lines(result.output)[0] == "group prompt_id=gamma: 3 responses"
 
@@ -195,16 +202,20 @@ class TestPick:
         at = computed["advantage"].abs().arg_max()
         assert at is not None
         explanation = explain_one(frame, None, {}, pick="worst")
-        assert explanation.key == {"prompt_id": computed["prompt_id"][at]}
+        # the sample has a step column: groups are (step, prompt_id) by default
+        assert explanation.key == {
+            "step": computed["step"][at],
+            "prompt_id": computed["prompt_id"][at],
+        }
         assert max(abs(r.advantage or 0.0) for r in explanation.rows) == pytest.approx(
             computed["advantage"].abs().max()
         )
 
     def test_zero_variance(self, runner: CliRunner, log_csv: Path) -> None:
-        explanation = explain_one(LOG, None, {}, pick="zero-variance")
+        explanation = explain_one(LOG, None, BY_PROMPT, pick="zero-variance")
         assert explanation.key == {"prompt_id": "beta"}
         assert [r.advantage for r in explanation.rows] == [0.0, 0.0]
-        result = runner.invoke(app, ["explain", str(log_csv), "--pick", "zero-variance"])
+        result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--pick", "zero-variance"])
         assert result.exit_code == 0, result.output
         assert lines(result.output)[:2] == [
             "group prompt_id=beta: 2 responses",
@@ -213,10 +224,12 @@ class TestPick:
 
     def test_singleton_is_one_valid_reward(self) -> None:
         """delta has two responses, one with a null reward: the singleton policy applies."""
-        explanation = explain_one(LOG, None, {}, pick="singleton")
+        explanation = explain_one(LOG, None, BY_PROMPT, pick="singleton")
         assert explanation.key == {"prompt_id": "delta"}
         assert explanation.n == 1 and explanation.size == 2
-        alone = explain_one(LOG.filter(pl.col("prompt_id") != "delta"), None, {}, pick="singleton")
+        alone = explain_one(
+            LOG.filter(pl.col("prompt_id") != "delta"), None, BY_PROMPT, pick="singleton"
+        )
         assert alone.key == {"prompt_id": "alphabet"}
 
     @pytest.mark.parametrize(
@@ -274,7 +287,7 @@ class TestExactlyOne:
     def test_usage_errors(
         self, runner: CliRunner, log_csv: Path, args: list[str], message: str
     ) -> None:
-        result = runner.invoke(app, ["explain", str(log_csv), *args])
+        result = runner.invoke(app, ["explain", str(log_csv), *POOLED, *args])
         assert result.exit_code == 2
         assert lines(result.output)[0] == message
         assert len(lines(result.output)) == 2 and lines(result.output)[1].startswith("hint: ")
@@ -286,7 +299,7 @@ class TestExactlyOne:
 
     def test_from_python(self) -> None:
         with pytest.raises(OptionsError, match="explain needs a group"):
-            explain_one(LOG, None, {})
+            explain_one(LOG, None, BY_PROMPT)
 
 
 COMMAS = pl.DataFrame(
@@ -356,7 +369,7 @@ class TestCompositeKeys:
         assert info.value.message == message
 
     def test_one_key_column_by_name(self) -> None:
-        assert explain_one(LOG, None, {}, "prompt_id=beta").key == {"prompt_id": "beta"}
+        assert explain_one(LOG, None, BY_PROMPT, "prompt_id=beta").key == {"prompt_id": "beta"}
         # a value that starts with the column's name and "=": named twice
         frame = make_log({"prompt_id=x": [1.0, 0.0], "x": [0.0, 0.0]})
         assert explain_one(frame, None, {}, "prompt_id=prompt_id=x").key == {
@@ -371,7 +384,7 @@ class TestCompositeKeys:
 class TestTable:
     def test_rows_steps_and_texts(self, runner: CliRunner, log_csv: Path) -> None:
         result = runner.invoke(
-            app, ["explain", str(log_csv), "--group", "gamma"], env={"COLUMNS": "200"}
+            app, ["explain", str(log_csv), *POOLED, "--group", "gamma"], env={"COLUMNS": "200"}
         )
         assert result.exit_code == 0, result.output
         rows = table(result.output)
@@ -389,12 +402,15 @@ class TestTable:
         assert [r["advantage"] for r in rows] == ["-0.57735", "-0.57735", "1.1547"]
 
     def test_the_cut(self) -> None:
-        explanation = explain_one(LOG, None, {}, "gamma")
+        explanation = explain_one(LOG, None, BY_PROMPT, "gamma")
         assert explanation.text_col == "completion" and explanation.step_col == "step"
         assert explanation.rows[2].text == LONG[:TEXT_WIDTH] + "…"
         assert [r.step for r in explanation.rows] == [2, 2, 3]
         multiline = LOG.with_columns(completion=pl.lit("first line\n\tsecond  line"))
-        assert explain_one(multiline, None, {}, "gamma").rows[0].text == "first line second line"
+        assert (
+            explain_one(multiline, None, BY_PROMPT, "gamma").rows[0].text
+            == "first line second line"
+        )
 
     def test_a_step_in_the_key_is_not_repeated(self, runner: CliRunner, log_csv: Path) -> None:
         args = ["explain", str(log_csv), "-g", "step", "-g", "prompt_id", "--group", "2,gamma"]
@@ -416,7 +432,7 @@ class TestTable:
     @pytest.mark.parametrize("width", [40, 60, 80])
     def test_narrow_terminals(self, runner: CliRunner, log_csv: Path, width: int) -> None:
         result = runner.invoke(
-            app, ["explain", str(log_csv), "--pick", "worst"], env={"COLUMNS": str(width)}
+            app, ["explain", str(log_csv), *POOLED, "--pick", "worst"], env={"COLUMNS": str(width)}
         )
         assert result.exit_code == 0, result.output
         boxed = [line for line in result.stderr.splitlines() if line[:1] in "┏┃┡│└"]
@@ -438,3 +454,23 @@ class TestSignedSums:
         assert signed_sum([0.5, -1.24591]) == "0.5 - 1.24591"
         assert signed_sum([-1.0, 2.0, -0.0, 0.0]) == "-1 + 2 - 0 + 0"
         assert signed_sum([3.0]) == "3"
+
+
+class TestStepLedKeys:
+    """Groups form within steps by default: ``--group PROMPT`` still finds a prompt's
+    group when one step has it, and lists the steps when several do."""
+
+    def test_one_step_has_the_prompt(self) -> None:
+        explanation = explain_one(LOG, None, {}, "delta")
+        assert explanation.key == {"step": 2, "prompt_id": "delta"}
+
+    def test_several_steps_are_listed(self, runner: CliRunner, log_csv: Path) -> None:
+        result = runner.invoke(app, ["explain", str(log_csv), "--group", "gamma"])
+        assert result.exit_code == 3
+        assert lines(result.output)[:2] == [
+            "error: --group 'gamma' is a group in 2 values of step: 2,gamma; 3,gamma",
+            "hint: give the step too, e.g. --group 2,gamma",
+        ]
+        named = runner.invoke(app, ["explain", str(log_csv), "--group", "3,gamma"])
+        assert named.exit_code == 0, named.output
+        assert lines(named.output)[0] == "group step=3, prompt_id=gamma: 1 responses"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import ClassVar
 
 import polars as pl
 import pytest
@@ -132,7 +133,8 @@ class TestBatchColumnRefusesSpanningGroups:
         frame = log(RESAMPLED).with_columns(advantage=pl.lit(0.0))
         source = write_csv(frame if command == "verify" else log(RESAMPLED), tmp_path)
         extra = ["-o", str(tmp_path / "out.csv")] if command == "compute" else []
-        result = runner.invoke(app, [command, source, "--batch-col", "step", *extra])
+        pooled = ["-g", "prompt_id", "--batch-col", "step"]
+        result = runner.invoke(app, [command, source, *pooled, *extra])
         assert result.exit_code == 3
         assert result.stderr == self.ERROR
         assert not (tmp_path / "out.csv").exists()
@@ -174,41 +176,118 @@ class TestBatchColumnRefusesSpanningGroups:
         assert result.run.groups == 6 and result.warnings == ()
 
 
-class TestStepColumnWarning:
+def warning_lines(stderr: str) -> list[str]:
+    """The warning lines of ``stderr`` (a line that starts with ``warning:``): never a
+    substring test, since stderr also shows the output path (pytest's temporary folder,
+    named after the test, wrapped by Rich or not depending on its length)."""
+    return [line for line in stderr.splitlines() if line.startswith("warning:")]
+
+
+POOLED = ("-g", "prompt_id")  # pooling across steps: only when asked for
+
+
+class TestDefaultGroupsWithinSteps:
+    """With a step column and no explicit key, a group is (step, prompt): a prompt sampled
+    again in a later step is another group, as in every trainer."""
+
+    # by hand, ddof 1, eps 1e-8: each group is a pair; (1, 0) gives +-0.5 / (sqrt(0.5) +
+    # eps), a constant pair 0 (pooled, p7 would be (1, 0, 1, 1, 0, 0) across 3 steps)
+    HALF = 0.5 / (math.sqrt(0.5) + 1e-8)
+    EXPECTED: ClassVar = [HALF, -HALF, HALF, -HALF, 0.0, 0.0, -HALF, HALF, 0.0, 0.0, 0.0, 0.0]
+
+    def test_python_annotate_groups_by_step_and_prompt(self) -> None:
+        result = annotate(log(RESAMPLED))
+        assert result.options.group_cols == ("step", "prompt_id")
+        assert result.frame["advantage"].to_list() == pytest.approx(self.EXPECTED, abs=1e-15)
+        assert result.run.groups == 6 and result.warnings == ()
+
+    def test_compute_advantages_default_and_explicit_options(self) -> None:
+        from grpo_cli import compute_advantages
+
+        got = compute_advantages(log(RESAMPLED))["advantage"].to_list()
+        assert got == pytest.approx(self.EXPECTED, abs=1e-15)
+        # an explicit key, or an options object, is taken as it is: pooled
+        pooled = compute_advantages(log(RESAMPLED), group_cols=("prompt_id",))
+        as_given = compute_advantages(log(RESAMPLED), AdvantageOptions())
+        assert pooled["advantage"].to_list() == pytest.approx(
+            as_given["advantage"].to_list(), abs=1e-15
+        )
+        assert pooled["advantage"].to_list() != pytest.approx(self.EXPECTED, abs=1e-6)
+
+    def test_first_step_like_column_is_used(self) -> None:
+        rows = [(10, "p", 1.0), (10, "p", 0.0), (20, "p", 1.0), (20, "p", 0.0)]
+        result = annotate(log(rows, step="global_step"))
+        assert result.options.group_cols == ("global_step", "prompt_id")
+        assert result.run.groups == 2
+
+    def test_no_step_column_keeps_prompt_id(self) -> None:
+        frame = log(RESAMPLED).drop("step")
+        assert annotate(frame).options.group_cols == ("prompt_id",)
+
+    @pytest.mark.parametrize("engine", [[], ["--low-memory"]])
+    def test_compute_cli_no_warning_and_per_step_values(
+        self, runner: CliRunner, tmp_path: Path, engine: list[str]
+    ) -> None:
+        source = tmp_path / "log.parquet"
+        log(RESAMPLED).write_parquet(source)
+        out = tmp_path / "out.parquet"
+        result = runner.invoke(app, ["compute", str(source), "-o", str(out), *engine])
+        assert result.exit_code == 0, result.stderr
+        assert warning_lines(result.stderr) == []
+        got = pl.read_parquet(out)["advantage"].to_list()
+        assert got == pytest.approx(self.EXPECTED, abs=1e-15)
+
+    def test_summarize_steps_are_not_pooled(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = write_csv(log(RESAMPLED), tmp_path)
+        out = tmp_path / "steps.csv"
+        result = runner.invoke(app, ["summarize", source, "-o", str(out)])
+        assert result.exit_code == 0, result.stderr
+        assert warning_lines(result.stderr) == []
+        steps = pl.read_csv(out)
+        # step 7: p7 (0, 0) and p1 (1, 1): both constant, so every response has zero std
+        assert steps["step"].to_list() == [1, 2, 7]
+        assert steps["frac_reward_zero_std"].to_list() == [0.0, 0.5, 1.0]
+
+
+class TestExplicitPoolingWarns:
+    """``-g prompt_id`` alone on a log with a step column pools a prompt's steps: allowed,
+    with one warning line."""
+
     def test_compute_warns_once_with_the_count(self, runner: CliRunner, tmp_path: Path) -> None:
         source = write_csv(log(RESAMPLED), tmp_path)
-        result = runner.invoke(app, ["compute", source, "-o", str(tmp_path / "out.csv")])
+        result = runner.invoke(app, ["compute", source, *POOLED, "-o", str(tmp_path / "out.csv")])
         assert result.exit_code == 0, result.stderr
         assert result.stderr.startswith(WARNING)
-        assert result.stderr.count("warning:") == 1
+        assert len(warning_lines(result.stderr)) == 1
 
     def test_quiet_prints_nothing(self, runner: CliRunner, tmp_path: Path) -> None:
         source = write_csv(log(RESAMPLED), tmp_path)
-        result = runner.invoke(app, ["compute", source, "-o", str(tmp_path / "out.csv"), "-q"])
+        out = str(tmp_path / "out.csv")
+        result = runner.invoke(app, ["compute", source, *POOLED, "-o", out, "-q"])
         assert result.exit_code == 0
         assert result.stderr == ""
 
     def test_summarize_warns(self, runner: CliRunner, tmp_path: Path) -> None:
         source = write_csv(log(RESAMPLED), tmp_path)
-        result = runner.invoke(app, ["summarize", source])
+        result = runner.invoke(app, ["summarize", source, *POOLED])
         assert result.exit_code == 0, result.stderr
         assert result.stderr.startswith(WARNING)
-        quiet = runner.invoke(app, ["summarize", source, "-q"])
+        quiet = runner.invoke(app, ["summarize", source, *POOLED, "-q"])
         assert quiet.exit_code == 0 and quiet.stderr == ""
         assert summarize(log(RESAMPLED), AdvantageOptions()).warnings == (WARNING[9:-1],)
 
     def test_verify_warns(self, runner: CliRunner, tmp_path: Path) -> None:
-        annotated = annotate(log(RESAMPLED)).frame
+        annotated = annotate(log(RESAMPLED), group_cols=("prompt_id",)).frame
         source = write_csv(annotated, tmp_path)
-        result = runner.invoke(app, ["verify", source])
+        result = runner.invoke(app, ["verify", source, *POOLED])
         assert result.exit_code == 0, result.stderr
         assert result.stderr.startswith(WARNING)
-        quiet = runner.invoke(app, ["verify", source, "-q"])
+        quiet = runner.invoke(app, ["verify", source, *POOLED, "-q"])
         assert quiet.exit_code == 0 and quiet.stderr == ""
 
     def test_first_step_like_column_present(self) -> None:
         rows = [(10, "p", 1.0), (10, "p", 0.0), (20, "p", 1.0), (20, "q", 0.0)]
-        warnings = annotate(log(rows, step="global_step")).warnings
+        warnings = annotate(log(rows, step="global_step"), group_cols=("prompt_id",)).warnings
         assert warnings == (
             "1 group (by prompt_id) spans several values of global_step and is pooled across "
             "them (first: prompt_id='p' in global_step 10 and 20); to group within each "
@@ -222,18 +301,19 @@ class TestStepColumnWarning:
             ["compute", source, "-g", "step", "-g", "prompt_id", "-o", str(tmp_path / "o.csv")],
         )
         assert result.exit_code == 0, result.stderr
-        assert "warning" not in result.stderr
+        assert warning_lines(result.stderr) == []
 
     def test_no_warning_when_groups_stay_within_steps(
         self, runner: CliRunner, tmp_path: Path
     ) -> None:
         within = [row for row in RESAMPLED if (row[0], row[1]) in {(1, "p7"), (1, "p1"), (2, "p2")}]
         source = write_csv(log(within), tmp_path)
-        for command in (["compute", source, "-o", str(tmp_path / "o.csv")], ["summarize", source]):
+        out = str(tmp_path / "o.csv")
+        for command in (["compute", source, *POOLED, "-o", out], ["summarize", source, *POOLED]):
             result = runner.invoke(app, command)
             assert result.exit_code == 0, result.stderr
-            assert "warning" not in result.stderr
-        assert annotate(log(within)).warnings == ()
+            assert warning_lines(result.stderr) == []
+        assert annotate(log(within), group_cols=("prompt_id",)).warnings == ()
 
     def test_positional_groups_are_not_checked(self) -> None:
         assert annotate(log(RESAMPLED), group_size=2).warnings == ()

@@ -133,7 +133,7 @@ class TestFooterChecks:
     @pytest.mark.parametrize(
         ("column", "value", "message"),
         [
-            ("prompt_id", None, "1 row(s) have a null group or batch key (prompt_id)"),
+            ("prompt_id", None, "1 row(s) have a null group or batch key (step, prompt_id)"),
             ("reward", float("inf"), "1 row(s) have an infinite reward (reward)"),
             ("reward", 1e200, "1 row(s) have a reward of magnitude 1e+140 or more (reward)"),
         ],

@@ -194,7 +194,7 @@ class TestSameAsPolars:
         plan = make_plan(log.head(0), options, hashed=False)
         engine: Any = get_engine("ray")
         run = engine.annotate_files(FileJob(tuple(shards), out, plan, groups=groups))
-        expected = annotate(log)
+        expected = annotate(log, group_cols=("prompt_id",))  # the options above, as given
         for name in (
             "rows", "groups", "batches", "group_size_min", "group_size_median",
             "group_size_max", "zero_std_groups", "singleton_groups", "null_rewards",
@@ -243,7 +243,7 @@ class TestNothingLost:
             runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(tmp_path / "out")
         )
         assert result.exit_code == 3, result.output
-        assert "1 row(s) have a null group or batch key (prompt_id)" in result.output
+        assert "1 row(s) have a null group or batch key (step, prompt_id)" in result.output
         assert "Traceback" not in result.output
         assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 

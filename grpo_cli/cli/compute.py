@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -308,6 +309,8 @@ def _compute_files(
     """A file engine (``--backend partitioned``, alias ``--low-memory``): one Parquet file
     in, one Parquet file out, bounded memory."""
 
+    import polars as pl
+
     from grpo_cli.engines import FileJob, check, get_engine
     from grpo_cli.io import (
         atomic_path,
@@ -335,6 +338,7 @@ def _compute_files(
     if not source.is_file():
         read_rewards(source)  # raises the usual missing / folder / permission error
     check_parquet_file(source)
+    options = _within_steps(options, pl.read_parquet_schema(source), explicit)
     plan = parquet_plan(source, options)
     target, fmt = output_target([str(source)], output, output_format, "parquet")
     if target is None or fmt != "parquet" or compression_for(target) is not None:
@@ -348,6 +352,17 @@ def _compute_files(
         run = cast("FileEngine", engine).annotate_files(FileJob((source,), tmp, plan))
     if not quiet:
         _report(console, run, options, (), preset, None, f"{target} (parquet)", None)
+
+
+def _within_steps(
+    options: AdvantageOptions, columns: Collection[str], explicit: dict[str, Any]
+) -> AdvantageOptions:
+    """``options`` grouped within each step of a log with ``columns`` unless the group key
+    is explicit (see :func:`grpo_cli.layouts.within_steps`)."""
+    from grpo_cli.layouts import within_steps
+
+    fields = within_steps(columns, {"group_cols": options.group_cols}, explicit.keys())
+    return options.with_overrides(group_cols=fields["group_cols"])
 
 
 def _compute_dataset(

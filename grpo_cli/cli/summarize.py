@@ -126,14 +126,19 @@ def report_for(
     by: list[str] | None,
 ) -> Report:
     """Read the inputs and build the summarize report (``summarize`` and ``plot``)."""
+    from grpo_cli.layouts import once_per_generation
     from grpo_cli.pipeline import resolve
+    from grpo_cli.presets import get_preset
     from grpo_cli.report import summarize as summarize_log
 
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     log = read_input(sources, input_format, key_cols)
-    resolved = resolve(log.frame, preset, explicit)
+    layout = get_preset(preset).layout if preset else None
+    frame, repeated = once_per_generation(log.frame, layout)
+    resolved = resolve(frame, preset, explicit)
     report = summarize_log(resolved.frame, resolved.options, tuple(by) if by else None)
-    return replace(report, warnings=(*resolved.warnings, *report.warnings))
+    once = [repeated] if repeated else []
+    return replace(report, warnings=(*resolved.warnings, *once, *report.warnings))
 
 
 def under_trainer_names(report: Report, preset: str | None) -> Report:

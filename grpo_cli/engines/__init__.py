@@ -42,6 +42,14 @@ class EngineInfo:
     summary: str
     module: str
     io: str = "frame"
+    alias: str | None = None
+
+    @property
+    def flag(self) -> str:
+        """How messages name the engine: ``--backend NAME``, after its alias flag when it
+        has one (``--low-memory (--backend partitioned)``), whichever the user typed."""
+        backend = f"--backend {self.name}"
+        return f"{self.alias} ({backend})" if self.alias else backend
 
     @property
     def reads_files(self) -> bool:
@@ -66,6 +74,7 @@ ENGINES: Final[dict[str, EngineInfo]] = {
             "bounded memory, partitions spilled beside the output; group-level estimators",
             "grpo_cli.engines.partitioned",
             io="file",
+            alias="--low-memory",
         ),
         EngineInfo(
             "torch",
@@ -164,6 +173,6 @@ def check(engine: Engine, plan: Plan) -> None:
         and get_engine(name).refusal(plan) is None
     ]
     raise OptionsError(
-        f"--backend {engine.info.name} does not support {reason}",
+        f"{engine.info.flag} does not support {reason}",
         hint=f"use --backend {' or '.join(able)}" if able else None,
     )

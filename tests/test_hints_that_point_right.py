@@ -1,0 +1,186 @@
+"""Hints that point the right way (issue 19, point 7) and TRL's repeated steps (point 8).
+
+- verify names the sibling preset, or the reward columns, that reproduce the logged column;
+- a count of reward weights that does not fit names the columns taken as rewards;
+- an unknown preset suggests the preset it extends (``verl-grpo``: ``verl``);
+- engine errors under --low-memory name --low-memory;
+- a JSONL with an accepted NaN and a later Infinity blames the Infinity line;
+- a TRL log that repeats a generation under consecutive steps is counted once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from grpo_cli.cli import app
+from grpo_cli.errors import OptionsError
+from grpo_cli.pipeline import annotate
+from grpo_cli.presets import get_preset, siblings
+from grpo_cli.verify import verify_advantages
+from tests.conftest import SAMPLE_DIR
+
+TRL_DIR = SAMPLE_DIR / "trl_completions"
+WEIGHTS = (1.0, 0.5)
+
+
+def trl_log() -> pl.DataFrame:
+    return pl.read_parquet(sorted(TRL_DIR.iterdir()))
+
+
+def logged_as(preset: str, frame: pl.DataFrame | None = None) -> pl.DataFrame:
+    """A TRL log whose advantage column was written under ``preset``."""
+    frame = trl_log() if frame is None else frame
+    return annotate(frame.drop("advantage"), preset, reward_weights=WEIGHTS).frame
+
+
+class TestSiblingPresets:
+    def test_siblings_are_the_same_trainers(self) -> None:
+        assert siblings("trl") == ["trl-batch", "trl-none", "trl-gdpo"]
+        assert siblings("verl-rloo")[0] == "verl"
+        assert "openrlhf-group-norm" not in siblings("trl")
+
+    @pytest.mark.parametrize("written", ["trl-batch", "trl-none", "trl-gdpo"])
+    def test_verify_names_the_preset_that_matches(self, written: str) -> None:
+        report = verify_advantages(logged_as(written), "trl", reward_weights=WEIGHTS)
+        assert not report.agree
+        assert report.hints == (f"the logged advantages match --preset {written}",)
+
+    def test_the_named_preset_does_agree(self) -> None:
+        report = verify_advantages(logged_as("trl-batch"), "trl-batch", reward_weights=WEIGHTS)
+        assert report.agree and report.hints == ()
+
+    def test_a_log_extra_column_is_named_as_no_reward(self) -> None:
+        frame = logged_as("trl").with_columns(
+            num_tokens=pl.Series([float(10 + i % 7) for i in range(64)])
+        )
+        report = verify_advantages(frame, "trl", reward_weights=(*WEIGHTS, 1.0))
+        assert report.hints == (
+            "the logged advantages match -r accuracy_reward -r format_reward "
+            "--reward-weights 1,0.5 (num_tokens is not a reward)",
+        )
+
+    def test_nothing_matches_keeps_the_weights_hint(self) -> None:
+        frame = logged_as("trl")
+        report = verify_advantages(frame, "trl", reward_weights=(1.0, 3.0))
+        assert len(report.hints) == 1
+        assert report.hints[0].startswith("64 of 64 rows differ") or "weights" in report.hints[0]
+
+    def test_cli_prints_the_route(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = tmp_path / "batch.parquet"
+        logged_as("trl-batch").write_parquet(source)
+        result = runner.invoke(
+            app, ["verify", str(source), "--preset", "trl", "--reward-weights", "1,0.5"]
+        )
+        assert result.exit_code == 1
+        assert "hint: the logged advantages match --preset trl-batch\n" in result.stderr
+
+
+class TestWeightsCount:
+    def test_names_the_columns_and_suggests_r(self, runner: CliRunner, tmp_path: Path) -> None:
+        frame = trl_log().with_columns(num_tokens=pl.lit(12.0))
+        source = tmp_path / "extra.parquet"
+        frame.write_parquet(source)
+        result = runner.invoke(
+            app, ["verify", str(source), "--preset", "trl", "--reward-weights", "1,0.5"]
+        )
+        assert result.exit_code == 2
+        assert result.stderr == (
+            "error: 2 reward weight(s) for 3 reward column(s): accuracy_reward, format_reward, "
+            "num_tokens\nhint: give one weight per reward column, or name the rewards: "
+            "-r accuracy_reward -r format_reward\n"
+        )
+
+
+class TestPresetSuggestions:
+    def test_verl_grpo_suggests_verl_first(self) -> None:
+        with pytest.raises(OptionsError) as info:
+            get_preset("verl-grpo")
+        assert info.value.hint is not None
+        assert info.value.hint.startswith("did you mean verl or ")
+
+    def test_a_close_spelling_still_comes(self) -> None:
+        with pytest.raises(OptionsError) as info:
+            get_preset("trl-bach")
+        assert info.value.hint is not None
+        assert info.value.hint.startswith("did you mean trl or trl-batch")
+
+    def test_another_trainers_dump_says_use(self, runner: CliRunner) -> None:
+        result = runner.invoke(app, ["summarize", str(TRL_DIR), "--preset", "openrlhf-rloo"])
+        assert result.exit_code == 3
+        assert result.stderr.endswith(
+            "hint: this looks like a TRL completions dump: use --preset trl\n"
+        )
+
+
+def test_low_memory_errors_name_low_memory(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "out.parquet"
+    args = [str(SAMPLE_DIR / "rewards.parquet"), "-e", "gpg", "-o", str(out)]
+    result = runner.invoke(app, ["compute", *args, "--low-memory"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "error: --low-memory (--backend partitioned) does not support estimator gpg"
+    )
+    assert not out.exists()
+
+
+def test_infinity_after_nan_blames_the_infinity_line(runner: CliRunner, tmp_path: Path) -> None:
+    source = tmp_path / "log.jsonl"
+    source.write_text(
+        '{"prompt_id":"p","reward":NaN}\n{"prompt_id":"p","reward":1}\n'
+        '{"prompt_id":"p","reward":Infinity}\n'
+    )
+    result = runner.invoke(app, ["compute", str(source), "-o", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 3
+    assert result.stderr.startswith(f"error: {source} line 3: Infinity is not JSON\n")
+
+
+class TestRepeatedSteps:
+    """TRL with steps_per_generation > gradient accumulation logs one generation under
+    consecutive steps: identical rows but for ``step``."""
+
+    def repeated(self) -> pl.DataFrame:
+        frame = logged_as("trl")
+        again = frame.filter(pl.col("step") == 20)
+        step = frame.schema["step"]
+        return pl.concat(
+            [
+                frame,
+                again.with_columns(step=pl.lit(21, step)),
+                again.with_columns(step=pl.lit(22, step)),
+            ]
+        )
+
+    WARNING = (
+        "2 step(s) repeat the rows of the step before (21, 22): TRL logs one generation under "
+        "each of its steps_per_generation steps; each generation is counted once"
+    )
+
+    def test_verify_says_so_and_compares_once(self) -> None:
+        report = verify_advantages(self.repeated(), "trl", reward_weights=WEIGHTS)
+        assert report.agree and report.rows == 64 and report.groups == 16
+        assert self.WARNING in report.warnings
+
+    def test_summarize_counts_each_generation_once(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = tmp_path / "repeated.parquet"
+        self.repeated().write_parquet(source)
+        out = tmp_path / "steps.csv"
+        args = ["summarize", str(source), "--preset", "trl", "--reward-weights", "1,0.5"]
+        result = runner.invoke(app, [*args, "-o", str(out)])
+        assert result.exit_code == 0, result.stderr
+        assert f"warning: {self.WARNING}\n" in result.stderr.replace("\n ", " ")
+        assert pl.read_csv(out)["step"].to_list() == [10, 20]
+
+    def test_a_step_that_differs_in_one_value_is_its_own(self) -> None:
+        frame = self.repeated()
+        changed = frame.with_columns(
+            advantage=pl.when((pl.col("step") == 22) & (pl.int_range(pl.len()) == 100))
+            .then(pl.col("advantage") + 1e-12)
+            .otherwise(pl.col("advantage"))
+        )
+        from grpo_cli.layouts import repeated_steps
+
+        assert repeated_steps(changed) == [21]
