@@ -368,11 +368,12 @@ def _compute_dataset(
     as a folder of parts too. Each folder is written beside its final path and renamed
     when complete."""
     import contextlib
+    import functools
 
     from grpo_cli.engines import FileJob, check, get_engine
     from grpo_cli.io import atomic_folder, check_output_folder, expand_sources
     from grpo_cli.plan import decide, make_plan
-    from grpo_cli.render import stderr_console
+    from grpo_cli.render import print_note, stderr_console
 
     options = _check_options(preset, explicit)
     engine = get_engine(options.backend)
@@ -406,7 +407,8 @@ def _compute_dataset(
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_folder(target))
         groups = None if summary_path is None else stack.enter_context(atomic_folder(summary_path))
-        job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups)
+        notes = None if quiet else functools.partial(print_note, console)
+        job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups, notes)
         run = cast("FileEngine", engine).annotate_files(job)
     if not quiet:
         shown = f"{target}/ (Parquet parts)"
