@@ -433,7 +433,25 @@ def _resolve_on_schema(
     else:
         key_cols = list(explicit.get("group_cols", ("prompt_id",)))
         empty = read_rewards(first, fmt, string_cols=key_cols).frame.head(0)
+    _refuse_positional_layout(empty, preset, explicit)
     return resolve(empty, preset, explicit)
+
+
+def _refuse_positional_layout(empty: Any, preset: str | None, explicit: dict[str, Any]) -> None:
+    """A TRL completions log has no prompt id: its groups are num_generations consecutive
+    rows, which a dataset engine (rows in no order) cannot form. Refused once, with the
+    route that works."""
+    from grpo_cli.layouts import detect_layout
+    from grpo_cli.presets import get_preset
+
+    layout = get_preset(preset).layout if preset else None
+    grouping_given = "group_cols" in explicit or "group_size" in explicit
+    if detect_layout(empty, layout) == "trl" and not grouping_given:
+        raise OptionsError(
+            "--backend ray does not support a TRL completions log (its groups are "
+            "num_generations consecutive rows, which need the rows in order)",
+            hint="drop --backend ray: the default engine infers num_generations from the log",
+        )
 
 
 def _report(

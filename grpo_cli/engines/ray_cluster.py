@@ -107,9 +107,15 @@ def session(address: str | None, *, notes: Notes, staging: Sequence[Path]) -> It
         else:
             where = _joined(address, env, notes)
         real_stderr = stack.enter_context(_silenced())
+        watch = _Watch(where, real_stderr, staging)
+        stack.callback(watch.stop)
+        joining = where.probe is not None
+        if joining:
+            watch.start()
         _init(ray, where, real_stderr, staging)
+        if not joining:
+            watch.start()
         stack.callback(ray.shutdown)
-        stack.enter_context(_watched(where, real_stderr, staging))
         try:
             yield ray
         except Exception:
@@ -167,9 +173,11 @@ def _init(ray: Any, where: _Where, real_stderr: int, staging: Sequence[Path]) ->
         with contextlib.suppress(Exception):
             ray.shutdown()
         raise _unreachable(where.name, first_line(str(exc))) from None
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(Exception):
             ray.shutdown()
+        if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(sigterm):
+            sigterm(signal.SIGTERM, None)  # SIGTERM met ray.init's handler: ours decides
         raise
     finally:
         watchdog.cancel()
@@ -442,31 +450,35 @@ def _silenced() -> Iterator[int]:
         sink.close()
 
 
-@contextlib.contextmanager
-def _watched(where: _Where, real_stderr: int, staging: Sequence[Path]) -> Iterator[None]:
-    """A thread that probes the cluster's head every PROBE_EVERY_S seconds; unanswered for
-    LOST_AFTER_S, the run ends at once (see :func:`lost`)."""
-    stop = threading.Event()
-    probe = where.probe
+class _Watch:
+    """A thread that probes the cluster's head every PROBE_EVERY_S seconds, from
+    :meth:`start` (joining: before ``ray.init``; a private Ray: once started) to
+    :meth:`stop`; unanswered for LOST_AFTER_S, the run ends at once (see :func:`lost`)."""
 
-    def watch() -> None:
-        silent_since: float | None = None
-        while not stop.wait(PROBE_EVERY_S):
-            if _listening(probe, PROBE_EVERY_S) is None:  # type: ignore[arg-type]
-                silent_since = None
-                continue
-            now = time.monotonic()
-            silent_since = silent_since or now
-            if now - silent_since >= LOST_AFTER_S and not stop.is_set():
-                _end_now(real_stderr, lost(where.name), staging)
+    def __init__(self, where: _Where, real_stderr: int, staging: Sequence[Path]) -> None:
+        self._where, self._real_stderr, self._staging = where, real_stderr, staging
+        self._stop = threading.Event()
 
-    thread = threading.Thread(target=watch, name="grpo-adv-ray-watch", daemon=True)
-    if probe is not None:
-        thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
+    def start(self) -> None:
+        probe = self._where.probe
+        if probe is None:
+            return
+
+        def watch() -> None:
+            silent_since: float | None = None
+            while not self._stop.wait(PROBE_EVERY_S):
+                if _listening(probe, PROBE_EVERY_S) is None:
+                    silent_since = None
+                    continue
+                now = time.monotonic()
+                silent_since = silent_since or now
+                if now - silent_since >= LOST_AFTER_S and not self._stop.is_set():
+                    _end_now(self._real_stderr, lost(self._where.name), self._staging)
+
+        threading.Thread(target=watch, name="grpo-adv-ray-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def lost(name: str) -> ClusterError:
