@@ -75,7 +75,7 @@ ENGINES: Final[dict[str, EngineInfo]] = {
         ),
         EngineInfo(
             "ray",
-            "a Ray cluster (--ray-address; default an embedded local Ray): many Parquet, "
+            "a Ray cluster (--ray-address; default a private local Ray): many Parquet, "
             "JSONL or CSV files in, a folder of Parquet parts out (-o DIR); shuffled by the "
             "group key, batch statistics merged across the cluster",
             "grpo_cli.engines.ray",

@@ -22,7 +22,8 @@ order of rows across parts is not kept (keep a row id column to restore it). Par
 named by the write task, so a task Ray retries after a worker dies rewrites its own parts.
 The output folder is written beside its final path and renamed when complete.
 
-Ray is imported only here, on this path (``pip install 'grpo-adv[ray]'``).
+Ray is imported only on this path, here, in ray_cluster and in ray_tasks (``pip install
+'grpo-adv[ray]'``).
 """
 
 from __future__ import annotations
