@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -657,7 +658,8 @@ def test_head_killed_mid_run_with_the_users_token(tmp_path: Path) -> None:
     seconds, one ``error:`` line naming the lost cluster, no Ray log lines, nothing on
     stdout, no staging folder."""
     home = tmp_path / "home"
-    home.mkdir()
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(secrets.token_hex(32))  # the user's token
     port = _free_port()
     env = {**ENV, "HOME": str(home)}
     env.pop("RAY_AUTH_MODE", None)
@@ -677,7 +679,6 @@ def test_head_killed_mid_run_with_the_users_token(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline and head.poll() is None
                 time.sleep(0.5)
         time.sleep(3)
-        assert (home / ".ray" / "auth_token").is_file()  # ray start made the user's token
         write_shards(reward_log(rows=300), tmp_path / "in", shards=2)
         out = tmp_path / "out"
         run = subprocess.Popen(
