@@ -660,13 +660,13 @@ def test_head_killed_mid_run_with_the_users_token(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".ray").mkdir(parents=True)
     (home / ".ray" / "auth_token").write_text(secrets.token_hex(32))  # the user's token
-    port = _free_port()
+    port, head_temp = _free_port(), _short_temp()
     env = {**ENV, "HOME": str(home)}
     env.pop("RAY_AUTH_MODE", None)
     head = subprocess.Popen(
         [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
          "--include-dashboard=false", "--disable-usage-stats",
-         f"--temp-dir={_short_temp()}"],
+         f"--temp-dir={head_temp}"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
@@ -698,6 +698,7 @@ def test_head_killed_mid_run_with_the_users_token(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(head.pid, signal.SIGKILL)
         head.wait()
+        shutil.rmtree(head_temp, ignore_errors=True)
     assert run.returncode == 4, stderr
     assert time.monotonic() - killed < 40
     assert stdout == ""
