@@ -180,7 +180,7 @@ class AdvantageOptions:
             (default), ``partitioned`` (logs larger than memory), ``torch`` (segment sums
             on ``device``) or ``ray`` (a Ray cluster at ``ray_address``).
         device: for torch: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
-        ray_address: for ray: None (an embedded local Ray), ``auto`` (the cluster this
+        ray_address: for ray: None (a private local Ray), ``auto`` (the cluster this
             machine belongs to), ``HOST:PORT`` or ``ray://HOST:PORT``.
     """
 

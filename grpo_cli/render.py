@@ -50,6 +50,14 @@ def print_warning(console: Console, message: str) -> None:
     console.print(f"[yellow]warning:[/] {_escape(one_line(message))}", emoji=False)
 
 
+def print_note(console: Console, message: str) -> None:
+    """``note: <message>`` on one line (control characters escaped): what the user should
+    know, nothing wrong."""
+    from grpo_cli.errors import one_line
+
+    console.print(f"[cyan]note:[/] {_escape(one_line(message))}", emoji=False)
+
+
 def _num(value: float | None, digits: int = 4) -> str:
     if value is None:
         return "-"

@@ -4,7 +4,10 @@ Polars engine on the same rows; groups are spread over several shards."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -423,3 +426,288 @@ def test_attaches_to_a_started_cluster(
     assert_same(read_parts(out), annotate(log, estimator="batch_std").frame)
     assert "500" in done.stderr and f"{out}/ (Parquet parts)" in done.stderr
     assert "Traceback" not in done.stderr and "WARNING" not in done.stderr
+
+
+# ------------------------------------------------------------------ issue 19
+def _short_temp() -> Path:
+    """A system temporary folder for a private Ray that is short whatever pytest's
+    ``--basetemp`` (Ray puts Unix sockets under it, at most 107 bytes)."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="ga-"))
+
+
+def _marked(folder: Path | None = None) -> list[int]:
+    """Live processes of private Rays (of ``folder``'s, or of any)."""
+    from grpo_cli.engines.ray_cluster import OWNER_ENV
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        wanted = f"{OWNER_ENV}={folder}".encode() if folder else f"{OWNER_ENV}=".encode()
+        if state != "Z" and any(
+            e.startswith(wanted) if folder is None else e == wanted for e in environ
+        ):
+            found.append(int(entry.name))
+    return found
+
+
+def _private_env(temp: Path, home: Path) -> dict[str, str]:
+    env = {
+        **ENV,
+        "TMPDIR": str(temp),
+        "HOME": str(home),
+        "RAY_ADDRESS": f"127.0.0.1:{_free_port()}",
+    }
+    env.pop("RAY_AUTH_MODE", None)
+    env.pop("RAY_AUTH_TOKEN", None)
+    return env
+
+
+def test_private_ray_follows_no_other_cluster(tmp_path: Path) -> None:
+    """No --ray-address: a private local Ray, although RAY_ADDRESS names a dead address and
+    the machine's last ``ray start`` (``$TMPDIR/ray/ray_current_cluster``) is stale; one
+    note says so; nothing on stdout; its temporary folder, its processes and any token
+    file are gone with the run."""
+    temp, home = _short_temp(), tmp_path / "home"
+    home.mkdir()
+    (temp / "ray").mkdir()
+    (temp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{_free_port()}")
+    log = reward_log(rows=300)
+    write_shards(log, tmp_path / "in", shards=2)
+    out = tmp_path / "out"
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
+         "-o", str(out)],
+        capture_output=True, text=True, env=_private_env(temp, home), timeout=300,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert "note: running on a private local Ray, started for this run (RAY_ADDRESS=" in (
+        done.stderr
+    )
+    assert "is not followed: --ray-address auto joins that cluster" in done.stderr
+    assert_same(read_parts(out), annotate(log).frame)
+    assert sorted(p.name for p in temp.iterdir()) == ["ray"]  # Ray's own file, untouched
+    assert list(home.iterdir()) == []  # no ~/.ray/auth_token written
+    assert elapsed < 240
+    shutil.rmtree(temp)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_private_run_leaves_nothing(tmp_path: Path, sig: int, code: int) -> None:
+    """Ctrl-C or SIGTERM while the private Ray starts (``ray.init`` installs its own
+    SIGTERM handler): exit 130 or 143 with the one-line message, no staging folder, no
+    Ray process, no temporary folder."""
+    temp, home = _short_temp(), tmp_path / "home"
+    home.mkdir()
+    write_shards(reward_log(rows=300), tmp_path / "in", shards=2)
+    run = subprocess.Popen(
+        [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
+         "-o", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_private_env(temp, home),
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    folder = _wait_for_private_ray(temp, run)
+    run.send_signal(sig)
+    stdout, stderr = run.communicate(timeout=120)
+    assert run.returncode == code, stderr
+    word = "interrupted" if sig == signal.SIGINT else "terminated"
+    assert stderr.splitlines()[-1] == f"error: {word}; no output was written"
+    assert stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "in"]
+    assert not folder.exists()
+    assert _marked(folder) == []
+    shutil.rmtree(temp)
+
+
+def _wait_for_private_ray(temp: Path, run: subprocess.Popen[Any]) -> Path:
+    """The private Ray's folder, once its first processes run."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert run.poll() is None, run.communicate()
+        folders = list(temp.glob("grpo-adv-ray.*"))
+        if folders and _marked(folders[0]):
+            return folders[0]
+        assert time.monotonic() < deadline, "the private Ray did not start"
+        time.sleep(0.2)
+
+
+def test_private_ray_dies_with_its_command(tmp_path: Path) -> None:
+    """``kill -9`` of the command: its watcher stops every process of the private Ray
+    and removes its folder within seconds."""
+    temp, home = _short_temp(), tmp_path / "home"
+    home.mkdir()
+    write_shards(reward_log(rows=300), tmp_path / "in", shards=2)
+    run = subprocess.Popen(
+        [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
+         "-o", str(tmp_path / "out")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_private_env(temp, home),
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    folder = _wait_for_private_ray(temp, run)
+    time.sleep(2)  # more of Ray's processes
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 20
+    while (folder.exists() or _marked(folder)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _marked(folder) == []
+    assert not folder.exists()
+    shutil.rmtree(temp)
+
+
+def test_leftovers_of_a_killed_watcher_are_reaped(tmp_path: Path) -> None:
+    """The next run reaps a private Ray whose command and watcher were both killed: its
+    processes (found by the folder in their environment) and its folder; a live owner's
+    folder and a folder without an owner file are left alone."""
+    from grpo_cli.engines.ray_cluster import OWNER_ENV, TEMP_PREFIX, reap_leftovers
+    from grpo_cli.io import owner_tag
+
+    temp = _short_temp()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale, live, unowned = (temp / f"{TEMP_PREFIX}{n}" for n in ("a", "b", "c"))
+    for folder in (stale, live, unowned):
+        folder.mkdir()
+    (stale / "owner").write_text(owner_tag().replace(f".{os.getpid()}@", f".{dead.pid}@"))
+    (live / "owner").write_text(owner_tag())
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={**ENV, OWNER_ENV: str(stale)}
+    )
+    try:
+        old = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = str(temp)
+        import tempfile
+
+        tempfile.tempdir = None
+        removed = reap_leftovers()
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR")
+        else:
+            os.environ["TMPDIR"] = old
+        tempfile.tempdir = None
+    assert removed == [stale]
+    assert orphan.wait(timeout=10) == -signal.SIGKILL
+    assert sorted(p.name for p in temp.iterdir()) == [live.name, unowned.name]
+    shutil.rmtree(temp)
+
+
+@pytest.mark.usefixtures("local_ray")
+@pytest.mark.parametrize("damage", ["truncated", "corrupt_pages"])
+def test_unreadable_parquet_shard_is_an_input_error(
+    runner: CliRunner, tmp_path: Path, damage: str
+) -> None:
+    """A damaged Parquet shard (not the first): exit 3 naming it, the cause in plain text
+    (no colour codes), no internal error, nothing written."""
+    write_shards(reward_log(rows=300), tmp_path / "in", shards=3)
+    bad = tmp_path / "in" / "shard-2.parquet"
+    data = bad.read_bytes()
+    if damage == "truncated":
+        bad.write_bytes(data[: len(data) // 2])
+    else:
+        pages = bytearray(data)
+        for i in range(100, len(pages) - 600):
+            pages[i] = (pages[i] * 7 + 13) % 256
+        bad.write_bytes(bytes(pages))
+    result = run_cli(
+        runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(tmp_path / "out")
+    )
+    assert result.exit_code == 3, result.output
+    first = result.output.splitlines()[0]
+    if damage == "truncated":
+        assert first == f"error: {bad} is not a complete Parquet file (no PAR1 footer: truncated?)"
+    else:
+        assert first.startswith(f"error: cannot read {bad} as parquet: ")
+    assert "\x1b" not in result.output and "internal error" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_trl_dump_is_refused_once_with_the_route_that_works(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """A TRL completions log's groups are positional: refused before Ray starts, pointing
+    at the default engine (which infers num_generations), not at --group-size."""
+    source = Path(__file__).parent.parent / "sample_data" / "trl_completions"
+    result = run_cli(
+        runner, "compute", str(source), "--preset", "trl", "--backend", "ray",
+        "-o", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        "error: --backend ray does not support a TRL completions log (its groups are "
+        "num_generations consecutive rows, which need the rows in order)",
+        "hint: drop --backend ray: the default engine infers num_generations from the log",
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_head_killed_mid_run_with_the_users_token(tmp_path: Path) -> None:
+    """A ``ray start`` cluster with token authentication (its default): the user's token
+    (``~/.ray/auth_token``) is used and said; the head killed mid-run: exit 4 within
+    seconds, one ``error:`` line naming the lost cluster, no Ray log lines, nothing on
+    stdout, no staging folder."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(secrets.token_hex(32))  # the user's token
+    port, head_temp = _free_port(), _short_temp()
+    env = {**ENV, "HOME": str(home)}
+    env.pop("RAY_AUTH_MODE", None)
+    head = subprocess.Popen(
+        [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+         "--include-dashboard=false", "--disable-usage-stats",
+         f"--temp-dir={head_temp}"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and head.poll() is None
+                time.sleep(0.5)
+        time.sleep(3)
+        write_shards(reward_log(rows=300), tmp_path / "in", shards=2)
+        out = tmp_path / "out"
+        run = subprocess.Popen(
+            [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
+             "--ray-address", f"127.0.0.1:{port}", "-o", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        while not any(p.name.startswith(".out.") for p in tmp_path.iterdir()):
+            assert run.poll() is None, run.communicate()
+            time.sleep(0.1)
+        time.sleep(2)
+        os.killpg(head.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        stdout, stderr = run.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)
+        head.wait()
+        shutil.rmtree(head_temp, ignore_errors=True)
+    assert run.returncode == 4, stderr
+    assert time.monotonic() - killed < 40
+    assert stdout == ""
+    assert stderr.splitlines() == [
+        f"note: the Ray cluster at 127.0.0.1:{port} asks for a token: using yours "
+        "(~/.ray/auth_token)",
+        f"note: running on the Ray cluster at 127.0.0.1:{port}",
+        f"error: lost the Ray cluster at 127.0.0.1:{port}: its head stopped answering for "
+        "10 s; nothing was written",
+        "hint: check the cluster (ray status on the head node), then run again",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "in"]

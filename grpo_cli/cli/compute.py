@@ -383,11 +383,12 @@ def _compute_dataset(
     as a folder of parts too. Each folder is written beside its final path and renamed
     when complete."""
     import contextlib
+    import functools
 
     from grpo_cli.engines import FileJob, check, get_engine
     from grpo_cli.io import atomic_folder, check_output_folder, expand_sources
     from grpo_cli.plan import decide, make_plan
-    from grpo_cli.render import stderr_console
+    from grpo_cli.render import print_note, stderr_console
 
     options = _check_options(preset, explicit)
     engine = get_engine(options.backend)
@@ -421,7 +422,8 @@ def _compute_dataset(
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_folder(target))
         groups = None if summary_path is None else stack.enter_context(atomic_folder(summary_path))
-        job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups)
+        notes = None if quiet else functools.partial(print_note, console)
+        job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups, notes)
         run = cast("FileEngine", engine).annotate_files(job)
     if not quiet:
         shown = f"{target}/ (Parquet parts)"
@@ -446,7 +448,25 @@ def _resolve_on_schema(
     else:
         key_cols = list(explicit.get("group_cols", ("prompt_id",)))
         empty = read_rewards(first, fmt, string_cols=key_cols).frame.head(0)
+    _refuse_positional_layout(empty, preset, explicit)
     return resolve(empty, preset, explicit)
+
+
+def _refuse_positional_layout(empty: Any, preset: str | None, explicit: dict[str, Any]) -> None:
+    """A TRL completions log has no prompt id: its groups are num_generations consecutive
+    rows, which a dataset engine (rows in no order) cannot form. Refused once, with the
+    route that works."""
+    from grpo_cli.layouts import detect_layout
+    from grpo_cli.presets import get_preset
+
+    layout = get_preset(preset).layout if preset else None
+    grouping_given = "group_cols" in explicit or "group_size" in explicit
+    if detect_layout(empty, layout) == "trl" and not grouping_given:
+        raise OptionsError(
+            "--backend ray does not support a TRL completions log (its groups are "
+            "num_generations consecutive rows, which need the rows in order)",
+            hint="drop --backend ray: the default engine infers num_generations from the log",
+        )
 
 
 def _report(

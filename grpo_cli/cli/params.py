@@ -327,7 +327,7 @@ RayAddress = Annotated[
         "--ray-address",
         metavar="ADDRESS",
         help="With --backend ray: auto (the cluster this machine belongs to), HOST:PORT or "
-        "ray://HOST:PORT. Default: an embedded local Ray.",
+        "ray://HOST:PORT. Default: a private local Ray (RAY_ADDRESS is not followed).",
         show_default=False,
     ),
 ]

@@ -19,7 +19,8 @@ A new engine: a module with an ``ENGINE`` object, and one :class:`EngineInfo` li
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
 from grpo_cli.errors import OptionsError
@@ -83,7 +84,7 @@ ENGINES: Final[dict[str, EngineInfo]] = {
         ),
         EngineInfo(
             "ray",
-            "a Ray cluster (--ray-address; default an embedded local Ray): many Parquet, "
+            "a Ray cluster (--ray-address; default a private local Ray): many Parquet, "
             "JSONL or CSV files in, a folder of Parquet parts out (-o DIR); shuffled by the "
             "group key, batch statistics merged across the cluster",
             "grpo_cli.engines.ray",
@@ -126,6 +127,8 @@ class FileJob:
         derived: names of key columns a trainer's dump layout derives from each row
             (:func:`grpo_cli.layouts.derived_column`); never written.
         groups: where the per-group table goes (``io="dataset"``: a folder), or None.
+        notes: where the engine says what the user should know before the run's end
+            (``io="dataset"``: which cluster it runs on), or None: nowhere.
     """
 
     sources: tuple[Path, ...]
@@ -134,6 +137,7 @@ class FileJob:
     input_format: str | None = None
     derived: tuple[str, ...] = ()
     groups: Path | None = None
+    notes: Callable[[str], None] | None = field(default=None, compare=False)
 
 
 class FileEngine(Engine, Protocol):

@@ -22,19 +22,15 @@ order of rows across parts is not kept (keep a row id column to restore it). Par
 named by the write task, so a task Ray retries after a worker dies rewrites its own parts.
 The output folder is written beside its final path and renamed when complete.
 
-Ray is imported only here, on this path (``pip install 'grpo-adv[ray]'``).
+Ray is imported only on this path, here, in ray_cluster and in ray_tasks (``pip install
+'grpo-adv[ray]'``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import socket
-import sys
-import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -43,15 +39,14 @@ import polars as pl
 from grpo_cli import metrics
 from grpo_cli.batch_stats import merged_stats, needs_batch_stats
 from grpo_cli.engines import ENGINES, EngineInfo, FileJob
-from grpo_cli.errors import ClusterError, GrpoAdvError, InputError, OptionsError
+from grpo_cli.engines.ray_cluster import first_line, import_ray, session
+from grpo_cli.errors import GrpoAdvError, InputError, OptionsError
 from grpo_cli.summary import RunSummary
 
 if TYPE_CHECKING:
     from grpo_cli.plan import Plan
 
-INSTALL_HINT: Final = "pip install 'grpo-adv[ray]'"
-CONNECT_TIMEOUT_S: Final = 10.0  # a TCP probe of HOST:PORT before Ray is asked to attach
-ATTACH_TIMEOUT_S: Final = 50.0  # ray.init retries an unreachable cluster for minutes
+READ_BATCH_ROWS: Final = 65_536  # rows per batch when an unreadable input is looked for
 BYTES_PER_PARTITION: Final = 64 << 20  # input bytes per shuffle partition
 MAX_PARTITIONS: Final = 4096
 
@@ -83,123 +78,7 @@ class RayEngine:
 ENGINE = RayEngine(ENGINES["ray"])
 
 
-def import_ray() -> Any:
-    """The ``ray`` module with Ray Data, or the one-line error with the install hint."""
-    try:
-        import ray
-        import ray.data
-    except ImportError:
-        raise OptionsError(
-            "--backend ray needs Ray (with Ray Data), which is not installed",
-            hint=f"install it with: {INSTALL_HINT}",
-        ) from None
-    return ray
-
-
-# ------------------------------------------------------------------ the cluster
-def _host_port(address: str) -> tuple[str, int] | None:
-    """HOST and PORT of ``HOST:PORT`` or ``ray://HOST:PORT``; None for ``auto``."""
-    if address == "auto":
-        return None
-    bare = address.removeprefix("ray://")
-    host, sep, port = bare.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise OptionsError(
-            f"--ray-address {address!r} is not HOST:PORT, ray://HOST:PORT or auto",
-            hint="give the head node's address, for example --ray-address 10.0.0.1:6379",
-        )
-    return host.strip("[]"), int(port)
-
-
-def _unreachable(address: str, why: str) -> ClusterError:
-    return ClusterError(
-        f"cannot reach the Ray cluster at {address}: {why}; nothing was written",
-        hint="check the address (ray status on the head node shows it); a cluster with "
-        "token authentication (ray start's default) also needs RAY_AUTH_MODE=token and its "
-        "token here (RAY_AUTH_TOKEN or ~/.ray/auth_token); or drop --ray-address to run on "
-        "an embedded local Ray",
-    )
-
-
-def _probe(address: str) -> None:
-    """Refuse at once an address where nothing listens (Ray itself would retry it for
-    minutes)."""
-    where = _host_port(address)
-    if where is None:
-        return
-    try:
-        with socket.create_connection(where, timeout=CONNECT_TIMEOUT_S):
-            pass
-    except OSError as exc:
-        raise _unreachable(address, exc.strerror or str(exc) or "no answer") from None
-
-
-@contextlib.contextmanager
-def connected(address: str | None) -> Iterator[Any]:
-    """Ray, attached to the cluster at ``address`` (``auto``, ``HOST:PORT``,
-    ``ray://HOST:PORT``) or, with None, to an embedded local instance started now and
-    stopped at the end. A Ray the caller has already initialized is used as it is."""
-    ray = import_ray()
-    if ray.is_initialized():
-        yield ray
-        return
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address is not None:
-        _probe(address)
-    # Ray's core logs every retry of an unanswered address to the process's stderr, where
-    # Python's logging cannot reach it: stderr goes to /dev/null while Ray attaches.
-    with _stderr_silenced() as stderr_fd:
-        watchdog = threading.Timer(ATTACH_TIMEOUT_S, _give_up, args=(address or "local", stderr_fd))
-        watchdog.daemon = True
-        watchdog.start()
-        try:
-            ray.init(
-                address=address,
-                include_dashboard=False,
-                log_to_driver=False,
-                logging_level=logging.ERROR,
-                configure_logging=True,
-            )
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise _unreachable(address or "local", _first_line(str(exc))) from None
-        finally:
-            watchdog.cancel()
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
-@contextlib.contextmanager
-def _stderr_silenced() -> Iterator[int]:
-    """File descriptor 2 on /dev/null for the block; yields a copy of the real one."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield saved
-    finally:
-        os.dup2(saved, 2)
-        os.close(devnull)
-        os.close(saved)
-
-
-def _give_up(address: str, stderr_fd: int) -> None:
-    """Ray did not attach in time: say so and exit (ray.init cannot be interrupted)."""
-    from grpo_cli.errors import EXIT_OUTPUT
-
-    error = _unreachable(address, f"no answer within {ATTACH_TIMEOUT_S:.0f} s")
-    os.write(stderr_fd, f"error: {error.message}\nhint: {error.hint}\n".encode())
-    os._exit(EXIT_OUTPUT)
-
-
-def _first_line(text: str) -> str:
-    """The first sentence of Ray's message (its advice names Ray's own flags)."""
-    line = next((line.strip() for line in text.splitlines() if line.strip()), "no answer")
-    return line.split(". ")[0].rstrip(".")
-
-
+# ------------------------------------------------------------------ the run
 def _quiet(ray: Any) -> None:
     """No progress bars, banners or logged tracebacks from Ray Data on the user's terminal
     (grpo-adv reports an error itself, in one line), and a task's own error raised as it
@@ -213,25 +92,27 @@ def _quiet(ray: Any) -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-# ------------------------------------------------------------------ the run
 def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     """Read, shuffle, (batch statistics), annotate and write: see the module docstring.
     Errors raised on the cluster (a bad value in some file) come back as they were
-    raised."""
+    raised; an input Ray's reader cannot read is named (exit 3); the cluster lost is
+    exit 4 (:mod:`grpo_cli.engines.ray_cluster`)."""
     address = job.plan.options.ray_address
-    with connected(address) as ray:
+    staging = [p for p in (job.output, job.groups) if p is not None]
+    notes = job.notes or (lambda _: None)
+    with session(address, notes=notes, staging=staging) as ray:
         try:
             if address is not None and address.startswith("ray://"):
                 # Ray Data cannot execute through Ray Client: the driver's part runs as a
                 # task on the cluster (whose nodes see the same paths).
                 remote = ray.remote(num_cpus=0, max_retries=0)(_run_on_cluster)
-                summary: RunSummary = ray.get(remote.remote(job, partitions))
+                summary: RunSummary = ray.get(remote.remote(replace(job, notes=None), partitions))
                 return summary
             return _run_on_cluster(job, partitions)
         except GrpoAdvError:
             raise
         except Exception as exc:
-            cause = _grpo_cause(exc)
+            cause = _grpo_cause(exc) or _unreadable_input(job)
             if cause is not None:
                 raise cause from None
             raise
@@ -284,6 +165,40 @@ def _run(ray: Any, job: FileJob, partitions: int | None) -> RunSummary:
 
 def _str(path: Path | None) -> str | None:
     return None if path is None else str(path)
+
+
+def _unreadable_input(job: FileJob) -> InputError | None:
+    """After a failure on the cluster: the first Parquet input this machine cannot read
+    either, named, with the cause in plain text (the error the Polars engine gives for a
+    truncated file, ``cannot read FILE as parquet: ...`` otherwise); None when every input
+    reads (the failure was something else). Read batch by batch (bounded memory); only
+    on this error path. JSONL and CSV inputs are read by grpo-adv's reader on the
+    cluster, which names the file itself."""
+    from grpo_cli.io import PARQUET_MAGIC, format_from_suffix, truncated_parquet, uncompressed_name
+
+    for path in job.sources:
+        fmt = job.input_format or format_from_suffix(uncompressed_name(path))
+        if fmt != "parquet":
+            continue
+        try:
+            with path.open("rb") as handle:
+                head = handle.read(4)
+                size = handle.seek(0, 2)
+                handle.seek(max(size - 4, 0))
+                tail = handle.read(4)
+            if head == PARQUET_MAGIC and (tail != PARQUET_MAGIC or size < 12):
+                return truncated_parquet(str(path))
+            import pyarrow.parquet as pq
+
+            for _ in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS):
+                pass
+        except Exception as exc:
+            return InputError(
+                f"cannot read {path} as parquet: {first_line(str(exc)) or type(exc).__name__}",
+                hint="the file may be truncated, corrupt or not Parquet: write it again, or "
+                "leave it out",
+            )
+    return None
 
 
 def _partitions(ray: Any, sources: Sequence[Path]) -> int:

@@ -1,0 +1,536 @@
+"""Where ``--backend ray`` runs, and what it leaves: the Ray session of one run.
+
+- **No address: a private local Ray**, always (``ray.init(address="local")``): neither
+  ``RAY_ADDRESS`` nor the last ``ray start`` cluster of the machine
+  (``/tmp/ray/ray_current_cluster``) is followed, so a run on a verl or OpenRLHF node never
+  lands on the training cluster. Its temporary folder (Ray's session folder: sockets, logs,
+  spilled objects) is the command's own, ``grpo-adv-ray.XXXXXXXX`` in the system's
+  temporary folder with an ``owner`` file (:func:`grpo_cli.io.owner_tag`), removed when the
+  run ends. Every process of that Ray carries the folder's path in its environment
+  (:data:`OWNER_ENV`): a small watcher process (``python -m grpo_cli.engines.ray_cluster``,
+  the reaper) waits for the command to end, however it ends (``kill -9`` included), then
+  stops those processes and removes the folder; the next run removes what a killed watcher
+  left (:func:`reap_leftovers`). The private Ray uses token authentication (Ray's default)
+  with the user's token when there is one, else a token made for the run (never written
+  to ``~/.ray``).
+- **``--ray-address auto``**: the cluster this machine belongs to (``RAY_ADDRESS``, then
+  the last ``ray start``); **``HOST:PORT``** or **``ray://HOST:PORT``**: that one. Nothing
+  listening: exit 4 at once. A cluster that asks for a token (``ray start``'s default)
+  while ``RAY_AUTH_MODE`` is unset: the user's own token (``RAY_AUTH_TOKEN``,
+  ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) is used, and said; without one, exit 4
+  at once.
+- The run says in one note which cluster it uses. While Ray runs, the process's standard
+  output and error go to ``/dev/null`` (Ray prints worker deaths on standard output and its
+  C++ core logs on standard error; only data may reach standard output). A cluster whose
+  head stops answering for :data:`LOST_AFTER_S` seconds ends the run with exit 4, one
+  ``error:`` line, and the staging folders removed (Ray's core would otherwise wait 60 s and
+  exit 1 with pages of logs). SIGTERM keeps grpo-adv's handler (``ray.init`` installs its
+  own).
+
+This module imports only the standard library at the top (the reaper runs it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from grpo_cli.errors import EXIT_OUTPUT, ClusterError, OptionsError
+
+INSTALL_HINT: Final = "pip install 'grpo-adv[ray]'"
+OWNER_ENV: Final = "GRPO_ADV_RAY_SESSION"  # the private Ray's folder, in its processes' env
+TEMP_PREFIX: Final = "grpo-adv-ray."
+CONNECT_TIMEOUT_S: Final = 10.0  # a TCP probe of HOST:PORT before Ray is asked to attach
+ATTACH_TIMEOUT_S: Final = 50.0  # ray.init retries an unreachable cluster for minutes
+LOST_AFTER_S: Final = 10.0  # the head unreachable this long: the cluster is lost
+PROBE_EVERY_S: Final = 1.0
+TOKEN_FILE: Final = Path("~/.ray/auth_token")
+
+Notes = Callable[[str], None]
+
+
+def import_ray() -> Any:
+    """The ``ray`` module with Ray Data, or the one-line error with the install hint."""
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise OptionsError(
+            "--backend ray needs Ray (with Ray Data), which is not installed",
+            hint=f"install it with: {INSTALL_HINT}",
+        ) from None
+    return ray
+
+
+# ------------------------------------------------------------------ the session
+@dataclass
+class _Where:
+    """The cluster of a run: what messages call it, the ``HOST:PORT`` probed while the run
+    lasts (None: not known yet), and the address given to ``ray.init``."""
+
+    name: str
+    probe: str | None
+    init_address: str
+
+
+@contextlib.contextmanager
+def session(address: str | None, *, notes: Notes, staging: Sequence[Path]) -> Iterator[Any]:
+    """Ray, attached to the cluster at ``address`` or (None) to a private local Ray
+    started now and stopped at the end (see the module docstring). ``staging`` are the
+    folders to remove if the process must end at once (the cluster lost, or Ray never
+    answering). A Ray the caller has already initialized is used as it is."""
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    with contextlib.ExitStack() as stack:
+        env = _Environment()
+        stack.callback(env.restore)
+        env.set("RAY_USAGE_STATS_ENABLED", os.environ.get("RAY_USAGE_STATS_ENABLED", "0"))
+        if address is None:
+            where = stack.enter_context(_private(env, notes))
+        else:
+            where = _joined(address, env, notes)
+        real_stderr = stack.enter_context(_silenced())
+        watch = _Watch(where, real_stderr, staging)
+        stack.callback(watch.stop)
+        joining = where.probe is not None
+        if joining:
+            watch.start()
+        _init(ray, where, real_stderr, staging)
+        if not joining:
+            watch.start()
+        stack.callback(ray.shutdown)
+        try:
+            yield ray
+        except Exception:
+            if not head_answers(where.probe):
+                raise lost(where.name) from None
+            raise
+
+
+class _Environment:
+    """Entries set in ``os.environ`` (so that Ray's processes inherit them) and restored
+    by :meth:`restore`."""
+
+    def __init__(self) -> None:
+        self._saved: dict[str, str | None] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.keep(key)
+        os.environ[key] = value
+
+    def keep(self, key: str) -> None:
+        """Restore ``key`` at the end, whoever changes it (Ray sets RAY_AUTH_MODE)."""
+        self._saved.setdefault(key, os.environ.get(key))
+
+    def restore(self) -> None:
+        for key, value in self._saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _init(ray: Any, where: _Where, real_stderr: int, staging: Sequence[Path]) -> None:
+    """``ray.init`` with Ray's logging kept out of the terminal; a watchdog ends the
+    process when Ray does not answer in time (``ray.init`` cannot be interrupted). The
+    SIGTERM handler grpo-adv had is put back (``ray.init`` replaces it)."""
+    sigterm = signal.getsignal(signal.SIGTERM)
+    silent = _unreachable(where.name, f"no answer within {ATTACH_TIMEOUT_S:.0f} s")
+    watchdog = threading.Timer(ATTACH_TIMEOUT_S, _end_now, args=(real_stderr, silent, staging))
+    watchdog.daemon = True
+    watchdog.start()
+    extra: dict[str, Any] = {}
+    temp = os.environ.get(OWNER_ENV) if where.init_address == "local" else None
+    if temp is not None:
+        extra["_temp_dir"] = temp
+    try:
+        ray.init(
+            address=where.init_address,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+            configure_logging=True,
+            **extra,
+        )
+    except (OSError, RuntimeError, ValueError) as exc:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        raise _unreachable(where.name, first_line(str(exc))) from None
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(sigterm):
+            sigterm(signal.SIGTERM, None)  # SIGTERM met ray.init's handler: ours decides
+        raise
+    finally:
+        watchdog.cancel()
+        if threading.current_thread() is threading.main_thread() and sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
+    if where.probe is None:
+        with contextlib.suppress(Exception):
+            where.probe = str(ray.get_runtime_context().gcs_address)
+
+
+# ------------------------------------------------------------------ a private local Ray
+@contextlib.contextmanager
+def _private(env: _Environment, notes: Notes) -> Iterator[_Where]:
+    """A temporary folder and a reaper for a private local Ray (see the module
+    docstring); both gone at the end."""
+    reap_leftovers()
+    folder = _make_folder()
+    reaper = _start_reaper(folder)
+    try:
+        env.set(OWNER_ENV, str(folder))
+        env.keep("RAY_AUTH_MODE")  # unset: ray.init turns token authentication on
+        token_mode = os.environ.get("RAY_AUTH_MODE", "token").lower() == "token"
+        if token_mode and _user_token() is None:
+            env.set("RAY_AUTH_TOKEN", secrets.token_hex(32))  # else Ray writes ~/.ray/auth_token
+        followed = os.environ.get("RAY_ADDRESS")
+        aside = (
+            f"RAY_ADDRESS={followed} is not followed: --ray-address auto joins that cluster"
+            if followed
+            else "--ray-address auto joins this machine's cluster"
+        )
+        notes(f"running on a private local Ray, started for this run ({aside})")
+        yield _Where("a private local Ray", None, "local")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if reaper is not None:
+            with contextlib.suppress(OSError):
+                assert reaper.stdin is not None
+                reaper.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                reaper.wait(timeout=10)
+
+
+def _make_folder() -> Path:
+    """A new folder for Ray's session in the system's temporary folder (short: Ray puts
+    Unix sockets in it), with this process's owner tag in its ``owner`` file."""
+    from grpo_cli.io import owner_tag
+
+    folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+    (folder / "owner").write_text(owner_tag() + "\n")
+    return folder
+
+
+def _start_reaper(folder: Path) -> subprocess.Popen[bytes] | None:
+    """The watcher that cleans up after this process, however it ends: it waits for the
+    end of its standard input (this process's end), then runs :func:`reap`."""
+    env = {k: v for k, v in os.environ.items() if k != OWNER_ENV}
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", __name__, str(folder)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            close_fds=True,
+        )
+    except OSError:
+        return None  # the next run reaps
+
+
+def reap(folder: Path, *, spare: Sequence[int] = ()) -> None:
+    """Stop every process whose environment names ``folder`` as its Ray session (Linux:
+    read from ``/proc``), except ``spare``; then remove ``folder``."""
+    marker = f"{OWNER_ENV}={folder}".encode()
+    proc = Path("/proc")
+    pids = [int(p.name) for p in proc.iterdir() if p.name.isdigit()] if proc.is_dir() else []
+    for pid in pids:
+        if pid == os.getpid() or pid in spare:
+            continue
+        try:
+            environ = (proc / str(pid) / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def reap_leftovers() -> list[Path]:
+    """The private Rays of killed grpo-adv runs of this host (their watcher killed too):
+    processes stopped, folders removed. Returns the folders removed."""
+    from grpo_cli.io import OWNER_PATTERN, owner_tag
+
+    here = OWNER_PATTERN.search(owner_tag() + ".")
+    assert here is not None
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*"):
+        try:
+            match = OWNER_PATTERN.search((folder / "owner").read_text().strip() + ".")
+        except OSError:
+            continue
+        if match is None or match["host"] != here["host"] or _alive(int(match["pid"])):
+            continue
+        reap(folder)
+        removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ------------------------------------------------------------------ joining a cluster
+def _joined(address: str, env: _Environment, notes: Notes) -> _Where:
+    """The cluster at ``address``: resolved (``auto``), probed (nothing listening: exit 4
+    at once), and the user's token used when it asks for one."""
+    if address.startswith("ray://"):
+        host_port(address)  # checks the form
+        notes(f"running on the Ray cluster at {address} (Ray Client)")
+        return _Where(f"the Ray cluster at {address}", address.removeprefix("ray://"), address)
+    gcs = _resolved(address)
+    name = address if gcs is None else gcs
+    if gcs is not None:
+        _probe(gcs, name)
+        if "RAY_AUTH_MODE" not in os.environ and _asks_for_token(gcs):
+            token = _user_token()
+            if token is None:
+                raise _unreachable(
+                    name,
+                    "it asks for an authentication token and this machine has none",
+                )
+            _token_mode(env)
+            notes(f"the Ray cluster at {name} asks for a token: using yours ({token})")
+    given = "" if gcs == address else f" (--ray-address {address})"
+    notes(f"running on the Ray cluster at {name}{given}")
+    return _Where(f"the Ray cluster at {name}", gcs, gcs or address)
+
+
+def _resolved(address: str) -> str | None:
+    """``HOST:PORT`` of ``address`` (``auto``: as Ray finds it: RAY_ADDRESS, then the last
+    ``ray start`` of this machine); None when Ray cannot tell (it then decides)."""
+    if address != "auto":
+        host_port(address)
+        return address
+    try:
+        from ray._private import services
+
+        found = services.get_ray_address_from_environment("auto", None)
+    except Exception:
+        return None
+    if not isinstance(found, str) or found == "auto" or "://" in found:
+        return None
+    return found
+
+
+def host_port(address: str) -> tuple[str, int]:
+    """HOST and PORT of ``HOST:PORT`` or ``ray://HOST:PORT``."""
+    bare = address.removeprefix("ray://")
+    host, sep, port = bare.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise OptionsError(
+            f"--ray-address {address!r} is not HOST:PORT, ray://HOST:PORT or auto",
+            hint="give the head node's address, for example --ray-address 10.0.0.1:6379",
+        )
+    return host.strip("[]"), int(port)
+
+
+def _unreachable(name: str, why: str) -> ClusterError:
+    return ClusterError(
+        f"cannot reach {name}: {why}; nothing was written",
+        hint="check the address (ray status on the head node shows it); a cluster with "
+        "token authentication (ray start's default) also needs its token here "
+        "(RAY_AUTH_TOKEN or ~/.ray/auth_token); or drop --ray-address to run on a private "
+        "local Ray",
+    )
+
+
+def _listening(where: str, timeout: float) -> str | None:
+    """None when something accepts a TCP connection at ``where`` (HOST:PORT); else why
+    not."""
+    try:
+        with socket.create_connection(host_port(where), timeout=timeout):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc) or "no answer"
+
+
+def _probe(gcs: str, name: str) -> None:
+    """Refuse at once an address where nothing listens (Ray itself would retry it for
+    minutes)."""
+    why = _listening(gcs, CONNECT_TIMEOUT_S)
+    if why is not None:
+        raise _unreachable(f"the Ray cluster at {name}", why)
+
+
+def _asks_for_token(gcs: str) -> bool:
+    """Whether the GCS at ``gcs`` refuses a call without a token (one gRPC call)."""
+    import importlib
+
+    try:  # Ray's own dependencies (untyped)
+        grpc: Any = importlib.import_module("grpc")
+        messages: Any = importlib.import_module("ray.core.generated.gcs_service_pb2")
+        services: Any = importlib.import_module("ray.core.generated.gcs_service_pb2_grpc")
+    except ImportError:
+        return False
+    channel = grpc.insecure_channel(gcs)
+    try:
+        stub = services.NodeInfoGcsServiceStub(channel)
+        stub.GetClusterId(messages.GetClusterIdRequest(), timeout=CONNECT_TIMEOUT_S)
+    except grpc.RpcError as exc:
+        return bool(exc.code() == grpc.StatusCode.UNAUTHENTICATED)
+    finally:
+        channel.close()
+    return False
+
+
+def _token_mode(env: _Environment) -> None:
+    """Token authentication on for this process (Ray caches its configuration: refreshed
+    as ``ray.init`` does for a local cluster) and its children."""
+    env.set("RAY_AUTH_MODE", "token")
+    with contextlib.suppress(ImportError, AttributeError):
+        import importlib
+
+        importlib.import_module("ray._raylet").Config.initialize("")
+
+
+def _user_token() -> str | None:
+    """Where the user's own Ray token is (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``,
+    ``~/.ray/auth_token``), or None."""
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return "RAY_AUTH_TOKEN"
+    given = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if given and Path(given).expanduser().is_file():
+        return given
+    if TOKEN_FILE.expanduser().is_file():
+        return str(TOKEN_FILE)
+    return None
+
+
+# ------------------------------------------------------------------ while Ray runs
+@contextlib.contextmanager
+def _silenced() -> Iterator[int]:
+    """Standard output and error (file descriptors 1 and 2, and ``sys.stdout`` and
+    ``sys.stderr``) on ``/dev/null`` for the block; yields a copy of the real standard
+    error for a message that must get out (the process ending at once)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    streams = sys.stdout, sys.stderr
+    sink = Path(os.devnull).open("w")  # noqa: SIM115 (closed below)
+    try:
+        for fd in saved:
+            os.dup2(devnull, fd)
+        sys.stdout = sys.stderr = sink
+        yield saved[2]
+    finally:
+        sys.stdout, sys.stderr = streams
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(devnull)
+        sink.close()
+
+
+class _Watch:
+    """A thread that probes the cluster's head every PROBE_EVERY_S seconds, from
+    :meth:`start` (joining: before ``ray.init``; a private Ray: once started) to
+    :meth:`stop`; unanswered for LOST_AFTER_S, the run ends at once (see :func:`lost`)."""
+
+    def __init__(self, where: _Where, real_stderr: int, staging: Sequence[Path]) -> None:
+        self._where, self._real_stderr, self._staging = where, real_stderr, staging
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        probe = self._where.probe
+        if probe is None:
+            return
+
+        def watch() -> None:
+            silent_since: float | None = None
+            while not self._stop.wait(PROBE_EVERY_S):
+                if _listening(probe, PROBE_EVERY_S) is None:
+                    silent_since = None
+                    continue
+                now = time.monotonic()
+                silent_since = silent_since or now
+                if now - silent_since >= LOST_AFTER_S and not self._stop.is_set():
+                    _end_now(self._real_stderr, lost(self._where.name), self._staging)
+
+        threading.Thread(target=watch, name="grpo-adv-ray-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def lost(name: str) -> ClusterError:
+    """The error of a run whose cluster stopped answering."""
+    return ClusterError(
+        f"lost {name}: its head stopped answering for {LOST_AFTER_S:.0f} s; nothing was written",
+        hint="check the cluster (ray status on the head node), then run again",
+    )
+
+
+def head_answers(where: str | None) -> bool:
+    """Whether the head at ``where`` (HOST:PORT) accepts a connection (None: unknown)."""
+    return where is None or _listening(where, CONNECT_TIMEOUT_S) is None
+
+
+def _end_now(real_stderr: int, error: ClusterError, staging: Sequence[Path]) -> None:
+    """Say why on the real standard error, remove the staging folders, and end the process
+    (the main thread is inside Ray and cannot be interrupted); the reaper stops a private
+    Ray."""
+    text = f"error: {error.message}\nhint: {error.hint}\n"
+    with contextlib.suppress(OSError):
+        os.write(real_stderr, text.encode())
+    for folder in staging:
+        shutil.rmtree(folder, ignore_errors=True)
+    os._exit(EXIT_OUTPUT)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal colour codes (Ray colours its task names)."""
+    return _ANSI.sub("", text)
+
+
+def first_line(text: str) -> str:
+    """The first sentence of Ray's message, in plain text (its advice names Ray's own
+    flags)."""
+    text = plain(text)
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "no answer")
+    return line.split(". ")[0].rstrip(".")
+
+
+def _reaper_main(folder: str) -> None:
+    """The reaper: wait for the parent's end, then clean up after it."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # Ctrl-C reaches the whole process group
+    parent = os.getppid()
+    with contextlib.suppress(OSError):
+        sys.stdin.buffer.read()
+    reap(Path(folder), spare=(parent,))
+
+
+if __name__ == "__main__":
+    _reaper_main(sys.argv[1])
