@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.engines.partitioned import annotate_to_parquet
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import annotate
 from tests.conftest import SAMPLE_FILES
@@ -90,45 +90,70 @@ def test_cli_low_memory(runner: CliRunner, sample_copy: dict[str, Path]) -> None
     assert csv.stderr.startswith("error: --low-memory needs a Parquet input;")
 
 
-class TestFooterChecks:
-    """--low-memory checks a Parquet log's keys and rewards through its footer statistics
-    when they show nothing to refuse, and scans them otherwise (grpo_cli.plan.parquet_plan)."""
+def lying_footer(path: Path, column: str, truth: float, claim: float) -> None:
+    """Make the footer of the Parquet file ``path`` say ``claim`` where the statistics of
+    ``column`` say ``truth`` (a smallest or largest value): the 8 bytes of the double are
+    patched in the footer only (the data pages keep the true values)."""
+    import struct
 
-    def test_the_footer_statistics(self, tmp_path: Path) -> None:
-        from grpo_cli.io import parquet_footer_stats
-        from grpo_cli.schema import FooterStats
+    import pyarrow.parquet as pq
 
-        path = tmp_path / "log.parquet"
+    data = bytearray(path.read_bytes())
+    footer_len = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - footer_len
+    old, new = struct.pack("<d", truth), struct.pack("<d", claim)
+    footer = bytes(data[start:-8])
+    assert old in footer
+    data[start:-8] = footer.replace(old, new)
+    path.write_bytes(bytes(data))
+    meta = pq.ParquetFile(path).metadata
+    index = [meta.schema.column(i).name for i in range(meta.num_columns)].index(column)
+    stats = meta.row_group(0).column(index).statistics
+    assert claim in (stats.min, stats.max)  # the footer lies
+
+
+class TestValueChecks:
+    """--low-memory checks the keys' and rewards' values on the data, in its compute pass
+    (never from the Parquet footer's statistics), with the in-memory path's messages."""
+
+    def test_a_lying_footer_changes_nothing(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = tmp_path / "lying.parquet"
         pl.DataFrame(
+            {"prompt_id": ["a", "a", "b", "b"], "reward": [0.5, 1e200, 0.9, 0.1]}
+        ).write_parquet(source, compression="zstd")
+        lying_footer(source, "reward", truth=1e200, claim=0.9)
+        assert pl.read_parquet(source)["reward"].max() == 1e200  # the data tells the truth
+        out = tmp_path / "out.parquet"
+        expected = [
+            "error: 1 row(s) have a reward of magnitude 1e+140 or more (reward): their "
+            "squares overflow float64",
+            "hint: rescale the rewards (advantages do not depend on the scale, up to eps)",
+        ]
+        for extra in (["--low-memory"], []):
+            result = runner.invoke(app, ["compute", str(source), "-o", str(out), *extra])
+            assert result.exit_code == 3, result.stderr
+            assert result.stderr.splitlines() == expected
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["lying.parquet"]
+
+    def test_counts_add_up_over_partitions(self, tmp_path: Path) -> None:
+        """Problems in several partitions are counted whole, as the in-memory path does."""
+        keys = [f"p{i}" for i in range(40)]
+        log = pl.DataFrame(
             {
-                "prompt_id": ["a", None, "b", "b"],
-                "reward": [0.5, -2.0, float("nan"), 3.0],
-                "flag": [True, False, True, None],
+                "prompt_id": [None if i in (3, 29) else k for i, k in enumerate(keys)],
+                "reward": [float("inf") if i == 7 else i / 40 for i in range(40)],
             }
-        ).write_parquet(path, row_group_size=2)
-        stats = parquet_footer_stats(path, ["prompt_id", "reward", "flag", "missing"])
-        assert stats["prompt_id"].nulls == 1
-        assert stats["reward"] == FooterStats(0, -2.0, 3.0)  # NaN is in neither bound
-        assert stats["flag"] == FooterStats(1, 0.0, 1.0)
-        assert "missing" not in stats
-        bare = tmp_path / "bare.parquet"
-        pl.read_parquet(path).write_parquet(bare, statistics=False)
-        assert parquet_footer_stats(bare, ["prompt_id", "reward"]) == {}
-
-    def test_a_clean_footer_spares_the_pass(self) -> None:
-        """The footer is trusted to skip, never to refuse: a footer that (wrongly) shows no
-        null key lets a log with one through, which shows no pass over the keys ran."""
-        from grpo_cli.estimators import get_estimator
-        from grpo_cli.schema import FooterStats, check_frame
-
-        log = pl.LazyFrame({"prompt_id": ["a", None], "reward": [1.0, float("inf")]})
-        options = AdvantageOptions()
-        clean = {"prompt_id": FooterStats(0), "reward": FooterStats(0, 0.0, 1.0)}
-        check_frame(log, options, get_estimator("grpo"), clean)  # no pass: nothing raised
-        with pytest.raises(Exception, match="null group or batch key"):
-            check_frame(log, options, get_estimator("grpo"), {"reward": clean["reward"]})
-        with pytest.raises(Exception, match="infinite reward"):
-            check_frame(log, options, get_estimator("grpo"), {"prompt_id": FooterStats(0)})
+        )
+        source = tmp_path / "log.parquet"
+        log.write_parquet(source)
+        out = tmp_path / "out.parquet"
+        with pytest.raises(InputError, match=r"^2 row\(s\) have a null group or batch key"):
+            annotate_to_parquet(source, out, AdvantageOptions(), partitions=8, chunk_rows=5)
+        no_nulls = log.with_columns(pl.col("prompt_id").fill_null("x"))
+        no_nulls.write_parquet(source)
+        with pytest.raises(InputError, match=r"^1 row\(s\) have an infinite reward"):
+            annotate_to_parquet(source, out, AdvantageOptions(), partitions=8, chunk_rows=5)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
 
     @pytest.mark.parametrize(
         ("column", "value", "message"),

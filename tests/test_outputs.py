@@ -357,7 +357,8 @@ def test_a_full_disk_is_an_output_error_and_leaves_nothing(
 
 
 def _stalled_low_memory_script() -> str:
-    """grpo-adv --low-memory that signals the test once its spills exist, then stalls."""
+    """grpo-adv --low-memory that signals the test once its worker is done (its spill
+    folder and temporary output exist), then stalls."""
     return (
         "import sys, time, pathlib\n"
         "import grpo_cli.engines.partitioned as lowmem\n"
@@ -365,7 +366,7 @@ def _stalled_low_memory_script() -> str:
         "def stalled(*args, **kwargs):\n"
         "    marker.touch()\n"
         "    time.sleep(120)\n"
-        "lowmem._merge = stalled\n"
+        "lowmem._outcome = stalled\n"
         "sys.argv = ['grpo-adv', *sys.argv[2:]]\n"
         "from grpo_cli.cli import main\n"
         "main()\n"
@@ -496,7 +497,7 @@ class TestAtomicFolder:
         target = tmp_path / "out"
         target.mkdir()
         (target / "old.parquet").write_text("old")
-        with atomic_folder(target) as staged:
+        with atomic_folder(target, force=True) as staged:
             assert staged.parent == tmp_path and staged.name.startswith(".out.grpo-adv.")
             (staged / "part-0.parquet").write_text("new")
         assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
