@@ -264,12 +264,13 @@ def check_parquet_file(path: Path) -> None:
         )
     if tail != PARQUET_MAGIC or size < 12:
         raise truncated_parquet(str(path))
-    check_parquet_layout(path, str(path))
+    check_parquet_layout(path, str(path), PARQUET_DAMAGED_HINT)
 
 
 PARQUET_HINT: Final = (
     "the file may be truncated or not Parquet; pass --format to read it as another"
 )
+PARQUET_DAMAGED_HINT: Final = "the file is truncated or damaged: write it again"
 
 
 def unreadable_parquet(name: str, cause: str, hint: str = PARQUET_HINT) -> InputError:

@@ -187,15 +187,12 @@ def run(
             remove_spill_folder(root)
 
 
-PARQUET_DAMAGED: Final = "the file is truncated or damaged: write it again"
-
-
 @contextlib.contextmanager
 def _reading(source: Path) -> Iterator[None]:
     """Report a failure to read ``source`` (a damaged page, a cut file: Polars' and
     Arrow's errors, or a panic of Polars' reader) as an input error naming it, with the
     cause in plain text. Our own errors, a full disk and interrupts pass unchanged."""
-    from grpo_cli.io import unreadable_parquet
+    from grpo_cli.io import PARQUET_DAMAGED_HINT, unreadable_parquet
 
     try:
         yield
@@ -204,7 +201,7 @@ def _reading(source: Path) -> Iterator[None]:
     except BaseException as exc:
         if not _read_failure(exc):
             raise
-        raise unreadable_parquet(str(source), str(exc), PARQUET_DAMAGED) from None
+        raise unreadable_parquet(str(source), str(exc), PARQUET_DAMAGED_HINT) from None
 
 
 def _read_failure(exc: BaseException) -> bool:
