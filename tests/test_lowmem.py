@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +20,7 @@ from grpo_cli.engines.partitioned import annotate_to_parquet
 from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import annotate
-from tests.conftest import SAMPLE_FILES
+from tests.conftest import ROOT, SAMPLE_FILES
 from tests.test_presets import hostile_log
 
 CASES: list[dict[str, Any]] = [
@@ -181,3 +187,141 @@ class TestValueChecks:
         assert result.exit_code == 3, result.stderr
         assert result.stderr.splitlines()[0].startswith(f"error: {message}")
         assert not out.exists()
+
+
+# --------------------------------------------------------------------------- signals
+
+INTERRUPTED = "error: interrupted; no output was written"
+
+
+@pytest.fixture(scope="module")
+def slow_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A log whose --low-memory run takes a few seconds (500k rows, 62k groups)."""
+    import numpy as np
+
+    n = 500_000
+    rng = np.random.default_rng(3)
+    path = tmp_path_factory.mktemp("slow") / "slow.parquet"
+    pl.DataFrame(
+        {"prompt_id": rng.integers(0, n // 8, n).astype(str), "reward": rng.random(n)}
+    ).write_parquet(path)
+    return path
+
+
+def _start(source: Path, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "grpo_cli", "compute", str(source), "--low-memory", "-o",
+         str(out), "-q"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def _wait_for(process: subprocess.Popen[str], ready: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _spill(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if p.name.endswith(".spill")]
+
+
+def _partitions_written(folder: Path) -> bool:
+    return any(any(s.glob("hashed.*/in/*/*.ipc")) for s in _spill(folder))
+
+
+def _output_started(folder: Path) -> bool:
+    return any(p.name.endswith(".part") and p.stat().st_size > 0 for p in folder.iterdir())
+
+
+MOMENTS: dict[str, Callable[[Path], bool]] = {
+    "spill folder made": lambda folder: bool(_spill(folder)),
+    "partitions written": _partitions_written,
+    "output being written": _output_started,
+}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="Linux /proc")
+@pytest.mark.parametrize("moment", list(MOMENTS))
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_run_and_leaves_nothing(
+    tmp_path: Path, slow_log: Path, moment: str, sig: signal.Signals
+) -> None:
+    """A real signal at several moments of a --low-memory run: the run ends with 130 (143)
+    and the one-line message, no output, no temporary, no worker left; or, when the signal
+    came after the output was put in place, with 0 and the complete output."""
+    source = tmp_path / "log.parquet"
+    source.symlink_to(slow_log)
+    out = tmp_path / "out.parquet"
+    process = _start(source, out)
+    _wait_for(process, lambda: MOMENTS[moment](tmp_path))
+    workers = _children(process.pid)
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    for pid in workers:
+        assert (
+            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        )
+    if process.returncode == 0:  # the signal came after the output was in place
+        assert moment == "output being written"
+        assert left == ["log.parquet", "out.parquet"]
+        assert pl.read_parquet(out).height == 500_000
+        return
+    code, message = (130, INTERRUPTED) if sig == signal.SIGINT else (143, "error: terminated")
+    assert process.returncode == code, stderr
+    assert stderr.splitlines() == [message.split(";")[0] + "; no output was written"]
+    assert left == ["log.parquet"]
+
+
+def test_killing_the_command_kills_its_worker(tmp_path: Path, slow_log: Path) -> None:
+    """``kill -9`` of the command: its worker dies with it (no process left to write), and
+    the next run removes the tagged temporaries."""
+    out = tmp_path / "out.parquet"
+    process = _start(slow_log, out)
+    _wait_for(process, lambda: _partitions_written(tmp_path))
+    workers = _children(process.pid)
+    assert len(workers) == 1
+    process.kill()
+    process.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{workers[0]}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{workers[0]}").exists()
+
+
+def test_ctrl_c_while_starting_up_prints_one_line(tmp_path: Path) -> None:
+    """A Ctrl-C while the command line loads (here: as typer is imported): the one-line
+    message and exit 130, no traceback."""
+    script = (
+        "import builtins\n"
+        "real = builtins.__import__\n"
+        "def interrupted(name, *args, **kwargs):\n"
+        "    if name == 'typer':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = interrupted\n"
+        "from grpo_cli.cli import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "compute", "x.parquet"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 130
+    assert done.stderr == INTERRUPTED + "\n"
+    assert list(tmp_path.iterdir()) == []
