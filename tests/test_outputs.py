@@ -546,8 +546,8 @@ class TestExclusiveRenames:
 
         first, second = tmp_path / "a.csv", tmp_path / "b.csv"
         with pytest.raises(OutputError, match=r"b\.csv already exists"), atomic_writes() as stage:
-            stage(first, lambda sink: sink.write(b"a"))
-            stage(second, lambda sink: sink.write(b"b"))
+            stage(first, lambda sink: None)
+            stage(second, lambda sink: None)
             second.write_text("the other run's")
         assert sorted(p.name for p in tmp_path.iterdir()) == ["b.csv"]
         assert second.read_text() == "the other run's"
@@ -573,7 +573,11 @@ class TestExclusiveRenames:
         from grpo_cli.errors import OutputError
 
         monkeypatch.setattr(gio, "_rename_noreplace", lambda source, target: False)
-        for make in (lambda p: p.write_text("x"), lambda p: p.mkdir()):
+
+        def as_file(path: Path) -> None:
+            path.write_text("x")
+
+        for make in (as_file, Path.mkdir):
             tmp, target = tmp_path / ".tmp", tmp_path / "target"
             make(tmp)
             gio.publish(tmp, target, replace=False)
