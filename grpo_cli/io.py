@@ -41,7 +41,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, BinaryIO, Final
+from typing import IO, Any, BinaryIO, Final
 
 import polars as pl
 
@@ -247,8 +247,10 @@ def truncated_parquet(name: str) -> InputError:
 
 
 def check_parquet_file(path: Path) -> None:
-    """For ``--low-memory``: raise unless ``path`` starts (OptionsError) and ends
-    (InputError: truncated) like a Parquet file, without reading it."""
+    """For the engines that read a Parquet file themselves (``--low-memory``, ``--backend
+    ray``): raise unless ``path`` starts (OptionsError) and ends (InputError: truncated)
+    like a Parquet file, and its footer describes data that lies inside the file
+    (:func:`check_parquet_layout`), reading the footer only."""
     with path.open("rb") as handle:
         head = handle.read(4)
         size = handle.seek(0, os.SEEK_END)
@@ -262,39 +264,60 @@ def check_parquet_file(path: Path) -> None:
         )
     if tail != PARQUET_MAGIC or size < 12:
         raise truncated_parquet(str(path))
+    check_parquet_layout(path, str(path), PARQUET_DAMAGED_HINT)
 
 
-if TYPE_CHECKING:
-    from grpo_cli.schema import FooterStats
+PARQUET_HINT: Final = (
+    "the file may be truncated or not Parquet; pass --format to read it as another"
+)
+PARQUET_DAMAGED_HINT: Final = "the file is truncated or damaged: write it again"
 
 
-def parquet_footer_stats(path: Path, columns: Sequence[str]) -> dict[str, FooterStats]:
-    """The footer statistics of ``columns`` of the Parquet file ``path`` over every row
-    group (see :class:`grpo_cli.schema.FooterStats`), for the columns whose every row group
-    records a null count; no column read. Bounds only where every row group has them."""
+def unreadable_parquet(name: str, cause: str, hint: str = PARQUET_HINT) -> InputError:
+    """The error for a Parquet file that cannot be read: the file named, the cause's first
+    line in plain text (terminal colour codes removed)."""
+    plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", cause)
+    return InputError(f"cannot read {name} as parquet: {_first_line(plain)}", hint=hint)
+
+
+def check_parquet_layout(source: Path | bytes, name: str, hint: str = PARQUET_HINT) -> None:
+    """Raise an InputError unless the Parquet footer of ``source`` (a path, or the file's
+    bytes) can be read and every column chunk it lists lies inside the file, before the
+    footer. A file cut in the middle with its footer re-appended passes the magic-byte
+    checks, and Polars' readers panic on it instead of reporting an error."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from grpo_cli.schema import FooterStats
-
-    meta = pq.ParquetFile(path).metadata
-    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
-    found: dict[str, FooterStats] = {}
-    for column in columns:
-        if names.count(column) != 1:
-            continue  # absent, or nested (several leaves)
-        index = names.index(column)
-        chunks = [meta.row_group(g).column(index).statistics for g in range(meta.num_row_groups)]
-        if any(s is None or not s.has_null_count for s in chunks):
-            continue
-        nulls = sum(s.null_count for s in chunks)
-        low = high = None
-        bounded = all(s.has_min_max for s in chunks if s.num_values)
-        if bounded and all(isinstance(s.min, int | float) for s in chunks if s.has_min_max):
-            lows = [float(s.min) for s in chunks if s.has_min_max]
-            highs = [float(s.max) for s in chunks if s.has_min_max]
-            low, high = (min(lows), max(highs)) if lows else (0.0, 0.0)
-        found[column] = FooterStats(nulls, low, high)
-    return found
+    try:
+        if isinstance(source, bytes):
+            size = len(source)
+            footer = int.from_bytes(source[-8:-4], "little")
+            meta = pq.read_metadata(pa.BufferReader(source))
+        else:
+            size = source.stat().st_size
+            with source.open("rb") as handle:
+                handle.seek(size - 8)
+                footer = int.from_bytes(handle.read(4), "little")
+            meta = pq.read_metadata(source)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise unreadable_parquet(name, str(exc), hint) from None
+    end = size - 8 - footer
+    for group in range(meta.num_row_groups):
+        row_group = meta.row_group(group)
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            starts = [chunk.data_page_offset]
+            if chunk.has_dictionary_page and chunk.dictionary_page_offset:
+                starts.append(chunk.dictionary_page_offset)
+            start = min(starts)
+            if start < 4 or start + chunk.total_compressed_size > end:
+                raise unreadable_parquet(
+                    name,
+                    f"row group {group}, column {chunk.path_in_schema}: its data lies outside "
+                    f"the file (bytes {start}..{start + chunk.total_compressed_size} of {size}); "
+                    "the file is truncated or corrupt",
+                    hint,
+                )
 
 
 def csv_separator(data: bytes) -> str:
@@ -313,6 +336,8 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
     buffer = io.BytesIO(data)
     if fmt == "parquet" and not data.endswith(PARQUET_MAGIC):
         raise truncated_parquet(name)
+    if fmt == "parquet":
+        check_parquet_layout(data, name)
     try:
         if fmt == "parquet":
             return pl.read_parquet(buffer)
@@ -396,7 +421,7 @@ def _parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError
                 hint = "write null for a missing reward, or a finite number"
             return InputError(f"{name} line {line_no}: {problem}", hint=hint)
     hints = {
-        "parquet": "the file may be truncated or not Parquet; pass --format to read it as another",
+        "parquet": PARQUET_HINT,
         "csv": "check the delimiter and quoting; pass --format to read it as another format",
         "jsonl": "each line must be one JSON object",
         "json": "a .json file must hold one array of objects, or one object per line",
@@ -414,6 +439,8 @@ def _locate_bad_json_line(data: bytes) -> tuple[int, str] | None:
             value = json.loads(text, parse_constant=_reject_constant)
         except _NotJson as exc:
             return line_no, str(exc)
+        except RecursionError:
+            return line_no, "JSON nested too deeply to read"
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
             return line_no, f"malformed JSON ({reason})"
@@ -436,7 +463,7 @@ def _nan_as_null(data: bytes) -> bytes | None:
             continue
         try:
             value = json.loads(raw, parse_constant=_nan_only)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return None  # another problem: reported by the usual error path
         lines[i] = json.dumps(value, ensure_ascii=False).encode() + b"\n"
         changed = True
@@ -707,9 +734,29 @@ def _disk_full(path: Path) -> OutputError:
     )
 
 
+def _stream_disk_full(path: Path) -> OutputError:
+    return OutputError(
+        f"no space left on device writing {path}",
+        hint="free some space where it goes, or write elsewhere with -o",
+    )
+
+
+def _temporary_file(path: Path) -> Path:
+    """A new empty hidden file beside ``path``, tagged with this process."""
+    try:
+        fd, tmp_name = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part"
+        )
+    except OSError as exc:
+        raise _staging_error(path, exc) from None
+    os.close(fd)
+    return Path(tmp_name)
+
+
 @contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path``, renamed over ``path`` when the block succeeds.
+def atomic_path(path: Path, *, force: bool = False) -> Iterator[Path]:
+    """A temporary path beside ``path``, put in place at ``path`` when the block succeeds
+    (:func:`commit`: without ``force``, only if nothing appeared at ``path`` meanwhile).
 
     On any failure (an exception, Ctrl-C) the temporary file is removed and ``path`` is
     left as it was; a full disk becomes an :class:`OutputError` naming ``path``. A stream
@@ -720,30 +767,111 @@ def atomic_path(path: Path) -> Iterator[Path]:
             yield path
         except Exception as exc:
             if is_disk_full(exc):
-                raise OutputError(
-                    f"no space left on device writing {path}",
-                    hint="free some space where it goes, or write elsewhere with -o",
-                ) from None
+                raise _stream_disk_full(path) from None
             raise
         return
-    try:
-        fd, tmp_name = tempfile.mkstemp(
-            dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part"
-        )
-    except OSError as exc:
-        raise _staging_error(path, exc) from None
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = _temporary_file(path)
     try:
         yield tmp
-        tmp.chmod(0o666 & ~_umask())
-        tmp.replace(path)
+        commit([(tmp, path)], force=force)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         if isinstance(exc, Exception) and is_disk_full(exc):
             raise _disk_full(path) from None
         raise
+
+
+def commit(staged: Sequence[tuple[Path, Path]], *, force: bool) -> None:
+    """Put every staged temporary ``(tmp, target)`` in place, all or none, as one decision
+    that a signal cannot split (:func:`grpo_cli.interrupts.deferred`): a Ctrl-C or SIGTERM
+    recorded before it raises there and nothing lands; one arriving after the decision is
+    dropped, and the run ends as a success. Without ``force`` each rename is exclusive
+    (:func:`publish`): if a target appeared meanwhile (another run), the run fails with an
+    OutputError naming it and the targets it had already put in place are removed again.
+    With ``force`` each target is replaced atomically."""
+    from grpo_cli import interrupts
+
+    mode = 0o666 & ~_umask()
+    for tmp, _ in staged:
+        tmp.chmod(mode)
+    with interrupts.deferred():
+        interrupts.check()  # the last moment to give up: nothing has landed
+        landed: list[Path] = []
+        try:
+            for tmp, target in staged:
+                publish(tmp, target, replace=force)
+                landed.append(target)
+        except BaseException:
+            if not force:  # these are ours, made a moment ago
+                for target in landed:
+                    with contextlib.suppress(OSError):
+                        target.unlink()
+            raise
+        interrupts.mark_committed()
+
+
+def _appeared(path: Path) -> OutputError:
+    return OutputError(
+        f"{path} already exists: another run wrote it while this one ran; this run wrote nothing",
+        hint="pass --force to overwrite it, or choose another output path",
+    )
+
+
+_AT_FDCWD: Final = -100
+_RENAME_NOREPLACE: Final = 1
+
+
+def _rename_noreplace(source: Path, target: Path) -> bool:
+    """``rename(source, target)`` that fails if ``target`` exists (Linux ``renameat2``
+    with RENAME_NOREPLACE, files and folders alike). False when the system or the file
+    system does not offer it; FileExistsError when ``target`` exists."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    done = renameat2(
+        _AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE
+    )
+    if done == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EPERM):
+        return False  # not offered here: the fallback below
+    raise OSError(code, os.strerror(code), str(target))
+
+
+def publish(tmp: Path, target: Path, *, replace: bool) -> None:
+    """Rename ``tmp`` (a file or a folder) to ``target``. ``replace``: atomically over
+    whatever is there. Otherwise exclusively: an OutputError if ``target`` exists, also
+    when it appeared a moment ago (``renameat2`` RENAME_NOREPLACE; where that is missing,
+    a hard link, which fails on an existing name, then removing ``tmp``; for a folder, an
+    exclusive ``mkdir`` of ``target`` claims the name and the rename replaces that empty
+    folder)."""
+    if replace:
+        tmp.replace(target)
+        return
+    try:
+        if _rename_noreplace(tmp, target):
+            return
+        if tmp.is_dir():
+            target.mkdir()  # the claim: fails if anything has the name
+            tmp.replace(target)
+            return
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here: claim the name, then replace the claim
+            os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            tmp.replace(target)
+            return
+        tmp.unlink()
+    except FileExistsError:
+        raise _appeared(target) from None
 
 
 def check_output_folder(path: Path, *, force: bool, protected: Sequence[Path] = ()) -> None:
@@ -767,11 +895,16 @@ def check_output_folder(path: Path, *, force: bool, protected: Sequence[Path] = 
 
 
 @contextlib.contextmanager
-def atomic_folder(path: Path) -> Iterator[Path]:
+def atomic_folder(path: Path, *, force: bool = False) -> Iterator[Path]:
     """A new hidden folder beside ``path`` (tagged with this process, see
-    :func:`owner_tag`), renamed to ``path`` when the block succeeds; what was at ``path``
-    is removed only then. On any failure the folder is removed and ``path`` is left as it
-    was: a failed or interrupted run leaves no partial dataset."""
+    :func:`owner_tag`), renamed to ``path`` when the block succeeds, as one decision a
+    signal cannot split (see :func:`commit`). Without ``force`` the rename is exclusive
+    (:func:`publish`: an OutputError if ``path`` appeared meanwhile); with ``force``, what
+    was at ``path`` is removed only once the new folder is in place. On any failure the
+    folder is removed and ``path`` is left as it was: a failed or interrupted run leaves
+    no partial dataset."""
+    from grpo_cli import interrupts
+
     try:
         tmp = Path(
             tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part")
@@ -781,17 +914,20 @@ def atomic_folder(path: Path) -> Iterator[Path]:
     try:
         yield tmp
         tmp.chmod(0o777 & ~_umask())
-        if path.exists() or path.is_symlink():
-            old = Path(
-                tempfile.mkdtemp(
-                    dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".old"
+        with interrupts.deferred():
+            interrupts.check()
+            if force and (path.exists() or path.is_symlink()):
+                old = Path(
+                    tempfile.mkdtemp(
+                        dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".old"
+                    )
                 )
-            )
-            path.replace(old / path.name)
-            tmp.replace(path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.replace(path)
+                path.replace(old / path.name)
+                tmp.replace(path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                publish(tmp, path, replace=False)
+            interrupts.mark_committed()
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, Exception) and is_disk_full(exc):
@@ -815,10 +951,11 @@ def _umask() -> int:
     return umask
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Call ``write`` on a temporary file beside ``path``, then rename it over ``path``
-    (see :func:`atomic_path`); compressed when ``path`` ends in a compression suffix."""
-    with atomic_writes() as stage:
+def atomic_write(path: Path, write: Callable[[IO[bytes]], None], *, force: bool = False) -> None:
+    """Call ``write`` on a temporary file beside ``path``, then put it in place (see
+    :func:`commit`; ``force``: replacing what is there); compressed when ``path`` ends in
+    a compression suffix."""
+    with atomic_writes(force=force) as stage:
         stage(path, write)
 
 
@@ -826,19 +963,36 @@ Stage = Callable[[Path, Callable[[IO[bytes]], None]], None]
 
 
 @contextlib.contextmanager
-def atomic_writes() -> Iterator[Stage]:
+def atomic_writes(*, force: bool = False) -> Iterator[Stage]:
     """Several outputs that land together: ``stage(path, write)`` writes each one to its
     temporary file (compressed by its name's suffix), and only when the block ends without
-    error are they all renamed over their targets. If one fails (a full disk, Ctrl-C),
-    none of the targets is touched and every temporary file is removed."""
-    with contextlib.ExitStack() as stack:
+    error are they all put in place, as one decision (:func:`commit`; ``force``: replacing
+    what is there, else exclusively). If one fails (a full disk, Ctrl-C, a target that
+    appeared meanwhile), none of the targets is touched and every temporary file is
+    removed. A stream (:func:`is_stream`) is written at once, in place."""
+    staged: list[tuple[Path, Path]] = []
 
-        def stage(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-            tmp = stack.enter_context(atomic_path(path))
-            with tmp.open("wb") as handle, compressed(handle, compression_for(path)) as sink:
+    def stage(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+        streamed = is_stream(path)
+        if not streamed:
+            staged.append((_temporary_file(path), path))
+        where = path if streamed else staged[-1][0]
+        try:
+            with where.open("wb") as handle, compressed(handle, compression_for(path)) as sink:
                 write(sink)
+        except Exception as exc:
+            if is_disk_full(exc):
+                raise (_stream_disk_full(path) if streamed else _disk_full(path)) from None
+            raise
 
+    try:
         yield stage
+        commit(staged, force=force)
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        raise
 
 
 TABLE_FORMATS: Final = (*DATA_FORMATS, "markdown")
@@ -884,7 +1038,10 @@ def write_table(
         sink.flush()
         return fmt
     check_output_path(path, force=force, protected=protected, flag=flag)
-    (stage or atomic_write)(path, lambda sink: write_frame(frame, sink, fmt))
+    if stage is None:
+        atomic_write(path, lambda sink: write_frame(frame, sink, fmt), force=force)
+    else:
+        stage(path, lambda sink: write_frame(frame, sink, fmt))
     return fmt
 
 

@@ -21,7 +21,7 @@ The reward is :func:`grpo_cli.rewards.combined_reward`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,7 +40,7 @@ from grpo_cli.columns import (
 from grpo_cli.estimators import BatchStatSource, Estimator, EstimatorContext, get_estimator
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.rewards import combined_reward
-from grpo_cli.schema import FooterStats, check_frame
+from grpo_cli.schema import check_frame
 
 
 @dataclass(frozen=True)
@@ -199,16 +199,17 @@ def make_plan(
     *,
     hashed: bool = True,
     span_check: bool = True,
-    footer: Mapping[str, FooterStats] | None = None,
+    values: bool = True,
 ) -> Plan:
     """Check ``frame`` against ``options`` (every input check, once: see
     :func:`grpo_cli.schema.check_frame`) and decide the plan (see :func:`decide`); an
     in-memory frame also says whether the reward has nulls, and names its step column
     when that is integer without nulls (``span_col``; ``span_check=False``: the caller
-    will not check spans, and the engine need not flag them). ``footer``: see
-    :func:`grpo_cli.schema.check_frame`."""
+    will not check spans, and the engine need not flag them). ``values=False``: the
+    engine checks the keys' and rewards' values on the data (see
+    :func:`grpo_cli.schema.check_frame`)."""
     plan = decide(options, hashed=hashed)
-    check_frame(frame, options, plan.estimator, footer)
+    check_frame(frame, options, plan.estimator, values=values)
     step_unit = plan.estimator.unit == "step"
     if isinstance(frame, pl.DataFrame) and options.singleton != "drop" and not step_unit:
         step = step_column(frame.columns, options, plan.keys) if span_check else None
@@ -224,15 +225,10 @@ def make_plan(
 
 def parquet_plan(source: Path, options: AdvantageOptions) -> Plan:
     """The plan of the Parquet log ``source`` for an engine that reads it itself (exact
-    keys: it hashes them as it goes), its keys and rewards checked through the file's
-    footer statistics where those show nothing to refuse: no pass over them (2.6 s of a
-    200M-row log; see :func:`grpo_cli.schema.check_frame`)."""
-    from grpo_cli.io import parquet_footer_stats
-
-    batch = [options.batch_col] if options.batch_col else []
-    columns = [*options.group_cols, *batch, *options.reward_cols]
-    footer = parquet_footer_stats(source, columns)
-    return make_plan(pl.scan_parquet(source), options, hashed=False, footer=footer)
+    keys: it hashes them as it goes), checked on the file's schema: the values of its keys
+    and rewards are for the engine to check as it reads them (no pass here; see
+    :func:`grpo_cli.schema.value_checks`)."""
+    return make_plan(pl.scan_parquet(source), options, hashed=False, values=False)
 
 
 def run_with_fallback(run: Callable[[Plan], pl.DataFrame], plan: Plan) -> tuple[pl.DataFrame, Plan]:

@@ -372,9 +372,11 @@ def write_dashboard(
     *,
     title: str = "grpo-adv",
     methods: Mapping[str, Any] | None = None,
+    force: bool = False,
 ) -> None:
     """Draw the dashboard into ``path`` as ``fmt`` (png, svg, pdf or html), atomically:
-    nothing is left on failure; ``methods``: as for :func:`figure`."""
+    nothing is left on failure; ``methods``: as for :func:`figure`; ``force``: replace
+    what is at ``path`` (else it must not appear meanwhile: :func:`grpo_cli.io.commit`)."""
     from grpo_cli.io import atomic_write
 
     fig = figure(report, title, methods=methods)
@@ -388,13 +390,13 @@ def write_dashboard(
             def write(sink: IO[bytes]) -> None:
                 sink.write(page.encode())
 
-            atomic_write(path, write)
+            atomic_write(path, write, force=force)
         else:
 
             def draw(sink: IO[bytes]) -> None:
                 fig.savefig(sink, format=fmt, dpi=DPI, metadata=_SAVE_METADATA.get(fmt))
 
-            atomic_write(path, draw)
+            atomic_write(path, draw, force=force)
     finally:
         plt.close(fig)
 

@@ -8,9 +8,7 @@ no engine checks again.
 from __future__ import annotations
 
 import difflib
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import polars as pl
@@ -25,22 +23,6 @@ if TYPE_CHECKING:
 # Rewards at or beyond this magnitude are refused: sums of squared deviations of 1e9 of them
 # would overflow float64 (and the advantages silently become 0).
 MAX_ABS_REWARD: Final = 1e140
-
-
-@dataclass(frozen=True)
-class FooterStats:
-    """What a Parquet file's footer says of one column over all its row groups: its null
-    count (exact), and its smallest and largest value (None unless numeric; NaN is in
-    neither). Checks use them only to skip a pass that would find nothing wrong."""
-
-    nulls: int
-    low: float | None = None
-    high: float | None = None
-
-    def bounded(self) -> bool:
-        """Every value is finite and below MAX_ABS_REWARD in magnitude."""
-        ends = (self.low, self.high)
-        return all(v is not None and math.isfinite(v) and abs(v) < MAX_ABS_REWARD for v in ends)
 
 
 # Column roles -> the CLI flag that sets them (for hints).
@@ -143,13 +125,16 @@ def check_frame(
     frame: pl.DataFrame | pl.LazyFrame,
     options: AdvantageOptions,
     estimator: Estimator,
-    footer: Mapping[str, FooterStats] | None = None,
+    *,
+    values: bool = True,
 ) -> None:
     """Every check of ``frame`` against ``options``: the columns the options need and their
     types, that no added column already exists, null keys, infinite or huge rewards, and
-    that positional groups divide every batch. ``footer``: the statistics of a Parquet
-    file's columns (:func:`grpo_cli.io.parquet_footer_stats`), which spare a scanned log
-    the pass over its keys and rewards when they show nothing to refuse."""
+    that positional groups divide every batch. ``values=False``: the null keys and the
+    null, infinite or huge rewards are left to an engine that checks them on the data
+    itself as it reads them, in a pass it makes anyway (:func:`value_checks`,
+    :func:`refuse_values`): no pass here over a scanned log. Never from a Parquet
+    footer's statistics: a footer can say anything."""
     schema = frame.collect_schema()
     if estimator.uses_groups and options.group_size is None:
         require_columns(schema, options.group_cols, "group")
@@ -177,7 +162,8 @@ def check_frame(
             hint="pass --replace to overwrite it (a trainer's dump logs its own), or name the "
             "output column with --advantage-col",
         )
-    _check_nulls(frame, options, estimator.uses_groups, footer or {})
+    if values:
+        _check_values(frame, options, estimator.uses_groups)
     _check_group_size(frame, options)
 
 
@@ -203,20 +189,35 @@ def _all_parse_as_numbers(frame: pl.DataFrame | pl.LazyFrame, column: str) -> bo
     return int(frame.lazy().select(unparsed).collect(engine="streaming").item()) == 0
 
 
-def _check_nulls(
-    frame: pl.DataFrame | pl.LazyFrame,
-    options: AdvantageOptions,
-    uses_groups: bool,
-    footer: Mapping[str, FooterStats],
-) -> None:
+def key_columns(options: AdvantageOptions, uses_groups: bool) -> list[str]:
+    """The columns no row may leave null: the group key (keyed groups) and the batch key."""
     key_cols = list(options.group_cols) if uses_groups and options.group_size is None else []
     if options.batch_col:
         key_cols.append(options.batch_col)
-    checks = {}
-    keys_clean = all(c in footer and footer[c].nulls == 0 for c in key_cols)
-    if key_cols and not keys_clean:
-        checks["keys"] = pl.any_horizontal(*(pl.col(c).is_null() for c in key_cols)).sum()
-    schema = frame.collect_schema()
+    return key_cols
+
+
+def value_checks(
+    options: AdvantageOptions,
+    uses_groups: bool,
+    schema: pl.Schema,
+    *,
+    group_key_null: pl.Expr | None = None,
+) -> dict[str, pl.Expr]:
+    """Integer-count expressions over the rows, by name: ``keys`` (rows with a null group
+    or batch key), ``rewards`` (null or NaN rewards, under ``--nulls error``),
+    ``infinite`` and ``huge`` (rewards of magnitude MAX_ABS_REWARD or more); counts of 0
+    mean nothing to refuse (:func:`refuse_values`). ``group_key_null``: a per-row flag of a
+    null group key, for an engine that holds a hash of the key instead of its columns."""
+    checks: dict[str, pl.Expr] = {}
+    key_cols = key_columns(options, uses_groups)
+    flags = [pl.col(c).is_null() for c in key_cols if c in schema]
+    if group_key_null is not None:
+        flags = [group_key_null] + (
+            [pl.col(options.batch_col).is_null()] if options.batch_col else []
+        )
+    if flags:
+        checks["keys"] = pl.any_horizontal(*flags).sum()
     rewards = [
         reward_expr(c)
         for c in options.reward_cols
@@ -224,17 +225,19 @@ def _check_nulls(
     ]
     if options.nulls == "error" and rewards:
         checks["rewards"] = pl.any_horizontal(*(r.is_null() for r in rewards)).sum()
-    rewards_bounded = all(c in footer and footer[c].bounded() for c in options.reward_cols)
-    if rewards and not rewards_bounded:
+    if rewards:
         checks["infinite"] = pl.any_horizontal(*(r.is_infinite() for r in rewards)).sum()
         checks["huge"] = pl.any_horizontal(
             *((r.abs() >= MAX_ABS_REWARD) & r.is_finite() for r in rewards)
         ).sum()
-    if not checks:
-        return
-    # Integer counts: the streaming engine keeps a huge scanned log out of memory.
-    counts = frame.lazy().select(**checks).collect(engine="streaming").row(0, named=True)
+    return checks
+
+
+def refuse_values(counts: Mapping[str, int], options: AdvantageOptions, uses_groups: bool) -> None:
+    """Raise the InputError of the first non-zero count of :func:`value_checks`, in its
+    order (keys, null rewards, infinite, huge)."""
     if counts.get("keys"):
+        key_cols = key_columns(options, uses_groups)
         raise InputError(
             f"{counts['keys']} row(s) have a null group or batch key ({', '.join(key_cols)})",
             hint="every response needs the id of its prompt; fill or drop those rows first",
@@ -256,6 +259,17 @@ def _check_nulls(
             f"({columns}): their squares overflow float64",
             hint="rescale the rewards (advantages do not depend on the scale, up to eps)",
         )
+
+
+def _check_values(
+    frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions, uses_groups: bool
+) -> None:
+    checks = value_checks(options, uses_groups, frame.collect_schema())
+    if not checks:
+        return
+    # Integer counts: the streaming engine keeps a huge scanned log out of memory.
+    counts = frame.lazy().select(**checks).collect(engine="streaming").row(0, named=True)
+    refuse_values(counts, options, uses_groups)
 
 
 def _check_group_size(frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOptions) -> None:

@@ -198,9 +198,9 @@ def test_checks_and_lookups_run_once_per_computation(monkeypatch: pytest.MonkeyP
     calls = {"check_frame": 0, "get_estimator": 0}
     real_check, real_get = plan.check_frame, plan.get_estimator  # type: ignore[attr-defined]
 
-    def counted_check(*args: Any) -> None:
+    def counted_check(*args: Any, **kwargs: Any) -> None:
         calls["check_frame"] += 1
-        real_check(*args)
+        real_check(*args, **kwargs)
 
     def counted_get(name: str) -> Any:
         calls["get_estimator"] += 1

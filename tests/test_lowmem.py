@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +17,10 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.engines.partitioned import annotate_to_parquet
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import annotate
-from tests.conftest import SAMPLE_FILES
+from tests.conftest import ROOT, SAMPLE_FILES
 from tests.test_presets import hostile_log
 
 CASES: list[dict[str, Any]] = [
@@ -90,45 +96,70 @@ def test_cli_low_memory(runner: CliRunner, sample_copy: dict[str, Path]) -> None
     assert csv.stderr.startswith("error: --low-memory needs a Parquet input;")
 
 
-class TestFooterChecks:
-    """--low-memory checks a Parquet log's keys and rewards through its footer statistics
-    when they show nothing to refuse, and scans them otherwise (grpo_cli.plan.parquet_plan)."""
+def lying_footer(path: Path, column: str, truth: float, claim: float) -> None:
+    """Make the footer of the Parquet file ``path`` say ``claim`` where the statistics of
+    ``column`` say ``truth`` (a smallest or largest value): the 8 bytes of the double are
+    patched in the footer only (the data pages keep the true values)."""
+    import struct
 
-    def test_the_footer_statistics(self, tmp_path: Path) -> None:
-        from grpo_cli.io import parquet_footer_stats
-        from grpo_cli.schema import FooterStats
+    import pyarrow.parquet as pq
 
-        path = tmp_path / "log.parquet"
+    data = bytearray(path.read_bytes())
+    footer_len = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - footer_len
+    old, new = struct.pack("<d", truth), struct.pack("<d", claim)
+    footer = bytes(data[start:-8])
+    assert old in footer
+    data[start:-8] = footer.replace(old, new)
+    path.write_bytes(bytes(data))
+    meta = pq.ParquetFile(path).metadata
+    index = [meta.schema.column(i).name for i in range(meta.num_columns)].index(column)
+    stats = meta.row_group(0).column(index).statistics
+    assert claim in (stats.min, stats.max)  # the footer lies
+
+
+class TestValueChecks:
+    """--low-memory checks the keys' and rewards' values on the data, in its compute pass
+    (never from the Parquet footer's statistics), with the in-memory path's messages."""
+
+    def test_a_lying_footer_changes_nothing(self, runner: CliRunner, tmp_path: Path) -> None:
+        source = tmp_path / "lying.parquet"
         pl.DataFrame(
+            {"prompt_id": ["a", "a", "b", "b"], "reward": [0.5, 1e200, 0.9, 0.1]}
+        ).write_parquet(source, compression="zstd")
+        lying_footer(source, "reward", truth=1e200, claim=0.9)
+        assert pl.read_parquet(source)["reward"].max() == 1e200  # the data tells the truth
+        out = tmp_path / "out.parquet"
+        expected = [
+            "error: 1 row(s) have a reward of magnitude 1e+140 or more (reward): their "
+            "squares overflow float64",
+            "hint: rescale the rewards (advantages do not depend on the scale, up to eps)",
+        ]
+        for extra in (["--low-memory"], []):
+            result = runner.invoke(app, ["compute", str(source), "-o", str(out), *extra])
+            assert result.exit_code == 3, result.stderr
+            assert result.stderr.splitlines() == expected
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["lying.parquet"]
+
+    def test_counts_add_up_over_partitions(self, tmp_path: Path) -> None:
+        """Problems in several partitions are counted whole, as the in-memory path does."""
+        keys = [f"p{i}" for i in range(40)]
+        log = pl.DataFrame(
             {
-                "prompt_id": ["a", None, "b", "b"],
-                "reward": [0.5, -2.0, float("nan"), 3.0],
-                "flag": [True, False, True, None],
+                "prompt_id": [None if i in (3, 29) else k for i, k in enumerate(keys)],
+                "reward": [float("inf") if i == 7 else i / 40 for i in range(40)],
             }
-        ).write_parquet(path, row_group_size=2)
-        stats = parquet_footer_stats(path, ["prompt_id", "reward", "flag", "missing"])
-        assert stats["prompt_id"].nulls == 1
-        assert stats["reward"] == FooterStats(0, -2.0, 3.0)  # NaN is in neither bound
-        assert stats["flag"] == FooterStats(1, 0.0, 1.0)
-        assert "missing" not in stats
-        bare = tmp_path / "bare.parquet"
-        pl.read_parquet(path).write_parquet(bare, statistics=False)
-        assert parquet_footer_stats(bare, ["prompt_id", "reward"]) == {}
-
-    def test_a_clean_footer_spares_the_pass(self) -> None:
-        """The footer is trusted to skip, never to refuse: a footer that (wrongly) shows no
-        null key lets a log with one through, which shows no pass over the keys ran."""
-        from grpo_cli.estimators import get_estimator
-        from grpo_cli.schema import FooterStats, check_frame
-
-        log = pl.LazyFrame({"prompt_id": ["a", None], "reward": [1.0, float("inf")]})
-        options = AdvantageOptions()
-        clean = {"prompt_id": FooterStats(0), "reward": FooterStats(0, 0.0, 1.0)}
-        check_frame(log, options, get_estimator("grpo"), clean)  # no pass: nothing raised
-        with pytest.raises(Exception, match="null group or batch key"):
-            check_frame(log, options, get_estimator("grpo"), {"reward": clean["reward"]})
-        with pytest.raises(Exception, match="infinite reward"):
-            check_frame(log, options, get_estimator("grpo"), {"prompt_id": FooterStats(0)})
+        )
+        source = tmp_path / "log.parquet"
+        log.write_parquet(source)
+        out = tmp_path / "out.parquet"
+        with pytest.raises(InputError, match=r"^2 row\(s\) have a null group or batch key"):
+            annotate_to_parquet(source, out, AdvantageOptions(), partitions=8, chunk_rows=5)
+        no_nulls = log.with_columns(pl.col("prompt_id").fill_null("x"))
+        no_nulls.write_parquet(source)
+        with pytest.raises(InputError, match=r"^1 row\(s\) have an infinite reward"):
+            annotate_to_parquet(source, out, AdvantageOptions(), partitions=8, chunk_rows=5)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
 
     @pytest.mark.parametrize(
         ("column", "value", "message"),
@@ -156,3 +187,141 @@ class TestFooterChecks:
         assert result.exit_code == 3, result.stderr
         assert result.stderr.splitlines()[0].startswith(f"error: {message}")
         assert not out.exists()
+
+
+# --------------------------------------------------------------------------- signals
+
+INTERRUPTED = "error: interrupted; no output was written"
+
+
+@pytest.fixture(scope="module")
+def slow_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A log whose --low-memory run takes a few seconds (500k rows, 62k groups)."""
+    import numpy as np
+
+    n = 500_000
+    rng = np.random.default_rng(3)
+    path = tmp_path_factory.mktemp("slow") / "slow.parquet"
+    pl.DataFrame(
+        {"prompt_id": rng.integers(0, n // 8, n).astype(str), "reward": rng.random(n)}
+    ).write_parquet(path)
+    return path
+
+
+def _start(source: Path, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "grpo_cli", "compute", str(source), "--low-memory", "-o",
+         str(out), "-q"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def _wait_for(process: subprocess.Popen[str], ready: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _spill(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if p.name.endswith(".spill")]
+
+
+def _partitions_written(folder: Path) -> bool:
+    return any(any(s.glob("hashed.*/in/*/*.ipc")) for s in _spill(folder))
+
+
+def _output_started(folder: Path) -> bool:
+    return any(p.name.endswith(".part") and p.stat().st_size > 0 for p in folder.iterdir())
+
+
+MOMENTS: dict[str, Callable[[Path], bool]] = {
+    "spill folder made": lambda folder: bool(_spill(folder)),
+    "partitions written": _partitions_written,
+    "output being written": _output_started,
+}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="Linux /proc")
+@pytest.mark.parametrize("moment", list(MOMENTS))
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_run_and_leaves_nothing(
+    tmp_path: Path, slow_log: Path, moment: str, sig: signal.Signals
+) -> None:
+    """A real signal at several moments of a --low-memory run: the run ends with 130 (143)
+    and the one-line message, no output, no temporary, no worker left; or, when the signal
+    came after the output was put in place, with 0 and the complete output."""
+    source = tmp_path / "log.parquet"
+    source.symlink_to(slow_log)
+    out = tmp_path / "out.parquet"
+    process = _start(source, out)
+    _wait_for(process, lambda: MOMENTS[moment](tmp_path))
+    workers = _children(process.pid)
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    for pid in workers:
+        assert (
+            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        )
+    if process.returncode == 0:  # the signal came after the output was in place
+        assert moment == "output being written"
+        assert left == ["log.parquet", "out.parquet"]
+        assert pl.read_parquet(out).height == 500_000
+        return
+    code, message = (130, INTERRUPTED) if sig == signal.SIGINT else (143, "error: terminated")
+    assert process.returncode == code, stderr
+    assert stderr.splitlines() == [message.split(";")[0] + "; no output was written"]
+    assert left == ["log.parquet"]
+
+
+def test_killing_the_command_kills_its_worker(tmp_path: Path, slow_log: Path) -> None:
+    """``kill -9`` of the command: its worker dies with it (no process left to write), and
+    the next run removes the tagged temporaries."""
+    out = tmp_path / "out.parquet"
+    process = _start(slow_log, out)
+    _wait_for(process, lambda: _partitions_written(tmp_path))
+    workers = _children(process.pid)
+    assert len(workers) == 1
+    process.kill()
+    process.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{workers[0]}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{workers[0]}").exists()
+
+
+def test_ctrl_c_while_starting_up_prints_one_line(tmp_path: Path) -> None:
+    """A Ctrl-C while the command line loads (here: as typer is imported): the one-line
+    message and exit 130, no traceback."""
+    script = (
+        "import builtins\n"
+        "real = builtins.__import__\n"
+        "def interrupted(name, *args, **kwargs):\n"
+        "    if name == 'typer':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = interrupted\n"
+        "from grpo_cli.cli import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "compute", "x.parquet"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 130
+    assert done.stderr == INTERRUPTED + "\n"
+    assert list(tmp_path.iterdir()) == []

@@ -357,7 +357,8 @@ def test_a_full_disk_is_an_output_error_and_leaves_nothing(
 
 
 def _stalled_low_memory_script() -> str:
-    """grpo-adv --low-memory that signals the test once its spills exist, then stalls."""
+    """grpo-adv --low-memory that signals the test once its worker is done (its spill
+    folder and temporary output exist), then stalls."""
     return (
         "import sys, time, pathlib\n"
         "import grpo_cli.engines.partitioned as lowmem\n"
@@ -365,7 +366,7 @@ def _stalled_low_memory_script() -> str:
         "def stalled(*args, **kwargs):\n"
         "    marker.touch()\n"
         "    time.sleep(120)\n"
-        "lowmem._merge = stalled\n"
+        "lowmem._outcome = stalled\n"
         "sys.argv = ['grpo-adv', *sys.argv[2:]]\n"
         "from grpo_cli.cli import main\n"
         "main()\n"
@@ -495,7 +496,7 @@ class TestAtomicFolder:
         target = tmp_path / "out"
         target.mkdir()
         (target / "old.parquet").write_text("old")
-        with atomic_folder(target) as staged:
+        with atomic_folder(target, force=True) as staged:
             assert staged.parent == tmp_path and staged.name.startswith(".out.grpo-adv.")
             (staged / "part-0.parquet").write_text("new")
         assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
@@ -511,3 +512,155 @@ class TestAtomicFolder:
         check_output_folder(tmp_path / "out", force=True)
         with pytest.raises(OutputError, match="refusing to overwrite the input"):
             check_output_folder(tmp_path, force=True, protected=[tmp_path / "in.parquet"])
+
+
+# --------------------------------------------------------------------------- overlapping runs
+
+
+class TestExclusiveRenames:
+    """Without --force, the final rename fails if the output appeared while the run wrote
+    (another run): exit 4 naming it, its own temporaries removed, the other's file kept."""
+
+    def test_a_file_that_appears_meanwhile_is_kept(self, tmp_path: Path) -> None:
+        from grpo_cli.errors import OutputError
+        from grpo_cli.io import atomic_path
+
+        target = tmp_path / "out.csv"
+        with pytest.raises(OutputError) as caught, atomic_path(target) as tmp:
+            tmp.write_text("ours")
+            target.write_text("the other run's")
+        assert caught.value.message == (
+            f"{target} already exists: another run wrote it while this one ran; this run "
+            "wrote nothing"
+        )
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+        assert target.read_text() == "the other run's"
+        with atomic_path(target, force=True) as tmp:  # --force replaces, atomically
+            tmp.write_text("ours")
+        assert target.read_text() == "ours"
+
+    def test_outputs_that_land_together_are_undone_together(self, tmp_path: Path) -> None:
+        from grpo_cli.errors import OutputError
+        from grpo_cli.io import atomic_writes
+
+        first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+        with pytest.raises(OutputError, match=r"b\.csv already exists"), atomic_writes() as stage:
+            stage(first, lambda sink: None)
+            stage(second, lambda sink: None)
+            second.write_text("the other run's")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["b.csv"]
+        assert second.read_text() == "the other run's"
+
+    def test_a_folder_that_appears_meanwhile_is_kept(self, tmp_path: Path) -> None:
+        from grpo_cli.errors import OutputError
+        from grpo_cli.io import atomic_folder
+
+        target = tmp_path / "out"
+        with pytest.raises(OutputError, match="already exists"), atomic_folder(target) as staged:
+            (staged / "part-0.parquet").write_text("ours")
+            target.mkdir()
+            (target / "part-0.parquet").write_text("the other run's")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+        assert (target / "part-0.parquet").read_text() == "the other run's"
+
+    def test_the_fallback_without_renameat2(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Where renameat2 is missing: a hard link for a file, an exclusive mkdir for a
+        folder; both refuse an existing target."""
+        import grpo_cli.io as gio
+        from grpo_cli.errors import OutputError
+
+        monkeypatch.setattr(gio, "_rename_noreplace", lambda source, target: False)
+
+        def as_file(path: Path) -> None:
+            path.write_text("x")
+
+        for make in (as_file, Path.mkdir):
+            tmp, target = tmp_path / ".tmp", tmp_path / "target"
+            make(tmp)
+            gio.publish(tmp, target, replace=False)
+            assert target.exists() and not tmp.exists()
+            make(tmp)
+            with pytest.raises(OutputError, match="already exists"):
+                gio.publish(tmp, target, replace=False)
+            assert tmp.exists()
+            shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+
+    def test_runs_started_together(self, tmp_path: Path) -> None:
+        """Four real runs (two on each engine) write one output without --force: one
+        writes it, the other three exit 4, nothing else is left."""
+        source = _sample(tmp_path)
+        out = tmp_path / "out.parquet"
+        command = [sys.executable, "-m", "grpo_cli", "compute", str(source), "-o", str(out), "-q"]
+        runs = [
+            subprocess.Popen(
+                [*command, *extra],
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for extra in ([], ["--low-memory"], [], ["--low-memory"])
+        ]
+        results = [(run.wait(timeout=120), run.stderr.read() if run.stderr else "") for run in runs]
+        codes = sorted(code for code, _ in results)
+        assert codes == [0, 4, 4, 4], results
+        for code, stderr in results:
+            if code == 4:
+                assert stderr.startswith(f"error: {out} already exists")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet", "out.parquet"]
+        _assert_same_annotation(pl.read_parquet(out), _expected(source))
+
+
+@pytest.mark.parametrize("extra", [[], ["--low-memory"]], ids=["default", "low-memory"])
+def test_a_refused_rerun_still_removes_dead_runs_leftovers(
+    runner: CliRunner, tmp_path: Path, extra: list[str]
+) -> None:
+    source = _sample(tmp_path)
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"the user's earlier output")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    leftover = tmp_path / f".out.parquet.grpo-adv.{dead.pid}@{_host_tag()}.abc.part"
+    leftover.write_bytes(b"x" * 10)
+    result = runner.invoke(app, ["compute", str(source), "-o", str(out), *extra])
+    assert result.exit_code == 4
+    assert result.stderr.splitlines()[0] == (
+        f"warning: removed 1 leftover(s) of killed grpo-adv runs in {tmp_path} (10 B): "
+        f"{leftover.name}"
+    )
+    assert result.stderr.splitlines()[1] == f"error: {out} already exists"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet", "out.parquet"]
+    assert out.read_bytes() == b"the user's earlier output"
+
+
+def _host_tag() -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "localhost"
+
+
+def test_a_signal_after_the_rename_decision_is_a_success(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C that arrives while the outputs are being put in place cannot split them or
+    be reported as "no output was written": the run ends with 0 and both outputs."""
+    import grpo_cli.io as gio
+
+    real = gio.publish
+
+    def publish_then_interrupted(tmp: Path, target: Path, *, replace: bool) -> None:
+        real(tmp, target, replace=replace)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(gio, "publish", publish_then_interrupted)
+    source = _sample(tmp_path)
+    out, groups = tmp_path / "out.parquet", tmp_path / "groups.csv"
+    args = ["compute", str(source), "-o", str(out), "--summary", str(groups), "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["groups.csv", "log.parquet", "out.parquet"]
+    _assert_same_annotation(pl.read_parquet(out), _expected(source))

@@ -72,7 +72,8 @@ class _Group(TyperGroup):
 
             print_error(stderr_console(), _usage_error(exc))
             sys.exit(EXIT_USAGE)
-        except typer.Abort:
+        except typer.Abort:  # Ctrl-C while Click parses or prompts
+            _print_interrupted()
             sys.exit(EXIT_INTERRUPTED)
         sys.exit(returned if isinstance(returned, int) else EXIT_OK)
 
@@ -165,9 +166,11 @@ def _silence_stdout() -> None:
 @contextlib.contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn core errors into one line plus a hint on stderr and the documented exit code."""
+    from grpo_cli import interrupts
     from grpo_cli.render import print_error, stderr_console
 
     spelling = FLAG_SPELLING.set(True)  # errors name --flags, not keyword arguments
+    interrupts.reset()
     try:
         yield
     except typer.Exit:
@@ -175,12 +178,16 @@ def _user_errors() -> Iterator[None]:
     except GrpoAdvError as exc:
         print_error(stderr_console(), exc)
         raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        print_error(stderr_console(), GrpoAdvError("interrupted; no output was written"))
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except Terminated:
-        print_error(stderr_console(), GrpoAdvError("terminated; no output was written"))
-        raise typer.Exit(EXIT_TERMINATED) from None
+    except (KeyboardInterrupt, Terminated) as exc:
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
+        if interrupts.committed():  # the outputs are in place and complete: a success
+            from grpo_cli.render import print_warning
+
+            print_warning(stderr_console(), f"{what} after the output was written (it is complete)")
+            raise typer.Exit(EXIT_OK) from None
+        print_error(stderr_console(), GrpoAdvError(f"{what}; no output was written"))
+        code = EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_TERMINATED
+        raise typer.Exit(code) from None
     except OSError as exc:
         if _is_broken_pipe(exc):
             _silence_stdout()
@@ -251,6 +258,13 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+def _print_interrupted() -> None:
+    """The one line of a Ctrl-C outside a command (start-up, option parsing)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write("error: interrupted; no output was written\n")
+        sys.stderr.flush()
+
+
 def main() -> None:
     """Console-script entry point. SIGTERM unwinds like Ctrl-C: temporary files are removed
     and no partial output is left."""
@@ -262,6 +276,11 @@ def main() -> None:
         app()
     except SystemExit as done:
         _exit_now(done.code)
+    except KeyboardInterrupt:  # before a command started, or after it ended
+        _print_interrupted()
+        _exit_now(EXIT_INTERRUPTED)
+    except Terminated:
+        _exit_now(EXIT_TERMINATED)
 
 
 def _exit_now(code: str | int | None) -> NoReturn:

@@ -223,10 +223,15 @@ def _compute(
             progress.advance(reading, len(paths) or 1)
         targets = output_targets(paths, log.format, output, output_format, out_dir, sources)
         protected = protected_inputs(sources)
+        summary_to_stdout = summary_path is not None and str(summary_path) == "-"
+        remove_leftovers(  # whatever this run's fate: before any refusal
+            console,
+            [path for path, _ in targets.values()] + [None if summary_to_stdout else summary_path],
+            quiet=quiet,
+        )
         for path, _ in targets.values():
             if path is not None:
                 check_output_path(path, force=force, protected=protected)
-        summary_to_stdout = summary_path is not None and str(summary_path) == "-"
         if summary_to_stdout and any(path is None for path, _ in targets.values()):
             raise OptionsError(
                 "--summary - and the annotated output both go to standard output",
@@ -241,16 +246,11 @@ def _compute(
                     "--summary and an output are the same file", hint="give them different paths"
                 )
             check_output_path(summary_path, force=force, protected=protected, flag="--summary")
-        remove_leftovers(
-            console,
-            [path for path, _ in targets.values()] + [None if summary_to_stdout else summary_path],
-            quiet=quiet,
-        )
         computing = progress.add("computing", total=1)
         result = annotate(log.frame, preset, replace=replace, span_check=not quiet, **explicit)
         progress.advance(computing)
         writing = progress.add("writing", total=len(targets))
-        with atomic_writes() as stage:  # every output lands, or none
+        with atomic_writes(force=force) as stage:  # every output lands, or none
             shown_output = write_outputs(
                 result.frame, targets, stage, lambda: progress.advance(writing)
             )
@@ -345,10 +345,10 @@ def _compute_files(
         raise OptionsError(
             "--low-memory writes Parquet (zstd-compressed inside)", hint="give -o OUT.parquet"
         )
-    check_output_path(target, force=force, protected=[source])
     console = stderr_console()
-    remove_leftovers(console, [target], quiet=quiet)
-    with atomic_path(target) as tmp:
+    remove_leftovers(console, [target], quiet=quiet)  # whatever this run's fate
+    check_output_path(target, force=force, protected=[source])
+    with atomic_path(target, force=force) as tmp:
         run = cast("FileEngine", engine).annotate_files(FileJob((source,), tmp, plan))
     if not quiet:
         _report(console, run, options, (), preset, None, f"{target} (parquet)", None)
@@ -407,6 +407,8 @@ def _compute_dataset(
     fmt = normalized_format(input_format)
     paths = expand_sources(sources)
     target = Path(output)
+    console = stderr_console()
+    remove_leftovers(console, [target, summary_path], quiet=quiet)  # whatever this run's fate
     check_output_folder(target, force=force, protected=paths)
     if summary_path is not None:
         if summary_path.resolve() == target.resolve():
@@ -417,11 +419,13 @@ def _compute_dataset(
     cast("FileEngine", engine).require()  # the install hint before anything is read
     resolved = _resolve_on_schema(paths[0], fmt, preset, explicit)
     plan = make_plan(resolved.frame, resolved.options, hashed=False)
-    console = stderr_console()
-    remove_leftovers(console, [target, summary_path], quiet=quiet)
     with contextlib.ExitStack() as stack:
-        out = stack.enter_context(atomic_folder(target))
-        groups = None if summary_path is None else stack.enter_context(atomic_folder(summary_path))
+        out = stack.enter_context(atomic_folder(target, force=force))
+        groups = (
+            None
+            if summary_path is None
+            else stack.enter_context(atomic_folder(summary_path, force=force))
+        )
         notes = None if quiet else functools.partial(print_note, console)
         job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups, notes)
         run = cast("FileEngine", engine).annotate_files(job)

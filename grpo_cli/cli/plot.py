@@ -81,14 +81,14 @@ def plot_cmd(
     fmt = check_plot_path(output)
     if estimator is not None:
         get_estimator(estimator)  # an unknown name fails before any input is read
+    from grpo_cli.render import stderr_console
+
+    remove_leftovers(stderr_console(), [output], quiet=quiet)  # whatever this run's fate
     check_output_path(output, force=force, protected=protected_inputs(sources))
     preload_pyplot()  # while the log is read and summarized
     explicit = {**report_params.explicit(), "advantage_col": advantage_col}
     report = report_for(sources, preset, explicit, input_format, by)
-    from grpo_cli.render import stderr_console
-
-    remove_leftovers(stderr_console(), [output], quiet=quiet)
     title = dashboard_title(sources, preset=preset, estimator=estimator)
-    write_dashboard(report, output, fmt, title=title, methods=report.methods or None)
+    write_dashboard(report, output, fmt, title=title, methods=report.methods or None, force=force)
     if not quiet:
         stderr_console().print(f"dashboard written to {output}")

@@ -22,6 +22,21 @@ Three streaming passes over a Parquet log, spilling to a temporary folder beside
 
 Spill files are uncompressed Arrow IPC, each removed once read (the disk holds at most
 about 30 bytes a row).
+
+Checks. The plan is made on the file's schema only (:func:`grpo_cli.plan.parquet_plan`):
+null keys and null, infinite or huge rewards are counted on the data itself, in each
+partition as it is computed (a null key is spilled as a null second hash), and refused
+after the compute pass with the in-memory path's messages and counts; never from the
+Parquet footer's statistics, which a writer can get wrong. A file that cannot be read (a
+damaged page, a cut file) is an input error naming it, with the reader's cause.
+
+Interrupts. From the command line (:meth:`PartitionedEngine.annotate_files`), the passes
+run in a worker process (:func:`run_isolated`): Polars' long calls run in Rust threads
+that a signal cannot stop, so on Ctrl-C or SIGTERM the command kills the worker, which
+then writes nothing more, removes the spill folder and its temporary output, and exits
+(130 or 143) within a fraction of a second. The worker dies with the command
+(``PR_SET_PDEATHSIG``), so a ``kill -9`` of the command leaves no process behind, only
+tagged temporaries for the next run to remove.
 Peak memory is about one partition or one chunk, whichever is larger, whatever the log's
 size. Every group lies whole in one partition, so the engine computes exactly the estimators
 whose statistics stay within a group (``scope="group"`` in the estimator registry) and
@@ -31,11 +46,16 @@ log), the run starts again with the exact key columns spilled instead of the has
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import polars as pl
 
@@ -43,14 +63,12 @@ from grpo_cli import metrics
 from grpo_cli.columns import PART_CHECK, PART_GROUP, PART_INDEX, PART_ROW
 from grpo_cli.engines import ENGINES, EngineInfo, FileJob, check
 from grpo_cli.engines.polars import ENGINE as POLARS
-from grpo_cli.errors import GrpoAdvError, InputError
+from grpo_cli.errors import GrpoAdvError, InputError, is_disk_full
 from grpo_cli.estimators import ESTIMATORS
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Plan, decide, hash_collision, parquet_plan, resolve_keys
+from grpo_cli.schema import refuse_values, value_checks
 from grpo_cli.summary import RunSummary
-
-if TYPE_CHECKING:
-    pass
 
 ROW: Final = PART_ROW
 PART: Final = PART_INDEX
@@ -97,9 +115,10 @@ class PartitionedEngine:
 
     def annotate_files(self, job: FileJob) -> RunSummary:
         """Annotate the Parquet log ``job.sources[0]`` into the Parquet file
-        ``job.output``."""
+        ``job.output``, in a worker process that a signal can stop at once
+        (:func:`run_isolated`)."""
         (source,) = job.sources
-        return run(source, job.output, job.plan)
+        return run_isolated(source, job.output, job.plan)
 
 
 ENGINE = PartitionedEngine(ENGINES["partitioned"])
@@ -140,20 +159,62 @@ def run(
     partitions: int | None = None,
     chunk_rows: int = CHUNK_ROWS,
     on_step: Callable[[str], None] | None = None,
+    spill_root: Path | None = None,
 ) -> RunSummary:
-    """The three passes (see the module docstring) for a checked ``plan``; on a hash
-    collision, once more with the exact key spilled. ``partitions`` defaults to one per
-    PARTITION_ROWS input rows (at least MIN_PARTITIONS): memory stays at about one
-    partition's whatever the log's size."""
+    """The three passes (see the module docstring) for a checked ``plan``, in this
+    process; on a hash collision, once more with the exact key spilled. ``partitions``
+    defaults to one per PARTITION_ROWS input rows (at least MIN_PARTITIONS): memory stays
+    at about one partition's whatever the log's size. Spills go to a new folder in
+    ``spill_root`` (default: a tagged spill folder beside ``output``, removed at the end).
+    """
+    from grpo_cli.io import make_spill_folder, remove_spill_folder, spill_parent
+
     if partitions is None:
         import pyarrow.parquet as pq
 
-        rows = pq.ParquetFile(source).metadata.num_rows
+        with _reading(source):
+            rows = pq.ParquetFile(source).metadata.num_rows
         partitions = max(MIN_PARTITIONS, -(-rows // PARTITION_ROWS))
+    own = spill_root is None
+    root = make_spill_folder(spill_parent(output)) if spill_root is None else spill_root
     try:
-        return _run(source, output, plan, partitions, chunk_rows, on_step, exact=False)
-    except _Collision:
-        return _run(source, output, plan, partitions, chunk_rows, on_step, exact=True)
+        try:
+            return _run(source, output, plan, partitions, chunk_rows, on_step, root, exact=False)
+        except _Collision:
+            return _run(source, output, plan, partitions, chunk_rows, on_step, root, exact=True)
+    finally:
+        if own:
+            remove_spill_folder(root)
+
+
+@contextlib.contextmanager
+def _reading(source: Path) -> Iterator[None]:
+    """Report a failure to read ``source`` (a damaged page, a cut file: Polars' and
+    Arrow's errors, or a panic of Polars' reader) as an input error naming it, with the
+    cause in plain text. Our own errors, a full disk and interrupts pass unchanged."""
+    from grpo_cli.io import PARQUET_DAMAGED_HINT, unreadable_parquet
+
+    try:
+        yield
+    except GrpoAdvError:
+        raise
+    except BaseException as exc:
+        if not _read_failure(exc):
+            raise
+        raise unreadable_parquet(str(source), str(exc), PARQUET_DAMAGED_HINT) from None
+
+
+def _read_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says the data could not be read (rather than a bug of ours, a full
+    disk or an interrupt): Polars' ComputeError, Arrow's errors, an OSError, a Polars
+    panic (pyo3's PanicException)."""
+    if isinstance(exc, KeyboardInterrupt | SystemExit) or is_disk_full(exc):
+        return False
+    import pyarrow as pa
+
+    if type(exc).__name__ == "PanicException":
+        return True
+    return isinstance(exc, pl.exceptions.ComputeError | pa.ArrowException | OSError)
 
 
 def _run(
@@ -163,26 +224,29 @@ def _run(
     partitions: int,
     chunk_rows: int,
     on_step: Callable[[str], None] | None,
+    spill_root: Path,
     *,
     exact: bool,
 ) -> RunSummary:
-    from grpo_cli.io import make_spill_folder, remove_spill_folder, spill_parent
+    import shutil
 
     options = plan.options
     step = on_step or (lambda _: None)
-    needed = _needed_columns(options, pl.scan_parquet(source).collect_schema())
+    with _reading(source):
+        needed = _needed_columns(options, pl.scan_parquet(source).collect_schema())
     key_cols = plan.keys.exact
-    spill = make_spill_folder(spill_parent(output))
+    spill = Path(tempfile.mkdtemp(dir=spill_root, prefix="exact." if exact else "hashed."))
     try:
         step("partitioning")
-        _partition(source, spill / "in", needed, key_cols, partitions, exact=exact)
+        with _reading(source):
+            _partition(source, spill / "in", needed, key_cols, partitions, exact=exact)
         step("computing")
         group = key_cols if exact else (GROUP,)
         parts = _compute_partitions(spill, plan, group, chunk_rows, check_hash=not exact)
         step("merging")
         _merge(source, spill, output, options.added_columns(), chunk_rows)
     finally:
-        remove_spill_folder(spill)
+        shutil.rmtree(spill, ignore_errors=True)
     return _summary(parts)
 
 
@@ -215,15 +279,21 @@ def _partition(
     """Stream ``source`` into Arrow IPC spill files (uncompressed), a folder per partition, with
     Polars' streaming engine and its partitioned sink: rows keep their input order within
     a partition, and memory stays at a few batches whatever the log's size. The key goes
-    as its two hashes, or ``exact``: as its columns."""
+    as its two hashes (the second null where a key column is null), or ``exact``: as its
+    columns."""
     key = pl.struct(list(key_cols)) if len(key_cols) > 1 else pl.col(key_cols[0])
     columns = list(dict.fromkeys([*needed, *key_cols]))
     spilled = list(dict.fromkeys([*key_cols, *needed])) if exact else [GROUP, CHECK, *needed]
+    null_key = pl.any_horizontal(*(pl.col(c).is_null() for c in key_cols))
     rows = (
         pl.scan_parquet(source)
         .select(columns)
         .with_row_index(ROW)
-        .with_columns(key.hash(seed=0).alias(GROUP), key.hash(seed=1).alias(CHECK))
+        .with_columns(
+            key.hash(seed=0).alias(GROUP),
+            # a null key: a null second hash, counted in the compute pass (value_checks)
+            pl.when(null_key).then(None).otherwise(key.hash(seed=1)).alias(CHECK),
+        )
         .select(ROW, (pl.col(GROUP) % partitions).alias(PART), *spilled)
     )
     sink = pl.PartitionBy(folder, key=PART, include_key=False, approximate_bytes_per_file=None)
@@ -241,11 +311,17 @@ def _compute_partitions(
     """Annotate every partition with the Polars engine on the plan made for the whole log,
     its group key the spilled one (``group``); spill the advantages by range of row index
     (one file per ``chunk_rows`` input rows, each partition adding its rows of the range),
-    keep the partials."""
+    keep the partials. The values of the keys and rewards are checked in the same pass
+    (:func:`grpo_cli.schema.value_checks`, counted over every partition): once one shows
+    something to refuse, the rest are only counted, and the run ends with the in-memory
+    path's error; so does a group spanning batches (after the value checks, as there)."""
     import numpy as np
     from pyarrow import ipc
 
     options = plan.options
+    uses_groups = plan.estimator.uses_groups
+    totals: dict[str, int] = {}
+    spans: InputError | None = None
     parts: list[pl.DataFrame] = []
     out = spill / "adv"
     out.mkdir()
@@ -260,10 +336,21 @@ def _compute_partitions(
             frame = pl.concat([pl.read_ipc(path) for path in paths])
             for path in paths:  # the spill shrinks as it goes: disk peaks at the first pass's
                 path.unlink()
+            null_key = pl.col(CHECK).is_null() if check_hash else None
+            checks = value_checks(options, uses_groups, frame.schema, group_key_null=null_key)
+            if checks:
+                for name, count in frame.select(**checks).row(0, named=True).items():
+                    totals[name] = totals.get(name, 0) + int(count or 0)
+            if any(totals.values()) or spans is not None:
+                continue  # refused below: only counted from now on
             full = POLARS.annotate(frame, inner)
             if hash_collision(full, keys):
                 raise _Collision()
-            _check_batch_spans(full, options, group)
+            try:
+                _check_batch_spans(full, options, group)
+            except InputError as exc:
+                spans = exc
+                continue
             table = full.select(ROW, *options.added_columns()).to_arrow()
             rows = table.column(0).to_numpy()  # ascending: the input order within a partition
             if not len(rows):
@@ -282,6 +369,9 @@ def _compute_partitions(
     finally:
         for writer in writers.values():
             writer.close()
+    refuse_values(totals, options, uses_groups)
+    if spans is not None:
+        raise spans
     return parts
 
 
@@ -376,7 +466,8 @@ def _merge(
     # the peak RSS (2.19 GiB on 200M rows, against 1.00 GiB with one file per range).
     added = pl.scan_ipc(sorted(ordered.glob("*.arrow")))
     both = pl.concat([pl.scan_parquet(source), added], how="horizontal")
-    both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
+    with _reading(source):  # the columns not read before are read here
+        both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
 
 
 def _summary(parts: list[pl.DataFrame]) -> RunSummary:
@@ -386,3 +477,143 @@ def _summary(parts: list[pl.DataFrame]) -> RunSummary:
             hint="run again without --low-memory, and report this",
         )
     return RunSummary.from_partials(metrics.merge(parts))
+
+
+# --------------------------------------------------------------------------- the worker
+
+POLL_S: Final = 0.05  # how often the command looks for a signal while the worker runs
+_OUTCOME: Final = "outcome.pickle"
+_WORKER_CODE: Final = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from grpo_cli.engines.partitioned import worker_main; worker_main()"
+)
+
+
+def run_isolated(
+    source: Path,
+    output: Path,
+    plan: Plan,
+    *,
+    partitions: int | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+) -> RunSummary:
+    """:func:`run` in a worker process, with signals deferred in this one
+    (:func:`grpo_cli.interrupts.deferred`): on Ctrl-C or SIGTERM the worker is killed
+    (it writes nothing more), the spill folder removed, and the signal raised here, within
+    about POLL_S seconds whatever the worker was doing. The worker's errors are raised
+    here as they were raised there (input, output and usage errors; a full disk as an
+    OSError, for the caller to name its path)."""
+    import subprocess
+
+    from grpo_cli import interrupts
+    from grpo_cli.io import make_spill_folder, remove_spill_folder, spill_parent
+
+    root = str(Path(__file__).resolve().parents[2])
+    spill = make_spill_folder(spill_parent(output))
+    try:
+        with interrupts.deferred(), (spill / "worker.log").open("wb") as log:
+            worker = subprocess.Popen(
+                [sys.executable, "-c", _WORKER_CODE, root],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,  # a terminal's Ctrl-C reaches this process only
+            )
+            try:
+                assert worker.stdin is not None
+                job = (source, output, plan.options, partitions, chunk_rows, spill)
+                with contextlib.suppress(BrokenPipeError):
+                    worker.stdin.write(pickle.dumps(job))
+                    worker.stdin.close()
+                while True:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        worker.wait(timeout=POLL_S)
+                        break
+                    interrupts.check()  # raises the recorded signal, if any
+            finally:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
+        return _outcome(spill, worker.returncode)
+    finally:
+        remove_spill_folder(spill)
+
+
+def _outcome(spill: Path, code: int) -> RunSummary:
+    """The worker's result, or its error raised here."""
+    from grpo_cli import errors
+
+    path = spill / _OUTCOME
+    if not path.exists():
+        log = (spill / "worker.log").read_bytes().decode(errors="replace").strip()
+        last = log.splitlines()[-1] if log else "no message"
+        how = f"signal {-code}" if code < 0 else f"exit status {code}"
+        raise GrpoAdvError(
+            f"internal error: the --backend partitioned worker ended ({how}): {last}",
+            hint="if it was killed for memory, free some; else this is a bug in grpo-adv: "
+            "please report it with the command you ran",
+        )
+    kind, *rest = pickle.loads(path.read_bytes())
+    if kind == "ok":
+        summary: RunSummary = rest[0]
+        return summary
+    if kind == "disk_full":
+        import errno
+
+        raise OSError(errno.ENOSPC, "No space left on device")
+    name, message, hint = rest
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, GrpoAdvError)):
+        cls = GrpoAdvError
+    raise cls(message, hint=hint)
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when its parent (the command) ends, also by
+    ``kill -9``: no worker outlives the command."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+
+
+def worker_main() -> None:
+    """The worker process of :func:`run_isolated`: read the job (pickled) from standard
+    input, run it, write the outcome into the spill folder, and exit."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command decides
+    _die_with_parent()
+    source, output, options, partitions, chunk_rows, spill = pickle.load(sys.stdin.buffer)
+    outcome: tuple[Any, ...]
+    try:
+        summary = run(
+            source,
+            output,
+            decide(options, hashed=False),
+            partitions=partitions,
+            chunk_rows=chunk_rows,
+            spill_root=spill,
+        )
+        outcome = ("ok", summary)
+    except GrpoAdvError as exc:
+        outcome = ("error", type(exc).__name__, exc.message, exc.hint)
+    except BaseException as exc:
+        if is_disk_full(exc):
+            outcome = ("disk_full",)
+        else:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            outcome = (
+                "error",
+                "GrpoAdvError",
+                f"internal error: {type(exc).__name__}: {detail}",
+                "this is a bug in grpo-adv; please report it with the command you ran",
+            )
+    written = spill / f".{_OUTCOME}"
+    written.write_bytes(pickle.dumps(outcome))
+    written.replace(spill / _OUTCOME)
+    sys.stdout.flush()
+    os._exit(0)

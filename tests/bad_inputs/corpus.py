@@ -71,6 +71,35 @@ def _zstd(data: bytes) -> bytes:
     return bytes(out.getvalue().to_pybytes())
 
 
+def _cut_with_footer(parquet: bytes) -> bytes:
+    """A Parquet file cut in the middle of its data, its footer re-appended: the magic
+    bytes and the footer look right, the column chunks lie past the end of the data."""
+    footer = int.from_bytes(parquet[-8:-4], "little") + 8
+    return parquet[: (len(parquet) - footer) // 2] + parquet[-footer:]
+
+
+def _damaged_page(parquet: bytes) -> bytes:
+    """A Parquet file whose last column chunk has its last 12 bytes damaged."""
+    import pyarrow.parquet as pq
+
+    chunk = pq.read_metadata(io.BytesIO(parquet)).row_group(0).column(1)
+    end = (chunk.dictionary_page_offset or chunk.data_page_offset) + chunk.total_compressed_size
+    damaged = bytearray(parquet)
+    for i in range(end - 12, end):
+        damaged[i] ^= 0x5A
+    return bytes(damaged)
+
+
+HINT_PARQUET = "hint: the file may be truncated or not Parquet; pass --format to read it as another"
+HINT_DAMAGED = "hint: the file is truncated or damaged: write it again"
+CUT_CAUSE = (
+    "row group 0, column reward: its data lies outside the file (bytes 130..203 of 708); "
+    "the file is truncated or corrupt"
+)
+DEEP = b"[" * 100_000 + b"]" * 100_000  # RecursionError in Python's json module
+DAMAGED_CAUSE = "parquet: File out of specification: zstd error: Data corruption detected"
+
+
 def cases() -> list[Case]:
     """The corpus (see the module docstring)."""
     parquet = _parquet(GOOD_CSV)
@@ -237,6 +266,44 @@ def cases() -> list[Case]:
                 "truncated?)",
                 "hint: write the file again, or pass --format if it is not Parquet",
             ),
+        ),
+        Case(
+            "cut_footer_kept.parquet",
+            _cut_with_footer(parquet),
+            3,
+            (f"error: cannot read cut_footer_kept.parquet as parquet: {CUT_CAUSE}", HINT_PARQUET),
+        ),
+        Case(
+            "cut_footer_kept_lowmem.parquet",
+            _cut_with_footer(parquet),
+            3,
+            (
+                f"error: cannot read cut_footer_kept_lowmem.parquet as parquet: {CUT_CAUSE}",
+                HINT_DAMAGED,
+            ),
+            args=("--low-memory",),
+        ),
+        Case(
+            "damaged_page.parquet",
+            _damaged_page(parquet),
+            3,
+            (f"error: cannot read damaged_page.parquet as parquet: {DAMAGED_CAUSE}", HINT_PARQUET),
+        ),
+        Case(
+            "damaged_page_lowmem.parquet",
+            _damaged_page(parquet),
+            3,
+            (
+                f"error: cannot read damaged_page_lowmem.parquet as parquet: {DAMAGED_CAUSE}",
+                HINT_DAMAGED,
+            ),
+            args=("--low-memory",),
+        ),
+        Case(
+            "deep_nesting.jsonl",
+            GOOD_JSONL + b'{"prompt_id": "p3", "reward": ' + DEEP + b"}\n",
+            3,
+            ("error: deep_nesting.jsonl line 4: JSON nested too deeply to read", HINT_JSON_LINE),
         ),
         Case(
             "binary.csv",

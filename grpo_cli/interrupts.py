@@ -1,0 +1,103 @@
+"""Ctrl-C (SIGINT) and SIGTERM around the moments that decide what a run leaves behind.
+
+Python raises KeyboardInterrupt wherever the main thread happens to be; between "the
+output is complete" and "the output is in place" that would let a run report "interrupted;
+no output was written" after its rename, or land an output after it was told to stop.
+Inside :func:`deferred`, both signals are only recorded; the code polls :func:`pending`
+while it waits, and calls :func:`check` at the last moment it may still give up (just
+before the final renames), which raises the recorded signal as it would have been raised
+(KeyboardInterrupt, or the installed SIGTERM handler's exception). Once
+:func:`mark_committed` is called (the outputs are in place), a recorded signal is dropped:
+the run is complete and ends as a success.
+
+Handlers can only be installed from the main thread; elsewhere :func:`deferred` changes
+nothing and signals reach the main thread as usual. No Polars, no typer: the core uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+_pending: list[int] = []
+_previous: dict[int, Any] = {}
+_state = {"depth": 0, "committed": False}
+
+
+def reset() -> None:
+    """Forget a previous command's signals and commit (the CLI calls it per command)."""
+    _pending.clear()
+    _state["committed"] = False
+
+
+def _record(signum: int, frame: object) -> None:
+    _pending.append(signum)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Record SIGINT and SIGTERM instead of raising them inside the block (re-entrant; see
+    the module docstring). Leaving the block without :func:`mark_committed`, a recorded
+    signal is raised then (unless an exception is already on its way)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    outermost = _state["depth"] == 0
+    if outermost:
+        for sig in map(int, SIGNALS):
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # an ignored signal stays so
+                _previous[sig] = signal.getsignal(sig)
+                signal.signal(sig, _record)
+    _state["depth"] += 1
+    failed = False
+    try:
+        yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        _state["depth"] -= 1
+        if outermost:
+            for sig in list(_previous):
+                signal.signal(sig, _previous.pop(sig))
+            if not failed:
+                check()
+            _pending.clear()
+
+
+def pending() -> bool:
+    """Whether a signal was recorded and the outputs are not committed."""
+    return bool(_pending) and not _state["committed"]
+
+
+def check() -> None:
+    """Raise the first recorded signal as its handler would have (KeyboardInterrupt for
+    SIGINT), unless the outputs are committed."""
+    if not pending():
+        return
+    signum = _pending[0]
+    _pending.clear()
+    handler = _previous.get(signum, signal.getsignal(signum))
+    if callable(handler) and handler is not _record:
+        deliver: Callable[[int, Any], Any] = handler
+        deliver(signum, None)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    signal.signal(signum, signal.SIG_DFL)  # SIGTERM without a handler: end as it would have
+    signal.raise_signal(signum)
+
+
+def mark_committed() -> None:
+    """The outputs are in place: a signal from now on cannot undo them (see the module
+    docstring)."""
+    _state["committed"] = True
+
+
+def committed() -> bool:
+    """Whether this command's outputs are in place (:func:`mark_committed`)."""
+    return bool(_state["committed"])
