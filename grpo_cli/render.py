@@ -540,9 +540,9 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
     )
     steps = report.steps
     if report.by and steps.height:
-        from grpo_cli.metrics import VERL_NAMES
+        from grpo_cli.metrics import logged_name
 
-        step_columns = [c for name in STEP_COLUMNS for c in (name, VERL_NAMES.get(name, name))]
+        step_columns = [c for name in STEP_COLUMNS for c in logged_name(name)]
         shown = list(dict.fromkeys(c for c in (*report.by, *step_columns) if c in steps.columns))
         columns = [
             TableColumn(
@@ -566,7 +566,10 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
             keys=len(report.by),
             title=f"per {', '.join(report.by)} ({steps.height:,} values)",
         )
-        for name in SPARK_METRICS:
+        from grpo_cli.metrics import logged_name
+
+        spark = [c for name in SPARK_METRICS for c in logged_name(name) if c in steps.columns]
+        for name in dict.fromkeys(spark):
             if name in steps.columns:
                 series = steps[name].to_list()
                 line = sparkline(series)

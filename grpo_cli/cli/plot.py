@@ -43,9 +43,14 @@ def plot_cmd(
     *,
     report_params: ReportParams,
     advantage_col: Annotated[
-        str,
-        typer.Option("--advantage-col", metavar="COL", help="The advantage column, if any."),
-    ] = "advantage",
+        str | None,
+        typer.Option(
+            "--advantage-col",
+            metavar="COL",
+            help="The advantage column, if any. Default: advantage, else advantages (verl).",
+            show_default=False,
+        ),
+    ] = None,
     estimator: Annotated[
         str | None,
         typer.Option(
@@ -83,7 +88,7 @@ def plot_cmd(
         get_estimator(estimator)  # an unknown name fails before any input is read
     check_output_path(output, force=force, protected=protected_inputs(sources))
     preload_pyplot()  # while the log is read and summarized
-    explicit = {**report_params.explicit(), "advantage_col": advantage_col}
+    explicit = {**report_params.explicit(), "advantage_col": advantage_col}  # None: detected
     report = report_for(sources, preset, explicit, input_format, by)
     from grpo_cli.render import stderr_console
 

@@ -72,13 +72,15 @@ def summarize_cmd(
     *,
     report_params: ReportParams,
     advantage_col: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--advantage-col",
             metavar="COL",
-            help="The advantage column of an annotated log (its metrics are added).",
+            help="The advantage column of an annotated log (its metrics are added). "
+            "Default: advantage, else advantages (verl).",
+            show_default=False,
         ),
-    ] = "advantage",
+    ] = None,
     force: Force = False,
     quiet: Quiet = False,
 ) -> None:
@@ -126,11 +128,14 @@ def report_for(
     by: list[str] | None,
 ) -> Report:
     """Read the inputs and build the summarize report (``summarize`` and ``plot``)."""
+    from grpo_cli.columns import logged_advantage
     from grpo_cli.pipeline import resolve
     from grpo_cli.report import summarize as summarize_log
 
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     log = read_input(sources, input_format, key_cols)
+    given = explicit.get("advantage_col")
+    explicit = {**explicit, "advantage_col": logged_advantage(log.frame.columns, given)}
     resolved = resolve(log.frame, preset, explicit)
     report = summarize_log(resolved.frame, resolved.options, tuple(by) if by else None)
     return replace(report, warnings=(*resolved.warnings, *report.warnings))
