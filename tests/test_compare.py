@@ -296,3 +296,31 @@ class TestTrainerDumps:
             assert flag in result.output, flag
         for absent in ("--backend", "--deterministic", "--ray-address"):
             assert absent not in result.output, absent
+
+
+class TestOutputPath:
+    """compare -o a folder or a name without a suffix (issue 19, point 10)."""
+
+    ARGS = ("compare", str(SAMPLE_FILES["parquet"]), "--preset", "trl", "-e", "rloo")
+
+    def test_a_folder_is_refused_with_the_fix(self, tmp_path: Path) -> None:
+        before = sorted(tmp_path.iterdir())
+        result = CliRunner().invoke(app, [*self.ARGS, "-o", str(tmp_path)])
+        assert result.exit_code == 4
+        message = " ".join(result.stderr.split())  # Rich may wrap the long path
+        assert message.startswith(f"error: -o {tmp_path} is a folder; compare writes one table")
+        assert f"hint: name a file in it, e.g. -o {tmp_path / 'compared.parquet'}" in message
+        assert sorted(tmp_path.iterdir()) == before
+
+    def test_no_suffix_takes_the_inputs_format_or_output_format(self, tmp_path: Path) -> None:
+        plain = tmp_path / "compared"
+        result = CliRunner().invoke(app, [*self.ARGS, "-o", str(plain)])
+        assert result.exit_code == 0, result.output
+        assert pl.read_parquet(plain).columns[-2:] == ["advantage_trl", "advantage_rloo"]
+        as_csv = tmp_path / "compared_csv"
+        args = [*self.ARGS, "-o", str(as_csv), "--output-format", "csv"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert pl.read_csv(as_csv)["advantage_rloo"].to_numpy() == pytest.approx(
+            pl.read_parquet(plain)["advantage_rloo"].to_numpy(), abs=1e-12, nan_ok=True
+        )

@@ -198,7 +198,7 @@ def render_comparison(console: Console, result: Comparison) -> None:
     group_rows = [
         [
             escape(", ".join(f"{name}={value}" for name, value in g.key)),
-            str(g.size),
+            f"{g.size:,}",
             _num(g.max_abs_diff),
             escape(g.method.name),
             ", ".join("null" if r is None else f"{r:.4g}" for r in g.rewards),
