@@ -7,6 +7,7 @@ This module imports nothing, so any module may use it.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Final
 
 PREFIX: Final = "__grpo_"
@@ -62,6 +63,19 @@ STEP_COLUMNS: Final = (
     "batch_id",
     "epoch",
 )
+
+# The names a log's own advantage column goes by, in order of preference: grpo-adv's and
+# TRL's ``advantage``, then ``advantages`` (verl's name for the advantage tensor).
+LOGGED_ADVANTAGE: Final = ("advantage", "advantages")
+
+
+def logged_advantage(columns: Collection[str], given: str | None = None) -> str:
+    """The column holding a log's advantages: ``given`` when the user named one, else the
+    first of ``LOGGED_ADVANTAGE`` the log has, else ``advantage`` (a raw log)."""
+    if given is not None:
+        return given
+    return next((name for name in LOGGED_ADVANTAGE if name in columns), LOGGED_ADVANTAGE[0])
+
 
 READABLE: Final = {UID_GROUP: "uid (verl)", POSITION_KEY: "group_index", BATCH_KEY: "batch"}
 

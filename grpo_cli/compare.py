@@ -26,6 +26,14 @@ groups by it, largest first (ties in the order the groups first appear). Groups 
 paired difference is above 0 are not listed. Groups are the first method's (its key
 columns, after any dump layout), and their rewards are the rewards the estimator saw
 (the combined reward when there are several reward columns).
+
+Options: ``explicit`` (what the user gave) is shared by every method and wins over every
+preset, as in ``compute``. A trainer dump is read with one layout for every method (see
+:func:`shared_layout`): that of the first preset, in the order given, whose trainer's dump
+the log is (``--preset verl --preset trl`` on a TRL completions table: TRL's layout). What
+the layout fills in (TRL's inferred group size and reward columns, verl's ``score`` and uid
+groups, the step as batch column) then reaches every method, as if given explicitly, so
+``--preset trl --preset verl`` compare the two formulas on the same groups.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import polars as pl
 from grpo_cli.columns import REWARD_KEY, readable
 from grpo_cli.errors import OptionsError
 from grpo_cli.estimators import get_estimator
+from grpo_cli.layouts import apply_layout, detect_layout
 from grpo_cli.pipeline import Annotation, annotate
 from grpo_cli.presets import get_preset
 
@@ -127,6 +136,8 @@ class Comparison:
     stats: tuple[MethodStats, ...]
     top_groups: tuple[GroupDisagreement, ...]
     warnings: tuple[str, ...] = ()
+    layout: str | None = None
+    layout_preset: str | None = None
 
 
 def annotate_method(frame: pl.DataFrame, method: Method, explicit: Mapping[str, Any]) -> Annotation:
@@ -135,6 +146,19 @@ def annotate_method(frame: pl.DataFrame, method: Method, explicit: Mapping[str, 
     if method.kind == "preset":
         return annotate(frame, method.name, **fields)
     return annotate(frame, None, **{**fields, "estimator": method.name})
+
+
+def shared_layout(frame: pl.DataFrame, methods: Sequence[Method]) -> tuple[str, str] | None:
+    """The dump layout every method reads ``frame`` with, and the preset it comes from: the
+    first preset, in the order given, that has a layout and whose trainer's dump ``frame``
+    is; None when there is none (each method then reads the log as ``compute`` does)."""
+    for method in methods:
+        if method.kind != "preset":
+            continue
+        layout = get_preset(method.name).layout
+        if layout is not None and detect_layout(frame, layout) is not None:
+            return layout, method.name
+    return None
 
 
 def compare(
@@ -148,18 +172,27 @@ def compare(
     figures and the ``top`` groups where they disagree most (see the module docstring)."""
     if top < 0:
         raise OptionsError(f"--top must be 0 or more, got {top}", hint="e.g. --top 5")
-    annotations = [annotate_method(frame, m, explicit) for m in methods]
+    shared = shared_layout(frame, methods)
+    layout_warnings: list[str] = []
+    laid, fields, _ = apply_layout(
+        frame, shared[0] if shared else None, dict(explicit), explicit.keys(), layout_warnings
+    )
+    annotations = [annotate_method(laid, m, fields) for m in methods]
     out = frame.with_columns(a.frame[m.column] for a, m in zip(annotations, methods, strict=True))
     values = [_values(out[m.column]) for m in methods]
     stats = [_own_stats(methods[0], values[0])]
     stats += [_pair_stats(m, v, values[0]) for m, v in zip(methods[1:], values[1:], strict=True)]
-    warnings = tuple(dict.fromkeys(w for a in annotations for w in a.warnings))
+    warnings = tuple(
+        dict.fromkeys([*layout_warnings, *(w for a in annotations for w in a.warnings)])
+    )
     return Comparison(
         methods=tuple(methods),
         frame=out,
         stats=tuple(stats),
         top_groups=_top_groups(annotations[0], methods, values, top),
         warnings=warnings,
+        layout=shared[0] if shared else None,
+        layout_preset=shared[1] if shared else None,
     )
 
 

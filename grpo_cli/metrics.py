@@ -22,7 +22,8 @@ The rows carry their group's profile (:mod:`grpo_cli.compute` adds it while anno
   sizes, the mean of the two middle ones for an even count).
 - ``reward``: mean of the valid rewards (TRL ``reward``, OpenRLHF ``rollout/reward_mean``);
   ``reward_std``: their std with ddof 1 (TRL ``reward_std``, OpenRLHF
-  ``rollout/reward_std``), null with fewer than two.
+  ``rollout/reward_std``), null with fewer than two; ``reward_min``, ``reward_max``: their
+  extremes (verl ``critic/score/min``, ``critic/score/max``).
 - ``frac_reward_zero_std`` (TRL): the share of responses whose group std is ``isclose(std,
   0)`` (atol 1e-8), the std with ddof 1 over the group's valid rewards whatever the run's
   ddof (TRL's ``nanstd``; derived from the run's variance as ``var_d (n - d) / (n - 1)``).
@@ -75,6 +76,8 @@ NULL_REWARDS: Final = "null_rewards"
 REWARD_N: Final = "reward_n"
 REWARD_MEAN: Final = "reward_mean"
 REWARD_M2: Final = "reward_m2"  # sum of squared deviations from reward_mean
+REWARD_MIN: Final = "reward_min"
+REWARD_MAX: Final = "reward_max"
 ZERO_STD_ROWS: Final = "zero_std_rows"  # rows whose group std (ddof 1) is <= 1e-8
 STD_SUM: Final = "group_std_sum"  # sum over rows of their group std (ddof 1), where defined
 STD_ROWS: Final = "group_std_rows"  # rows whose group std is defined
@@ -112,8 +115,8 @@ SUMS: Final = (
     GROUP_MEAN_SUM,
     ADV_ZERO,
 )
-MINIMA: Final = (SIZE_MIN, ADV_MIN)
-MAXIMA: Final = (SIZE_MAX, ADV_MAX)
+MINIMA: Final = (SIZE_MIN, ADV_MIN, REWARD_MIN)
+MAXIMA: Final = (SIZE_MAX, ADV_MAX, REWARD_MAX)
 MOMENTS: Final = (REWARD_N, REWARD_MEAN, REWARD_M2, ADV_N, ADV_MEAN)
 PARTIALS: Final = (*SUMS, *MINIMA, *MAXIMA, *MOMENTS, BATCH_VALUES, SIZE_HIST)
 # Partials counted per group (summarize's overall table takes them from one row per group).
@@ -138,6 +141,8 @@ FIGURES: Final = (
     "group_size_max",
     "reward",
     "reward_std",
+    "reward_min",
+    "reward_max",
     "frac_reward_zero_std",
     "group_reward_std",
     "zero_std_groups",
@@ -323,6 +328,8 @@ def _reward_aggs() -> list[pl.Expr]:
         n.cast(pl.Int64).alias(REWARD_N),
         r.mean().alias(REWARD_MEAN),
         (r.var(ddof=0) * n).fill_null(0.0).alias(REWARD_M2),
+        r.min().alias(REWARD_MIN),
+        r.max().alias(REWARD_MAX),
         r.is_null().sum().cast(pl.Int64).alias(NULL_REWARDS),
     ]
 
@@ -462,6 +469,8 @@ def finish(merged: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
         "group_size_max": pl.col(SIZE_MAX),
         "reward": pl.when(n > 0).then(pl.col(REWARD_MEAN)),
         "reward_std": pl.when(n > 1).then((pl.col(REWARD_M2) / (n - 1)).sqrt()),
+        "reward_min": pl.col(REWARD_MIN),
+        "reward_max": pl.col(REWARD_MAX),
         "frac_reward_zero_std": ratio(pl.col(ZERO_STD_ROWS), rows),
         "group_reward_std": ratio(pl.col(STD_SUM), pl.col(STD_ROWS)),
         "zero_std_groups": pl.col(ZERO_STD_GROUPS),
@@ -613,23 +622,43 @@ def trainer_aggs(
     return aggs
 
 
-# verl's names for the figures it logs (verl/trainer/ppo/metric_utils.py
-# compute_data_metrics: critic/score/*, critic/advantages/*, response_length/*), used for
-# the tables under a verl preset.
-VERL_NAMES: Final = {
-    "reward": "critic/score/mean",
-    "advantage_mean": "critic/advantages/mean",
-    "advantage_min": "critic/advantages/min",
-    "advantage_max": "critic/advantages/max",
-    "completions/mean_length": "response_length/mean",
-    "completions/min_length": "response_length/min",
-    "completions/max_length": "response_length/max",
+# The names each trainer logs a figure under, where they differ from the figure's own (the
+# figures' own names are TRL's, or ours where TRL logs no such figure); a figure a trainer
+# does not log keeps its own name and meaning.
+# - verl 0.9 (verl/trainer/ppo/metric_utils.py compute_data_metrics): critic/score/mean,
+#   /min, /max over the sequences' scores; critic/advantages/min, /max; response_length/*.
+#   verl logs no score std; its critic/advantages/mean is a mean over response *tokens*,
+#   which a per-response log cannot give, so advantage_mean keeps its name.
+# - OpenRLHF 0.11 (openrlhf/trainer/ppo_trainer.py, the rollout statistics):
+#   rollout/reward_mean, rollout/reward_std (ddof 1), rollout/response_length_mean;
+#   group_reward_std is already its name.
+TRAINER_NAMES: Final[dict[str, dict[str, str]]] = {
+    "verl": {
+        "reward": "critic/score/mean",
+        "reward_min": "critic/score/min",
+        "reward_max": "critic/score/max",
+        "advantage_min": "critic/advantages/min",
+        "advantage_max": "critic/advantages/max",
+        "completions/mean_length": "response_length/mean",
+        "completions/min_length": "response_length/min",
+        "completions/max_length": "response_length/max",
+    },
+    "OpenRLHF": {
+        "reward": "rollout/reward_mean",
+        "reward_std": "rollout/reward_std",
+        "completions/mean_length": "rollout/response_length_mean",
+    },
 }
 
 
 def trainer_names(table: pl.DataFrame, trainer: str | None) -> pl.DataFrame:
-    """``table`` with its figures under ``trainer``'s names where they differ (``verl``:
-    ``VERL_NAMES``); TRL's and OpenRLHF's are the figures' own names."""
-    if trainer != "verl":
-        return table
-    return table.rename({k: v for k, v in VERL_NAMES.items() if k in table.columns})
+    """``table`` with its figures under ``trainer``'s names where they differ
+    (``TRAINER_NAMES``: ``verl``, ``OpenRLHF``); TRL's are the figures' own names."""
+    names = TRAINER_NAMES.get(trainer or "", {})
+    return table.rename({k: v for k, v in names.items() if k in table.columns})
+
+
+def logged_name(figure: str) -> list[str]:
+    """``figure``'s own name and every name a trainer logs it under."""
+    logged = (names[figure] for names in TRAINER_NAMES.values() if figure in names)
+    return list(dict.fromkeys([figure, *logged]))

@@ -330,11 +330,27 @@ def _per_step(report: Report, fig: Any, grid: Any, vary: bool) -> None:
     for ax in axes[:-1]:
         ax.tick_params(labelbottom=False)
     axes[-1].set_xlabel(label)
-    if len(report.by) > 1 or steps.schema[report.by[0]].is_integer():
+    if len(report.by) > 1:
         axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    elif steps.schema[report.by[0]].is_numeric():
+        from matplotlib.ticker import FixedLocator
+
+        axes[-1].xaxis.set_major_locator(FixedLocator(step_ticks(x)))
     for ax in axes:
         ax.grid(axis="y", color="#dddddd", linewidth=0.6)
         ax.set_axisbelow(True)
+
+
+MAX_STEP_TICKS: Final = 12
+
+
+def step_ticks(steps: Any, most: int = MAX_STEP_TICKS) -> list[float]:
+    """The ticks of the step axis: the logged step values (5, 10, 15 are drawn as 5, 10,
+    15, never 6, 8, ... 14), every k-th of them from the first when there are more than
+    ``most`` (k the smallest that leaves at most ``most``)."""
+    values = [float(v) for v in steps]
+    k = max(1, math.ceil(len(values) / most))
+    return values[::k]
 
 
 def _percent(value: float, _position: object = None) -> str:

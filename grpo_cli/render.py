@@ -64,8 +64,14 @@ def _num(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
+def count_text(count: int) -> str:
+    """A count as every human output writes one: thousands separated (``194,222``)."""
+    return f"{count:,}"
+
+
 def _share(count: int, total: int) -> str:
-    return f"{count} ({100 * count / total:.1f}%)" if total else str(count)
+    share = f" ({100 * count / total:.1f}%)" if total else ""
+    return count_text(count) + share
 
 
 # --------------------------------------------------------------------------- tables that fit
@@ -300,15 +306,16 @@ def render_run_summary(
         ("batches", batch),
         (
             "group size min / median / max",
-            f"{summary.group_size_min} / {summary.group_size_median:g} / {summary.group_size_max}",
+            f"{summary.group_size_min:,} / {summary.group_size_median:,g} / "
+            f"{summary.group_size_max:,}",
         ),
         (
             "zero-variance groups",
             f"{_share(summary.zero_std_groups, summary.groups)}; "
             f"frac_reward_zero_std {summary.frac_reward_zero_std:.4f}",
         ),
-        ("singleton groups", f"{summary.singleton_groups} (--singleton {options.singleton})"),
-        ("null rewards", f"{summary.null_rewards} (--nulls {options.nulls})"),
+        ("singleton groups", f"{summary.singleton_groups:,} (--singleton {options.singleton})"),
+        ("null rewards", f"{summary.null_rewards:,} (--nulls {options.nulls})"),
         ("reward mean / std", f"{_num(summary.reward_mean)} / {_num(summary.reward_std)}"),
         (
             "advantage min / max",
@@ -358,10 +365,17 @@ def render_verify_report(
         # the group key columns come first; they repeat in every part of a split table
         keys = len([c for c in worst.columns if c not in ("size", "max_abs_diff")])
         columns = [
-            TableColumn(_escape(name), wrap=not dtype.is_numeric())
+            TableColumn(
+                _escape(name),
+                justify="right" if dtype.is_numeric() else "left",
+                wrap=not dtype.is_numeric(),
+            )
             for name, dtype in worst.schema.items()
         ]
-        rows = [[_escape(_cell(v)) for v in row] for row in worst.iter_rows()]
+        rows = [
+            [_escape(_cell(v, count=i >= keys)) for i, v in enumerate(row)]
+            for row in worst.iter_rows()
+        ]
         print_table(console, columns, rows, keys=keys, title="worst groups")
     for hint in report.hints:
         console.print(f"[yellow]hint:[/] {_escape(hint)}", markup=True, emoji=False)
@@ -392,8 +406,14 @@ def describe_method(options: AdvantageOptions, layout: str | None = None) -> str
     return text
 
 
-def _cell(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+def _cell(value: object, *, count: bool = False) -> str:
+    """A table cell: a float to 4 significant digits; an int as a count (thousands
+    separated) when ``count``, else as it is (a key: step 1000 stays 1000)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if count and isinstance(value, int) and not isinstance(value, bool):
+        return count_text(value)
+    return str(value)
 
 
 def render_presets(console: Console) -> None:
@@ -548,9 +568,9 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
     )
     steps = report.steps
     if report.by and steps.height:
-        from grpo_cli.metrics import VERL_NAMES
+        from grpo_cli.metrics import logged_name
 
-        step_columns = [c for name in STEP_COLUMNS for c in (name, VERL_NAMES.get(name, name))]
+        step_columns = [c for name in STEP_COLUMNS for c in logged_name(name)]
         shown = list(dict.fromkeys(c for c in (*report.by, *step_columns) if c in steps.columns))
         columns = [
             TableColumn(
@@ -566,7 +586,8 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
         for i, record in enumerate(picked.select(shown).iter_rows()):
             if steps.height > rows and i == half:
                 cells.append(["..." for _ in shown])
-            cells.append([_value(v) for v in record])
+            n_by = len(report.by)  # keys (a step) as they are; figures as figures
+            cells.append([_key(v) if i < n_by else _value(v) for i, v in enumerate(record)])
         print_table(
             console,
             columns,
@@ -574,7 +595,10 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
             keys=len(report.by),
             title=f"per {', '.join(report.by)} ({steps.height:,} values)",
         )
-        for name in SPARK_METRICS:
+        from grpo_cli.metrics import logged_name
+
+        spark = [c for name in SPARK_METRICS for c in logged_name(name) if c in steps.columns]
+        for name in dict.fromkeys(spark):
             if name in steps.columns:
                 series = steps[name].to_list()
                 line = sparkline(series)
@@ -592,6 +616,11 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
         bar_width = max(1, min(HISTOGRAM_BAR_WIDTH, console.width - HISTOGRAM_LABEL_WIDTH))
         for line in histogram_lines(edges, counts, bar_width):
             console.print(line, emoji=False, markup=False)
+
+
+def _key(value: object) -> str:
+    """A key's value (a step, a prompt id): as it is, never as a count (step 1000)."""
+    return "-" if value is None else _escape(_cell(value))
 
 
 def _value(value: object) -> str:
@@ -616,7 +645,7 @@ def render_explanation(console: Console, e: Explanation) -> None:
     for warning in e.warnings:
         print_warning(console, warning)
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
-    console.print(f"[bold]group {_escape(key)}[/]: {e.size} responses", emoji=False)
+    console.print(f"[bold]group {_escape(key)}[/]: {e.size:,} responses", emoji=False)
     if e.chosen:
         console.print(f"  {_escape(e.chosen)}", emoji=False)
     console.print(

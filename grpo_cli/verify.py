@@ -22,6 +22,7 @@ import polars as pl
 
 from grpo_cli.columns import RECOMPUTED_KEY as RECOMPUTED
 from grpo_cli.columns import ROW_KEY as ROW  # the input row number, shown as ``row``
+from grpo_cli.columns import logged_advantage
 from grpo_cli.compute import annotate_frame
 from grpo_cli.engines.polars import collect
 from grpo_cli.errors import GrpoAdvError, InputError, OptionsError
@@ -108,14 +109,15 @@ def verify_advantages(
     frame: pl.DataFrame,
     preset: str | None = None,
     *,
-    advantage_col: str = "advantage",
+    advantage_col: str | None = None,
     tol: float = 1e-5,
     top: int = 5,
     warn: bool = True,
     search: bool = True,
     **explicit: Any,
 ) -> VerifyReport:
-    """Recompute with ``preset`` and ``explicit`` options; compare with ``advantage_col``.
+    """Recompute with ``preset`` and ``explicit`` options; compare with ``advantage_col``
+    (None: ``advantage``, else verl's ``advantages``; see :func:`logged_advantage`).
 
     Groups that span several values of the batch column are refused; with ``warn``, groups
     that span the log's step column give a warning (one more grouping of the key). With
@@ -124,6 +126,7 @@ def verify_advantages(
     :func:`_matching_route`)."""
     if not tol >= 0:
         raise OptionsError(f"--tol must be >= 0, got {tol}", hint="e.g. --tol 1e-5")
+    advantage_col = logged_advantage(frame.columns, advantage_col)  # verl's "advantages" too
     if advantage_col not in frame.columns:
         _no_logged_advantages(frame, preset, explicit, advantage_col)
     stored_type = frame.schema[advantage_col]

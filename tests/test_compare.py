@@ -203,3 +203,124 @@ class TestCli:
         assert result.exit_code == 0, result.output
         assert "correlation null: one method's advantages are constant" in result.stderr
         assert "no group where the methods differ" in result.stderr
+
+
+TRL_DIR = SAMPLE_FILES["parquet"].parent / "trl_completions"
+
+
+def _trl_weighted(weights: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """The TRL sample's weighted reward per row (TRL's nansum: a None counts 0, a row with
+    every reward None is NaN) and its group index: runs of 4 rows within a step."""
+    frame = pl.read_parquet(TRL_DIR / "*.parquet")
+    rewards = frame.select("accuracy_reward", "format_reward").to_numpy().astype(float)
+    weighted = np.nansum(rewards * np.array(weights), axis=1)
+    weighted[np.isnan(rewards).all(axis=1)] = np.nan
+    steps = frame["step"].to_numpy()
+    position = np.concatenate([np.arange((steps == s).sum()) // 4 for s in np.unique(steps)])
+    groups = steps * 1000 + position
+    return weighted, groups
+
+
+def _by_group(values: np.ndarray, groups: np.ndarray, formula: Any) -> np.ndarray:
+    out = np.zeros_like(values)
+    for g in np.unique(groups):
+        rows = groups == g
+        out[rows] = formula(values[rows])
+    return out
+
+
+class TestTrainerDumps:
+    """compare takes compute's layout and reward options (issue 19, point 6)."""
+
+    def test_trl_presets_equal_what_compute_writes(self, tmp_path: Path) -> None:
+        out = tmp_path / "cmp.parquet"
+        args = ["compare", str(TRL_DIR), "--preset", "trl", "--preset", "trl-none"]
+        result = CliRunner().invoke(app, [*args, "--reward-weights", "1,0.5", "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        written = pl.read_parquet(out)
+        for preset in ("trl", "trl-none"):
+            computed = tmp_path / f"{preset}.parquet"
+            own = ["--preset", preset, "--reward-weights", "1,0.5", "--advantage-col", "mine"]
+            run = CliRunner().invoke(app, ["compute", str(TRL_DIR), *own, "-o", str(computed)])
+            assert run.exit_code == 0, run.output
+            expected = pl.read_parquet(computed)["mine"].to_numpy()
+            column = written["advantage_" + preset.replace("-", "_")].to_numpy()
+            assert column == pytest.approx(expected, abs=1e-12), preset
+        r, groups = _trl_weighted((1.0, 0.5))
+        centred = _by_group(r, groups, lambda x: np.nan_to_num(x - np.nanmean(x)))
+        assert written["advantage_trl_none"].to_numpy() == pytest.approx(centred, abs=1e-12)
+        assert written["advantage_trl_none"][0] == pytest.approx(1.0 - (1.0 + 3 * 1.25) / 4)
+        # TRL's own logged column (weights 1, 0.5) is reproduced to float32 rounding
+        assert written["advantage_trl"].to_numpy() == pytest.approx(
+            written["advantage"].to_numpy(), abs=1e-5
+        )
+        assert "inferred --group-size 4" in result.stderr
+        assert "read as a trl dump (the layout of --preset trl)" in result.stderr
+
+    def test_a_verl_preset_on_a_trl_log_uses_trls_groups(self, tmp_path: Path) -> None:
+        out = tmp_path / "cmp.csv"
+        args = ["compare", str(TRL_DIR), "--preset", "verl", "--preset", "trl", "-o", str(out)]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert "the layout of --preset trl" in result.stderr  # verl's does not fit
+        r, groups = _trl_weighted((1.0, 1.0))  # no weights: 1 each, as in compute
+
+        def verl(x: np.ndarray) -> Any:
+            return (x - x.mean()) / (x.std(ddof=1) + 1e-6)
+
+        assert not np.isnan(r).any()  # no all-None row in the sample: verl sees every row
+        written = pl.read_csv(out)
+        assert written["advantage_verl"].to_numpy() == pytest.approx(
+            _by_group(r, groups, verl), abs=1e-12
+        )
+
+    def test_explicit_options_win_over_every_preset(self, tmp_path: Path) -> None:
+        out = tmp_path / "cmp.parquet"
+        args = ["compare", str(TRL_DIR), "--preset", "trl", "--preset", "verl", "--ddof", "0"]
+        result = CliRunner().invoke(app, [*args, "--eps", "0", "--group-size", "8", "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        assert "inferred" not in result.stderr  # --group-size given
+        r, _ = _trl_weighted((1.0, 1.0))
+        frame = pl.read_parquet(TRL_DIR / "*.parquet")
+        steps = frame["step"].to_numpy()
+        position = np.concatenate([np.arange((steps == s).sum()) // 8 for s in np.unique(steps)])
+        z = _by_group(r, steps * 1000 + position, lambda x: (x - x.mean()) / x.std())
+        written = pl.read_parquet(out)
+        for column in ("advantage_trl", "advantage_verl"):
+            assert written[column].to_numpy() == pytest.approx(z, abs=1e-12), column
+
+    def test_takes_computes_layout_and_reward_options(self) -> None:
+        result = CliRunner().invoke(app, ["compare", "-h"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0
+        for flag in ("--reward-weights", "--group-size", "--nulls", "--aggregation", "--ddof"):
+            assert flag in result.output, flag
+        for absent in ("--backend", "--deterministic", "--ray-address"):
+            assert absent not in result.output, absent
+
+
+class TestOutputPath:
+    """compare -o a folder or a name without a suffix (issue 19, point 10)."""
+
+    ARGS = ("compare", str(SAMPLE_FILES["parquet"]), "--preset", "trl", "-e", "rloo")
+
+    def test_a_folder_is_refused_with_the_fix(self, tmp_path: Path) -> None:
+        before = sorted(tmp_path.iterdir())
+        result = CliRunner().invoke(app, [*self.ARGS, "-o", str(tmp_path)])
+        assert result.exit_code == 4
+        message = " ".join(result.stderr.split())  # Rich may wrap the long path
+        assert message.startswith(f"error: -o {tmp_path} is a folder; compare writes one table")
+        assert f"hint: name a file in it, e.g. -o {tmp_path / 'compared.parquet'}" in message
+        assert sorted(tmp_path.iterdir()) == before
+
+    def test_no_suffix_takes_the_inputs_format_or_output_format(self, tmp_path: Path) -> None:
+        plain = tmp_path / "compared"
+        result = CliRunner().invoke(app, [*self.ARGS, "-o", str(plain)])
+        assert result.exit_code == 0, result.output
+        assert pl.read_parquet(plain).columns[-2:] == ["advantage_trl", "advantage_rloo"]
+        as_csv = tmp_path / "compared_csv"
+        args = [*self.ARGS, "-o", str(as_csv), "--output-format", "csv"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert pl.read_csv(as_csv)["advantage_rloo"].to_numpy() == pytest.approx(
+            pl.read_parquet(plain)["advantage_rloo"].to_numpy(), abs=1e-12, nan_ok=True
+        )

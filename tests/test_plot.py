@@ -26,6 +26,7 @@ from grpo_cli.plot import (
     html_page,
     method_advantages,
     sizes_vary,
+    step_ticks,
     zero_std_top,
 )
 from grpo_cli.report import Report, summarize
@@ -283,3 +284,26 @@ def test_matplotlib_is_imported_only_to_draw() -> None:
         "assert 'matplotlib' not in sys.modules, 'imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class TestStepTicks:
+    """The step axis is labelled with the logged steps (issue 19, point 10)."""
+
+    @staticmethod
+    def _log(steps: list[int]) -> pl.DataFrame:
+        rows = [(s, f"p{s}_{g}", r) for s in steps for g in range(2) for r in (0.0, 1.0, 0.5)]
+        return pl.DataFrame(rows, schema=["step", "prompt_id", "reward"], orient="row")
+
+    def test_ticks_are_the_logged_steps(self, plt: Any) -> None:
+        fig = figure(_report(self._log([5, 10, 15])), "t")
+        (zero,) = _titled(fig, "frac_reward_zero_std")
+        assert list(zero.get_xticks()) == [5.0, 10.0, 15.0]
+        assert [t.get_text() for t in zero.get_xticklabels()] == ["5", "10", "15"]
+
+    def test_many_steps_take_every_kth_logged_step(self, plt: Any) -> None:
+        steps = list(range(10, 310, 10))  # 30 steps: every 3rd, 10 ticks
+        fig = figure(_report(self._log(steps)), "t")
+        (zero,) = _titled(fig, "frac_reward_zero_std")
+        assert list(zero.get_xticks()) == [float(s) for s in steps[::3]]
+        assert step_ticks(range(1, 13)) == [float(s) for s in range(1, 13)]  # 12: all
+        assert step_ticks(range(1, 14)) == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0, 13.0]

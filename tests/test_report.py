@@ -291,3 +291,69 @@ def test_group_sizes_are_the_group_tables(ddof: int, by: tuple[str, ...] | None)
     assert drawn["size"].to_list() == table["size"].to_list()
     assert drawn["std"].is_null().to_list() == table["std"].is_null().to_list()
     assert drawn["std"].to_numpy() == pytest.approx(table["std"].to_numpy(), nan_ok=True)
+
+
+def _overall(runner: CliRunner, *args: str) -> dict[str, float]:
+    """summarize's overall table, read back from standard output."""
+    base = ["summarize", *args, "-o", "-", "--output-format", "jsonl", "--level", "overall"]
+    result = runner.invoke(app, [*base, "-q"])
+    assert result.exit_code == 0, result.output
+    row: dict[str, float] = json.loads(result.stdout)
+    return row
+
+
+class TestTrainerNames:
+    """Each trainer's figures under the name it logs them (issue 19, point 9)."""
+
+    def test_openrlhf_presets_use_openrlhfs_names(self, runner: CliRunner) -> None:
+        source = str(SAMPLE_FILES["parquet"])
+        plain = _overall(runner, source)
+        for preset in ("openrlhf-group-norm", "openrlhf-rloo"):
+            row = _overall(runner, source, "--preset", preset)
+            assert "reward" not in row and "reward_std" not in row
+            assert row["rollout/reward_mean"] == pytest.approx(plain["reward"], rel=1e-12)
+            assert row["rollout/reward_std"] == pytest.approx(plain["reward_std"], rel=1e-12)
+            assert row["group_reward_std"] == pytest.approx(plain["group_reward_std"], rel=1e-12)
+        rewards = pl.read_parquet(source)["reward"].fill_nan(None).drop_nulls().to_numpy()
+        assert plain["reward"] == pytest.approx(rewards.mean(), rel=1e-12)
+        assert plain["reward_std"] == pytest.approx(rewards.std(ddof=1), rel=1e-12)
+
+    def test_verl_presets_log_the_scores_min_and_max(self, runner: CliRunner) -> None:
+        dump = str(SAMPLE_FILES["csv"].parent / "verl_dump")
+        row = _overall(runner, dump, "--preset", "verl")
+        scores = pl.read_ndjson(f"{dump}/*.jsonl")["score"]
+        assert row["critic/score/min"] == scores.min()
+        assert row["critic/score/max"] == scores.max()
+        assert row["critic/score/mean"] == pytest.approx(scores.mean(), rel=1e-12)
+        assert {"reward_min", "reward_max", "reward"}.isdisjoint(row)
+        # verl's critic/advantages/mean is over tokens: a per-response mean keeps its name
+        assert "critic/advantages/mean" not in row and "advantage_mean" in row
+        logged = pl.read_ndjson(f"{dump}/*.jsonl")["advantage"]
+        assert row["critic/advantages/min"] == pytest.approx(logged.min(), rel=1e-12)
+
+    def test_step_level_reward_extremes(self) -> None:
+        report = summarize(two_step_log(), AdvantageOptions())
+        assert report.steps["reward_min"].to_list() == [0.0, 0.5]
+        assert report.steps["reward_max"].to_list() == [1.0, 4.0]
+        assert report.overall.select("reward_min", "reward_max").row(0) == (0.0, 4.0)
+
+    def test_a_verl_advantages_column_is_the_logged_advantage(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        dump = SAMPLE_FILES["csv"].parent / "verl_dump"
+        folder = tmp_path / "verl"
+        folder.mkdir()
+        for path in sorted(dump.iterdir()):
+            frame = pl.read_ndjson(path).rename({"advantage": "advantages"})
+            frame.write_ndjson(folder / path.name)
+        logged = pl.read_ndjson(f"{folder}/*.jsonl")["advantages"]
+        row = _overall(runner, str(folder), "--preset", "verl")
+        assert row["critic/advantages/max"] == pytest.approx(logged.max(), rel=1e-12)
+        assert row["advantage_mean"] == pytest.approx(logged.mean(), abs=1e-15)
+        verified = runner.invoke(app, ["verify", str(folder), "--preset", "verl"])
+        assert verified.exit_code == 0, verified.output
+        assert "agree" in verified.stderr
+        both = tmp_path / "both.csv"  # "advantage" first, as grpo-adv and TRL name it
+        pl.read_ndjson(f"{folder}/*.jsonl").with_columns(advantage=pl.lit(0.0)).write_csv(both)
+        row = _overall(runner, str(both), "-r", "score", "-g", "uid")
+        assert row["advantage_max"] == 0.0

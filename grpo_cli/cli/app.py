@@ -10,7 +10,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, Final, NoReturn
 
 import typer
 from typer._click import exceptions as click_errors  # Typer vendors Click
@@ -54,6 +54,7 @@ class _Group(TyperGroup):
         windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        _shell_completion(sys.argv[1:] if args is None else list(args))
         given: dict[str, Any] = {
             "args": args,
             "prog_name": prog_name,
@@ -85,6 +86,51 @@ class _Group(TyperGroup):
         install(self.get_params(ctx))
         result: list[str] = super().parse_args(ctx, args)
         return result
+
+
+COMPLETION_SHELLS: Final = ("bash", "zsh", "fish", "powershell", "pwsh")
+_COMPLETION_FLAGS: Final = ("--install-completion", "--show-completion")
+
+
+def _shell_completion(args: Sequence[str]) -> None:
+    """``--install-completion SHELL`` and ``--show-completion SHELL`` (or ``=SHELL``) for
+    the shell named, then exit 0. Typer's flags take no value: they act for the shell
+    detected from the parent process and would leave the name as an argument, so
+    ``--install-completion zsh`` run from bash installed bash completion. Without a shell
+    name the flags are Typer's own (the detected shell). An unknown shell is a usage
+    error. Only the options before the command are looked at."""
+    for i, arg in enumerate(args):
+        if not arg.startswith("-"):
+            return  # the command: its own arguments follow
+        flag, has_value, value = arg.partition("=")
+        if flag not in _COMPLETION_FLAGS:
+            continue
+        if not has_value:
+            value = args[i + 1] if i + 1 < len(args) else ""
+            if not value or value.startswith("-"):
+                return  # Typer's flag: the detected shell
+        shell = value.lower()
+        if shell not in COMPLETION_SHELLS:
+            from grpo_cli.render import print_error, stderr_console
+
+            print_error(
+                stderr_console(),
+                OptionsError(
+                    f"no completion for the shell {value!r}",
+                    hint=f"choose one of: {', '.join(COMPLETION_SHELLS)}",
+                ),
+            )
+            sys.exit(EXIT_USAGE)
+        from typer._completion_shared import get_completion_script, install
+
+        names = {"prog_name": "grpo-adv", "complete_var": "_GRPO_ADV_COMPLETE"}
+        if flag == "--install-completion":
+            shell, path = install(shell=shell, **names)
+            typer.secho(f"{shell} completion installed in {path}", fg="green")
+            typer.echo("Completion will take effect once you restart the terminal")
+        else:
+            typer.echo(get_completion_script(shell=shell, **names))
+        sys.exit(EXIT_OK)
 
 
 _PLAIN_VALUE_ERRORS = {

@@ -15,17 +15,16 @@ from grpo_cli.cli.outputs import (
     sources_or_stdin,
 )
 from grpo_cli.cli.params import (
-    BatchCol,
     Force,
-    GroupCol,
     InputFormat,
-    LengthCol,
+    OutputFormat,
+    PolicyParams,
     Quiet,
-    RewardCol,
     Sources,
     _completes,
-    explicit_fields,
+    policy_options,
 )
+from grpo_cli.errors import OutputError
 from grpo_cli.estimators import ESTIMATORS
 from grpo_cli.presets import PRESETS
 
@@ -35,6 +34,12 @@ if TYPE_CHECKING:
     from grpo_cli.compare import Comparison
 
 
+# Options of compute's policy block that compare does not take: --estimator is its own
+# (repeatable: one method each); compare always computes in memory, deterministically.
+NOT_SHARED = ("estimator", "deterministic", "backend", "device", "ray_address")
+
+
+@policy_options(exclude=NOT_SHARED)
 def compare_cmd(
     sources: Sources = None,
     preset: Annotated[
@@ -43,7 +48,7 @@ def compare_cmd(
             "--preset",
             metavar="NAME",
             help="A trainer preset to compare (repeat; see grpo-adv presets), with its own "
-            "policies.",
+            "policies; options given explicitly override every preset.",
             autocompletion=_completes(lambda: PRESETS),
             show_default=False,
         ),
@@ -54,16 +59,15 @@ def compare_cmd(
             "--estimator",
             "-e",
             metavar="NAME",
-            help="An estimator to compare (repeat), with the default policies.",
+            help="An estimator to compare (repeat), with the default policies and the "
+            "options given.",
             autocompletion=_completes(lambda: ESTIMATORS),
             show_default=False,
         ),
     ] = None,
-    group_col: GroupCol = None,
-    reward_col: RewardCol = None,
-    batch_col: BatchCol = None,
-    length_col: LengthCol = None,
     input_format: InputFormat = None,
+    *,
+    policy: PolicyParams,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -71,10 +75,12 @@ def compare_cmd(
             "-o",
             metavar="PATH",
             help="Write every input row with one advantage_<method> column per method "
-            "(- for standard output); format from the suffix: .parquet, .csv, .jsonl, .json.",
+            "(- for standard output); format from the suffix (.parquet, .csv, .jsonl, "
+            ".json), else --output-format, else the input's format.",
             show_default=False,
         ),
     ] = None,
+    output_format: OutputFormat = None,
     top: Annotated[
         int,
         typer.Option("--top", metavar="N", help="Groups shown where the methods disagree most."),
@@ -85,36 +91,57 @@ def compare_cmd(
     """Compare one log's advantages under two or more presets or estimators, side by side.
 
     Per method: mean |A|, std and share of zeros; against the first method: the largest
-    difference, the correlation and the share of responses whose sign differs.
+    difference, the correlation and the share of responses whose sign differs. The layout
+    and reward options are compute's, with its defaults; a trainer dump is read with the
+    layout of the first preset whose dump it is.
     """
+    from grpo_cli.cli.compute import _check_options
+    from grpo_cli.cli.outputs import output_target
     from grpo_cli.compare import compare, methods_from
-    from grpo_cli.io import check_output_path, table_format, write_table
+    from grpo_cli.io import check_output_path, normalize_format, write_table
     from grpo_cli.render import print_warning, stderr_console
 
     methods = methods_from(preset or [], estimator or [])
+    explicit = policy.explicit()
+    for method in methods:  # every option checked before any file is read
+        if method.kind == "preset":
+            _check_options(method.name, explicit)
+        else:
+            _check_options(None, {**explicit, "estimator": method.name})
+    if output_format is not None:
+        normalize_format(output_format)
     sources = sources_or_stdin(sources)
-    explicit = explicit_fields(
-        group_col=group_col, reward_col=reward_col, batch_col=batch_col, length_col=length_col
-    )
     protected = protected_inputs(sources)
     to_stdout = output is not None and str(output) == "-"
-    if output is not None:
-        table_format(output)  # before any input is read
+    if output is not None and not to_stdout:
+        if output.is_dir():
+            raise OutputError(
+                f"-o {output} is a folder; compare writes one table",
+                hint=f"name a file in it, e.g. -o {output / 'compared.parquet'}",
+            )
         check_output_path(output, force=force, protected=protected)
     log = read_input(sources, input_format, tuple(explicit.get("group_cols", ("prompt_id",))))
+    fmt = None
+    if output is not None:
+        _, fmt = output_target(sources, str(output), output_format, log.format)
     result = compare(log.frame, methods, explicit, top=top)
     console = stderr_console()
     if output is not None:
         if not to_stdout:
             remove_leftovers(console, [output], quiet=quiet)
-        write_table(result.frame, output, force=force, protected=protected)
+        write_table(result.frame, output, force=force, protected=protected, fmt=fmt)
     if quiet:
         return
+    if result.layout is not None:
+        console.print(
+            f"read as a {result.layout} dump (the layout of --preset {result.layout_preset}), "
+            "for every method"
+        )
     for warning in result.warnings:
         print_warning(console, warning)
     render_comparison(console, result)
     if output is not None:
-        where = "standard output" if to_stdout else str(output)
+        where = "standard output" if to_stdout else f"{output} ({fmt})"
         names = ", ".join(m.column for m in methods)
         console.print(f"{result.frame.height:,} rows with {names} written to {where}")
 
@@ -171,7 +198,7 @@ def render_comparison(console: Console, result: Comparison) -> None:
     group_rows = [
         [
             escape(", ".join(f"{name}={value}" for name, value in g.key)),
-            str(g.size),
+            f"{g.size:,}",
             _num(g.max_abs_diff),
             escape(g.method.name),
             ", ".join("null" if r is None else f"{r:.4g}" for r in g.rewards),

@@ -494,7 +494,7 @@ def _report(
         )
         print_warning(
             console,
-            f"{run.null_rewards} null or NaN reward(s): left out of the statistics; {fate}",
+            f"{run.null_rewards:,} null or NaN reward(s): left out of the statistics; {fate}",
         )
     render_run_summary(
         console,

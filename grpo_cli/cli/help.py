@@ -133,6 +133,11 @@ EXAMPLES: Final[dict[str, tuple[tuple[str, str], ...]]] = {
             "grpo-adv compare sample_data/rewards.parquet --preset trl -e rloo --top 3",
             "the three groups where they disagree most",
         ),
+        (
+            "grpo-adv compare sample_data/trl_completions --preset trl --preset trl-none "
+            "--reward-weights 1,0.5",
+            "a TRL log: scale_rewards group against none",
+        ),
     ),
     "presets": (
         ("grpo-adv presets", "the table"),

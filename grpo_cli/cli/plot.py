@@ -43,9 +43,14 @@ def plot_cmd(
     *,
     report_params: ReportParams,
     advantage_col: Annotated[
-        str,
-        typer.Option("--advantage-col", metavar="COL", help="The advantage column, if any."),
-    ] = "advantage",
+        str | None,
+        typer.Option(
+            "--advantage-col",
+            metavar="COL",
+            help="The advantage column, if any. Default: advantage, else advantages (verl).",
+            show_default=False,
+        ),
+    ] = None,
     estimator: Annotated[
         str | None,
         typer.Option(
@@ -86,7 +91,7 @@ def plot_cmd(
     remove_leftovers(stderr_console(), [output], quiet=quiet)  # whatever this run's fate
     check_output_path(output, force=force, protected=protected_inputs(sources))
     preload_pyplot()  # while the log is read and summarized
-    explicit = {**report_params.explicit(), "advantage_col": advantage_col}
+    explicit = {**report_params.explicit(), "advantage_col": advantage_col}  # None: detected
     report = report_for(sources, preset, explicit, input_format, by)
     title = dashboard_title(sources, preset=preset, estimator=estimator)
     write_dashboard(report, output, fmt, title=title, methods=report.methods or None, force=force)

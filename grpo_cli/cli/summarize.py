@@ -72,13 +72,15 @@ def summarize_cmd(
     *,
     report_params: ReportParams,
     advantage_col: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--advantage-col",
             metavar="COL",
-            help="The advantage column of an annotated log (its metrics are added).",
+            help="The advantage column of an annotated log (its metrics are added). "
+            "Default: advantage, else advantages (verl).",
+            show_default=False,
         ),
-    ] = "advantage",
+    ] = None,
     force: Force = False,
     quiet: Quiet = False,
 ) -> None:
@@ -126,6 +128,7 @@ def report_for(
     by: list[str] | None,
 ) -> Report:
     """Read the inputs and build the summarize report (``summarize`` and ``plot``)."""
+    from grpo_cli.columns import logged_advantage
     from grpo_cli.layouts import once_per_generation
     from grpo_cli.pipeline import resolve
     from grpo_cli.presets import get_preset
@@ -133,6 +136,8 @@ def report_for(
 
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     log = read_input(sources, input_format, key_cols)
+    given = explicit.get("advantage_col")
+    explicit = {**explicit, "advantage_col": logged_advantage(log.frame.columns, given)}
     layout = get_preset(preset).layout if preset else None
     frame, repeated = once_per_generation(log.frame, layout)
     resolved = resolve(frame, preset, explicit)

@@ -31,11 +31,15 @@ def verify_cmd(
     sources: Sources = None,
     preset: Preset = None,
     advantage_col: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--advantage-col", metavar="COL", help="The logged advantage column to check."
+            "--advantage-col",
+            metavar="COL",
+            help="The logged advantage column to check. Default: advantage, else "
+            "advantages (verl).",
+            show_default=False,
         ),
-    ] = "advantage",
+    ] = None,
     tol: Annotated[
         float,
         typer.Option(
