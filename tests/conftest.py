@@ -39,6 +39,14 @@ def runner() -> CliRunner:
 
 
 @pytest.fixture
+def width_80(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that reads cells of a rendered table pins the width it reads them at: 80
+    columns, Rich's width off a terminal. Nothing else may depend on the width (CI runs
+    the suite under a narrow COLUMNS and a long temporary path)."""
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+@pytest.fixture
 def sample_copy(tmp_path: Path) -> dict[str, Path]:
     """The sample files copied into a temporary folder (outputs land beside them)."""
     copies = {}

@@ -174,6 +174,7 @@ def test_summary_files_in_every_format(
     assert pl.read_json(tmp_path / "groups.json").equals(pl.read_ndjson(tmp_path / "groups.jsonl"))
 
 
+@pytest.mark.usefixtures("width_80")
 def test_terminal_summary_figures(runner: CliRunner, sample_copy: dict[str, Path]) -> None:
     result = runner.invoke(app, ["compute", str(sample_copy["parquet"])])
     assert result.exit_code == 0

@@ -385,6 +385,7 @@ class TestHints:
         assert result.exit_code == 2
         assert "sink_parquet" in result.output and "grpo-adv compute IN" not in result.output
 
+    @pytest.mark.usefixtures("width_80")
     def test_verl_uid_group_is_named_readably(self, tmp_path: Path) -> None:
         args = ["compute", "sample_data/verl_dump", "--preset", "verl", "--replace"]
         result = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "o.jsonl")])

@@ -333,6 +333,7 @@ class TestComputeWithPresets:
         )
         assert "fixed size" not in verl.stderr
 
+    @pytest.mark.usefixtures("width_80")
     def test_summary_names_the_preset_and_batch(
         self, runner: CliRunner, sample_copy: dict[str, Path]
     ) -> None:

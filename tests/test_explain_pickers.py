@@ -420,6 +420,7 @@ class TestTable:
         assert "step" not in rows[0]
         assert [r["row"] for r in rows] == ["4", "5"]
 
+    @pytest.mark.usefixtures("width_80")
     def test_without_step_or_text(self, runner: CliRunner, tmp_path: Path) -> None:
         path = tmp_path / "plain.csv"
         make_log({"a": [1.0, 0.0], "b": [0.0, 1.0]}).write_csv(path)

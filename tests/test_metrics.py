@@ -57,6 +57,7 @@ def _rows(frame: pl.DataFrame, ddof: int = 1) -> pl.LazyFrame:
 
 
 class TestTrlEverywhere:
+    @pytest.mark.usefixtures("width_80")
     def test_compute_run_summary(self, runner: CliRunner, tmp_path: Path) -> None:
         source = tmp_path / "log.parquet"
         case_log().write_parquet(source)
@@ -83,6 +84,7 @@ class TestTrlEverywhere:
         assert tables["overall"]["frac_reward_zero_std"].to_list() == [TRL_OVERALL]
         assert tables["step"]["frac_reward_zero_std"].to_list() == TRL_STEPS
 
+    @pytest.mark.usefixtures("width_80")
     def test_low_memory_run_summary(self, runner: CliRunner, tmp_path: Path) -> None:
         source = tmp_path / "log.parquet"
         case_log().write_parquet(source)

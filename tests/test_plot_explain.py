@@ -87,6 +87,7 @@ LESSON = make_log({"g1": [1.0, 0.0, 0.0, 1.0], "g2": [0.0, 0.0, 1.0, 1.0]})
 
 
 class TestExplain:
+    @pytest.mark.usefixtures("width_80")
     def test_lesson_group(self, runner: CliRunner, tmp_path: Path) -> None:
         path = tmp_path / "lesson.csv"
         LESSON.write_csv(path)

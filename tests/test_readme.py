@@ -31,6 +31,7 @@ def test_readme_example_runs(example: str, tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.usefixtures("width_80")
 def test_readme_summary_block_is_what_compute_prints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
