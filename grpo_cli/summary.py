@@ -218,7 +218,9 @@ class GroupSpans:
         """``12 groups (by prompt_id) span several values of step``."""
         plural = "s" if self.count != 1 else ""
         verb = "span" if self.count != 1 else "spans"
-        return f"{self.count} group{plural} (by {self.key}) {verb} several values of {self.column}"
+        return (
+            f"{self.count:,} group{plural} (by {self.key}) {verb} several values of {self.column}"
+        )
 
 
 def group_spans(

@@ -613,9 +613,13 @@ class TestExclusiveRenames:
         _assert_same_annotation(pl.read_parquet(out), _expected(source))
 
 
-@pytest.mark.parametrize("extra", [[], ["--low-memory"]], ids=["default", "low-memory"])
+@pytest.mark.parametrize(
+    "command",
+    [["compute"], ["compute", "--low-memory"], ["compare", "-e", "grpo", "-e", "rloo"]],
+    ids=["default", "low-memory", "compare"],
+)
 def test_a_refused_rerun_still_removes_dead_runs_leftovers(
-    runner: CliRunner, tmp_path: Path, extra: list[str]
+    runner: CliRunner, tmp_path: Path, command: list[str]
 ) -> None:
     source = _sample(tmp_path)
     out = tmp_path / "out.parquet"
@@ -624,7 +628,7 @@ def test_a_refused_rerun_still_removes_dead_runs_leftovers(
     dead.wait()
     leftover = tmp_path / f".out.parquet.grpo-adv.{dead.pid}@{_host_tag()}.abc.part"
     leftover.write_bytes(b"x" * 10)
-    result = runner.invoke(app, ["compute", str(source), "-o", str(out), *extra])
+    result = runner.invoke(app, [command[0], str(source), "-o", str(out), *command[1:]])
     assert result.exit_code == 4
     assert result.stderr.splitlines()[0] == (
         f"warning: removed 1 leftover(s) of killed grpo-adv runs in {tmp_path} (10 B): "

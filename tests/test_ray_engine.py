@@ -366,12 +366,12 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def head_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def head_node() -> Iterator[dict[str, str]]:
     """A Ray cluster started with ``ray start --head --block`` on a free port (without
     token authentication, so that a plain client attaches), stopped afterwards by stopping
     that process (``ray stop`` would stop every Ray on the machine)."""
     port, client_port = _free_port(), _free_port()
-    temp = tmp_path_factory.mktemp("ray")
+    temp = _short_temp()  # Ray's Unix sockets live under it: never pytest's --basetemp
     env = {**ENV, "RAY_AUTH_MODE": "disabled"}
     start = [
         str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
@@ -401,6 +401,7 @@ def head_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 # Only the GCS address runs in CI: ``ray://`` (Ray Client) passed here by hand and in the

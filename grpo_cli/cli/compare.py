@@ -119,6 +119,7 @@ def compare_cmd(
                 f"-o {output} is a folder; compare writes one table",
                 hint=f"name a file in it, e.g. -o {output / 'compared.parquet'}",
             )
+        remove_leftovers(stderr_console(), [output], quiet=quiet)  # whatever this run's fate
         check_output_path(output, force=force, protected=protected)
     log = read_input(sources, input_format, tuple(explicit.get("group_cols", ("prompt_id",))))
     fmt = None
@@ -127,8 +128,6 @@ def compare_cmd(
     result = compare(log.frame, methods, explicit, top=top)
     console = stderr_console()
     if output is not None:
-        if not to_stdout:
-            remove_leftovers(console, [output], quiet=quiet)
         write_table(result.frame, output, force=force, protected=protected, fmt=fmt)
     if quiet:
         return
