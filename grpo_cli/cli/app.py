@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated, Any, Final, NoReturn
 
 import typer
-from typer._click import exceptions as click_errors  # Typer vendors Click
 from typer.core import TyperGroup
 
 from grpo_cli import __version__
@@ -24,6 +23,7 @@ from grpo_cli.cli.help import HelpCommand, epilog
 from grpo_cli.cli.plot import plot_cmd
 from grpo_cli.cli.presets import presets_cmd
 from grpo_cli.cli.summarize import summarize_cmd
+from grpo_cli.cli.typer_private import NoArgsIsHelpError, NoSuchOption, UsageError, completion
 from grpo_cli.cli.verify import verify_cmd
 from grpo_cli.errors import (
     EXIT_INTERNAL,
@@ -65,10 +65,10 @@ class _Group(TyperGroup):
             return super().main(**given, standalone_mode=False, **extra)
         try:
             returned = super().main(**given, standalone_mode=False, **extra)
-        except click_errors.NoArgsIsHelpError as exc:
+        except NoArgsIsHelpError as exc:
             exc.show()  # the help, as Click shows it
             sys.exit(EXIT_USAGE)
-        except click_errors.UsageError as exc:
+        except UsageError as exc:
             from grpo_cli.render import print_error, stderr_console
 
             print_error(stderr_console(), _usage_error(exc))
@@ -121,7 +121,7 @@ def _shell_completion(args: Sequence[str]) -> None:
                 ),
             )
             sys.exit(EXIT_USAGE)
-        from typer._completion_shared import get_completion_script, install
+        get_completion_script, install = completion()
 
         names = {"prog_name": "grpo-adv", "complete_var": "_GRPO_ADV_COMPLETE"}
         if flag == "--install-completion":
@@ -145,7 +145,7 @@ def _usage_error(exc: Any) -> OptionsError:
     """One line and a hint for a Click usage error."""
     ctx = getattr(exc, "ctx", None)
     where = f"{ctx.command_path} -h" if ctx is not None else "grpo-adv -h"
-    if isinstance(exc, click_errors.NoSuchOption):
+    if isinstance(exc, NoSuchOption):
         close = difflib.get_close_matches(exc.option_name, exc.possibilities or [], n=1)
         suggestion = f"did you mean {' or '.join(close)}? " if close else ""
         return OptionsError(

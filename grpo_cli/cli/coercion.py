@@ -21,6 +21,8 @@ from typing import Any, Final
 
 from typer import BadParameter
 
+from grpo_cli.cli.typer_private import descriptor, runtime_param, set_runtime_param
+
 
 def _flag(text: str) -> bool:
     """A boolean's text (from an environment variable): Click's spellings."""
@@ -91,9 +93,9 @@ def install(params: list[Any]) -> None:
     :class:`PlainValue` (Typer's parameters build theirs lazily, on first use, into
     ``_runtime_param``)."""
     for param in params:
-        descriptor = getattr(param, "type_descriptor", None)
-        if descriptor is None or getattr(param, "_runtime_param", False) is not None:
+        described = descriptor(param)
+        if described is None or runtime_param(param) is not None:
             continue
-        converter = plain_value(descriptor.annotation, descriptor.parameter_info.parser)
+        converter = plain_value(described.annotation, described.parameter_info.parser)
         if converter is not None:
-            param._runtime_param = converter
+            set_runtime_param(param, converter)
