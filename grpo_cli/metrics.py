@@ -64,7 +64,7 @@ import polars as pl
 
 from grpo_cli.columns import REWARD_KEY, SIZE_KEY, VALID_KEY, batch_stat_column
 from grpo_cli.errors import OptionsError
-from grpo_cli.estimators import STAT_COLUMNS
+from grpo_cli.estimators import STAT_COLUMNS, zero_spread
 
 ZERO_STD_ATOL: Final = 1e-8  # torch.isclose's default atol, as TRL uses it
 GROUP_MEAN: Final = STAT_COLUMNS["mean"]
@@ -183,8 +183,8 @@ def trl_zero_std(ddof: int) -> pl.Expr:
 
 def zero_variance() -> pl.Expr:
     """Per row (or group), the group has at least two valid rewards, all exactly equal
-    (its variance is exactly 0: :meth:`EstimatorContext.is_constant`)."""
-    return (pl.col(VALID_KEY) >= 2) & (pl.col(GROUP_VAR) == 0.0)
+    (:func:`grpo_cli.estimators.zero_spread`, the one rule)."""
+    return zero_spread(pl.col(VALID_KEY), pl.col(GROUP_VAR))
 
 
 def profile_columns(

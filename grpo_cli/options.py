@@ -11,10 +11,13 @@ import math
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, fields, replace
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 from grpo_cli.engines import ENGINES
 from grpo_cli.errors import FLAG_SPELLING, GrpoAdvError, OptionsError
+
+if TYPE_CHECKING:
+    from grpo_cli.estimators import Estimator
 
 SINGLETON_POLICIES: Final[dict[str, str]] = {
     "zero": "advantage 0: one response carries no relative information (default)",
@@ -221,7 +224,32 @@ class AdvantageOptions:
         self._check_columns()
         self._check_numbers()
         self._check_choices()
-        self._check_estimator_needs()
+
+    def check_estimator_needs(self, estimator: Estimator) -> None:
+        """What the chosen ``estimator`` (looked up once, by the plan: see
+        :func:`grpo_cli.plan.decide`) needs of the other options: its columns
+        (``--length-col`` for opo...), a length column for ``--token-weighted``, grpo for
+        ``--aggregation normalize_then_sum``, one reward column for process supervision."""
+        for need, flag in (
+            ("length", "--length-col"),
+            ("baseline", "--baseline-col"),
+            ("step_rewards", "--step-rewards-col"),
+        ):
+            if need in estimator.needs and getattr(self, f"{need}_col") is None:
+                raise OptionsError(
+                    f"estimator {estimator.name} needs {flag}",
+                    hint=f"name the column with {flag} COL",
+                )
+        if self.token_weighted and self.length_col is None:
+            raise OptionsError("--token-weighted needs --length-col", hint="name the length column")
+        if self.aggregation == "normalize_then_sum" and self.estimator != "grpo":
+            raise OptionsError(
+                f"--aggregation normalize_then_sum works with --estimator grpo, not "
+                f"{self.estimator}",
+                hint="use --aggregation sum_then_normalize with this estimator",
+            )
+        if estimator.unit == "step" and len(self.reward_cols) > 1:
+            raise OptionsError("estimator process takes its rewards from --step-rewards-col")
 
     def _check_columns(self) -> None:
         if not self.group_cols and self.group_size is None:
@@ -304,31 +332,6 @@ class AdvantageOptions:
             raise OptionsError(
                 "--ray-address is where --backend ray runs", hint="add --backend ray, or drop it"
             )
-
-    def _check_estimator_needs(self) -> None:
-        from grpo_cli.estimators import get_estimator
-
-        estimator = get_estimator(self.estimator)
-        for need, flag in (
-            ("length", "--length-col"),
-            ("baseline", "--baseline-col"),
-            ("step_rewards", "--step-rewards-col"),
-        ):
-            if need in estimator.needs and getattr(self, f"{need}_col") is None:
-                raise OptionsError(
-                    f"estimator {estimator.name} needs {flag}",
-                    hint=f"name the column with {flag} COL",
-                )
-        if self.token_weighted and self.length_col is None:
-            raise OptionsError("--token-weighted needs --length-col", hint="name the length column")
-        if self.aggregation == "normalize_then_sum" and self.estimator != "grpo":
-            raise OptionsError(
-                f"--aggregation normalize_then_sum works with --estimator grpo, not "
-                f"{self.estimator}",
-                hint="use --aggregation sum_then_normalize with this estimator",
-            )
-        if estimator.unit == "step" and len(self.reward_cols) > 1:
-            raise OptionsError("estimator process takes its rewards from --step-rewards-col")
 
     @property
     def weights(self) -> tuple[float, ...]:

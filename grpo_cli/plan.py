@@ -156,7 +156,8 @@ def decide(options: AdvantageOptions, *, hashed: bool = True, has_nulls: bool = 
     """The plan ``options`` make, before any input is seen (engines can refuse it at
     once): the estimator looked up, the keys resolved, hashed when ``hashed`` and the
     estimator has response-level groups."""
-    estimator = get_estimator(options.estimator)
+    estimator = get_estimator(options.estimator)  # the one lookup of a computation
+    options.check_estimator_needs(estimator)
     use_hash = hashed and estimator.uses_groups and estimator.unit == "response"
     return Plan(options, estimator, resolve_keys(options, hashed=use_hash), has_nulls)
 

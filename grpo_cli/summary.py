@@ -46,7 +46,7 @@ from grpo_cli.columns import (
 )
 from grpo_cli.engines.polars import collect
 from grpo_cli.errors import InputError
-from grpo_cli.estimators import get_estimator
+from grpo_cli.estimators import get_estimator, zero_spread
 from grpo_cli.options import AdvantageOptions, speaks_python
 from grpo_cli.plan import Keys, keyed_groups, step_column
 from grpo_cli.rewards import reward_expr
@@ -92,13 +92,16 @@ def group_table(
             size.cast(pl.Int64).alias("size"),
             r.is_null().sum().cast(pl.Int64).alias("n_null"),
             r.mean().alias("mean"),
-            r.std(ddof=options.ddof).alias("std"),
+            r.var(ddof=options.ddof).alias("var"),
             r.min().alias("min"),
             r.max().alias("max"),
             r.count().alias("valid"),
             *extra,
         )
-        .with_columns(zero_std=(pl.col("valid") >= 2) & (pl.col("std") == 0.0))
+        .with_columns(
+            pl.col("var").sqrt().alias("std"),
+            zero_spread(pl.col("valid"), pl.col("var")).alias("zero_std"),
+        )
         .select(*keys.exact, *GROUP_TABLE_COLUMNS, *(e.meta.output_name() for e in extra))
     )
     renames = {k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES}

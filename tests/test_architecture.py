@@ -193,24 +193,28 @@ def test_the_partitioned_engine_refuses_batch_estimators(estimator: str) -> None
 
 
 def test_checks_and_lookups_run_once_per_computation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One computation checks its input once and looks its estimator up once, counted at
+    the registry itself (estimators._lookup, the body of every get_estimator call,
+    whatever name a module imported it under): the plan carries the estimator."""
+    import grpo_cli.estimators as estimators
     import grpo_cli.plan as plan
 
-    calls = {"check_frame": 0, "get_estimator": 0}
-    real_check, real_get = plan.check_frame, plan.get_estimator  # type: ignore[attr-defined]
+    calls = {"check_frame": 0, "lookup": 0}
+    real_check, real_lookup = plan.check_frame, estimators._lookup  # type: ignore[attr-defined]
 
     def counted_check(*args: Any, **kwargs: Any) -> None:
         calls["check_frame"] += 1
         real_check(*args, **kwargs)
 
-    def counted_get(name: str) -> Any:
-        calls["get_estimator"] += 1
-        return real_get(name)
+    def counted_lookup(name: str) -> Any:
+        calls["lookup"] += 1
+        return real_lookup(name)
 
     monkeypatch.setattr(plan, "check_frame", counted_check)
-    monkeypatch.setattr(plan, "get_estimator", counted_get)
+    monkeypatch.setattr(estimators, "_lookup", counted_lookup)
     log = hostile_log(with_nulls=True)
     compute_advantages(log, estimator="reinforce_pp_baseline", batch_col="step")
-    assert calls == {"check_frame": 1, "get_estimator": 1}
+    assert calls == {"check_frame": 1, "lookup": 1}
 
 
 def test_a_hash_collision_reruns_on_the_exact_key(monkeypatch: pytest.MonkeyPatch) -> None:

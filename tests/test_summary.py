@@ -6,6 +6,8 @@ import math
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grpo_cli.pipeline import annotate
 
@@ -61,3 +63,38 @@ def test_run_figures_by_hand(tiny_log: pl.DataFrame) -> None:
     assert run.reward_std == pytest.approx(std)
     assert run.advantage_min == pytest.approx(-1.0)
     assert run.advantage_max == pytest.approx(1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    groups=st.lists(
+        st.tuples(
+            st.floats(-1e6, 1e6, allow_nan=False),
+            st.integers(1, 9),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_one_zero_spread_rule_everywhere(groups: list[tuple[float, int, bool]]) -> None:
+    """The group table's ``zero_std``, the run's ``zero_std_groups`` and the engine's
+    exact-0 advantage follow one rule (estimators.zero_spread): two or more valid rewards,
+    all equal, whatever the value (0.1 and 1/3 included) and whatever the row order."""
+    rows = []
+    for index, (value, size, constant) in enumerate(groups):
+        for k in range(size):
+            reward = value if constant or k == 0 else value + 1.0
+            rows.append((f"g{index}", reward))
+    frame = pl.DataFrame(rows, schema=["prompt_id", "reward"], orient="row").sample(
+        fraction=1.0, shuffle=True, seed=len(rows)
+    )
+    result = annotate(frame)
+    table = result.groups.sort("prompt_id")
+    expected = {f"g{i}": size >= 2 and constant for i, (_, size, constant) in enumerate(groups)}
+    assert dict(zip(table["prompt_id"], table["zero_std"], strict=True)) == expected
+    assert result.run.zero_std_groups == sum(expected.values())
+    zero_rows = result.frame.filter(
+        pl.col("prompt_id").is_in([k for k, v in expected.items() if v])
+    )
+    assert (zero_rows["advantage"] == 0.0).all()

@@ -284,6 +284,7 @@ def _check_options(preset: str | None, explicit: dict[str, Any]) -> AdvantageOpt
     the reward columns."""
     from grpo_cli.options import AdvantageOptions
     from grpo_cli.pipeline import needs_length
+    from grpo_cli.plan import decide
     from grpo_cli.presets import merge_options
 
     fields = merge_options(preset, explicit)
@@ -291,7 +292,9 @@ def _check_options(preset: str | None, explicit: dict[str, Any]) -> AdvantageOpt
         fields.pop("reward_weights", None)
     if needs_length(fields):  # the log may hold one (see pipeline.length_from_columns)
         fields["length_col"] = "length"
-    return AdvantageOptions(**fields)
+    options = AdvantageOptions(**fields)
+    decide(options, hashed=False)  # what the estimator needs of the options, checked now
+    return options
 
 
 def _compute_files(
