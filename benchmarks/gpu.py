@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -23,14 +24,8 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from datasets import write_log
 
-from grpo_cli.columns import REWARD_KEY
 from grpo_cli.engines.polars import annotate_lazy, collect, prepare
-from grpo_cli.engines.torch import (
-    dense_codes,
-    import_torch,
-    resolve_device,
-    segment_advantages,
-)
+from grpo_cli.engines.torch import formula_columns, import_torch, resolve_device, torch_context
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import make_plan
 
@@ -41,26 +36,22 @@ def kernel_seconds(path: Path, device_name: str, rounds: int) -> tuple[float, st
     options = AdvantageOptions(backend="torch", device=device_name)
     frame = pl.read_parquet(path)
     plan = make_plan(frame, options)
-    keys = plan.keys
     prepared = collect(prepare(frame, plan))
-    r = torch.as_tensor(prepared[REWARD_KEY].to_numpy(writable=True), device=device)
-    group = torch.as_tensor(
-        dense_codes(prepared, keys.group).to_numpy(writable=True), device=device
-    )
-    batch = torch.as_tensor(
-        dense_codes(prepared, keys.batch).to_numpy(writable=True), device=device
-    )
+    ctx = torch_context(torch, prepared, plan, device)
+
+    def kernel() -> None:  # a fresh context: its group statistics are computed again
+        formula_columns(replace(ctx), prepared, plan)
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    segment_advantages(torch, r, group, batch, options)  # warm-up
+    kernel()  # warm-up
     sync()
     times = []
     for _ in range(rounds):
         start = time.perf_counter()
-        segment_advantages(torch, r, group, batch, options)
+        kernel()
         sync()
         times.append(time.perf_counter() - start)
     # The same arithmetic on Polars, for scale (in-memory frame, streaming engine).

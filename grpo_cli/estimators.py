@@ -1,10 +1,13 @@
 """The registry of advantage estimators.
 
-Every estimator is a pure function ``fn(ctx) -> polars.Expr`` that states its formula with
-the window helpers of :class:`EstimatorContext` (group and batch statistics over valid
-rewards). Policies shared by all estimators (null rewards, one-response groups, clipping)
-are applied by :mod:`grpo_cli.policies`, so an estimator states only its formula and its own
-edge cases.
+Every estimator is a pure function ``fn(ctx)`` that states its formula once, over the
+named statistics of a :class:`FormulaContext` (group and batch count, mean, variance, sum,
+extrema, the token-weighted forms; the eps placement in ``ctx.norm``). Each engine
+implements the context's few primitives: :class:`EstimatorContext` with Polars windows (the
+Polars, partitioned and Ray engines), :class:`grpo_cli.engines.torch.TorchContext` with torch
+segment operations; so every estimator runs on every engine. Policies shared by all
+estimators (null rewards, one-response groups, clipping) are applied by
+:mod:`grpo_cli.policies`, so an estimator states only its formula and its own edge cases.
 
 Batch statistics (of a value ``x`` over the response's batch) are read through one method,
 :meth:`EstimatorContext.batch_stat`, by name (``BATCH_STATS``): by default they are windows
@@ -22,9 +25,10 @@ paying for the Polars import, which keeps ``grpo-adv --help`` fast.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from grpo_cli import formulas
 from grpo_cli.columns import STAT_COUNT, STAT_MEAN, STAT_VAR
@@ -53,7 +57,7 @@ def group_stat_columns(reward: pl.Expr, group_keys: tuple[str, ...], ddof: int) 
     ]
 
 
-def zero_spread(valid: pl.Expr, var: pl.Expr) -> pl.Expr:
+def zero_spread(valid: Value, var: Value) -> Value:
     """The one zero-spread rule, for every engine, table and figure: at least two valid
     rewards (``valid``) and a variance (``var``, any ddof) of exactly 0, i.e. every valid
     reward equal. Polars' (Welford) variance is exactly 0 on equal values (any values, any
@@ -73,21 +77,181 @@ class BatchStatSource(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class EstimatorContext:
-    """Everything an estimator may read, as Polars expressions and parameters.
+# A per-row column as an engine holds it: a Polars expression (the Polars, partitioned and
+# Ray engines) or a float64 torch tensor with NaN for null (the torch engine).
+Value = Any
 
-    Attributes:
-        reward: the reward as Float64; null marks a row left out of every statistic.
+
+class FormulaContext(ABC):
+    """What an estimator's formula reads, for every engine: the statistics by name, written
+    once here over a few primitives that each engine implements (:class:`EstimatorContext`
+    with Polars windows; :class:`grpo_cli.engines.torch.TorchContext` with torch segment
+    operations).
+
+    A formula combines values with ``+ - * / **``, comparisons, ``& | ~``, ``.sqrt()`` and
+    ``.clip(lo, hi)`` (common to Polars expressions and torch tensors) and with the
+    primitives below; null propagates through arithmetic and is left out of every
+    statistic.
+
+    Attributes (set by each engine's context): ``reward`` (Float64, null marks a row left
+    out of every statistic), ``ddof``, ``eps`` and ``eps_mode`` (see the module docstring),
+    ``singleton_unit`` (a one-reward group has mean 0 and variance 1: verl), ``length``
+    (response lengths, or None), ``token_weighted`` (weight batch statistics by
+    ``length``), ``baseline`` (a per-row baseline reward, or None), ``shaped_clip`` (bounds
+    applied to a value before batch whitening, or None).
+    """
+
+    reward: Value
+    ddof: int
+    eps: float
+    eps_mode: str
+    singleton_unit: bool
+    length: Value | None
+    token_weighted: bool
+    baseline: Value | None
+    shaped_clip: tuple[float, float] | None
+
+    # ---------------------------------------------------------------- engine primitives
+    @abstractmethod
+    def where(
+        self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
+    ) -> Value:
+        """``then`` where ``cond`` holds, else ``otherwise`` (a null ``cond`` does not
+        hold); None stands for null."""
+
+    @abstractmethod
+    def is_null(self, x: Value) -> Value:
+        """Whether ``x`` is null, per row."""
+
+    @abstractmethod
+    def fill_null(self, x: Value, value: float) -> Value:
+        """``x`` with nulls replaced by ``value``."""
+
+    @abstractmethod
+    def maximum(self, x: Value, floor: float) -> Value:
+        """``max(x, floor)`` per row (``floor`` where ``x`` is null)."""
+
+    @abstractmethod
+    def to_float(self, x: Value) -> Value:
+        """``x`` as Float64 (a count, a length, a baseline)."""
+
+    @abstractmethod
+    def reward_stat(self, name: str) -> Value:
+        """The group's ``count`` (valid rewards), ``mean`` or ``var`` (with ``ddof``; null
+        when count <= ddof; exactly 0 when every valid reward is equal) of ``reward``."""
+
+    @abstractmethod
+    def group_agg(self, x: Value, op: str) -> Value:
+        """``sum`` (0 when every value is null), ``count`` (non-null) or ``max`` (null
+        when every value is null) of ``x`` over the row's group."""
+
+    @abstractmethod
+    def batch_agg(self, x: Value, op: str) -> Value:
+        """``sum``, ``count``, ``max``, ``min`` or ``nonzero`` (values other than 0) of
+        ``x`` over the row's batch (nulls left out, as in :meth:`group_agg`)."""
+
+    # ---------------------------------------------------------------- group statistics
+    def count(self) -> Value:
+        """``n_g``: valid rewards in the group."""
+        return self.reward_stat("count")
+
+    def is_singleton(self) -> Value:
+        """The group has exactly one valid reward."""
+        return self.count() == 1
+
+    def _unit_for_singletons(self, value: Value, unit: float) -> Value:
+        if not self.singleton_unit:
+            return value
+        return self.where(self.is_singleton(), unit, value)
+
+    def group_mean(self) -> Value:
+        """Mean of the group's valid rewards (0 for a singleton under ``singleton_unit``)."""
+        return self._unit_for_singletons(self.reward_stat("mean"), 0.0)
+
+    def group_sum(self) -> Value:
+        """Sum of the group's valid rewards."""
+        return self.group_agg(self.reward, "sum")
+
+    def group_var(self) -> Value:
+        """Variance with ``ddof`` (null when n_g <= ddof; 1 for a singleton under
+        ``singleton_unit``)."""
+        return self._unit_for_singletons(self.reward_stat("var"), 1.0)
+
+    def is_constant(self) -> Value:
+        """At least two valid rewards, all equal: the group carries no relative signal
+        (:func:`zero_spread`)."""
+        return zero_spread(self.count(), self.reward_stat("var"))
+
+    def norm(self, centered: Value, var: Value) -> Value:
+        """``centered`` divided by the eps-stabilised spread of ``var`` (per eps_mode): the
+        one place eps is placed, for every estimator and engine."""
+        if self.eps_mode == "std":
+            return centered / (var.sqrt() + self.eps)
+        if self.eps_mode == "var":
+            return centered / (var + self.eps).sqrt()
+        return centered / self.maximum(var, self.eps).sqrt()
+
+    # ---------------------------------------------------------------- batch statistics
+    def batch_weight(self, x: Value) -> Value:
+        """Per row, the weight of ``x`` in batch means and variances: its length when
+        token_weighted, else 1; null where ``x`` is null."""
+        if self.token_weighted and self.length is not None:
+            return self.where(~self.is_null(x), self.to_float(self.length))
+        return self.where(~self.is_null(x), 1.0)
+
+    def batch_stat(self, x: Value, name: str) -> Value:
+        """A statistic of ``x`` over the row's batch, by name (``BATCH_STATS``), with
+        ``w = batch_weight(x)`` and ``W = sum w``:
+
+        - ``mean``: ``sum w x / W``; ``var``: ``sum w (x - mean)^2 / (W - ddof)`` (with
+          token weights, ``W`` is the batch's token count);
+        - ``count``: non-null values; ``max``, ``min``; ``nonzero``: values other than 0.
+
+        Every batch statistic an estimator reads goes through here (see the module
+        docstring)."""
+        w = self.batch_weight(x)
+        if name == "mean":
+            return self.batch_agg(x * w, "sum") / self.batch_agg(w, "sum")
+        if name == "var":
+            mean = self.batch_stat(x, "mean")
+            return self.batch_agg(w * (x - mean) ** 2, "sum") / (
+                self.batch_agg(w, "sum") - self.ddof
+            )
+        return self.batch_agg(x, name)
+
+    def batch_mean(self, x: Value) -> Value:
+        """Mean of ``x`` over the batch (length-weighted when token_weighted)."""
+        return self.batch_stat(x, "mean")
+
+    def batch_var(self, x: Value) -> Value:
+        """Variance of ``x`` over the batch with ``ddof``; token-weighted, it is
+        ``sum(L (x - m)^2) / (sum(L) - ddof)``, ``sum(L)`` being the token count."""
+        return self.batch_stat(x, "var")
+
+    def batch_zscore(self, x: Value) -> Value:
+        """``norm(x - batch_mean(x), batch_var(x))``: batch whitening (of ``x`` clipped to
+        ``shaped_clip`` first, when set).
+
+        A batch whose values are all equal, or with too few values for a variance
+        (count <= ddof), gives exactly 0: it carries no relative information.
+        """
+        if self.shaped_clip is not None:
+            x = x.clip(*self.shaped_clip)
+        flat = (self.batch_stat(x, "count") <= self.ddof) | (
+            self.batch_stat(x, "max") == self.batch_stat(x, "min")
+        )
+        whitened = self.norm(x - self.batch_mean(x), self.batch_var(x))
+        return self.where(flat, 0.0, whitened)
+
+
+@dataclass(frozen=True)
+class EstimatorContext(FormulaContext):
+    """The formula context of the Polars engines: every value a Polars expression, every
+    statistic a window over the group or batch key.
+
+    Attributes (beyond :class:`FormulaContext`'s):
         group_keys: columns of the group key (for ``.over``).
         batch_keys: columns of the batch key (a constant column when the input is one batch).
-        ddof: delta degrees of freedom of every variance.
-        eps: the stabiliser; eps_mode: where it goes (see module docstring).
-        singleton_unit: a group with one valid reward has mean 0 and variance 1 (verl).
-        length: response lengths (token weights), or None.
-        token_weighted: weight batch statistics by ``length``.
-        baseline: a per-row baseline reward, or None.
-        shaped_clip: bounds applied to a value before batch whitening, or None.
         precomputed: the group count, mean and variance of ``reward`` are already
             columns (see :func:`group_stat_columns`): one window pass computes them all.
         batch_source: where batch statistics come from; None: windows over ``batch_keys``.
@@ -107,7 +271,6 @@ class EstimatorContext:
     precomputed: bool = False
     batch_source: BatchStatSource | None = None
 
-    # ---------------------------------------------------------------- group statistics
     def in_group(self, expr: pl.Expr) -> pl.Expr:
         """``expr`` evaluated over the row's group."""
         return expr.over(list(self.group_keys))
@@ -116,118 +279,73 @@ class EstimatorContext:
         """``expr`` evaluated over the row's batch."""
         return expr.over(list(self.batch_keys))
 
-    def _stat(self, name: str, expr: pl.Expr) -> pl.Expr:
+    def where(
+        self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
+    ) -> pl.Expr:
+        """See :meth:`FormulaContext.where`."""
         import polars as pl
 
-        return pl.col(STAT_COLUMNS[name]) if self.precomputed else self.in_group(expr)
+        def lit(value: Value | float | None) -> pl.Expr:
+            return value if isinstance(value, pl.Expr) else pl.lit(value, dtype=pl.Float64)
 
-    def count(self) -> pl.Expr:
-        """``n_g``: valid rewards in the group."""
-        return self._stat("count", self.reward.count())
+        return pl.when(cond).then(lit(then)).otherwise(lit(otherwise))
 
-    def is_singleton(self) -> pl.Expr:
-        """The group has exactly one valid reward."""
-        return self.count() == 1
+    def is_null(self, x: Value) -> pl.Expr:
+        """See :meth:`FormulaContext.is_null`."""
+        return x.is_null()  # type: ignore[no-any-return]
 
-    def _unit_for_singletons(self, expr: pl.Expr, value: float) -> pl.Expr:
+    def fill_null(self, x: Value, value: float) -> pl.Expr:
+        """See :meth:`FormulaContext.fill_null`."""
+        return x.fill_null(value)  # type: ignore[no-any-return]
+
+    def maximum(self, x: Value, floor: float) -> pl.Expr:
+        """See :meth:`FormulaContext.maximum`."""
         import polars as pl
 
-        if not self.singleton_unit:
-            return expr
-        return pl.when(self.is_singleton()).then(pl.lit(value)).otherwise(expr)
+        return pl.max_horizontal(x, pl.lit(floor))
 
-    def group_mean(self) -> pl.Expr:
-        """Mean of the group's valid rewards (0 for a singleton under ``singleton_unit``)."""
-        return self._unit_for_singletons(self._stat("mean", self.reward.mean()), 0.0)
-
-    def group_sum(self) -> pl.Expr:
-        """Sum of the group's valid rewards."""
-        return self.in_group(self.reward.sum())
-
-    def group_var(self) -> pl.Expr:
-        """Variance with ``ddof`` (null when n_g <= ddof; 1 for a singleton under
-        ``singleton_unit``)."""
-        return self._unit_for_singletons(self._stat("var", self.reward.var(ddof=self.ddof)), 1.0)
-
-    def is_constant(self) -> pl.Expr:
-        """At least two valid rewards, all equal: the group carries no relative signal
-        (:func:`zero_spread`, on the window variance: spares two window aggregates)."""
-        return zero_spread(self.count(), self._stat("var", self.reward.var(ddof=self.ddof)))
-
-    def norm(self, centered: pl.Expr, var: pl.Expr) -> pl.Expr:
-        """``centered`` divided by the eps-stabilised spread of ``var`` (per eps_mode)."""
-        if self.eps_mode == "std":
-            return centered / (var.sqrt() + self.eps)
-        if self.eps_mode == "var":
-            return centered / (var + self.eps).sqrt()
+    def to_float(self, x: Value) -> pl.Expr:
+        """See :meth:`FormulaContext.to_float`."""
         import polars as pl
 
-        return centered / pl.max_horizontal(var, pl.lit(self.eps)).sqrt()
+        return x.cast(pl.Float64)  # type: ignore[no-any-return]
 
-    # ---------------------------------------------------------------- batch statistics
-    def batch_weight(self, x: pl.Expr) -> pl.Expr:
-        """Per row, the weight of ``x`` in batch means and variances: its length when
-        token_weighted, else 1; null where ``x`` is null."""
+    def reward_stat(self, name: str) -> pl.Expr:
+        """See :meth:`FormulaContext.reward_stat` (Polars' Welford variance is exactly 0 on
+        equal values): a precomputed column, or a window."""
         import polars as pl
 
-        if self.token_weighted and self.length is not None:
-            return pl.when(x.is_not_null()).then(self.length.cast(pl.Float64))
-        return pl.when(x.is_not_null()).then(pl.lit(1.0))
+        if self.precomputed:
+            return pl.col(STAT_COLUMNS[name])
+        r = self.reward
+        return self.in_group(
+            {"count": r.count(), "mean": r.mean(), "var": r.var(ddof=self.ddof)}[name]
+        )
 
-    def batch_stat(self, x: pl.Expr, name: str) -> pl.Expr:
-        """A statistic of ``x`` over the row's batch, by name (``BATCH_STATS``), with
-        ``w = batch_weight(x)`` and ``W = sum w``:
+    def group_agg(self, x: Value, op: str) -> pl.Expr:
+        """See :meth:`FormulaContext.group_agg`."""
+        return self.in_group({"sum": x.sum(), "count": x.count(), "max": x.max()}[op])
 
-        - ``mean``: ``sum w x / W``; ``var``: ``sum w (x - mean)^2 / (W - ddof)`` (with
-          token weights, ``W`` is the batch's token count);
-        - ``count``: non-null values; ``max``, ``min``; ``nonzero``: values other than 0.
-
-        Every batch statistic an estimator reads goes through here (see the module
-        docstring); ``batch_source`` supplies them when set."""
-        if self.batch_source is not None:
-            return self.batch_source.stat(self, x, name)
-        w = self.batch_weight(x)
-        if name == "mean":
-            return self.in_batch((x * w).sum()) / self.in_batch(w.sum())
-        if name == "var":
-            mean = self.batch_stat(x, "mean")
-            return self.in_batch((w * (x - mean) ** 2).sum()) / (self.in_batch(w.sum()) - self.ddof)
+    def batch_agg(self, x: Value, op: str) -> pl.Expr:
+        """See :meth:`FormulaContext.batch_agg`."""
         aggregate = {
+            "sum": x.sum(),
             "count": x.count(),
             "max": x.max(),
             "min": x.min(),
             "nonzero": (x != 0).sum(),
-        }[name]
+        }[op]
         return self.in_batch(aggregate)
 
-    def batch_mean(self, x: pl.Expr) -> pl.Expr:
-        """Mean of ``x`` over the batch (length-weighted when token_weighted)."""
-        return self.batch_stat(x, "mean")
-
-    def batch_var(self, x: pl.Expr) -> pl.Expr:
-        """Variance of ``x`` over the batch with ``ddof``; token-weighted, it is
-        ``sum(L (x - m)^2) / (sum(L) - ddof)``, ``sum(L)`` being the token count."""
-        return self.batch_stat(x, "var")
-
-    def batch_zscore(self, x: pl.Expr) -> pl.Expr:
-        """``norm(x - batch_mean(x), batch_var(x))``: batch whitening (of ``x`` clipped to
-        ``shaped_clip`` first, when set).
-
-        A batch whose values are all equal, or with too few values for a variance
-        (count <= ddof), gives exactly 0: it carries no relative information.
-        """
-        import polars as pl
-
-        if self.shaped_clip is not None:
-            x = x.clip(*self.shaped_clip)
-        flat = (self.batch_stat(x, "count") <= self.ddof) | (
-            self.batch_stat(x, "max") == self.batch_stat(x, "min")
-        )
-        whitened = self.norm(x - self.batch_mean(x), self.batch_var(x))
-        return pl.when(flat).then(pl.lit(0.0)).otherwise(whitened)
+    def batch_stat(self, x: Value, name: str) -> Value:
+        """See :meth:`FormulaContext.batch_stat`; ``batch_source`` supplies them when
+        set."""
+        if self.batch_source is not None:
+            return self.batch_source.stat(self, x, name)
+        return super().batch_stat(x, name)
 
 
-EstimatorFn = Callable[[EstimatorContext], "pl.Expr"]
+EstimatorFn = Callable[[FormulaContext], Value]
 
 
 @dataclass(frozen=True)
@@ -313,11 +431,9 @@ def _lookup(name: str) -> Estimator:
     return ESTIMATORS[match_name(name, ESTIMATORS, "estimator")]
 
 
-def _zero_if_constant(ctx: EstimatorContext, expr: pl.Expr) -> pl.Expr:
+def _zero_if_constant(ctx: FormulaContext, value: Value) -> Value:
     """Exactly 0 in a zero-variance group, where rounding could leave ``r - mean`` at 1e-17."""
-    import polars as pl
-
-    return pl.when(ctx.is_constant()).then(pl.lit(0.0)).otherwise(expr)
+    return ctx.where(ctx.is_constant(), 0.0, value)
 
 
 @register_estimator(
@@ -328,7 +444,7 @@ def _zero_if_constant(ctx: EstimatorContext, expr: pl.Expr) -> pl.Expr:
     formula="A = (r - mean) / {spread}",
     explain=formulas.grpo,
 )
-def grpo(ctx: EstimatorContext) -> pl.Expr:
+def grpo(ctx: FormulaContext) -> Value:
     """GRPO outcome advantage: ``A = (r - mean_g) / (std_g + eps)`` (eps_mode std).
 
     A zero-variance group gives exactly 0. Under ``singleton=verl`` a one-response group
@@ -345,7 +461,7 @@ def grpo(ctx: EstimatorContext) -> pl.Expr:
     formula="A = r - mean",
     explain=formulas.dr_grpo,
 )
-def dr_grpo(ctx: EstimatorContext) -> pl.Expr:
+def dr_grpo(ctx: FormulaContext) -> Value:
     """``A = r - mean_g``: the group baseline without the std division. Shift invariant."""
     return _zero_if_constant(ctx, ctx.reward - ctx.group_mean())
 
@@ -358,7 +474,7 @@ def dr_grpo(ctx: EstimatorContext) -> pl.Expr:
     formula="A = (r - mean) / {batch_spread}",
     explain=formulas.batch_std,
 )
-def batch_std(ctx: EstimatorContext) -> pl.Expr:
+def batch_std(ctx: FormulaContext) -> Value:
     """``A = norm(r - mean_g, var_b(r))``: centred in the group, scaled by the std of all
     valid rewards of the batch."""
     return _zero_if_constant(
@@ -374,21 +490,15 @@ def batch_std(ctx: EstimatorContext) -> pl.Expr:
     formula="A = r - (sum - r) / (n - 1)",
     explain=formulas.rloo,
 )
-def rloo(ctx: EstimatorContext) -> pl.Expr:
+def rloo(ctx: FormulaContext) -> Value:
     """Leave-one-out baseline: ``A_i = r_i - (sum_g - r_i) / (n_g - 1)``.
 
     Sums to 0 over each group. A one-response group has no other response: its advantage is
     the singleton policy's (verl leaves the raw reward: ``singleton=verl`` or ``raw``).
     """
-    import polars as pl
-
-    n = ctx.count().cast(pl.Float64)
+    n = ctx.to_float(ctx.count())
     loo = ctx.reward - (ctx.group_sum() - ctx.reward) / (n - 1.0)
-    return (
-        pl.when(ctx.is_singleton())
-        .then(ctx.reward - ctx.group_mean())
-        .otherwise(_zero_if_constant(ctx, loo))
-    )
+    return ctx.where(ctx.is_singleton(), ctx.reward - ctx.group_mean(), _zero_if_constant(ctx, loo))
 
 
 @register_estimator(
@@ -401,7 +511,7 @@ def rloo(ctx: EstimatorContext) -> pl.Expr:
     formula="x = r - mean; A = (x - mean_b) / {batch_spread}",
     explain=formulas.reinforce_pp_baseline,
 )
-def reinforce_pp_baseline(ctx: EstimatorContext) -> pl.Expr:
+def reinforce_pp_baseline(ctx: FormulaContext) -> Value:
     """``x = r - mean_g``; ``A = norm(x - mean_b(x), var_b(x))`` (length-weighted with
     token_weighted). A zero-variance group has x = 0 exactly before whitening."""
     return ctx.batch_zscore(_zero_if_constant(ctx, ctx.reward - ctx.group_mean()))
@@ -416,7 +526,7 @@ def reinforce_pp_baseline(ctx: EstimatorContext) -> pl.Expr:
     whitens=True,
     scope="batch",
 )
-def reinforce_pp(ctx: EstimatorContext) -> pl.Expr:
+def reinforce_pp(ctx: FormulaContext) -> Value:
     """``A = norm(r - mean_b, var_b)``: no group baseline (the outcome reward on the last
     token with gamma 1 makes every token's return r)."""
     return ctx.batch_zscore(ctx.reward)
@@ -430,16 +540,14 @@ def reinforce_pp(ctx: EstimatorContext) -> pl.Expr:
     formula="A = r - sum(L r) / sum(L)",
     explain=formulas.opo,
 )
-def opo(ctx: EstimatorContext) -> pl.Expr:
+def opo(ctx: FormulaContext) -> Value:
     """``A = r - sum_g(L r) / sum_g(L)`` with L the response length (``length_col``).
 
     Under ``singleton=verl`` a one-response group has baseline 0 (``A = r``).
     """
-    import polars as pl
-
     assert ctx.length is not None
-    weight = pl.when(ctx.reward.is_not_null()).then(ctx.length.cast(pl.Float64))
-    baseline = ctx.in_group((weight * ctx.reward).sum()) / ctx.in_group(weight.sum())
+    weight = ctx.where(~ctx.is_null(ctx.reward), ctx.to_float(ctx.length))
+    baseline = ctx.group_agg(weight * ctx.reward, "sum") / ctx.group_agg(weight, "sum")
     baseline = ctx._unit_for_singletons(baseline, 0.0)
     return _zero_if_constant(ctx, ctx.reward - baseline)
 
@@ -452,15 +560,12 @@ def opo(ctx: EstimatorContext) -> pl.Expr:
     formula="A = alpha (r - mean)",
     explain=formulas.gpg,
 )
-def gpg(ctx: EstimatorContext) -> pl.Expr:
+def gpg(ctx: FormulaContext) -> Value:
     """``A = alpha (r - mean_g)`` with ``alpha = B / max(#{r != 0 in b}, 1)``, B the number of
     valid rewards in the batch."""
-    import polars as pl
-
     r = ctx.reward
-    valid = ctx.batch_stat(r, "count").cast(pl.Float64)
-    nonzero = ctx.batch_stat(r, "nonzero").cast(pl.Float64)
-    alpha = valid / pl.max_horizontal(nonzero, pl.lit(1.0))
+    valid = ctx.to_float(ctx.batch_stat(r, "count"))
+    alpha = valid / ctx.maximum(ctx.to_float(ctx.batch_stat(r, "nonzero")), 1.0)
     return alpha * _zero_if_constant(ctx, r - ctx.group_mean())
 
 
@@ -472,17 +577,15 @@ def gpg(ctx: EstimatorContext) -> pl.Expr:
     formula="A = (best - second best) / {spread} for the unique best, else 0",
     explain=formulas.grpo_passk,
 )
-def grpo_passk(ctx: EstimatorContext) -> pl.Expr:
+def grpo_passk(ctx: FormulaContext) -> Value:
     """The response with the group's maximum reward gets ``norm(r_max - r_2nd, var_g)``;
     every other response 0. A tie for the maximum gives 0 to all (r_max = r_2nd)."""
-    import polars as pl
-
     r = ctx.reward
-    best = ctx.in_group(r.max())
-    n_best = ctx.in_group((r == best).sum())
-    second = ctx.in_group(pl.when(r < best).then(r).max())
+    best = ctx.group_agg(r, "max")
+    n_best = ctx.group_agg(ctx.where(r == best, 1.0, 0.0), "sum")
+    second = ctx.group_agg(ctx.where(r < best, r), "max")
     gap = ctx.norm(best - second, ctx.group_var())
-    return pl.when((r == best) & (n_best == 1)).then(gap).otherwise(pl.lit(0.0))
+    return ctx.where((r == best) & (n_best == 1), gap, 0.0)
 
 
 @register_estimator(
@@ -492,12 +595,26 @@ def grpo_passk(ctx: EstimatorContext) -> pl.Expr:
     uses_groups=False,
     needs=frozenset({"baseline"}),
 )
-def remax(ctx: EstimatorContext) -> pl.Expr:
+def remax(ctx: FormulaContext) -> Value:
     """``A = r - b`` with b from ``baseline_col`` (null b gives a null advantage)."""
-    import polars as pl
-
     assert ctx.baseline is not None
-    return ctx.reward - ctx.baseline.cast(pl.Float64)
+    return ctx.reward - ctx.to_float(ctx.baseline)
+
+
+def gdpo(batch: FormulaContext, rewards: Sequence[tuple[FormulaContext, float]]) -> Value:
+    """GDPO (TRL ``multi_objective_aggregation='normalize_then_sum'``): each reward k (the
+    ``reward`` of ``rewards[k][0]``, weight ``rewards[k][1]``) is z-scored in its group by
+    :func:`grpo`, ``z_k = norm(r_k - mean_g, var_g)`` (null where fewer than two valid
+    values with ddof 1), ``s = sum_k w_k z_k`` with nulls as 0 (null when every reward is
+    null), then ``A = norm(s - mean_b(s), var_b(s))`` over ``batch``'s batches."""
+    summed = None
+    all_null = None
+    for ctx, weight in rewards:
+        z = ctx.fill_null(grpo(ctx) * weight, 0.0)
+        null = ctx.is_null(ctx.reward)
+        summed = z if summed is None else summed + z
+        all_null = null if all_null is None else all_null & null
+    return batch.batch_zscore(batch.where(all_null, None, summed))
 
 
 # Process supervision (DeepSeekMath sec. 4.1.3) runs GRPO's formula on the exploded step

@@ -184,7 +184,8 @@ def trl_zero_std(ddof: int) -> pl.Expr:
 def zero_variance() -> pl.Expr:
     """Per row (or group), the group has at least two valid rewards, all exactly equal
     (:func:`grpo_cli.estimators.zero_spread`, the one rule)."""
-    return zero_spread(pl.col(VALID_KEY), pl.col(GROUP_VAR))
+    rule: pl.Expr = zero_spread(pl.col(VALID_KEY), pl.col(GROUP_VAR))
+    return rule
 
 
 def profile_columns(

@@ -10,6 +10,8 @@ step reward a null advantage (left out of the statistics).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from grpo_cli.columns import REWARD_KEY, ROW_KEY, STEP_Z
@@ -17,20 +19,31 @@ from grpo_cli.plan import Plan, estimator_context
 from grpo_cli.policies import apply_policies
 from grpo_cli.rewards import reward_expr
 
+# The step z-scores: the exploded steps (one row per step reward, REWARD_KEY its reward)
+# with the column STEP_Z added (the estimator's formula over the steps).
+StepScores = Callable[[pl.LazyFrame, Plan], pl.LazyFrame]
 
-def process_advantages(frame: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
-    """``frame`` plus the list column ``options.advantage_col`` (see module docstring)."""
+
+def polars_step_scores(steps: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
+    """The step z-scores with Polars windows (see :data:`StepScores`)."""
+    return steps.with_columns(plan.estimator.fn(estimator_context(plan)).alias(STEP_Z))
+
+
+def process_advantages(
+    frame: pl.LazyFrame, plan: Plan, scores: StepScores = polars_step_scores
+) -> pl.LazyFrame:
+    """``frame`` plus the list column ``options.advantage_col`` (see module docstring);
+    ``scores`` evaluates the formula over the steps (an engine's own arithmetic)."""
     options, keys = plan.options, plan.keys
     assert options.step_rewards_col is not None
     column = options.step_rewards_col
     indexed = frame.with_row_index(ROW_KEY)
     steps = (
-        indexed.select(ROW_KEY, *keys.group, *keys.batch, column)
+        indexed.select(ROW_KEY, *dict.fromkeys((*keys.group, *keys.batch)), column)
         .explode(column)
         .with_columns(reward_expr(column, options.nulls).alias(REWARD_KEY))
     )
-    z = plan.estimator.fn(estimator_context(plan))
-    steps = steps.with_columns(z.alias(STEP_Z))
+    steps = scores(steps, plan)
     # Reward-to-go within each response: reverse cumulative sum, nulls kept as null.
     to_go = pl.col(STEP_Z).fill_null(0.0).reverse().cum_sum().reverse().over(ROW_KEY)
     advantage = apply_policies(to_go, plan, reward=pl.col(REWARD_KEY), singleton=None)

@@ -10,45 +10,135 @@ from typer.testing import CliRunner
 
 from grpo_cli import compute_advantages
 from grpo_cli.cli import app
-from grpo_cli.engines.torch import SUPPORTED
 from grpo_cli.errors import OptionsError
+from grpo_cli.estimators import ESTIMATORS
 from grpo_cli.pipeline import annotate
+from grpo_cli.presets import PRESETS
 from tests.conftest import SAMPLE_FILES
 from tests.test_presets import hostile_log
 
 torch = pytest.importorskip("torch")
 
+# Every policy, alone or where two meet (each run on every estimator, Polars vs torch).
 POLICIES: list[dict[str, Any]] = [
     {},
     {"ddof": 0},
     {"eps_mode": "var", "eps": 1e-3},
     {"eps_mode": "var_floor", "eps": 0.5},
+    {"eps_mode": "var_floor", "eps": 0.5, "singleton": "formula"},
+    {"singleton": "zero"},
     {"singleton": "raw"},
     {"singleton": "null"},
     {"singleton": "verl", "eps": 1e-6},
     {"singleton": "formula"},
+    {"singleton": "formula", "ddof": 0},
+    {"singleton": "drop"},
     {"nulls": "zero"},
     {"nulls": "fill_zero"},
     {"clip": (-0.5, 0.5)},
+    {"clip": (-0.5, 0.5), "clip_stage": "shaped"},
+    {"token_weighted": True},
+    {"token_weighted": True, "ddof": 0, "batch_col": "step"},
     {"batch_col": "step"},
     {"reward_cols": ("reward", "format_reward"), "reward_weights": (1.0, 0.5)},
+    {"aggregation": "normalize_then_sum", "reward_cols": ("reward", "format_reward")},
 ]
 
 
-@pytest.mark.parametrize("estimator", SUPPORTED)
-@pytest.mark.parametrize(
-    "policy", POLICIES, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "defaults"
-)
-def test_torch_matches_polars(estimator: str, policy: dict[str, Any]) -> None:
+def parity_log() -> pl.DataFrame:
+    """The hostile log (a zero-variance group, a tie for the maximum, singletons, null
+    rewards) with the columns every estimator may read: ``length``, a ``baseline`` (one
+    null) and step rewards (an empty list, a null list, a null step)."""
     log = hostile_log(with_nulls=True)
-    polars_run = compute_advantages(log, estimator=estimator, deterministic=True, **policy)
-    torch_run = compute_advantages(
-        log, estimator=estimator, backend="torch", device="cpu", **policy
+    steps: list[list[float | None] | None] = []
+    for i, (reward, extra) in enumerate(zip(log["reward"], log["format_reward"], strict=True)):
+        first = 0.5 if reward is None else reward
+        steps.append(None if i == 5 else [] if i == 9 else [first, extra, None if i == 11 else 1.0])
+    baseline = [None if i == 2 else 0.25 * (i % 4) for i in range(log.height)]
+    return log.with_columns(
+        pl.Series("steps", steps, dtype=pl.List(pl.Float64)),
+        pl.Series("baseline", baseline, dtype=pl.Float64),
     )
-    a, b = polars_run["advantage"], torch_run["advantage"]
+
+
+COLUMNS = {"length": "length_col", "baseline": "baseline_col", "step_rewards": "step_rewards_col"}
+NAMES = {"length": "length", "baseline": "baseline", "step_rewards": "steps"}
+
+
+def columns_for(estimator: str, policy: dict[str, Any]) -> dict[str, str]:
+    """The column options ``estimator`` needs (and ``length_col`` for token weights)."""
+    needs = set(ESTIMATORS[estimator].needs) | (
+        {"length"} if policy.get("token_weighted") else set()
+    )
+    return {COLUMNS[need]: NAMES[need] for need in needs}
+
+
+def assert_same(a: pl.Series, b: pl.Series) -> None:
+    """Equal nulls and at most 1e-12 apart (list columns: equal lists, step by step)."""
+    assert a.dtype == b.dtype
+    if a.dtype == pl.List(pl.Float64):
+        assert a.list.len().to_list() == b.list.len().to_list()
+        a, b = a.explode(), b.explode()
+    assert a.len() == b.len()
     assert a.is_null().to_list() == b.is_null().to_list()
+    assert a.is_nan().sum() == 0
     diff = (a - b).abs().max()
-    assert diff is None or diff <= 1e-12  # type: ignore[operator]
+    assert diff is None or diff <= 1e-12, diff  # type: ignore[operator]
+
+
+def on_both(run: Any) -> int:
+    """``run(**engine)`` on the Polars engine and on torch: the same advantages, or the
+    same refusal of the options (not of the engine). 1 when both computed."""
+    try:
+        expected = run(deterministic=True)
+    except OptionsError as polars_error:
+        with pytest.raises(OptionsError) as info:
+            run(backend="torch", device="cpu")
+        assert info.value.message == polars_error.message
+        return 0
+    assert_same(expected["advantage"], run(backend="torch", device="cpu")["advantage"])
+    return 1
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_every_estimator_and_policy_matches_polars(estimator: str) -> None:
+    """Every estimator x every policy: torch equals Polars to 1e-12 (nulls equal)."""
+    log = parity_log()
+    computed = []
+    for policy in POLICIES:
+        options = {**policy, **columns_for(estimator, policy)}
+
+        def run(**engine: Any) -> pl.DataFrame:
+            return compute_advantages(log, estimator=estimator, **options, **engine)  # noqa: B023
+
+        computed.append(on_both(run))
+    assert computed[0] == 1  # the defaults always compute
+    # only the options' own refusals (GDPO is GRPO's; process takes one reward column)
+    assert sum(computed) >= len(POLICIES) - 2, computed
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_matches_polars_with_every_estimator(preset: str) -> None:
+    """Every preset x every estimator (its policies as the preset sets them)."""
+    log = parity_log()
+    computed = 0
+    for estimator in ESTIMATORS:
+        options: dict[str, Any] = columns_for(estimator, dict(PRESETS[preset].options))
+
+        def run(**engine: Any) -> pl.DataFrame:
+            return annotate(log, preset, estimator=estimator, **options, **engine).frame  # noqa: B023
+
+        computed += on_both(run)
+    assert computed >= 1
+
+
+def test_equal_rewards_have_exactly_zero_variance_on_torch() -> None:
+    """0.1 three times does not average to 0.1 in floating point: the group still has
+    variance exactly 0 (the zero-spread rule), advantages exactly 0."""
+    log = pl.DataFrame({"prompt_id": ["a"] * 3 + ["b"] * 2, "reward": [0.1, 0.1, 0.1, 0.0, 1.0]})
+    got = annotate(log, backend="torch", device="cpu")
+    assert got.frame["advantage"].to_list()[:3] == [0.0, 0.0, 0.0]
+    assert got.run.zero_std_groups == 1
 
 
 def test_torch_run_summary_matches() -> None:
@@ -105,9 +195,9 @@ def test_a_hash_collision_falls_back_to_the_exact_key(monkeypatch: pytest.Monkey
     runs: list[bool] = []
     real_columns = engine.torch_columns
 
-    def recording(frame: pl.DataFrame, options: Any, keys: Any) -> pl.DataFrame:
-        runs.append(keys.hashed)
-        return real_columns(frame, options, keys)
+    def recording(frame: pl.DataFrame, plan: Any) -> pl.DataFrame:
+        runs.append(plan.keys.hashed)
+        return real_columns(frame, plan)
 
     monkeypatch.setattr(engine, "torch_columns", recording)
     monkeypatch.setattr(plan, "hash_collision", lambda frame, keys: keys.hashed)

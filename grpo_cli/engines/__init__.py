@@ -79,7 +79,7 @@ ENGINES: Final[dict[str, EngineInfo]] = {
         ),
         EngineInfo(
             "torch",
-            "torch segment sums (index_add_) on --device; grpo, dr_grpo, rloo, batch_std",
+            "torch segment operations (index_add_, scatter_reduce) on --device; every estimator",
             "grpo_cli.engines.torch",
         ),
         EngineInfo(

@@ -24,7 +24,7 @@ from grpo_cli.columns import (
     VALID_KEY,
 )
 from grpo_cli.engines import ENGINES, EngineInfo
-from grpo_cli.estimators import get_estimator, group_stat_columns
+from grpo_cli.estimators import gdpo, group_stat_columns
 from grpo_cli.plan import (
     Plan,
     collision_columns,
@@ -38,21 +38,13 @@ from grpo_cli.rewards import combined_reward, reward_expr
 
 
 def gdpo_expr(plan: Plan) -> pl.Expr:
-    """GDPO (TRL ``multi_objective_aggregation='normalize_then_sum'``): each reward k is
-    z-scored in its group, ``z_k = norm(r_k - mean_g, var_g)`` (null where fewer than two
-    valid values with ddof 1), ``s = sum_k w_k z_k`` with nulls as 0 (null when every
-    reward is null), then ``A = norm(s - mean_b(s), var_b(s))``."""
+    """GDPO (see :func:`grpo_cli.estimators.gdpo`) over the plan's reward columns."""
     options = plan.options
-    grpo = get_estimator("grpo").fn
-    zs = []
-    for column, weight in zip(options.reward_cols, options.weights, strict=True):
-        ctx = estimator_context(plan, reward_expr(column, options.nulls))
-        zs.append(grpo(ctx) * weight)
-    all_null = pl.all_horizontal(
-        [reward_expr(c, options.nulls).is_null() for c in options.reward_cols]
-    )
-    summed = pl.when(all_null).then(None).otherwise(pl.sum_horizontal(zs))
-    return estimator_context(plan).batch_zscore(summed)
+    rewards = [
+        (estimator_context(plan, reward_expr(column, options.nulls)), weight)
+        for column, weight in zip(options.reward_cols, options.weights, strict=True)
+    ]
+    return gdpo(estimator_context(plan), rewards)  # type: ignore[no-any-return]
 
 
 def advantage_expr(plan: Plan, *, precomputed: bool = False) -> pl.Expr:
