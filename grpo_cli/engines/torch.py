@@ -141,6 +141,9 @@ def torch_context(torch: Any, frame: pl.DataFrame, plan: Plan, device: Any) -> T
     def codes(columns: tuple[str, ...]) -> Any:
         return torch.as_tensor(dense_codes(frame, columns).to_numpy(writable=True), device=device)
 
+    def count(columns: tuple[str, ...]) -> int:  # the number of distinct keys, on the host
+        return frame.select(pl.struct(list(columns)).n_unique()).item() if frame.height else 0
+
     def column(name: str | None) -> Any:  # absent from process supervision's steps
         if name is None or name not in frame.columns:
             return None
@@ -149,7 +152,9 @@ def torch_context(torch: Any, frame: pl.DataFrame, plan: Plan, device: Any) -> T
     return TorchContext(
         torch=torch,
         group=codes(keys.group),
+        groups=count(keys.group),
         batch=codes(keys.batch),
+        batches=count(keys.batch),
         reward=column(REWARD_KEY),
         ddof=options.ddof,
         eps=options.eps,
@@ -198,12 +203,14 @@ def formula_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> dict[
 class TorchContext(FormulaContext):
     """The formula context (:class:`grpo_cli.estimators.FormulaContext`) on torch: every
     value a float64 tensor (one entry per row, NaN for null), every statistic a segment
-    reduction over dense codes (``group``, ``batch``: int64 tensors, 0..k-1) gathered back
-    to the rows."""
+    reduction over dense codes (``group``, ``batch``: int64 tensors, 0..k-1, with k
+    ``groups``, ``batches``) gathered back to the rows."""
 
     torch: Any
     group: Any
+    groups: int
     batch: Any
+    batches: int
     reward: Any
     ddof: int
     eps: float
@@ -258,7 +265,7 @@ class TorchContext(FormulaContext):
         mean = self.group_agg(r, "sum") / n
         centred = self.fill_null(r - mean, 0.0)
         var = self.group_agg(centred * centred, "sum") / (n - self.ddof)
-        equal = self.group_agg(r, "max") == self._segment(self.group, r, "min")
+        equal = self.group_agg(r, "max") == self._segment(self.group, self.groups, r, "min")
         var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
         return {"count": n, "mean": mean, "var": var}
 
@@ -268,17 +275,16 @@ class TorchContext(FormulaContext):
 
     def group_agg(self, x: Value, op: str) -> Any:
         """See :meth:`FormulaContext.group_agg`."""
-        return self._segment(self.group, x, op)
+        return self._segment(self.group, self.groups, x, op)
 
     def batch_agg(self, x: Value, op: str) -> Any:
         """See :meth:`FormulaContext.batch_agg`."""
-        return self._segment(self.batch, x, op)
+        return self._segment(self.batch, self.batches, x, op)
 
-    def _segment(self, codes: Any, x: Value, op: str) -> Any:
+    def _segment(self, codes: Any, size: int, x: Value, op: str) -> Any:
         """The reduction ``op`` of ``x`` per code (NaN left out), gathered to the rows."""
         torch = self.torch
         x = self.to_float(x)
-        size = int(codes.max().item()) + 1 if codes.numel() else 0
         valid = ~torch.isnan(x)
         count = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(
             0, codes, valid.to(torch.float64)
