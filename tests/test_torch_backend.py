@@ -206,3 +206,19 @@ def test_a_hash_collision_falls_back_to_the_exact_key(monkeypatch: pytest.Monkey
     assert runs == [True, False]  # hashed, then again on the exact key
     expected = compute_advantages(log, deterministic=True)["advantage"]
     assert (fallback - expected).abs().max() <= 1e-12  # type: ignore[operator]
+
+
+def test_a_new_estimator_is_one_entry_and_runs_on_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An estimator registered anywhere (here: half the Dr. GRPO advantage, over the
+    group's maximum) runs on torch with no change to the engine."""
+    from grpo_cli.estimators import FormulaContext, Value, register_estimator
+
+    monkeypatch.setattr("grpo_cli.estimators.ESTIMATORS", dict(ESTIMATORS))
+
+    @register_estimator("half_gap", "0.5 (r - mean_g) / max_g", "a test")
+    def half_gap(ctx: FormulaContext) -> Value:
+        return 0.5 * (ctx.reward - ctx.group_mean()) / ctx.group_agg(ctx.reward, "max")
+
+    log = pl.DataFrame({"prompt_id": ["a", "a", "b", "b"], "reward": [1.0, 3.0, 2.0, 4.0]})
+    got = compute_advantages(log, estimator="half_gap", backend="torch", device="cpu")
+    assert got["advantage"].to_list() == [-1 / 6, 1 / 6, -0.125, 0.125]
