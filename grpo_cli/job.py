@@ -24,6 +24,7 @@ import contextlib
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -63,28 +64,40 @@ def _no_progress() -> Iterator[Progress]:
     yield _NoProgress()
 
 
-@dataclass(frozen=True)
+@dataclass
 class JobResult:
     """What a job did.
 
     Attributes:
-        run: the run's figures (the CLI's summary table).
         options: the options the job ran with (preset, layout and explicit choices merged).
-        warnings: what the user should know (a TRL group size inferred, ...), one line each.
         layout: the trainer dump layout the log was read in, or None.
         output: what was written, for people (``out.parquet (parquet)``, ``standard
             output``, ``OUT/ (Parquet parts)``, ``3 files: a ... c``).
         summary_path: where the per-group table went, or None.
+        paths: the output files (or folder) written; empty for standard output.
+        run: the run's figures (the CLI's summary table); on an in-memory engine computed
+            on first use (one more pass over the rows, which a quiet caller never pays).
+        warnings: what the user should know (a TRL group size inferred, groups spanning
+            steps, ...), one line each; computed on first use too.
     """
 
-    run: RunSummary
     options: AdvantageOptions
-    warnings: tuple[str, ...]
     layout: str | None
     output: str
-    summary_path: Path | None = None
-    paths: tuple[Path, ...] = field(default=())
-    """The output files (or folder) written; empty for standard output."""
+    summary_path: Path | None
+    paths: tuple[Path, ...]
+    figures: Callable[[], RunSummary] = field(repr=False)
+    notices: Callable[[], tuple[str, ...]] = field(default=tuple, repr=False)
+
+    @cached_property
+    def run(self) -> RunSummary:
+        """The run's figures."""
+        return self.figures()
+
+    @cached_property
+    def warnings(self) -> tuple[str, ...]:
+        """What the user should know, one line each."""
+        return self.notices()
 
 
 def alias_of(flag: str) -> str:
@@ -304,13 +317,13 @@ def _run_frame(
                 flag="--summary",
             )
     return JobResult(
-        result.run,
         result.options,
-        tuple(result.warnings),
         result.layout,
         shown,
         summary_path,
         tuple(path for path, _ in targets.values() if path is not None),
+        lambda: result.run,
+        lambda: result.warnings,
     )
 
 
@@ -384,7 +397,7 @@ def _run_file(
     check_output_path(target, force=force, protected=[source])
     with atomic_path(target, force=force) as tmp:
         run = cast("FileEngine", engine).annotate_files(FileJob((source,), tmp, plan))
-    return JobResult(run, options, (), None, f"{target} (parquet)", None, (target,))
+    return JobResult(options, None, f"{target} (parquet)", None, (target,), lambda: run)
 
 
 def _within_steps(
@@ -458,7 +471,7 @@ def _run_dataset(
         job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups, notes)
         run = cast("FileEngine", engine).annotate_files(job)
     shown = f"{target}/ (Parquet parts)"
-    return JobResult(run, resolved.options, (), resolved.layout, shown, summary_path, (target,))
+    return JobResult(resolved.options, resolved.layout, shown, summary_path, (target,), lambda: run)
 
 
 def _resolve_on_schema(

@@ -145,3 +145,25 @@ def test_readme_run_job_example_runs(
     assert capsys.readouterr().out == (
         f"annotated.parquet (parquet) {expected.run.rows} {expected.run.zero_std_groups}\n"
     )
+
+
+def test_the_figures_are_computed_on_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller that never reads ``.run`` (``grpo-adv compute -q``) pays no metric pass."""
+    from grpo_cli import metrics
+
+    calls: list[int] = []
+    partials = metrics.partials
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return partials(*args, **kwargs)
+
+    monkeypatch.setattr(metrics, "partials", counted)
+    source = tmp_path / "log.parquet"
+    reward_log().write_parquet(source)
+    result = run_job([source], tmp_path / "o.parquet", span_check=False)
+    assert calls == []
+    assert result.run.rows == 11
+    assert calls == [1]
