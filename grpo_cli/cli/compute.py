@@ -123,7 +123,6 @@ def _report(console: Console, result: JobResult, preset: str | None) -> None:
     from grpo_cli.render import print_warning, render_run_summary
 
     run, options, summary_path = result.run, result.options, result.summary_path
-
     for warning in result.warnings:
         print_warning(console, warning)
     if run.null_rewards:
