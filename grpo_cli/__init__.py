@@ -7,6 +7,11 @@ Python API::
 
     annotated = compute_advantages(pl.read_parquet("rewards.parquet"), ddof=1, eps=1e-8)
 
+    # a whole job, on any engine: read, compute, write (what ``grpo-adv compute`` runs)
+    from grpo_cli import run_job
+
+    result = run_job(["rewards.parquet"], "out.parquet", engine={"backend": "partitioned"})
+
 Attributes are loaded on first use, so importing the package (and ``grpo-adv --help``)
 does not import Polars.
 """
@@ -25,6 +30,7 @@ __all__ = [
     "compute_advantages",
     "group_table",
     "read_rewards",
+    "run_job",
 ]
 
 if TYPE_CHECKING:
@@ -32,6 +38,7 @@ if TYPE_CHECKING:
     from grpo_cli.errors import GrpoAdvError
     from grpo_cli.estimators import ESTIMATORS
     from grpo_cli.io import read_rewards
+    from grpo_cli.job import run_job
     from grpo_cli.options import AdvantageOptions
     from grpo_cli.summary import group_table
 
@@ -40,6 +47,7 @@ _LAZY = {
     "GrpoAdvError": "grpo_cli.errors",
     "ESTIMATORS": "grpo_cli.estimators",
     "read_rewards": "grpo_cli.io",
+    "run_job": "grpo_cli.job",
     "AdvantageOptions": "grpo_cli.options",
     "group_table": "grpo_cli.summary",
 }

@@ -4,6 +4,7 @@ policies applied once, and no import circle (lazy imports included)."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -101,11 +102,49 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_core_never_imports_the_cli_or_rich() -> None:
     graph = import_graph()
-    core = ("plan", "columns", "rewards", "schema", "policies", "estimators", "compute")
+    core = (
+        "plan", "columns", "rewards", "schema", "policies", "estimators", "compute", "job",
+        "outputs",
+    )  # fmt: skip
     for name in (f"grpo_cli.{m}" for m in core):
         text = (PACKAGE / f"{name.split('.')[-1]}.py").read_text()
         assert "import typer" not in text and "import rich" not in text, name
         assert not any(m.startswith("grpo_cli.cli") for m in graph[name]), name
+
+
+def _all_imports(tree: ast.AST) -> Iterator[str]:
+    """Every module imported, at run time or for type checking only."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def test_the_cli_names_no_engine() -> None:
+    """The CLI parses, makes one library call and renders: no module under cli/ imports
+    the engine registry or an engine (type-only imports included) or spells an engine's
+    module path, and compute's command names no engine: the job picks it
+    (grpo_cli.job.run_job)."""
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = [m for m in _all_imports(tree) if m.startswith("grpo_cli.engines")]
+        assert imported == [], (path.name, imported)
+        literals = [
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
+        assert not [text for text in literals if "grpo_cli.engines" in text], path.name
+    compute = ast.parse((PACKAGE / "cli" / "compute.py").read_text())
+    words = {
+        word
+        for node in ast.walk(compute)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        for word in re.findall(r"[a-z_]+", node.value)
+    } | {node.id for node in ast.walk(compute) if isinstance(node, ast.Name)}
+    assert not words & set(ENGINES), sorted(words & set(ENGINES))
 
 
 def test_temporary_columns_are_named_in_one_place() -> None:

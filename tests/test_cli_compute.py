@@ -371,7 +371,7 @@ def test_closed_pipe_on_a_big_output_exits_quietly(tmp_path: Path) -> None:
 def test_stdin_terminal_gets_a_hint_not_a_hang(
     runner: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from grpo_cli.cli import outputs
+    from grpo_cli import outputs
 
     monkeypatch.setattr(outputs, "_stdin_is_terminal", lambda: True)
     code, err = _run_error(runner, ["compute", "-"])
@@ -385,7 +385,7 @@ def test_stdin_terminal_gets_a_hint_not_a_hang(
 def test_parquet_is_never_written_to_a_terminal(
     runner: CliRunner, sample_copy: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from grpo_cli.cli import outputs
+    from grpo_cli import outputs
 
     monkeypatch.setattr(outputs, "_stdout_is_terminal", lambda: True)
     code, err = _run_error(runner, ["compute", str(sample_copy["parquet"]), "-o", "-"])

@@ -227,6 +227,31 @@ class TestSameAsPolars:
         assert_frame_equal(table, expected.groups.sort("prompt_id"), rel_tol=1e-12, abs_tol=0)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["groups", "in", "out"]
 
+    def test_run_job_from_python(self, tmp_path: Path) -> None:
+        """The library's one entry runs the Ray engine too: the parts hold what
+        compute_advantages returns for the whole log, notes go to the callback, and the
+        result says what was written."""
+        from grpo_cli import compute_advantages, run_job
+
+        log = reward_log(rows=300)
+        write_shards(log, tmp_path / "in", shards=2)
+        out = tmp_path / "out"
+        notes: list[str] = []
+        result = run_job(
+            [tmp_path / "in"],
+            out,
+            options={"estimator": "rloo"},
+            engine={"backend": "ray"},
+            notes=notes.append,
+        )
+        assert_same(read_parts(out), compute_advantages(log, estimator="rloo"))
+        assert result.output == f"{out}/ (Parquet parts)"
+        assert result.paths == (out,)
+        assert result.options.backend == "ray"
+        assert result.run.rows == 300
+        assert notes == []  # a Ray the caller started: nothing to say
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+
 
 def read_parts_unsorted(folder: Path) -> pl.DataFrame:
     return pl.concat([pl.read_parquet(f) for f in sorted(folder.glob("*.parquet"))])

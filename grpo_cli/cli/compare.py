@@ -8,12 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from grpo_cli.cli.outputs import (
-    protected_inputs,
-    read_input,
-    remove_leftovers,
-    sources_or_stdin,
-)
+from grpo_cli.cli.outputs import remove_leftovers
 from grpo_cli.cli.params import (
     Force,
     InputFormat,
@@ -26,6 +21,7 @@ from grpo_cli.cli.params import (
 )
 from grpo_cli.errors import OutputError
 from grpo_cli.estimators import ESTIMATORS
+from grpo_cli.outputs import protected_inputs, read_input, sources_or_stdin
 from grpo_cli.presets import PRESETS
 
 if TYPE_CHECKING:
@@ -95,19 +91,19 @@ def compare_cmd(
     and reward options are compute's, with its defaults; a trainer dump is read with the
     layout of the first preset whose dump it is.
     """
-    from grpo_cli.cli.compute import _check_options
-    from grpo_cli.cli.outputs import output_target
     from grpo_cli.compare import compare, methods_from
     from grpo_cli.io import check_output_path, normalize_format, write_table
+    from grpo_cli.job import check_options
+    from grpo_cli.outputs import output_target
     from grpo_cli.render import print_warning, stderr_console
 
     methods = methods_from(preset or [], estimator or [])
     explicit = policy.explicit()
     for method in methods:  # every option checked before any file is read
         if method.kind == "preset":
-            _check_options(method.name, explicit)
+            check_options(method.name, explicit)
         else:
-            _check_options(None, {**explicit, "estimator": method.name})
+            check_options(None, {**explicit, "estimator": method.name})
     if output_format is not None:
         normalize_format(output_format)
     sources = sources_or_stdin(sources)
@@ -119,7 +115,7 @@ def compare_cmd(
                 f"-o {output} is a folder; compare writes one table",
                 hint=f"name a file in it, e.g. -o {output / 'compared.parquet'}",
             )
-        remove_leftovers(stderr_console(), [output], quiet=quiet)  # whatever this run's fate
+        remove_leftovers([output], quiet=quiet)  # whatever this run's fate
         check_output_path(output, force=force, protected=protected)
     log = read_input(sources, input_format, tuple(explicit.get("group_cols", ("prompt_id",))))
     fmt = None

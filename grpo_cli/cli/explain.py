@@ -6,8 +6,8 @@ from typing import Annotated, Final
 
 import typer
 
-from grpo_cli.cli.outputs import read_input, sources_or_stdin
 from grpo_cli.cli.params import InputFormat, PolicyParams, Preset, Sources, policy_options
+from grpo_cli.outputs import read_input, sources_or_stdin
 
 # --pick's choices (grpo_cli.explain.PICKS, which a test keeps equal; not imported here:
 # it imports Polars, and --help must stay fast).

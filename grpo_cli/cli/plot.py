@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.outputs import protected_inputs, remove_leftovers, sources_or_stdin
+from grpo_cli.cli.outputs import remove_leftovers
 from grpo_cli.cli.params import (
     By,
     Force,
@@ -21,6 +21,7 @@ from grpo_cli.cli.params import (
 )
 from grpo_cli.cli.summarize import report_for
 from grpo_cli.estimators import ESTIMATORS, get_estimator
+from grpo_cli.outputs import protected_inputs, sources_or_stdin
 
 
 @report_options(exclude={"ddof"})  # plot has never taken --ddof
@@ -88,7 +89,7 @@ def plot_cmd(
         get_estimator(estimator)  # an unknown name fails before any input is read
     from grpo_cli.render import stderr_console
 
-    remove_leftovers(stderr_console(), [output], quiet=quiet)  # whatever this run's fate
+    remove_leftovers([output], quiet=quiet)  # whatever this run's fate
     check_output_path(output, force=force, protected=protected_inputs(sources))
     preload_pyplot()  # while the log is read and summarized
     explicit = {**report_params.explicit(), "advantage_col": advantage_col}  # None: detected

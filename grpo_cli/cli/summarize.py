@@ -8,12 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from grpo_cli.cli.outputs import (
-    protected_inputs,
-    read_input,
-    remove_leftovers,
-    sources_or_stdin,
-)
+from grpo_cli.cli.outputs import remove_leftovers
 from grpo_cli.cli.params import (
     By,
     Force,
@@ -24,6 +19,7 @@ from grpo_cli.cli.params import (
     Sources,
     report_options,
 )
+from grpo_cli.outputs import protected_inputs, read_input, sources_or_stdin
 
 if TYPE_CHECKING:
     from grpo_cli.report import Report
@@ -106,7 +102,7 @@ def summarize_cmd(
         assert table is not None
 
         if not to_stdout:
-            remove_leftovers(stderr_console(), [output], quiet=quiet)
+            remove_leftovers([output], quiet=quiet)
         write_table(
             table, output, force=force, protected=protected_inputs(sources), fmt=output_format
         )

@@ -7,13 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.outputs import (
-    protected_inputs,
-    read_input,
-    refuse_file_engines,
-    remove_leftovers,
-    sources_or_stdin,
-)
+from grpo_cli.cli.outputs import remove_leftovers
 from grpo_cli.cli.params import (
     Force,
     InputFormat,
@@ -24,6 +18,7 @@ from grpo_cli.cli.params import (
     policy_options,
 )
 from grpo_cli.errors import EXIT_DIFFERENT
+from grpo_cli.outputs import protected_inputs, read_input, refuse_file_engines, sources_or_stdin
 
 
 @policy_options()
@@ -97,7 +92,7 @@ def verify_cmd(
         from grpo_cli.io import write_table
 
         if str(diff_out) != "-":
-            remove_leftovers(stderr_console(), [diff_out], quiet=quiet)
+            remove_leftovers([diff_out], quiet=quiet)
         write_table(report.differing, diff_out, force=force, protected=protected_inputs(sources))
     if not quiet:
         console = stderr_console()

@@ -1,0 +1,515 @@
+"""``run_job``: one whole annotation job (read, compute, write) on any engine.
+
+The job is the same whatever the engine: the options checked before any file is read,
+the outputs checked (never an input, never clobbered without ``force``), what killed runs
+left beside them removed, the engine run, and every output put in place atomically (all
+of them or none). How the data is read, computed and written is the engine's, picked from
+its registry entry (:data:`grpo_cli.engines.ENGINES` ``io``):
+
+- ``"frame"`` (polars, torch): the inputs read into memory as one log (or standard
+  input), annotated (:func:`grpo_cli.pipeline.annotate`), written to one output (a file
+  or standard output) or one file per input (``out_dir``), with the per-group table.
+- ``"file"`` (partitioned): one Parquet file in, one Parquet file out, bounded memory.
+- ``"dataset"`` (ray): many files in, a folder of Parquet part files out, and the
+  per-group table as a folder of parts.
+
+For a frame already in memory, :func:`grpo_cli.compute_advantages` is the entry. This
+module imports neither Typer nor Rich: the caller shows progress and notes through the
+callbacks it passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from grpo_cli.columns import SOURCE_KEY
+from grpo_cli.errors import OptionsError, OutputError
+
+if TYPE_CHECKING:
+    from grpo_cli.engines import FileEngine
+    from grpo_cli.options import AdvantageOptions
+    from grpo_cli.pipeline import Resolved
+    from grpo_cli.summary import RunSummary
+
+ENGINE_SETTINGS = ("backend", "device", "ray_address")
+"""The option fields that choose where the job runs, not what it computes."""
+
+
+class Progress(Protocol):
+    """A progress display: one line per stage (reading, computing, writing)."""
+
+    def add(self, description: str, total: int) -> Any:
+        """A new line of the display; its handle."""
+
+    def advance(self, task: Any, steps: int = 1) -> None:
+        """``steps`` more done on ``task``."""
+
+
+class _NoProgress:
+    def add(self, description: str, total: int) -> None:
+        return None
+
+    def advance(self, task: Any, steps: int = 1) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def _no_progress() -> Iterator[Progress]:
+    yield _NoProgress()
+
+
+@dataclass
+class JobResult:
+    """What a job did.
+
+    Attributes:
+        options: the options the job ran with (preset, layout and explicit choices merged).
+        layout: the trainer dump layout the log was read in, or None.
+        output: what was written, for people (``out.parquet (parquet)``, ``standard
+            output``, ``OUT/ (Parquet parts)``, ``3 files: a ... c``).
+        summary_path: where the per-group table went, or None.
+        paths: the output files (or folder) written; empty for standard output.
+        run: the run's figures (the CLI's summary table); on an in-memory engine computed
+            on first use (one more pass over the rows, which a quiet caller never pays).
+        warnings: what the user should know (a TRL group size inferred, groups spanning
+            steps, ...), one line each; computed on first use too.
+    """
+
+    options: AdvantageOptions
+    layout: str | None
+    output: str
+    summary_path: Path | None
+    paths: tuple[Path, ...]
+    figures: Callable[[], RunSummary] = field(repr=False)
+    notices: Callable[[], tuple[str, ...]] = field(default=tuple, repr=False)
+
+    @cached_property
+    def run(self) -> RunSummary:
+        """The run's figures."""
+        return self.figures()
+
+    @cached_property
+    def warnings(self) -> tuple[str, ...]:
+        """What the user should know, one line each."""
+        return self.notices()
+
+
+def alias_of(flag: str) -> str:
+    """The engine an alias flag (``--low-memory``) stands for, from the engine registry."""
+    from grpo_cli.engines import ENGINES
+
+    return next(info.name for info in ENGINES.values() if info.alias == flag)
+
+
+def alias_backend(flag: str, explicit: Mapping[str, Any]) -> str:
+    """The engine an alias flag (``--low-memory``) stands for; refused when ``explicit``
+    names another ``backend``."""
+    name = alias_of(flag)
+    if explicit.get("backend", name) != name:
+        raise OptionsError(
+            f"{flag} is --backend {name}, not --backend {explicit['backend']}",
+            hint="give one of them",
+        )
+    return name
+
+
+def run_job(
+    inputs: Sequence[str | Path],
+    output: str | Path | None = None,
+    *,
+    preset: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    engine: Mapping[str, Any] | None = None,
+    replace: bool = False,
+    out_dir: Path | None = None,
+    input_format: str | None = None,
+    output_format: str | None = None,
+    summary_path: Path | None = None,
+    summary_format: str | None = None,
+    force: bool = False,
+    span_check: bool = True,
+    progress: Callable[[], AbstractContextManager[Progress]] | None = None,
+    notes: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> JobResult:
+    """Annotate the log in ``inputs`` with group-relative advantages and write it.
+
+    Args:
+        inputs: the log's files, folders or globs, read as one log; ``["-"]``: standard
+            input (in-memory engines only).
+        output: the output file (``"-"``: standard output; a folder for a dataset engine);
+            None: beside the single input, named after it (``rewards.adv.parquet``).
+        preset: a trainer preset (``"verl"``, ``"trl"``, ...), or None.
+        options: the computation's options as the CLI's keywords (``eps=1e-6``,
+            ``estimator="rloo"``, ``group_cols=(...)``), over the preset's.
+        engine: where it runs: ``backend`` (a name in :data:`grpo_cli.engines.ENGINES`,
+            default ``polars``), ``device`` (torch), ``ray_address`` (ray).
+        replace: recompute input columns named like the added ones (in-memory engines).
+        out_dir: one annotated file per input in this folder (in-memory engines).
+        input_format, output_format: ``parquet``, ``jsonl`` or ``csv``; None: by suffix.
+        summary_path: also write the per-group table there (``"-"``: standard output).
+        summary_format: its format when the suffix does not say.
+        force: overwrite existing outputs (never an input).
+        span_check: warn about groups spread over several steps.
+        progress: a factory of the progress display the in-memory engines advance.
+        notes: where a dataset engine says which cluster it runs on, or None.
+        warn: where removed leftovers of killed runs are reported, or None.
+
+    Returns:
+        What was written and the run's figures (:class:`JobResult`).
+
+    Raises:
+        OptionsError, InputError, OutputError: what the CLI reports with its exit codes;
+        nothing is written then (outputs land all or none).
+    """
+    from grpo_cli.engines import ENGINES
+
+    explicit = {**(options or {}), **(engine or {})}
+    sources = [str(source) for source in inputs]
+    target = None if output is None else str(output)
+    checked = check_options(preset, explicit)
+    io = ENGINES[checked.backend].io
+    if summary_format is not None and (summary_path is None or io == "dataset"):
+        raise OptionsError(
+            "--summary-format names the format of a --summary table",
+            hint="give --summary PATH too"
+            if summary_path is None
+            else f"--backend {checked.backend} writes --summary as a folder of Parquet parts",
+        )
+    if summary_path is not None and io != "dataset":  # a dataset engine writes a folder
+        from grpo_cli.io import table_format
+
+        table_format(summary_path, summary_format)
+    if replace and io != "frame":
+        raise OptionsError(
+            f"--replace works with the in-memory engines, not --backend {checked.backend}",
+            hint="drop the logged column first, or name the new one with --advantage-col",
+        )
+    if io == "file":
+        return _run_file(
+            sources, checked, explicit, target, out_dir, output_format, summary_path, force, warn
+        )
+    if io == "dataset":
+        return _run_dataset(
+            sources,
+            preset,
+            explicit,
+            target,
+            out_dir,
+            input_format,
+            output_format,
+            summary_path,
+            force,
+            notes,
+            warn,
+        )
+    with (progress or _no_progress)() as shown:
+        return _run_frame(
+            sources,
+            preset,
+            explicit,
+            replace,
+            target,
+            out_dir,
+            input_format,
+            output_format,
+            summary_path,
+            summary_format,
+            force,
+            span_check,
+            shown,
+            warn,
+        )
+
+
+def _run_frame(
+    sources: list[str],
+    preset: str | None,
+    explicit: dict[str, Any],
+    replace: bool,
+    output: str | None,
+    out_dir: Path | None,
+    input_format: str | None,
+    output_format: str | None,
+    summary_path: Path | None,
+    summary_format: str | None,
+    force: bool,
+    span_check: bool,
+    progress: Progress,
+    warn: Callable[[str], None] | None,
+) -> JobResult:
+    """An in-memory engine: read, annotate, write (see :func:`run_job`)."""
+    from grpo_cli.io import atomic_writes, check_output_path, expand_sources, read_many, write_table
+    from grpo_cli.outputs import (
+        normalized_format,
+        output_targets,
+        protected_inputs,
+        read_input,
+        remove_leftovers,
+        write_outputs,
+    )
+    from grpo_cli.pipeline import annotate
+
+    if out_dir is not None and output is not None:
+        raise OptionsError(
+            "give -o or --out-dir, not both", hint="--out-dir writes one file per input"
+        )
+    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    paths = [] if sources == ["-"] else expand_sources(sources)
+    reading = progress.add("reading", total=max(len(paths), 1))
+    if out_dir is not None:
+        if not paths:
+            raise OptionsError("--out-dir needs input files", hint="give files, not -")
+        log = read_many(
+            sources,
+            normalized_format(input_format),
+            string_cols=key_cols,
+            source_col=SOURCE_KEY,
+            on_file=lambda _: progress.advance(reading),
+        )
+    else:
+        log = read_input(sources, input_format, key_cols)
+        progress.advance(reading, len(paths) or 1)
+    targets = output_targets(paths, log.format, output, output_format, out_dir, sources)
+    protected = protected_inputs(sources)
+    summary_to_stdout = summary_path is not None and str(summary_path) == "-"
+    remove_leftovers(  # whatever this run's fate: before any refusal
+        [path for path, _ in targets.values()] + [None if summary_to_stdout else summary_path],
+        warn,
+    )
+    for path, _ in targets.values():
+        if path is not None:
+            check_output_path(path, force=force, protected=protected)
+    if summary_to_stdout and any(path is None for path, _ in targets.values()):
+        raise OptionsError(
+            "--summary - and the annotated output both go to standard output",
+            hint="write the annotated log to a file with -o",
+        )
+    if summary_path is not None and not summary_to_stdout:
+        if any(
+            path is not None and summary_path.resolve() == path.resolve()
+            for path, _ in targets.values()
+        ):
+            raise OutputError(
+                "--summary and an output are the same file", hint="give them different paths"
+            )
+        check_output_path(summary_path, force=force, protected=protected, flag="--summary")
+    computing = progress.add("computing", total=1)
+    result = annotate(log.frame, preset, replace=replace, span_check=span_check, **explicit)
+    progress.advance(computing)
+    writing = progress.add("writing", total=len(targets))
+    with atomic_writes(force=force) as stage:  # every output lands, or none
+        shown = write_outputs(result.frame, targets, stage, lambda: progress.advance(writing))
+        if summary_path is not None:
+            write_table(
+                result.groups,
+                summary_path,
+                force=force,
+                protected=protected,
+                stage=stage,
+                fmt=summary_format,
+                flag="--summary",
+            )
+    return JobResult(
+        result.options,
+        result.layout,
+        shown,
+        summary_path,
+        tuple(path for path, _ in targets.values() if path is not None),
+        lambda: result.run,
+        lambda: result.warnings,
+    )
+
+
+def check_options(preset: str | None, explicit: dict[str, Any]) -> AdvantageOptions:
+    """The options a preset and the explicit choices make, checked before any file is
+    read or any output path looked at (an unknown estimator is a usage error, whatever
+    the output). The count of --reward-weights is checked once a dump layout has named
+    the reward columns."""
+    from grpo_cli.options import AdvantageOptions
+    from grpo_cli.pipeline import needs_length
+    from grpo_cli.plan import decide
+    from grpo_cli.presets import merge_options
+
+    fields = merge_options(preset, explicit)
+    if "reward_cols" not in explicit:
+        fields.pop("reward_weights", None)
+    if needs_length(fields):  # the log may hold one (see pipeline.length_from_columns)
+        fields["length_col"] = "length"
+    options = AdvantageOptions(**fields)
+    decide(options, hashed=False)  # what the estimator needs of the options, checked now
+    return options
+
+
+def _run_file(
+    sources: list[str],
+    options: AdvantageOptions,
+    explicit: dict[str, Any],
+    output: str | None,
+    out_dir: Path | None,
+    output_format: str | None,
+    summary_path: Path | None,
+    force: bool,
+    warn: Callable[[str], None] | None,
+) -> JobResult:
+    """A file engine (``--backend partitioned``, alias ``--low-memory``): one Parquet file
+    in, one Parquet file out, bounded memory."""
+    import polars as pl
+
+    from grpo_cli.engines import FileJob, check, get_engine
+    from grpo_cli.io import (
+        atomic_path,
+        check_output_path,
+        check_parquet_file,
+        compression_for,
+        expand_sources,
+        read_rewards,
+    )
+    from grpo_cli.outputs import output_target, remove_leftovers
+    from grpo_cli.plan import decide, parquet_plan
+
+    engine = get_engine(options.backend)
+    check(engine, decide(options, hashed=False))  # before any file is looked at
+    paths = [] if sources == ["-"] else expand_sources(sources)
+    if len(paths) != 1 or out_dir is not None or summary_path is not None or output == "-":
+        raise OptionsError(
+            "--low-memory reads one Parquet file and writes one Parquet file",
+            hint="give one input file and -o OUT.parquet (no -, --out-dir or --summary)",
+        )
+    source = paths[0]
+    if not source.is_file():
+        read_rewards(source)  # raises the usual missing / folder / permission error
+    check_parquet_file(source)
+    options = _within_steps(options, pl.read_parquet_schema(source), explicit)
+    plan = parquet_plan(source, options)
+    target, fmt = output_target([str(source)], output, output_format, "parquet")
+    if target is None or fmt != "parquet" or compression_for(target) is not None:
+        raise OptionsError(
+            "--low-memory writes Parquet (zstd-compressed inside)", hint="give -o OUT.parquet"
+        )
+    remove_leftovers([target], warn)  # whatever this run's fate
+    check_output_path(target, force=force, protected=[source])
+    with atomic_path(target, force=force) as tmp:
+        run = cast("FileEngine", engine).annotate_files(FileJob((source,), tmp, plan))
+    return JobResult(options, None, f"{target} (parquet)", None, (target,), lambda: run)
+
+
+def _within_steps(
+    options: AdvantageOptions, columns: Collection[str], explicit: dict[str, Any]
+) -> AdvantageOptions:
+    """``options`` grouped within each step of a log with ``columns`` unless the group key
+    is explicit (see :func:`grpo_cli.layouts.within_steps`)."""
+    from grpo_cli.layouts import within_steps
+
+    fields = within_steps(columns, {"group_cols": options.group_cols}, explicit.keys())
+    return options.with_overrides(group_cols=fields["group_cols"])
+
+
+def _run_dataset(
+    sources: list[str],
+    preset: str | None,
+    explicit: dict[str, Any],
+    output: str | None,
+    out_dir: Path | None,
+    input_format: str | None,
+    output_format: str | None,
+    summary_path: Path | None,
+    force: bool,
+    notes: Callable[[str], None] | None,
+    warn: Callable[[str], None] | None,
+) -> JobResult:
+    """A dataset engine (``--backend ray``): many Parquet, JSONL or CSV files in, a folder
+    of Parquet part files out (``-o DIR``), and with ``--summary DIR`` the per-group table
+    as a folder of parts too. Each folder is written beside its final path and renamed
+    when complete."""
+    from grpo_cli.engines import FileJob, check, get_engine
+    from grpo_cli.io import atomic_folder, check_output_folder, expand_sources
+    from grpo_cli.outputs import normalized_format, remove_leftovers
+    from grpo_cli.plan import decide, make_plan
+
+    options = check_options(preset, explicit)
+    engine = get_engine(options.backend)
+    check(engine, decide(options, hashed=False))  # before any file is looked at
+    name = f"--backend {options.backend}"
+    if sources == ["-"]:
+        raise OptionsError(
+            f"{name} reads files, not standard input", hint="give the log's files, folders or globs"
+        )
+    if output is None or output == "-" or out_dir is not None:
+        raise OptionsError(
+            f"{name} writes a folder of Parquet part files", hint="give the folder with -o OUT_DIR"
+        )
+    if output_format not in (None, "parquet"):
+        raise OptionsError(f"{name} writes Parquet part files", hint="drop --output-format")
+    fmt = normalized_format(input_format)
+    paths = expand_sources(sources)
+    target = Path(output)
+    remove_leftovers([target, summary_path], warn)  # whatever this run's fate
+    check_output_folder(target, force=force, protected=paths)
+    if summary_path is not None:
+        if summary_path.resolve() == target.resolve():
+            raise OutputError(
+                "--summary and -o are the same folder", hint="give them different paths"
+            )
+        check_output_folder(summary_path, force=force, protected=paths)
+    cast("FileEngine", engine).require()  # the install hint before anything is read
+    resolved = _resolve_on_schema(paths[0], fmt, preset, explicit, name)
+    plan = make_plan(resolved.frame, resolved.options, hashed=False)
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(atomic_folder(target, force=force))
+        groups = (
+            None
+            if summary_path is None
+            else stack.enter_context(atomic_folder(summary_path, force=force))
+        )
+        job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups, notes)
+        run = cast("FileEngine", engine).annotate_files(job)
+    shown = f"{target}/ (Parquet parts)"
+    return JobResult(resolved.options, resolved.layout, shown, summary_path, (target,), lambda: run)
+
+
+def _resolve_on_schema(
+    first: Path, fmt: str | None, preset: str | None, explicit: dict[str, Any], name: str
+) -> Resolved:
+    """The preset, a dump layout and the explicit options resolved on the columns of the
+    first input (no rows: the values are checked where they are read)."""
+    import polars as pl
+
+    from grpo_cli.io import format_from_suffix, read_rewards, uncompressed_name
+    from grpo_cli.pipeline import resolve
+
+    if (fmt or format_from_suffix(uncompressed_name(first))) == "parquet":
+        from grpo_cli.io import check_parquet_file
+
+        check_parquet_file(first)
+        empty = pl.DataFrame(schema=pl.read_parquet_schema(first))
+    else:
+        key_cols = list(explicit.get("group_cols", ("prompt_id",)))
+        empty = read_rewards(first, fmt, string_cols=key_cols).frame.head(0)
+    _refuse_positional_layout(empty, preset, explicit, name)
+    return resolve(empty, preset, explicit)
+
+
+def _refuse_positional_layout(
+    empty: Any, preset: str | None, explicit: dict[str, Any], name: str
+) -> None:
+    """A TRL completions log has no prompt id: its groups are num_generations consecutive
+    rows, which a dataset engine (rows in no order) cannot form. Refused once, with the
+    route that works."""
+    from grpo_cli.layouts import detect_layout
+    from grpo_cli.presets import get_preset
+
+    layout = get_preset(preset).layout if preset else None
+    grouping_given = "group_cols" in explicit or "group_size" in explicit
+    if detect_layout(empty, layout) == "trl" and not grouping_given:
+        raise OptionsError(
+            f"{name} does not support a TRL completions log (its groups are "
+            "num_generations consecutive rows, which need the rows in order)",
+            hint=f"drop {name}: the default engine infers num_generations from the log",
+        )
