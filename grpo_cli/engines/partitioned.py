@@ -52,6 +52,7 @@ import os
 import pickle
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -482,7 +483,6 @@ def _summary(parts: list[pl.DataFrame]) -> RunSummary:
 # --------------------------------------------------------------------------- the worker
 
 POLL_S: Final = 0.05  # how often the command looks for a signal while the worker runs
-_OUTCOME: Final = "outcome.pickle"
 _WORKER_CODE: Final = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from grpo_cli.engines.partitioned import worker_main; worker_main()"
@@ -511,14 +511,24 @@ def run_isolated(
     root = str(Path(__file__).resolve().parents[2])
     spill = make_spill_folder(spill_parent(output))
     try:
+        # The outcome comes back through a pipe, not a file: on a full disk the spill
+        # folder's device may have no room left for it.
+        read_end, write_end = os.pipe()
+        received: list[bytes] = []
+        reader = threading.Thread(target=lambda: received.append(_read_all(read_end)))
         with interrupts.deferred(), (spill / "worker.log").open("wb") as log:
-            worker = subprocess.Popen(
-                [sys.executable, "-c", _WORKER_CODE, root],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                start_new_session=True,  # a terminal's Ctrl-C reaches this process only
-            )
+            try:
+                worker = subprocess.Popen(
+                    [sys.executable, "-c", _WORKER_CODE, root, str(write_end)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    pass_fds=(write_end,),
+                    start_new_session=True,  # a terminal's Ctrl-C reaches this process only
+                )
+            finally:
+                os.close(write_end)
+            reader.start()
             try:
                 assert worker.stdin is not None
                 job = (source, output, plan.options, partitions, chunk_rows, spill)
@@ -534,17 +544,26 @@ def run_isolated(
                 if worker.poll() is None:
                     worker.kill()
                     worker.wait()
-        return _outcome(spill, worker.returncode)
+                reader.join()
+                os.close(read_end)
+        return _outcome(spill, worker.returncode, b"".join(received))
     finally:
         remove_spill_folder(spill)
 
 
-def _outcome(spill: Path, code: int) -> RunSummary:
-    """The worker's result, or its error raised here."""
+def _read_all(fd: int) -> bytes:
+    """Everything written to the pipe ``fd`` until its writer closes it."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _outcome(spill: Path, code: int, data: bytes) -> RunSummary:
+    """The worker's result (``data``, pickled), or its error raised here."""
     from grpo_cli import errors
 
-    path = spill / _OUTCOME
-    if not path.exists():
+    if not data:
         log = (spill / "worker.log").read_bytes().decode(errors="replace").strip()
         last = log.splitlines()[-1] if log else "no message"
         how = f"signal {-code}" if code < 0 else f"exit status {code}"
@@ -553,7 +572,7 @@ def _outcome(spill: Path, code: int) -> RunSummary:
             hint="if it was killed for memory, free some; else this is a bug in grpo-adv: "
             "please report it with the command you ran",
         )
-    kind, *rest = pickle.loads(path.read_bytes())
+    kind, *rest = pickle.loads(data)
     if kind == "ok":
         summary: RunSummary = rest[0]
         return summary
@@ -582,7 +601,7 @@ def _die_with_parent() -> None:
 
 def worker_main() -> None:
     """The worker process of :func:`run_isolated`: read the job (pickled) from standard
-    input, run it, write the outcome into the spill folder, and exit."""
+    input, run it, write the outcome into the pipe named by its second argument, and exit."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command decides
@@ -612,8 +631,7 @@ def worker_main() -> None:
                 f"internal error: {type(exc).__name__}: {detail}",
                 "this is a bug in grpo-adv; please report it with the command you ran",
             )
-    written = spill / f".{_OUTCOME}"
-    written.write_bytes(pickle.dumps(outcome))
-    written.replace(spill / _OUTCOME)
+    with os.fdopen(int(sys.argv[2]), "wb") as reply:  # the pipe of run_isolated
+        reply.write(pickle.dumps(outcome))
     sys.stdout.flush()
     os._exit(0)
