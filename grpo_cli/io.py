@@ -336,11 +336,15 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
     buffer = io.BytesIO(data)
     if fmt == "parquet" and not data.endswith(PARQUET_MAGIC):
         raise truncated_parquet(name)
-    if fmt == "parquet":
-        check_parquet_layout(data, name)
     try:
         if fmt == "parquet":
-            return pl.read_parquet(buffer)
+            try:
+                return pl.read_parquet(buffer)
+            except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError):
+                # Only a file Polars failed on pays for the footer check (pyarrow's import
+                # is 0.1 s): a damaged one gets its own message; Polars panics on some.
+                check_parquet_layout(data, name)
+                raise
         if fmt == "csv":
             overrides: dict[str, pl.DataType] = {col: pl.String() for col in string_cols}
             frame = pl.read_csv(
