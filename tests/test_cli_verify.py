@@ -70,6 +70,7 @@ class TestVerify:
         assert "vs trl-batch: differ" in result.stderr
         assert "worst groups" in result.stderr
 
+    @pytest.mark.usefixtures("width_80")
     def test_trl_dump_agrees_without_the_group_size(self, runner: CliRunner) -> None:
         for given in ([], ["--group-size", "auto"]):
             args = ["verify", str(TRL_DIR), "--preset", "trl", "--reward-weights", "1,0.5"]
