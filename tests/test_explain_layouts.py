@@ -104,6 +104,7 @@ def assert_reproduces_compute(explanation: Explanation, expected: list[float]) -
 
 
 class TestTrlPositionalGroups:
+    @pytest.mark.usefixtures("width_80")
     def test_cli_explains_step_and_group_index(self, runner: CliRunner, tmp_path: Path) -> None:
         folder = write_trl_folder(tmp_path)
         args = ["explain", str(folder), "--preset", "trl", "--group-size", "4"]

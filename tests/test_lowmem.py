@@ -74,6 +74,7 @@ def test_refuses_what_needs_whole_batches(tmp_path: Path, estimator: str) -> Non
         )
 
 
+@pytest.mark.usefixtures("width_80")
 def test_cli_low_memory(runner: CliRunner, sample_copy: dict[str, Path]) -> None:
     out = sample_copy["parquet"].with_name("lm.parquet")
     args = [
