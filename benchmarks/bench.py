@@ -23,6 +23,11 @@ Methods (all write Parquet with their library's default writer):
 
 All methods compute ``(r - mean_g) / (std_g + 1e-8)`` (sample std; a one-response group
 gives 0) and the outputs are checked to agree (max |difference| printed).
+
+``--against CHECKOUT`` also runs every grpo-adv command with another checkout's ``grpo_cli``
+(e.g. ``git worktree add /tmp/before <rev>``), in the same rounds, right after this one's,
+and ends with a table of this checkout's time over that one's per row: the way a change
+shows that it costs no speed (a ratio above 1.05 is flagged).
 """
 
 from __future__ import annotations
@@ -78,7 +83,12 @@ class Run:
     peak_mib: float
 
 
-def run_process(argv: list[str]) -> Run:
+AGAINST_TAG = " (against)"
+# The checkout whose grpo_cli the " (against)" methods import (``--against``), if any.
+against: Path | None = None
+
+
+def run_process(argv: list[str], env: dict[str, str] | None = None) -> Run:
     """Run argv to completion; wall time and peak RSS (GNU time's %M, which measures the
     command itself, not this benchmark's forked copy)."""
     start = time.perf_counter()
@@ -88,12 +98,35 @@ def run_process(argv: list[str]) -> Run:
         stderr=subprocess.PIPE,
         text=True,
         check=False,
+        env=env,
     )
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"{argv[:3]} failed: {done.stderr[-2000:]}")
     peak_kib = int(done.stderr.strip().splitlines()[-1])
     return Run(seconds, peak_kib / 1024)
+
+
+def env_for(name: str) -> dict[str, str] | None:
+    """The environment of method ``name``: the ``--against`` checkout first on the path for
+    its " (against)" twin (the same console script, another ``grpo_cli``)."""
+    if not name.endswith(AGAINST_TAG) or against is None:
+        return None
+    return {**os.environ, "PYTHONPATH": str(against)}
+
+
+def with_twins(cmds: dict[str, list[str]], out: Path) -> dict[str, list[str]]:
+    """``cmds`` with, after each grpo-adv command, its " (against)" twin writing elsewhere."""
+    if against is None:
+        return cmds
+    twinned: dict[str, list[str]] = {}
+    for name, argv in cmds.items():
+        twinned[name] = argv
+        if argv[0].endswith("grpo-adv"):
+            twin = [a.replace(str(out), str(out / "against")) for a in argv]
+            twinned[name + AGAINST_TAG] = twin
+    (out / "against").mkdir(exist_ok=True)
+    return twinned
 
 
 def methods(src: Path, out: Path, *, text: bool, pandas: bool) -> dict[str, list[str]]:
@@ -111,7 +144,7 @@ def methods(src: Path, out: Path, *, text: bool, pandas: bool) -> dict[str, list
         chosen.pop("grpo-adv -q")
     if not pandas:
         chosen.pop("pandas")
-    return chosen
+    return with_twins(chosen, out)
 
 
 def agreement(out: Path, names: list[str]) -> float:
@@ -139,6 +172,7 @@ class SetResult:
     lines: list[str]
     x_floor: float
     duckdb_speedup: float | None
+    against: list[tuple[str, float]]
 
 
 def bench_set(label: str, src: Path, rounds: int, *, text: bool, pandas: bool) -> SetResult:
@@ -150,7 +184,7 @@ def bench_set(label: str, src: Path, rounds: int, *, text: bool, pandas: bool) -
         ratios: dict[str, list[float]] = {name: [] for name in cmds}
         peaks: dict[str, float] = dict.fromkeys(cmds, 0.0)
         for _ in range(rounds):
-            measured = {name: run_process(argv) for name, argv in cmds.items()}
+            measured = {name: run_process(argv, env_for(name)) for name, argv in cmds.items()}
             floor = measured["floor"].seconds
             for name, run in measured.items():
                 times[name].append(run.seconds)
@@ -181,10 +215,23 @@ def bench_set(label: str, src: Path, rounds: int, *, text: bool, pandas: bool) -
             )
             lines.append(f"- grpo-adv is {speedups[other]:.2f}x faster than {other}")
     lines.append("")
-    return SetResult(lines, med["grpo-adv"], speedups.get("duckdb"))
+    return SetResult(lines, med["grpo-adv"], speedups.get("duckdb"), against_rows(label, ratios))
 
 
-def reading_jobs(src: Path, rounds: int) -> list[str]:
+def against_rows(label: str, ratios: dict[str, list[float]]) -> list[tuple[str, float]]:
+    """Per grpo-adv method: the median over rounds of this checkout's time over the
+    ``--against`` checkout's, measured in the same round."""
+    return [
+        (
+            f"{label}: {name}",
+            statistics.median(n / o for n, o in zip(ratios[name], ratios[twin], strict=True)),
+        )
+        for name in ratios
+        if (twin := name + AGAINST_TAG) in ratios
+    ]
+
+
+def reading_jobs(src: Path, rounds: int) -> tuple[list[str], list[tuple[str, float]]]:
     """summarize, verify and plot against compute on the same log, ``rounds`` times each,
     interleaved (targets: summarize no slower and no larger than compute, verify <= 1.2x
     compute, plot <= summarize + 1 s)."""
@@ -193,16 +240,21 @@ def reading_jobs(src: Path, rounds: int) -> list[str]:
     annotated = out / "annotated.parquet"
     try:
         run_process([cli, "compute", str(src), "-o", str(annotated), "-q"])
-        jobs = {
-            "compute": [cli, "compute", str(src), "-o", str(out / "c.parquet"), "-f"],
-            "summarize": [cli, "summarize", str(src)],
-            "verify": [cli, "verify", str(annotated)],
-            "plot": [cli, "plot", str(src), "-o", str(out / "plot.png"), "-f"],
-        }
+        jobs = with_twins(
+            {
+                "compute": [cli, "compute", str(src), "-o", str(out / "c.parquet"), "-f"],
+                "summarize": [cli, "summarize", str(src)],
+                "verify": [cli, "verify", str(annotated)],
+                "plot": [cli, "plot", str(src), "-o", str(out / "plot.png"), "-f"],
+            },
+            out,
+        )
+        for name in [n for n in jobs if n.endswith(AGAINST_TAG)]:  # the same annotated input
+            jobs[name] = [str(annotated) if "annotated" in a else a for a in jobs[name]]
         runs: dict[str, list[Run]] = {name: [] for name in jobs}
         for _ in range(rounds):
             for name, argv in jobs.items():
-                runs[name].append(run_process(argv))
+                runs[name].append(run_process(argv, env_for(name)))
     finally:
         shutil.rmtree(out, ignore_errors=True)
     sec = {name: statistics.median(r.seconds for r in rs) for name, rs in runs.items()}
@@ -227,10 +279,21 @@ def reading_jobs(src: Path, rounds: int) -> list[str]:
         f"{_verdict(sec['plot'] <= sec['summarize'] + 1.0)}",
         "",
     ]
-    return lines
+    compared = [
+        (
+            f"reading jobs: {name}",
+            statistics.median(
+                n.seconds / o.seconds
+                for n, o in zip(runs[name], runs[name + AGAINST_TAG], strict=True)
+            ),
+        )
+        for name in runs
+        if name + AGAINST_TAG in runs
+    ]
+    return lines, compared
 
 
-def small_file(rounds: int = 15) -> list[str]:
+def small_file(rounds: int = 15) -> tuple[list[str], list[tuple[str, float]]]:
     """``grpo-adv compute`` on a 10-row CSV, end to end (target <= 0.45 s)."""
     cli = str(Path(sys.executable).with_name("grpo-adv"))
     out = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
@@ -240,19 +303,33 @@ def small_file(rounds: int = 15) -> list[str]:
             "prompt_id,reward\n" + "".join(f"p{i // 4},{i % 3 / 2}\n" for i in range(10))
         )
         argv = [cli, "compute", str(src), "-o", str(out / "ten.adv.csv"), "-f"]
-        seconds = statistics.median(run_process(argv).seconds for _ in range(rounds))
+        mine, theirs = [], []
+        for _ in range(rounds):
+            mine.append(run_process(argv).seconds)
+            if against is not None:
+                theirs.append(run_process(argv, env_for(AGAINST_TAG)).seconds)
+        seconds = statistics.median(mine)
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return [
+    lines = [
         f"`grpo-adv compute` on a 10-row CSV: {seconds:.3f} s median of {rounds} "
         f"(target <= 0.45 s: {_verdict(seconds <= 0.45)})",
         "",
     ]
+    compared = [("10-row CSV", seconds / statistics.median(theirs))] if theirs else []
+    return lines, compared
 
 
-def help_time(rounds: int = 7) -> float:
+def help_time(rounds: int = 7) -> tuple[float, list[tuple[str, float]]]:
+    """``grpo-adv --help``'s median time (and against the ``--against`` checkout's)."""
     cli = str(Path(sys.executable).with_name("grpo-adv"))
-    return statistics.median(run_process([cli, "--help"]).seconds for _ in range(rounds))
+    mine, theirs = [], []
+    for _ in range(rounds):
+        mine.append(run_process([cli, "--help"]).seconds)
+        if against is not None:
+            theirs.append(run_process([cli, "--help"], env_for(AGAINST_TAG)).seconds)
+    seconds = statistics.median(mine)
+    return seconds, ([("--help", seconds / statistics.median(theirs))] if theirs else [])
 
 
 def main() -> None:
@@ -268,11 +345,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench")
     parser.add_argument("--report", type=Path, default=None, help="also write the report here")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="another checkout of grpo-adv: its grpo_cli runs every grpo-adv command too",
+    )
     args = parser.parse_args()
+    global against
+    against = args.against.resolve() if args.against else None
 
     # Byte code compiled once, as an installed package has it (PYTHONDONTWRITEBYTECODE
     # would otherwise make every measured process compile grpo_cli from source).
     subprocess.run([sys.executable, "-m", "compileall", "-q", "grpo_cli"], check=True)
+    if against is not None:
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", str(against / "grpo_cli")], check=True
+        )
     orders = {
         "shuffled": "shuffled",
         "step": "shuffled within steps",
@@ -289,23 +378,31 @@ def main() -> None:
         "",
     ]
     headline = []
+    compared: list[tuple[str, float]] = []
     for order, words in orders.items():
         label = f"{args.rows:,} rows, {words}, numeric"
         print(f"running: {label}", file=sys.stderr, flush=True)
         result = bench_set(label, logs[order], args.rounds, text=False, pandas=order == "shuffled")
         lines += result.lines
+        compared += result.against
         headline.append((words, result))
     label = f"{args.text_rows:,} rows with prompt/completion text (target: <= 1.15x floor)"
     print(f"running: {label}", file=sys.stderr, flush=True)
-    lines += bench_set(label, text, args.rounds, text=True, pandas=True).lines
+    text_result = bench_set(label, text, args.rounds, text=True, pandas=True)
+    lines += text_result.lines
+    compared += text_result.against
     print("running: reading jobs, small file", file=sys.stderr, flush=True)
-    lines += reading_jobs(logs["shuffled"], args.rounds)
-    lines += small_file()
-    seconds = help_time()
+    for part_lines, part_compared in (reading_jobs(logs["shuffled"], args.rounds), small_file()):
+        lines += part_lines
+        compared += part_compared
+    seconds, help_compared = help_time()
+    compared += help_compared
     lines += [f"`grpo-adv --help`: {seconds:.3f} s (target < 0.3 s: {_verdict(seconds < 0.3)})", ""]
     if args.big_rows:
         print("running: --low-memory", file=sys.stderr, flush=True)
-        lines += lowmem_lines(args.big_rows, args.data)
+        low_lines, low_compared = lowmem_lines(args.big_rows, args.data)
+        lines += low_lines
+        compared += low_compared
     lines += [
         "### Compute on every order (targets: <= 1.5x floor, >= 1.5x faster than DuckDB)",
         "",
@@ -318,6 +415,18 @@ def main() -> None:
             f"| {words} | {result.x_floor:.2f} ({_verdict(result.x_floor <= 1.5)}) | "
             f"{1 / speedup:.2f} | {speedup:.2f} ({_verdict(speedup >= 1.5)}) |"
         )
+    if against is not None:
+        lines += ["", f"### This checkout against {against} (time / its time, same rounds)", ""]
+        lines += ["| row | ratio |", "|---|---|"]
+        lines += [
+            f"| {row} | {ratio:.3f}{'' if ratio <= 1.05 else ' (over 1.05)'} |"
+            for row, ratio in compared
+        ]
+        worst = max(ratio for _, ratio in compared)
+        lines += [
+            "",
+            f"- worst ratio {worst:.3f} (no regression beyond 5%: {_verdict(worst <= 1.05)})",
+        ]
     report = "\n".join(lines) + "\n"
     print(report)
     if args.report:
@@ -325,12 +434,16 @@ def main() -> None:
         args.report.write_text(report)
 
 
-def lowmem_lines(rows: int, data: Path) -> list[str]:
-    """``lowmem.py``'s run: --low-memory against the streaming floor, with its check."""
+def lowmem_lines(rows: int, data: Path) -> tuple[list[str], list[tuple[str, float]]]:
+    """``lowmem.py``'s run: --low-memory against the streaming floor, with its check (and
+    the ``--against`` checkout's run, right after this one's)."""
     from lowmem import measure
 
-    result = measure(rows, data)
+    result = measure(rows, data, against=against)
     ratio = result.seconds / result.floor_seconds
+    compared = []
+    if result.against_seconds is not None:
+        compared = [(f"{rows:,} rows --low-memory", result.seconds / result.against_seconds)]
     return [
         f"### {rows:,} rows with --low-memory (targets: <= 3x the streaming floor, <= 2 GiB)",
         "",
@@ -345,7 +458,7 @@ def lowmem_lines(rows: int, data: Path) -> list[str]:
         f"- check on {result.groups} groups: rows and order equal: {result.same_rows}; "
         f"max |difference| {result.diff:.3g}",
         "",
-    ]
+    ], compared
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ input and compares with the low-memory output (same rows, same order, |differenc
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -25,10 +26,10 @@ from datasets import write_big_log
 from grpo_cli.pipeline import annotate
 
 
-def timed(argv: list[str]) -> tuple[float, float]:
+def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     start = time.perf_counter()
     done = subprocess.run(
-        ["/usr/bin/time", "-f", "%M", *argv], capture_output=True, text=True, check=False
+        ["/usr/bin/time", "-f", "%M", *argv], capture_output=True, text=True, check=False, env=env
     )
     seconds = time.perf_counter() - start
     if done.returncode != 0:
@@ -48,12 +49,16 @@ class LowMemResult:
     rows: int
     same_rows: bool
     diff: float
+    against_seconds: float | None = None
 
 
-def measure(rows: int, data: Path, sample_groups: int = 2000) -> LowMemResult:
+def measure(
+    rows: int, data: Path, sample_groups: int = 2000, against: Path | None = None
+) -> LowMemResult:
     """Make (or reuse) the log of ``rows`` rows in ``data``, run the floor, grpo-adv
     --low-memory and the floor again (the floor's time: the mean of the two), and check a
-    sample of groups against an in-memory computation."""
+    sample of groups against an in-memory computation. With ``against`` (another checkout),
+    its ``grpo_cli`` runs the same command right after this one's."""
     start = time.perf_counter()
     source = write_big_log(data / f"big_{rows}.parquet", rows)
     print(
@@ -71,7 +76,11 @@ def measure(rows: int, data: Path, sample_groups: int = 2000) -> LowMemResult:
         floor = [sys.executable, "-c", floor_code, str(source), str(floor_out)]
         before_s, before_gib = timed(floor)
         cli = str(Path(sys.executable).with_name("grpo-adv"))
-        low_s, low_gib = timed([cli, "compute", str(source), "-o", str(out), "-f", "--low-memory"])
+        command = [cli, "compute", str(source), "-o", str(out), "-f", "--low-memory"]
+        low_s, low_gib = timed(command)
+        against_s = None
+        if against is not None:
+            against_s, _ = timed(command, {**os.environ, "PYTHONPATH": str(against)})
         after_s, after_gib = timed(floor)
         floor_out.unlink()
         floor_s, floor_gib = (before_s + after_s) / 2, max(before_gib, after_gib)
@@ -109,6 +118,7 @@ def measure(rows: int, data: Path, sample_groups: int = 2000) -> LowMemResult:
         picked.height,
         got["row"].equals(picked["row"]),
         diff,
+        against_s,
     )
 
 
