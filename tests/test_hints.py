@@ -1,4 +1,4 @@
-"""Hints that point the right way (issue 19, point 7) and TRL's repeated steps (point 8).
+"""Hints that point the right way, and TRL's repeated steps.
 
 - verify names the sibling preset, or the reward columns, that reproduce the logged column;
 - a count of reward weights that does not fit names the columns taken as rewards;
