@@ -217,15 +217,17 @@ def test_a_file_engine_is_refused_for_a_frame() -> None:
     )  # the Python API names keyword arguments (the CLI: --backend partitioned)
 
 
-@pytest.mark.parametrize("estimator", ["batch_std", "gpg", "reinforce_pp_baseline"])
-def test_the_partitioned_engine_refuses_batch_estimators(estimator: str) -> None:
+@pytest.mark.parametrize("estimator", ["batch_std", "gpg", "reinforce_pp_baseline", "process"])
+def test_the_partitioned_engine_refuses_only_process_supervision(estimator: str) -> None:
+    """Batch statistics come from merged partials (tests/test_lowmem.py checks the
+    numbers); per-step advantages are not computed there."""
     from grpo_cli.options import AdvantageOptions
-    from grpo_cli.plan import make_plan
+    from grpo_cli.plan import decide
 
-    log = make_log({"a": [1.0, 0.0]})
-    plan = make_plan(log, AdvantageOptions(estimator=estimator))
+    steps = "steps" if estimator == "process" else None
+    plan = decide(AdvantageOptions(estimator=estimator, step_rewards_col=steps))
     reason = get_engine("partitioned").refusal(plan)
-    assert reason is not None and estimator in reason
+    assert reason == ("process supervision" if estimator == "process" else None)
 
 
 # --------------------------------------------------------------------------- one plan
