@@ -136,8 +136,11 @@ class TestExplain:
             {"eps_mode": "var_floor", "eps": 1e-4},
             {"singleton": "verl"},
             {"clip": (-1.0, 1.0)},
+            {"clip": (-0.5, 0.5), "clip_stage": "shaped", "nulls": "zero"},
+            {"token_weighted": True, "length_col": "length", "eps_mode": "var"},
+            {"batch_col": "step", "group_cols": ("step", "prompt_id"), "singleton": "verl"},
         ],
-        ids=["default", "ddof0", "var", "var_floor", "verl", "clip"],
+        ids=["default", "ddof0", "var", "var_floor", "verl", "clip", "shaped", "tokens", "steps"],
     )
     def test_formulas_reproduce_compute(self, estimator: str, policies: dict[str, object]) -> None:
         """For every group of the sample log, each formula's value equals the advantage
