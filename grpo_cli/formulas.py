@@ -14,8 +14,8 @@ operation that made it, which renders
 Rendering rules: a named statistic (``mean``, ``var``, ``n``, ``sum``, the batch's
 ``mean_b``, ``var_b``, ...) and a value the formula names (``ctx.named``: GPG's ``alpha``,
 OPO's ``baseline``) show as their number; so does any part computed from group or batch
-numbers alone, unless it holds eps (``n - 1`` shows ``3``, ``sqrt(var) + eps`` stays
-``0.57735 + 1e-08``); ``sqrt`` of a variance is its std. A choice (``where``) shows the
+numbers alone, unless it holds eps or a named value (``n - 1`` shows ``3``,
+``sqrt(var) + eps`` stays ``0.57735 + 1e-08``); ``sqrt`` of a variance is its std. A choice (``where``) shows the
 branch taken for the row (in symbols: the general one); the zero-variance rule shows the
 formula it overrides (explain states the policy beside). Named values and batch statistics
 add lines to the steps above the table (``alpha = n_b / max(nonzero_b, 1) = 8 / 4 = 2``).
@@ -133,14 +133,15 @@ class Term:
     ``eps``, an arithmetic or logical operator, ``sqrt``, ``max``, ``clip``, ``where``,
     ``is_null``, ``fill_null``, ``named`` (a value the formula names) or ``shown`` (a value
     shown as another, ``args[0]``). ``varies``: differs between the rows of a group;
-    ``has_eps``: eps is part of it (then it is never shown folded into its number)."""
+    ``unfolded``: eps or a named value is part of it (then it is never shown folded into
+    its number: ``(best - second) / (std + eps)`` keeps its parts)."""
 
     values: list[Number]
     op: str
     args: tuple[Any, ...] = ()
     symbol: str = ""
     varies: bool = False
-    has_eps: bool = False
+    unfolded: bool = False
 
     # ------------------------------------------------------------------ operators
     def _binary(self, other: Any, op: str, swap: bool = False) -> Term:
@@ -255,13 +256,13 @@ def _made(values: Sequence[Number], op: str, args: tuple[Term, ...]) -> Term:
         op,
         args,
         varies=any(a.varies for a in args),
-        has_eps=any(a.has_eps for a in args),
+        unfolded=any(a.unfolded for a in args),
     )
 
 
 def replace_leaf(term: Term, values: list[Number], symbol: str) -> Term:
     """A named leaf like ``term`` (as varying) with other numbers."""
-    return Term(values, "leaf", (), symbol, term.varies, term.has_eps)
+    return Term(values, "leaf", (), symbol, term.varies, term.unfolded)
 
 
 def _leaf(values: list[Number], symbol: str, *, varies: bool = False) -> Term:
@@ -300,7 +301,7 @@ def _render(term: Term, row: int | None) -> tuple[str, int]:
         if value is None:
             return f"undefined {term.symbol}", ATOM
         return fmt(float(value)), ATOM
-    if row is not None and not term.varies and not term.has_eps:
+    if row is not None and not term.varies and not term.unfolded:
         value = term.values[row]
         return ("null" if value is None else fmt(float(value))), ATOM
     return _render_node(term, row)
@@ -393,7 +394,7 @@ class ExplainContext(FormulaContext):
 
     def __post_init__(self) -> None:
         n = len(self.groups)
-        self.eps = Term([self.eps] * n, "eps", (self.eps,), has_eps=True)  # type: ignore[assignment]
+        self.eps = Term([self.eps] * n, "eps", (self.eps,), unfolded=True)  # type: ignore[assignment]
 
     @property
     def size(self) -> int:
@@ -506,7 +507,7 @@ class ExplainContext(FormulaContext):
     def named(self, symbol: str, value: Value) -> Term:
         """``value`` shown as ``symbol``; a line of the steps states it (one per group
         value), or the formula line when it differs per row."""
-        term = Term(value.values, "named", (value,), symbol, value.varies, value.has_eps)
+        term = Term(value.values, "named", (value,), symbol, value.varies, unfolded=True)
         if term.varies:
             self.row_named.append(term)
         else:
@@ -517,7 +518,7 @@ class ExplainContext(FormulaContext):
         """See :meth:`FormulaContext.zero_if_constant`: 0 in a zero-variance group, shown
         as the formula it overrides (explain states the rule beside)."""
         chosen = super().zero_if_constant(value)
-        return Term(chosen.values, "shown", (value,), "", value.varies, value.has_eps)
+        return Term(chosen.values, "shown", (value,), "", value.varies, value.unfolded)
 
     def batch_stat(self, x: Value, name: str) -> Term:
         """See :meth:`FormulaContext.batch_stat` (its definition, evaluated here), shown
