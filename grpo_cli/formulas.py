@@ -15,10 +15,11 @@ Rendering rules: a named statistic (``mean``, ``var``, ``n``, ``sum``, the batch
 ``mean_b``, ``var_b``, ...) and a value the formula names (``ctx.named``: GPG's ``alpha``,
 OPO's ``baseline``) show as their number; so does any part computed from group or batch
 numbers alone, unless it holds eps or a named value (``n - 1`` shows ``3``,
-``sqrt(var) + eps`` stays ``0.57735 + 1e-08``); ``sqrt`` of a variance is its std. A choice (``where``) shows the
-branch taken for the row (in symbols: the general one); the zero-variance rule shows the
-formula it overrides (explain states the policy beside). Named values and batch statistics
-add lines to the steps above the table (``alpha = n_b / max(nonzero_b, 1) = 8 / 4 = 2``).
+``sqrt(var) + eps`` stays ``0.57735 + 1e-08``); ``sqrt`` of a variance is its std. A
+choice (``where``) shows the branch taken for the row (in symbols: the general one); the
+zero-variance rule shows the formula it overrides (explain states the policy beside).
+Named values and batch statistics add lines to the steps above the table
+(``alpha = n_b / max(nonzero_b, 1) = 8 / 4 = 2``).
 
 Arithmetic follows the engines': null propagates and is left out of every statistic, a
 division by zero gives inf or NaN, and a group's variance is exactly 0 when its valid
