@@ -6,7 +6,7 @@ variance, count, maximum, minimum or non-zero count of a value ``x`` over the ro
 When a log is split along groups into pieces (every group whole in one piece, as after a
 shuffle by the group key), each ``x`` is computable piece by piece (it reads the row and its
 group's statistics only) but its batch statistics are not. So an engine that sees the log in
-pieces (the Ray engine) runs a batch-level estimator in two passes:
+pieces (the Ray and partitioned engines) runs a batch-level estimator in two passes:
 
 1. :func:`batch_inputs`: the distinct values ``x`` (each with its weight ``w``, see
    :meth:`~grpo_cli.estimators.EstimatorContext.batch_weight`) the plan's formula asks batch
@@ -97,7 +97,20 @@ def piece_partials(piece: pl.DataFrame, plan: Plan) -> pl.DataFrame:
     if hash_collision(grouped, plan.keys):
         plan = plan.exact()
         grouped = with_group_stats(piece, plan).collect()
+    return grouped_partials(grouped, plan)
+
+
+def grouped_partials(grouped: pl.DataFrame, plan: Plan) -> pl.DataFrame:
+    """The batch partials of ``grouped``, a piece of the log with its group statistics
+    (:func:`grpo_cli.engines.polars.with_group_stats`), per value of the batch key: for an
+    engine that handles a hash collision itself (the partitioned engine starts again)."""
     return metrics.batch_partials(grouped, batch_inputs(plan), plan.keys.batch)
+
+
+def merged_partials(parts: Sequence[pl.DataFrame], plan: Plan) -> pl.DataFrame:
+    """Pieces' partials merged into the partials of their union (one row per batch value;
+    merged again with other pieces' partials, it gives the same statistics)."""
+    return metrics.merge_batch_partials(parts, plan.keys.batch, len(batch_inputs(plan)))
 
 
 def merged_stats(parts: Sequence[pl.DataFrame], plan: Plan) -> pl.DataFrame:

@@ -5,7 +5,9 @@ named statistics of a :class:`FormulaContext` (group and batch count, mean, vari
 extrema, the token-weighted forms; the eps placement in ``ctx.norm``). Each engine
 implements the context's few primitives: :class:`EstimatorContext` with Polars windows (the
 Polars, partitioned and Ray engines), :class:`grpo_cli.engines.torch.TorchContext` with torch
-segment operations; so every estimator runs on every engine. Policies shared by all
+segment operations, :class:`grpo_cli.formulas.ExplainContext` with Python floats that
+remember how they were made (``explain``'s filled-in arithmetic and its formula line); so
+every estimator runs on every engine, and explain writes each one out. Policies shared by all
 estimators (null rewards, one-response groups, clipping) are applied by
 :mod:`grpo_cli.policies`, so an estimator states only its formula and its own edge cases.
 
@@ -30,9 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from grpo_cli import formulas
 from grpo_cli.columns import STAT_COUNT, STAT_MEAN, STAT_VAR
-from grpo_cli.formulas import ExplainFn
 
 if TYPE_CHECKING:
     import polars as pl
@@ -149,6 +149,17 @@ class FormulaContext(ABC):
     def batch_agg(self, x: Value, op: str) -> Value:
         """``sum``, ``count``, ``max``, ``min`` or ``nonzero`` (values other than 0) of
         ``x`` over the row's batch (nulls left out, as in :meth:`group_agg`)."""
+
+    # ---------------------------------------------------------------- shared rules
+    def named(self, symbol: str, value: Value) -> Value:
+        """``value``, named ``symbol`` for ``explain`` (which shows it and states its
+        numbers); the engines compute it unchanged."""
+        return value
+
+    def zero_if_constant(self, value: Value) -> Value:
+        """Exactly 0 in a zero-variance group (:meth:`is_constant`), where rounding could
+        leave ``r - mean`` at 1e-17; else ``value``."""
+        return self.where(self.is_constant(), 0.0, value)
 
     # ---------------------------------------------------------------- group statistics
     def count(self) -> Value:
@@ -365,11 +376,6 @@ class Estimator:
             reads whole-batch statistics.
         unit: ``response`` (one advantage per row) or ``step`` (one per step reward of a
             list column: process supervision).
-        formula: the formula in symbols for ``explain``, ``{spread}`` / ``{batch_spread}``
-            standing for the eps placement of the group / batch spread; empty when explain
-            does not write it out.
-        explain: the formula with a group's numbers filled in (see
-            :mod:`grpo_cli.formulas`), or None.
     """
 
     name: str
@@ -381,8 +387,6 @@ class Estimator:
     whitens: bool = False
     scope: str = "group"
     unit: str = "response"
-    formula: str = ""
-    explain: ExplainFn | None = None
 
 
 ESTIMATORS: Final[dict[str, Estimator]] = {}
@@ -398,8 +402,6 @@ def register_estimator(
     whitens: bool = False,
     scope: str = "group",
     unit: str = "response",
-    formula: str = "",
-    explain: ExplainFn | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Register ``fn`` under ``name`` with its facts (see :class:`Estimator`); ``summary``
     becomes its line in ``--help``. Adding an estimator is one decorated function."""
@@ -410,7 +412,7 @@ def register_estimator(
         if name in ESTIMATORS:
             raise ValueError(f"estimator {name!r} registered twice")
         ESTIMATORS[name] = Estimator(
-            name, summary, source, fn, uses_groups, needs, whitens, scope, unit, formula, explain
+            name, summary, source, fn, uses_groups, needs, whitens, scope, unit
         )
         return fn
 
@@ -431,18 +433,11 @@ def _lookup(name: str) -> Estimator:
     return ESTIMATORS[match_name(name, ESTIMATORS, "estimator")]
 
 
-def _zero_if_constant(ctx: FormulaContext, value: Value) -> Value:
-    """Exactly 0 in a zero-variance group, where rounding could leave ``r - mean`` at 1e-17."""
-    return ctx.where(ctx.is_constant(), 0.0, value)
-
-
 @register_estimator(
     "grpo",
     "group z-score (r - mean_g) / (std_g + eps)",
     "DeepSeekMath (Shao et al. 2024) sec. 4.1.2; TRL grpo_trainer.py; verl core_algos.py "
     "compute_grpo_outcome_advantage; OpenRLHF group_norm",
-    formula="A = (r - mean) / {spread}",
-    explain=formulas.grpo,
 )
 def grpo(ctx: FormulaContext) -> Value:
     """GRPO outcome advantage: ``A = (r - mean_g) / (std_g + eps)`` (eps_mode std).
@@ -450,7 +445,7 @@ def grpo(ctx: FormulaContext) -> Value:
     A zero-variance group gives exactly 0. Under ``singleton=verl`` a one-response group
     has mean 0 and std 1: ``A = r / (1 + eps)``.
     """
-    return _zero_if_constant(ctx, ctx.norm(ctx.reward - ctx.group_mean(), ctx.group_var()))
+    return ctx.zero_if_constant(ctx.norm(ctx.reward - ctx.group_mean(), ctx.group_var()))
 
 
 @register_estimator(
@@ -458,12 +453,10 @@ def grpo(ctx: FormulaContext) -> Value:
     "r - mean_g (no std)",
     "Dr. GRPO (Liu et al. 2025, 'Understanding R1-Zero-Like Training'); verl grpo with "
     "norm_adv_by_std_in_grpo=False; OpenRLHF dr_grpo; TRL scale_rewards='none'",
-    formula="A = r - mean",
-    explain=formulas.dr_grpo,
 )
 def dr_grpo(ctx: FormulaContext) -> Value:
     """``A = r - mean_g``: the group baseline without the std division. Shift invariant."""
-    return _zero_if_constant(ctx, ctx.reward - ctx.group_mean())
+    return ctx.zero_if_constant(ctx.reward - ctx.group_mean())
 
 
 @register_estimator(
@@ -471,15 +464,11 @@ def dr_grpo(ctx: FormulaContext) -> Value:
     "(r - mean_g) / (std_b + eps): group mean, batch std",
     "TRL grpo_trainer.py scale_rewards='batch' (PPO-Lite)",
     scope="batch",
-    formula="A = (r - mean) / {batch_spread}",
-    explain=formulas.batch_std,
 )
 def batch_std(ctx: FormulaContext) -> Value:
     """``A = norm(r - mean_g, var_b(r))``: centred in the group, scaled by the std of all
     valid rewards of the batch."""
-    return _zero_if_constant(
-        ctx, ctx.norm(ctx.reward - ctx.group_mean(), ctx.batch_var(ctx.reward))
-    )
+    return ctx.zero_if_constant(ctx.norm(ctx.reward - ctx.group_mean(), ctx.batch_var(ctx.reward)))
 
 
 @register_estimator(
@@ -487,8 +476,6 @@ def batch_std(ctx: FormulaContext) -> Value:
     "r - mean of the other responses = n/(n-1) (r - mean_g)",
     "RLOO (Ahmadian et al. 2024); verl compute_rloo_outcome_advantage; OpenRLHF rloo; "
     "TRL rloo_trainer.py",
-    formula="A = r - (sum - r) / (n - 1)",
-    explain=formulas.rloo,
 )
 def rloo(ctx: FormulaContext) -> Value:
     """Leave-one-out baseline: ``A_i = r_i - (sum_g - r_i) / (n_g - 1)``.
@@ -498,7 +485,7 @@ def rloo(ctx: FormulaContext) -> Value:
     """
     n = ctx.to_float(ctx.count())
     loo = ctx.reward - (ctx.group_sum() - ctx.reward) / (n - 1.0)
-    return ctx.where(ctx.is_singleton(), ctx.reward - ctx.group_mean(), _zero_if_constant(ctx, loo))
+    return ctx.where(ctx.is_singleton(), ctx.reward - ctx.group_mean(), ctx.zero_if_constant(loo))
 
 
 @register_estimator(
@@ -508,13 +495,11 @@ def rloo(ctx: FormulaContext) -> Value:
     "compute_reinforce_plus_plus_baseline_outcome_advantage; OpenRLHF reinforce_baseline",
     whitens=True,
     scope="batch",
-    formula="x = r - mean; A = (x - mean_b) / {batch_spread}",
-    explain=formulas.reinforce_pp_baseline,
 )
 def reinforce_pp_baseline(ctx: FormulaContext) -> Value:
     """``x = r - mean_g``; ``A = norm(x - mean_b(x), var_b(x))`` (length-weighted with
     token_weighted). A zero-variance group has x = 0 exactly before whitening."""
-    return ctx.batch_zscore(_zero_if_constant(ctx, ctx.reward - ctx.group_mean()))
+    return ctx.batch_zscore(ctx.named("x", ctx.zero_if_constant(ctx.reward - ctx.group_mean())))
 
 
 @register_estimator(
@@ -537,8 +522,6 @@ def reinforce_pp(ctx: FormulaContext) -> Value:
     "r - length-weighted mean_g",
     "OPO (Hao et al. 2025, on-policy RL with optimal baseline); verl compute_opo_outcome_advantage",
     needs=frozenset({"length"}),
-    formula="A = r - sum(L r) / sum(L)",
-    explain=formulas.opo,
 )
 def opo(ctx: FormulaContext) -> Value:
     """``A = r - sum_g(L r) / sum_g(L)`` with L the response length (``length_col``).
@@ -548,8 +531,8 @@ def opo(ctx: FormulaContext) -> Value:
     assert ctx.length is not None
     weight = ctx.where(~ctx.is_null(ctx.reward), ctx.to_float(ctx.length))
     baseline = ctx.group_agg(weight * ctx.reward, "sum") / ctx.group_agg(weight, "sum")
-    baseline = ctx._unit_for_singletons(baseline, 0.0)
-    return _zero_if_constant(ctx, ctx.reward - baseline)
+    baseline = ctx.named("baseline", ctx._unit_for_singletons(baseline, 0.0))
+    return ctx.zero_if_constant(ctx.reward - baseline)
 
 
 @register_estimator(
@@ -557,16 +540,14 @@ def opo(ctx: FormulaContext) -> Value:
     "alpha (r - mean_g), alpha = batch size / non-zero rewards in batch",
     "GPG (Chu et al. 2025); verl compute_gpg_outcome_advantage",
     scope="batch",
-    formula="A = alpha (r - mean)",
-    explain=formulas.gpg,
 )
 def gpg(ctx: FormulaContext) -> Value:
     """``A = alpha (r - mean_g)`` with ``alpha = B / max(#{r != 0 in b}, 1)``, B the number of
     valid rewards in the batch."""
     r = ctx.reward
     valid = ctx.to_float(ctx.batch_stat(r, "count"))
-    alpha = valid / ctx.maximum(ctx.to_float(ctx.batch_stat(r, "nonzero")), 1.0)
-    return alpha * _zero_if_constant(ctx, r - ctx.group_mean())
+    alpha = ctx.named("alpha", valid / ctx.maximum(ctx.to_float(ctx.batch_stat(r, "nonzero")), 1.0))
+    return alpha * ctx.zero_if_constant(r - ctx.group_mean())
 
 
 @register_estimator(
@@ -574,16 +555,14 @@ def gpg(ctx: FormulaContext) -> Value:
     "only a group's unique best gets norm(max - second max, var_g); others 0",
     "Pass@k training (Chen et al. 2025, arXiv 2508.10751); verl "
     "compute_grpo_passk_outcome_advantage",
-    formula="A = (best - second best) / {spread} for the unique best, else 0",
-    explain=formulas.grpo_passk,
 )
 def grpo_passk(ctx: FormulaContext) -> Value:
     """The response with the group's maximum reward gets ``norm(r_max - r_2nd, var_g)``;
     every other response 0. A tie for the maximum gives 0 to all (r_max = r_2nd)."""
     r = ctx.reward
-    best = ctx.group_agg(r, "max")
-    n_best = ctx.group_agg(ctx.where(r == best, 1.0, 0.0), "sum")
-    second = ctx.group_agg(ctx.where(r < best, r), "max")
+    best = ctx.named("best", ctx.group_agg(r, "max"))
+    n_best = ctx.named("n_best", ctx.group_agg(ctx.where(r == best, 1.0, 0.0), "sum"))
+    second = ctx.named("second", ctx.group_agg(ctx.where(r < best, r), "max"))
     gap = ctx.norm(best - second, ctx.group_var())
     return ctx.where((r == best) & (n_best == 1), gap, 0.0)
 
@@ -614,7 +593,7 @@ def gdpo(batch: FormulaContext, rewards: Sequence[tuple[FormulaContext, float]])
         null = ctx.is_null(ctx.reward)
         summed = z if summed is None else summed + z
         all_null = null if all_null is None else all_null & null
-    return batch.batch_zscore(batch.where(all_null, None, summed))
+    return batch.batch_zscore(batch.named("s", batch.where(all_null, None, summed)))
 
 
 # Process supervision (DeepSeekMath sec. 4.1.3) runs GRPO's formula on the exploded step

@@ -43,13 +43,13 @@ from grpo_cli.columns import (
 )
 from grpo_cli.errors import InputError, OptionsError, one_line
 from grpo_cli.formulas import (
-    BatchView,
-    Filled,
-    GroupNumbers,
+    FilledIn,
+    fill_in,
     fmt,
     mean_var,
-    norm_text,
+    norm_filled,
     signed_sum,
+    spread_symbol,
 )
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Keys
@@ -57,10 +57,11 @@ from grpo_cli.rewards import reward_expr
 
 
 def filled() -> tuple[str, ...]:
-    """The estimators explain writes out with numbers: those with a registry formula."""
+    """The estimators explain writes out with numbers: every one with groups and one
+    advantage per response (their formula evaluated by :mod:`grpo_cli.formulas`)."""
     from grpo_cli.estimators import ESTIMATORS
 
-    return tuple(name for name, estimator in ESTIMATORS.items() if estimator.formula)
+    return tuple(name for name, e in ESTIMATORS.items() if e.uses_groups and e.unit == "response")
 
 
 SHOWN_KEYS: Final = 8
@@ -411,13 +412,16 @@ def explain_group(
     group_rows: pl.DataFrame,
     options: AdvantageOptions,
     estimator_summary: str,
-    batch: BatchView | None = None,
+    batch: pl.DataFrame | None = None,
     logged: pl.Series | None = None,
     key: dict[str, Any] | None = None,
     gdpo: GdpoView | None = None,
     chosen: str | None = None,
+    group_keys: tuple[str, ...] = (),
 ) -> Explanation:
     """Explain ``group_rows`` (one group, with REWARD_KEY and the advantage column);
+    ``batch``: the rows of its batch (with ROW_KEY and the key columns), for an estimator
+    that reads batch statistics (its groups told apart by ``group_keys``);
     ``logged``: the advantages the input carried for these rows, shown beside ours;
     ``key``: the group's key as shown (default: its ``group_cols`` values); ``gdpo``: the
     per-reward values and the batch's ``s`` under ``aggregation=normalize_then_sum``;
@@ -443,13 +447,8 @@ def explain_group(
     std = math.sqrt(var) if var is not None else None
     steps = _steps(valid, n, mean, var, std, ddof)
     notes: list[str] = []
-    g_mean, g_var = mean, var
     if options.singleton == "verl" and n == 1:
-        g_mean, g_var = 0.0, 1.0
         notes.append("singleton=verl: a one-reward group has mean 0 and std 1")
-    lengths = None
-    if options.length_col and options.length_col in group_rows.columns:
-        lengths = [_float(v) for v in group_rows[options.length_col].to_list()]
     if gdpo is not None:
         # GDPO: no zero-variance rule on the summed reward (each reward is z-scored alone).
         constant = False
@@ -460,17 +459,14 @@ def explain_group(
             *gdpo_steps,
         )
     else:
-        fill = get_estimator(options.estimator).explain
-        filled = (
-            Filled((), lambda r: ("(not written out for this estimator)", None))
-            if fill is None or g_mean is None
-            else fill(GroupNumbers(options, rewards, valid, n, g_mean, g_var, lengths, batch))
-        )
+        filled = _fill_in(group_rows, batch, group_keys or options.group_cols, options)
         steps += filled.steps
         constant = n >= 2 and max(valid) == min(valid)
         if constant:
             notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
-        formulas = [("-", None) if r is None else filled.row(r) for r in rewards]
+        formulas = [
+            ("-", None) if r is None else row for r, row in zip(rewards, filled.rows, strict=True)
+        ]
     # compute clips the final advantage unless a whitening clipped its input (clip_stage).
     whitened = gdpo is not None or get_estimator(options.estimator).whitens
     clips_final = options.clip is not None and (options.clip_stage == "advantage" or not whitened)
@@ -499,7 +495,7 @@ def explain_group(
         key=key,
         options=options,
         estimator_summary=estimator_summary,
-        formula=gdpo_formula(options) if gdpo is not None else general_formula(options),
+        formula=gdpo_formula(options) if gdpo is not None else filled.formula,
         size=group_rows.height,
         n=n,
         mean=mean,
@@ -589,7 +585,7 @@ def _zscore(v: float | None, st: _ZStats, options: AdvantageOptions) -> float | 
         return 0.0
     if st.var is None:
         return None
-    return (v - st.mean) / norm_text(options, st.var)[1]
+    return (v - st.mean) / norm_filled(options, st.var)[1]
 
 
 def gdpo_sums(
@@ -672,7 +668,7 @@ def _gdpo_formulas(
         if flat:
             formulas.append((f"{text}; every s of the batch is equal", 0.0))
             continue
-        norm, denominator = norm_text(options, var_b)
+        norm, denominator = norm_filled(options, var_b)
         formulas.append(
             (f"{text}; ({fmt(x)} - {fmt(mean_b)}) / {norm}", (x - mean_b) / denominator)
         )
@@ -681,27 +677,36 @@ def _gdpo_formulas(
 
 def gdpo_formula(options: AdvantageOptions) -> str:
     """GDPO's formula in symbols, with the eps placement of ``eps_mode``."""
-    spread = _spread(options)
-    batch = spread.replace("std", "std_b").replace("var", "var_b")
+    spread, batch = spread_symbol(options), spread_symbol(options, "_b")
     return f"z_k = (r_k - mean_k) / {spread}; s = sum_k w_k z_k; A = (s - mean_b) / {batch}"
 
 
-def _spread(options: AdvantageOptions) -> str:
-    return {
-        "std": "(std + eps)",
-        "var": "sqrt(var + eps)",
-        "var_floor": "sqrt(max(var, eps))",
-    }[options.eps_mode]
-
-
-def general_formula(options: AdvantageOptions) -> str:
-    """The estimator's formula in symbols (from the registry), with the eps placement of
-    ``eps_mode``; empty for an estimator explain does not write out."""
+def _fill_in(
+    group_rows: pl.DataFrame,
+    batch: pl.DataFrame | None,
+    group_keys: tuple[str, ...],
+    options: AdvantageOptions,
+) -> FilledIn:
+    """The estimator's formula filled in for ``group_rows`` (see :mod:`grpo_cli.formulas`),
+    evaluated over ``batch`` (the rows of its batch) when given, else over the group."""
     from grpo_cli.estimators import get_estimator
 
-    spread = _spread(options)
-    batch = spread.replace("std", "std_batch").replace("var", "var_batch")
-    return get_estimator(options.estimator).formula.format(spread=spread, batch_spread=batch)
+    rows = group_rows if batch is None else batch
+    if batch is None:
+        shown = list(range(group_rows.height))
+        groups = [0] * group_rows.height
+    else:
+        where = {row: i for i, row in enumerate(batch[ROW_KEY].to_list())}
+        shown = [where[row] for row in group_rows[ROW_KEY].to_list()]
+        keys = [c for c in group_keys if c in batch.columns] or [ROW_KEY]
+        ids: dict[tuple[Any, ...], int] = {}
+        groups = [ids.setdefault(k, len(ids)) for k in batch.select(keys).iter_rows()]
+    lengths = None
+    if options.length_col and options.length_col in rows.columns:
+        lengths = [_float(v) for v in rows[options.length_col].to_list()]
+    rewards = [_float(v) for v in rows[REWARD_KEY].to_list()]
+    estimator = get_estimator(options.estimator)
+    return fill_in(estimator, options, rewards, groups, shown, lengths)
 
 
 def _policy(r: float | None, n: int, constant: bool, options: AdvantageOptions) -> str | None:
@@ -784,14 +789,16 @@ def explain_one(
         chosen = _picked(pick, full.row(position, named=True), options.advantage_col)
     batch = None
     if get_estimator(options.estimator).scope == "batch":
-        batch = _batch_view(full, rows, keys.batch, options)
+        batch = _batch_members(full, rows, keys.batch)
     gdpo = None
     if options.aggregation == "normalize_then_sum":
         gdpo = _gdpo_view(full, rows, keys, options)
     summary = get_estimator(options.estimator).summary
     logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
     shown = {name: rows[c][0] for c, name in zip(keys.exact, names, strict=True)}
-    explained = explain_group(rows, options, summary, batch, logged, shown, gdpo, chosen)
+    explained = explain_group(
+        rows, options, summary, batch, logged, shown, gdpo, chosen, group_keys=keys.exact
+    )
     return replace(explained, warnings=resolved.warnings)
 
 
@@ -848,21 +855,3 @@ def _gdpo_view(
         if s is not None and w is not None
     ]
     return GdpoView(columns, options.weights, values(rows), batch)
-
-
-def _batch_view(
-    full: pl.DataFrame, rows: pl.DataFrame, batch_cols: tuple[str, ...], options: AdvantageOptions
-) -> BatchView:
-    """The valid rewards of the group's batch, and their group-centred values ``x``
-    (0 in a zero-variance group; a one-reward group's mean is 0 under singleton=verl)."""
-    from grpo_cli.columns import CONSTANT_KEY, STAT_MEAN, VALID_KEY
-
-    members = _batch_members(full, rows, batch_cols).filter(pl.col(REWARD_KEY).is_not_null())
-    mean = pl.col(STAT_MEAN)
-    if options.singleton == "verl":
-        mean = pl.when(pl.col(VALID_KEY) == 1).then(0.0).otherwise(mean)
-    x = pl.when(pl.col(CONSTANT_KEY)).then(0.0).otherwise(pl.col(REWARD_KEY) - mean)
-    return BatchView(
-        rewards=members[REWARD_KEY].to_list(),
-        centred=members.select(x).to_series().to_list(),
-    )

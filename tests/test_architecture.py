@@ -16,6 +16,7 @@ from grpo_cli import compute_advantages
 from grpo_cli.engines import ENGINES, get_engine
 from grpo_cli.errors import OptionsError
 from grpo_cli.estimators import ESTIMATORS, register_estimator
+from grpo_cli.explain import explain_one
 from grpo_cli.options import BACKENDS
 from grpo_cli.plan import Keys
 from tests.conftest import ROOT, make_log
@@ -179,13 +180,33 @@ def test_estimator_facts() -> None:
         "reinforce_pp",
         "remax",
     }
-    assert ESTIMATORS["grpo"].formula == "A = (r - mean) / {spread}"
+
+
+@pytest.mark.parametrize(
+    ("eps_mode", "formula"),
+    [
+        ("std", "A = (r - mean) / (std + eps)"),
+        ("var", "A = (r - mean) / sqrt(var + eps)"),
+        ("var_floor", "A = (r - mean) / sqrt(max(var, eps))"),
+    ],
+)
+def test_explain_writes_the_formula_the_engines_run(eps_mode: str, formula: str) -> None:
+    """explain's formula line is the estimator's own function rendered in symbols (eps
+    placed by FormulaContext.norm, the one place), not a text kept beside it."""
+    from grpo_cli.formulas import symbolic
+    from grpo_cli.options import AdvantageOptions
+
+    options = AdvantageOptions(eps_mode=eps_mode)
+    assert symbolic(ESTIMATORS["grpo"], options) == formula
+    assert symbolic(ESTIMATORS["batch_std"], options) == formula.replace("var", "var_b").replace(
+        "std", "std_b"
+    )
 
 
 def test_a_new_estimator_is_one_decorated_function() -> None:
     """Registered here, it computes through every layer with no other change."""
 
-    @register_estimator("half_centred", "(r - mean_g) / 2", "a test", formula="A = (r - mean) / 2")
+    @register_estimator("half_centred", "(r - mean_g) / 2", "a test")
     def half_centred(ctx: Any) -> pl.Expr:
         centred: pl.Expr = ctx.reward - ctx.group_mean()
         return centred / 2
@@ -195,6 +216,15 @@ def test_a_new_estimator_is_one_decorated_function() -> None:
         got = compute_advantages(log, estimator="half_centred")["advantage"].to_list()
         # b is a singleton (advantage 0 by default); c's null keeps a null advantage.
         assert got == [0.25, -0.25, 0.0, 0.0, -0.5, None, 0.5]
+        # explain writes it out from the same function
+        explained = explain_one(log, None, {"estimator": "half_centred"}, "a")
+        assert explained.formula == "A = (r - mean) / 2"
+        assert [row.formula for row in explained.rows] == [
+            "(1 - 0.5) / 2",
+            "(0 - 0.5) / 2",
+            "(0.5 - 0.5) / 2",
+        ]
+        assert [row.value for row in explained.rows] == [0.25, -0.25, 0.0]
     finally:
         del ESTIMATORS["half_centred"]
 
@@ -217,15 +247,17 @@ def test_a_file_engine_is_refused_for_a_frame() -> None:
     )  # the Python API names keyword arguments (the CLI: --backend partitioned)
 
 
-@pytest.mark.parametrize("estimator", ["batch_std", "gpg", "reinforce_pp_baseline"])
-def test_the_partitioned_engine_refuses_batch_estimators(estimator: str) -> None:
+@pytest.mark.parametrize("estimator", ["batch_std", "gpg", "reinforce_pp_baseline", "process"])
+def test_the_partitioned_engine_refuses_only_process_supervision(estimator: str) -> None:
+    """Batch statistics come from merged partials (tests/test_lowmem.py checks the
+    numbers); per-step advantages are not computed there."""
     from grpo_cli.options import AdvantageOptions
-    from grpo_cli.plan import make_plan
+    from grpo_cli.plan import decide
 
-    log = make_log({"a": [1.0, 0.0]})
-    plan = make_plan(log, AdvantageOptions(estimator=estimator))
+    steps = "steps" if estimator == "process" else None
+    plan = decide(AdvantageOptions(estimator=estimator, step_rewards_col=steps))
     reason = get_engine("partitioned").refusal(plan)
-    assert reason is not None and estimator in reason
+    assert reason == ("process supervision" if estimator == "process" else None)
 
 
 # --------------------------------------------------------------------------- one plan

@@ -118,11 +118,11 @@ class TestPresetSuggestions:
 
 def test_low_memory_errors_name_low_memory(runner: CliRunner, tmp_path: Path) -> None:
     out = tmp_path / "out.parquet"
-    args = [str(SAMPLE_DIR / "rewards.parquet"), "-e", "gpg", "-o", str(out)]
+    args = [str(SAMPLE_DIR / "rewards.parquet"), "--singleton", "drop", "-o", str(out)]
     result = runner.invoke(app, ["compute", *args, "--low-memory"])
     assert result.exit_code == 2
     assert result.stderr.startswith(
-        "error: --low-memory (--backend partitioned) does not support estimator gpg"
+        "error: --low-memory (--backend partitioned) does not support --singleton drop"
     )
     assert not out.exists()
 

@@ -18,8 +18,10 @@ from typer.testing import CliRunner
 from grpo_cli.cli import app
 from grpo_cli.engines.partitioned import annotate_to_parquet
 from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.estimators import ESTIMATORS
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import annotate
+from grpo_cli.presets import merge_options
 from tests.conftest import ROOT, SAMPLE_FILES
 from tests.test_presets import hostile_log
 
@@ -62,15 +64,87 @@ def test_same_result_as_in_memory(tmp_path: Path, case: dict[str, Any]) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet", "out.parquet"]
 
 
-@pytest.mark.parametrize("estimator", ["batch_std", "gpg", "reinforce_pp_baseline", "process"])
-def test_refuses_what_needs_whole_batches(tmp_path: Path, estimator: str) -> None:
-    with pytest.raises(OptionsError):
+# Every response-level estimator, by the columns it needs; GDPO; the batch-level presets.
+ESTIMATOR_EXTRAS: dict[str, dict[str, Any]] = {
+    name: {
+        "length": {"length_col": "length"},
+        "baseline": {"baseline_col": "format_reward"},
+    }.get(next(iter(estimator.needs), ""), {})
+    for name, estimator in ESTIMATORS.items()
+    if estimator.unit == "response"
+}
+BATCH_CASES: list[tuple[str | None, dict[str, Any]]] = [
+    *((None, {"estimator": name, **extra}) for name, extra in ESTIMATOR_EXTRAS.items()),
+    *(
+        (None, {"estimator": name, "batch_col": "step", **extra, **policy})
+        for name, extra in ESTIMATOR_EXTRAS.items()
+        for policy in (
+            {"singleton": "verl", "eps_mode": "var", "ddof": 0},
+            {"nulls": "zero", "clip": (-0.5, 0.5), "clip_stage": "shaped"},
+        )
+    ),
+    (None, {"estimator": "reinforce_pp_baseline", "length_col": "length", "token_weighted": True}),
+    (None, {"reward_cols": ("reward", "format_reward"), "aggregation": "normalize_then_sum"}),
+    (
+        None,
+        {
+            "reward_cols": ("reward", "format_reward"),
+            "reward_weights": (1.0, 0.5),
+            "aggregation": "normalize_then_sum",
+            "batch_col": "step",
+            "length_col": "length",
+            "token_weighted": True,
+        },
+    ),
+    ("trl-batch", {"batch_col": "step"}),
+    ("trl-gdpo", {"reward_cols": ("reward", "format_reward"), "batch_col": "step"}),
+    ("verl-gpg", {"batch_col": "step"}),
+    ("verl-reinforce-pp-baseline", {"length_col": "length", "batch_col": "step"}),
+    ("openrlhf-reinforce-baseline", {"length_col": "length"}),
+]
+
+
+def _case_id(case: tuple[str | None, dict[str, Any]]) -> str:
+    preset, explicit = case
+    return ",".join([preset or "", *(f"{k}={v}" for k, v in explicit.items())]).strip(",")
+
+
+@pytest.mark.parametrize("case", BATCH_CASES, ids=_case_id)
+def test_every_estimator_as_in_memory(
+    tmp_path: Path, case: tuple[str | None, dict[str, Any]]
+) -> None:
+    """Batch-level estimators, GDPO and presets too: the batch statistics merged from the
+    partitions' partials give the in-memory advantages (within 1e-12, nulls identical),
+    on a log whose groups and steps spread over several partitions."""
+    preset, explicit = case
+    log = hostile_log(with_nulls=True)
+    source = tmp_path / "log.parquet"
+    log.write_parquet(source)
+    options = AdvantageOptions(**merge_options(preset, {**explicit, "deterministic": True}))
+    out = tmp_path / "out.parquet"
+    run = annotate_to_parquet(source, out, options, partitions=3, chunk_rows=7)
+    expected = annotate(log, preset, deterministic=True, **explicit)
+    got = pl.read_parquet(out)
+    assert got.columns == expected.frame.columns
+    assert got.drop("advantage").equals(expected.frame.drop("advantage"))
+    ours, theirs = got["advantage"], expected.frame["advantage"]
+    assert ours.is_null().to_list() == theirs.is_null().to_list()
+    assert theirs.drop_nulls().len() > 30
+    for a, b in zip(ours.drop_nulls(), theirs.drop_nulls(), strict=True):
+        assert a == pytest.approx(b, rel=1e-12, abs=1e-12)
+    assert (run.rows, run.groups, run.null_rewards) == (
+        expected.run.rows,
+        expected.run.groups,
+        expected.run.null_rewards,
+    )
+
+
+def test_refuses_process_supervision(tmp_path: Path) -> None:
+    with pytest.raises(OptionsError, match="does not support process supervision"):
         annotate_to_parquet(
             SAMPLE_FILES["parquet"],
             tmp_path / "o.parquet",
-            AdvantageOptions(
-                estimator=estimator, step_rewards_col="x" if estimator == "process" else None
-            ),
+            AdvantageOptions(estimator="process", step_rewards_col="x"),
         )
 
 

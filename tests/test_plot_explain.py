@@ -136,8 +136,11 @@ class TestExplain:
             {"eps_mode": "var_floor", "eps": 1e-4},
             {"singleton": "verl"},
             {"clip": (-1.0, 1.0)},
+            {"clip": (-0.5, 0.5), "clip_stage": "shaped", "nulls": "zero"},
+            {"token_weighted": True, "length_col": "length", "eps_mode": "var"},
+            {"batch_col": "step", "group_cols": ("step", "prompt_id"), "singleton": "verl"},
         ],
-        ids=["default", "ddof0", "var", "var_floor", "verl", "clip"],
+        ids=["default", "ddof0", "var", "var_floor", "verl", "clip", "shaped", "tokens", "steps"],
     )
     def test_formulas_reproduce_compute(self, estimator: str, policies: dict[str, object]) -> None:
         """For every group of the sample log, each formula's value equals the advantage
@@ -158,6 +161,34 @@ class TestExplain:
                 elif row.policy.startswith("clipped"):
                     assert row.advantage in policies["clip"]  # type: ignore[operator]
         assert checked > (10 if estimator == "grpo_passk" else 30)
+
+    def test_filled_in_texts(self) -> None:
+        """Named values and batch statistics are stated once above the table; each row
+        shows the formula with its numbers (rendered from the estimator's function)."""
+        log = make_log({"a": [1.0, 0.0, 0.5, 1.0], "b": [0.0, 0.0, 1.0, 0.5]})
+        passk = explain_one(log, None, {"estimator": "grpo_passk"}, "b")
+        assert passk.formula == "A = (best - second) / (std + eps)"
+        assert passk.steps[-3:] == (
+            "best = max(r) = 1",
+            "n_best = sum([r = best]) = 1",
+            "second = max(r if r < best) = 0.5",
+        )
+        assert [r.formula for r in passk.rows] == [
+            "0  (not (r = best and n_best = 1))",
+            "0  (not (r = best and n_best = 1))",
+            "(1 - 0.5) / (0.478714 + 1e-08)",
+            "0  (not (r = best and n_best = 1))",
+        ]
+        gpg = explain_one(log, None, {"estimator": "gpg"}, "a")
+        assert "alpha = n_b / max(nonzero_b, 1) = 8 / 5 = 1.6" in gpg.steps
+        assert gpg.rows[0].formula == "1.6 x (1 - 0.625)"
+        whitened = explain_one(log, None, {"estimator": "reinforce_pp_baseline"}, "a")
+        assert whitened.formula == "x = r - mean; A = (x - mean_b) / (std_b + eps)"
+        assert whitened.steps[-1].startswith("over the batch's 8 values of x: n_b = 8,")
+        assert whitened.rows[0].formula.startswith("x = 1 - 0.625 = 0.375; (0.375 - 0) / (")
+        rloo = explain_one(log, None, {"estimator": "rloo", "eps_mode": "var"}, "a")
+        assert rloo.formula == "A = r - (sum - r) / (n - 1)"
+        assert rloo.rows[1].formula == "0 - (2.5 - 0) / 3"
 
     def test_policies_are_stated(self) -> None:
         frame = make_log({"one": [0.3], "flat": [0.5, 0.5], "n": [1.0, None, 0.0]})

@@ -38,10 +38,15 @@ then writes nothing more, removes the spill folder and its temporary output, and
 (``PR_SET_PDEATHSIG``), so a ``kill -9`` of the command leaves no process behind, only
 tagged temporaries for the next run to remove.
 Peak memory is about one partition or one chunk, whichever is larger, whatever the log's
-size. Every group lies whole in one partition, so the engine computes exactly the estimators
-whose statistics stay within a group (``scope="group"`` in the estimator registry) and
-refuses the rest. If two keys share the first hash (about a 1e-6 chance in a 12M-group
-log), the run starts again with the exact key columns spilled instead of the hashes.
+size. Every group lies whole in one partition, so every group statistic is exact there.
+A formula that reads batch statistics (``scope="batch"`` estimators, GDPO) gets them from
+mergeable partials (:mod:`grpo_cli.batch_stats`, as the Ray engine does): before the
+compute pass, one more read of the partition spills computes each partition's partials of
+the values the formula whitens or scales by (a few numbers per batch value), merged into
+the batch statistics that the compute pass then joins onto each partition. Group-level
+estimators skip that read. If two keys share the first hash (about a 1e-6 chance in a
+12M-group log), the run starts again with the exact key columns spilled instead of the
+hashes.
 """
 
 from __future__ import annotations
@@ -61,11 +66,19 @@ from typing import Any, Final
 import polars as pl
 
 from grpo_cli import metrics
+from grpo_cli.batch_stats import (
+    applied,
+    grouped_partials,
+    merged_partials,
+    merged_stats,
+    needs_batch_stats,
+    with_batch_stats,
+)
 from grpo_cli.columns import PART_CHECK, PART_GROUP, PART_INDEX, PART_ROW
 from grpo_cli.engines import ENGINES, EngineInfo, FileJob, check
 from grpo_cli.engines.polars import ENGINE as POLARS
+from grpo_cli.engines.polars import with_group_stats
 from grpo_cli.errors import GrpoAdvError, InputError, is_disk_full
-from grpo_cli.estimators import ESTIMATORS
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Plan, decide, hash_collision, parquet_plan, resolve_keys
 from grpo_cli.schema import refuse_values, value_checks
@@ -83,26 +96,14 @@ MERGE_EVERY: Final = 64  # partitions whose partials are kept before merging the
 
 @dataclass(frozen=True)
 class PartitionedEngine:
-    """``--backend partitioned``: group-level estimators on one Parquet file."""
+    """``--backend partitioned``: every response-level estimator on one Parquet file."""
 
     info: EngineInfo
 
     def refusal(self, plan: Plan) -> str | None:
-        """Whole-batch statistics, process supervision, positional groups and dropped
-        singletons (it keeps every row, in order)."""
+        """Process supervision, positional groups and dropped singletons (it keeps every
+        row, in order)."""
         options, estimator = plan.options, plan.estimator
-        if estimator.scope == "batch" or options.aggregation == "normalize_then_sum":
-            grouped = ", ".join(
-                name
-                for name, e in ESTIMATORS.items()
-                if e.scope == "group" and e.unit == "response"
-            )
-            what = (
-                f"estimator {estimator.name}"
-                if estimator.scope == "batch"
-                else "--aggregation normalize_then_sum"
-            )
-            return f"{what}: it needs whole-batch statistics (it computes {grouped})"
         if estimator.unit == "step":
             return "process supervision"
         if options.group_size is not None:
@@ -331,6 +332,8 @@ def _compute_partitions(
     if check_hash:  # the spilled key is a hash: its check in the same grouping pass
         keys = replace(keys, check=CHECK)
     inner = Plan(inner_options, plan.estimator, keys, has_nulls=True)
+    stats = _batch_stats(spill / "in", inner) if needs_batch_stats(inner) else None
+    computed = inner if stats is None else applied(inner)
     writers: dict[int, ipc.RecordBatchFileWriter] = {}
     try:
         for paths in _partition_files(spill / "in"):
@@ -344,7 +347,9 @@ def _compute_partitions(
                     totals[name] = totals.get(name, 0) + int(count or 0)
             if any(totals.values()) or spans is not None:
                 continue  # refused below: only counted from now on
-            full = POLARS.annotate(frame, inner)
+            if stats is not None:
+                frame = with_batch_stats(frame, inner, stats)
+            full = POLARS.annotate(frame, computed)
             if hash_collision(full, keys):
                 raise _Collision()
             try:
@@ -374,6 +379,24 @@ def _compute_partitions(
     if spans is not None:
         raise spans
     return parts
+
+
+def _batch_stats(folder: Path, plan: Plan) -> pl.DataFrame:
+    """The batch statistics the plan's formula reads, one row per batch value: each
+    partition's mergeable partials (every group is whole in it, so its group statistics
+    are exact), merged on the way every MERGE_EVERY partitions (see
+    :mod:`grpo_cli.batch_stats`). The spills stay for the compute pass. The values are
+    checked there: a partition that will be refused only adds meaningless partials."""
+    parts: list[pl.DataFrame] = []
+    for paths in _partition_files(folder):
+        frame = pl.concat([pl.read_ipc(path) for path in paths])
+        grouped = with_group_stats(frame, plan).collect()
+        if hash_collision(grouped, plan.keys):
+            raise _Collision()
+        parts.append(grouped_partials(grouped, plan))
+        if len(parts) >= MERGE_EVERY:
+            parts[:] = [merged_partials(parts, plan)]
+    return merged_stats(parts, plan)
 
 
 def _check_batch_spans(
