@@ -263,7 +263,7 @@ def _top_groups(
     largest = np.where(paired, diffs, -1.0)
     which = np.argmax(largest, axis=0)  # the other method with the largest difference
     row_diff = np.max(largest, axis=0)  # -1: no paired difference on this row
-    exact = list(first.keys.exact)
+    exact = list(first.plan.keys.exact)
     keys = {f"k{i}": first.full[c] for i, c in enumerate(exact)}
     rows = pl.DataFrame(
         {

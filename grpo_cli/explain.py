@@ -760,13 +760,14 @@ def explain_one(
     has_logged = column in frame.columns
     # An annotated log: recompute, and show the logged values beside. The logged column is
     # left out while a dump layout picks its reward columns.
-    resolved = resolve(frame.drop(column) if has_logged else frame, preset, explicit)
+    resolved = resolve(frame.drop(column) if has_logged else frame, preset, explicit, estimator)
     options = resolved.options
     source = resolved.frame
     if has_logged:
         source = source.with_columns(frame[column].alias(LOGGED_KEY))
-    full, keys = annotate_frame(source, options)
-    check_batch_spans(full, options, keys)  # what compute refuses, explain refuses
+    full, plan = annotate_frame(source, options, estimator=estimator)
+    keys = plan.keys
+    check_batch_spans(full, plan)  # what compute refuses, explain refuses
     full = full.with_row_index(ROW_KEY)  # the engines keep the input's row order
     names = tuple(SHOWN_NAMES.get(c, c) for c in keys.exact)
     chosen = None
@@ -783,12 +784,12 @@ def explain_one(
         rows = _group_at(full, keys.exact, position)
         chosen = _picked(pick, full.row(position, named=True), options.advantage_col)
     batch = None
-    if get_estimator(options.estimator).scope == "batch":
+    if estimator.scope == "batch":
         batch = _batch_view(full, rows, keys.batch, options)
     gdpo = None
     if options.aggregation == "normalize_then_sum":
         gdpo = _gdpo_view(full, rows, keys, options)
-    summary = get_estimator(options.estimator).summary
+    summary = estimator.summary
     logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
     shown = {name: rows[c][0] for c, name in zip(keys.exact, names, strict=True)}
     explained = explain_group(rows, options, summary, batch, logged, shown, gdpo, chosen)

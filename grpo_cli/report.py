@@ -29,6 +29,8 @@ import polars as pl
 from grpo_cli import metrics
 from grpo_cli.columns import REWARD_KEY, SIZE_KEY, UNUSED_OUTPUT, VALID_KEY, span_flag_column
 from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.estimators import Estimator
+from grpo_cli.grouping import PROFILE_COLUMNS, profile_windows
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import (
     Keys,
@@ -50,7 +52,7 @@ TABLE_COLUMNS: Final = tuple(
     name for name in metrics.FIGURES if name not in ("zero_std_group_share", "batches")
 )
 # The group profile every row carries (variance with ddof 1: the trainers' group std).
-_PROFILE: Final = (SIZE_KEY, VALID_KEY, metrics.GROUP_MEAN, metrics.GROUP_VAR)
+_PROFILE: Final = PROFILE_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -107,9 +109,14 @@ def default_by(columns: list[str], options: AdvantageOptions) -> tuple[str, ...]
 
 
 def summarize(
-    frame: pl.DataFrame, options: AdvantageOptions, by: tuple[str, ...] | None = None
+    frame: pl.DataFrame,
+    options: AdvantageOptions,
+    by: tuple[str, ...] | None = None,
+    *,
+    estimator: Estimator | None = None,
 ) -> Report:
-    """The :class:`Report` of a raw or annotated reward log (see the module docstring)."""
+    """The :class:`Report` of a raw or annotated reward log (see the module docstring);
+    ``estimator``: the options' estimator, when the caller looked it up already."""
     if options.aggregation != "sum_then_normalize" or options.step_rewards_col is not None:
         raise OptionsError(
             "summarize works on outcome rewards combined by a weighted sum",
@@ -123,11 +130,13 @@ def summarize(
             hint=f"columns are: {', '.join(frame.columns[:12])}",
         )
     annotated = options.advantage_col in frame.columns
-    plan = make_plan(frame, options.with_overrides(advantage_col=UNUSED_OUTPUT))
+    plan = make_plan(
+        frame, options.with_overrides(advantage_col=UNUSED_OUTPUT), estimator=estimator
+    )
     flagged = _flagged_columns(frame, plan, by)
     prepared, used = run_with_fallback(lambda chosen: _prepare(frame, chosen, flagged), plan)
     keys = used.keys
-    check_batch_spans(prepared, options, keys)
+    check_batch_spans(prepared, used)
     rewards = prepared[REWARD_KEY].drop_nulls()
     binary = rewards.len() > 0 and bool(rewards.is_in([0.0, 1.0]).all())
     adv = options.advantage_col if annotated else None
@@ -146,14 +155,14 @@ def summarize(
     return Report(
         overall=overall,
         steps=steps,
-        group_rows=lambda: _group_rows(prepared, options, keys, by, adv),
+        group_rows=lambda: _group_rows(prepared, used, by, adv),
         group_sizes=_sizes_and_stds(profiles, options.ddof),
         by=by,
         binary=binary,
         annotated=annotated,
         rewards=rewards,
         advantages=prepared[adv].cast(pl.Float64).drop_nulls().drop_nans() if adv else None,
-        warnings=span_warnings(prepared, options, keys),
+        warnings=span_warnings(prepared, used),
         methods=compared_advantages(frame),
     )
 
@@ -197,7 +206,8 @@ def _prepare(frame: pl.DataFrame, plan: Plan, flagged: tuple[str, ...] = ()) -> 
         span_flag(column, keys.group, size if schema[column].is_integer() else None)
         for column in flagged
     ]
-    rows = rows.with_columns(*_group_columns(list(keys.group)), *collision_columns(keys), *flags)
+    profile = profile_windows(keys.group, ddof=1)  # the trainers' group std (ddof 1)
+    rows = rows.with_columns(*profile, *collision_columns(keys), *flags)
     return rows.collect()
 
 
@@ -235,26 +245,18 @@ def _sizes_and_stds(profiles: pl.DataFrame, ddof: int) -> pl.DataFrame:
 
 
 def _group_rows(
-    prepared: pl.DataFrame,
-    options: AdvantageOptions,
-    keys: Keys,
-    by: tuple[str, ...],
-    adv: str | None,
+    prepared: pl.DataFrame, plan: Plan, by: tuple[str, ...], adv: str | None
 ) -> pl.DataFrame:
     """The group table, with each group's batch values (first seen) and mean advantage."""
-    exact = list(keys.exact)
+    exact = list(plan.keys.exact)
     batch = [c for c in by if c not in exact]
     extra = [pl.col(c).first() for c in batch]
     if adv is not None:
         extra.append(pl.col(adv).cast(pl.Float64).mean().alias("advantage_mean"))
-    table = group_table(prepared.lazy(), options, keys, extra)
+    table = group_table(prepared.lazy(), plan, extra)
     shown = [DISPLAY_NAMES.get(k, k) for k in exact]
     rest = [c for c in table.columns if c not in shown and c not in batch]
     return table.select(*shown, *batch, *rest)
-
-
-def _group_columns(group: list[str]) -> list[pl.Expr]:
-    return metrics.profile_columns(group, ddof=1)
 
 
 def _tables(

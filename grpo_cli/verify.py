@@ -139,13 +139,18 @@ def verify_advantages(
         )
     frame, repeated = once_per_generation(frame, get_preset(preset).layout if preset else None)
     resolved = resolve(frame.drop(advantage_col), preset, {**explicit, "advantage_col": RECOMPUTED})
-    full, keys = annotate_frame(resolved.frame.with_columns(frame[advantage_col]), resolved.options)
-    check_batch_spans(full, resolved.options, keys)
+    full, plan = annotate_frame(
+        resolved.frame.with_columns(frame[advantage_col]),
+        resolved.options,
+        estimator=resolved.estimator,
+    )
+    keys = plan.keys
+    check_batch_spans(full, plan)
     warnings = (
         (
             *resolved.warnings,
             *([repeated] if repeated else []),
-            *span_warnings(full, resolved.options, keys),
+            *span_warnings(full, plan),
         )
         if warn
         else ()
