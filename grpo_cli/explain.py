@@ -26,8 +26,9 @@ The group is chosen in one of three ways (exactly one; see :func:`check_choice`)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Final
 
 import polars as pl
@@ -718,6 +719,37 @@ def _policy(r: float | None, n: int, constant: bool, options: AdvantageOptions) 
     if constant:
         return "zero-variance group: advantage exactly 0"
     return None
+
+
+def run_explain(
+    inputs: Sequence[str | Path],
+    key: str | Sequence[str] | None = None,
+    *,
+    row: int | None = None,
+    pick: str | None = None,
+    preset: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    input_format: str | None = None,
+) -> Explanation:
+    """Explain one group of the log in ``inputs`` (what ``grpo-adv explain`` runs): the
+    choice of group checked before any input is read (:func:`check_choice`), the log read,
+    then :func:`explain_one`.
+
+    Args:
+        inputs: the log's files, folders or globs; empty: standard input when it is a pipe
+            or a file.
+        key, row, pick: which group (exactly one; see :func:`explain_one`).
+        preset, options: the computation's preset and options (the CLI's keywords,
+            ``advantage_col`` included: its logged values are shown beside).
+        input_format: the inputs' format when the suffixes do not say.
+    """
+    from grpo_cli.outputs import read_input, sources_or_stdin
+
+    check_choice(key, row, pick)  # before any input is read
+    explicit = dict(options or {})
+    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    log = read_input(sources_or_stdin([str(s) for s in inputs]), input_format, key_cols)
+    return explain_one(log.frame, preset, explicit, key, row=row, pick=pick)
 
 
 def explain_one(
