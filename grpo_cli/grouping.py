@@ -14,6 +14,8 @@ A group's statistics are over its *valid* rewards (not null, not NaN):
   windows for a frame without them (:func:`profile_windows`, :func:`with_profile`), or
   aggregated to one row per group (:func:`profile_aggregations`: the group table,
   process supervision's step rewards).
+- compute's ``--with-stats`` columns (:func:`stats_columns`): ``group_size`` (rows),
+  ``group_mean`` and ``group_std`` (with the run's ddof) over the valid rewards.
 - zero spread (:func:`zero_spread`, the trainers' rule): at least two valid rewards, all
   equal (variance exactly 0). The advantage's zero-variance case, ``zero_std`` in the
   group table and the ``zero_std_groups`` figure all read it.
@@ -132,3 +134,26 @@ def profile_aggregations(
 
     r = pl.col(REWARD_KEY) if reward is None else reward
     return [expr.alias(name) for name, expr in _profile(r, ddof, size).items()]
+
+
+def stats_columns(
+    group: Sequence[str], ddof: int, *, precomputed: bool, has_nulls: bool = True
+) -> list[pl.Expr]:
+    """compute's ``--with-stats`` columns: ``group_size`` (the group's rows, from
+    ``SIZE_KEY``, or without nulls its valid count), ``group_mean`` and ``group_std``
+    (``sqrt(var)`` with ``ddof``) of the valid rewards (``REWARD_KEY``); ``precomputed``:
+    from the columns of :func:`group_stat_columns`, else as windows over ``group``."""
+    import polars as pl
+
+    if precomputed:
+        size = pl.col(SIZE_KEY) if has_nulls else pl.col(STAT_COUNT)
+        mean, var = pl.col(STAT_MEAN), pl.col(STAT_VAR)
+    else:
+        keys, r = list(group), pl.col(REWARD_KEY)
+        size = pl.col(SIZE_KEY)
+        mean, var = r.mean().over(keys), r.var(ddof=ddof).over(keys)
+    return [
+        size.cast(pl.Int64).alias("group_size"),
+        mean.alias("group_mean"),
+        var.sqrt().alias("group_std"),
+    ]

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from grpo_cli.columns import REWARD_KEY, SIZE_KEY, STAT_COUNT, STAT_MEAN, STAT_VAR
+from grpo_cli.columns import REWARD_KEY, SIZE_KEY
 from grpo_cli.engines import ENGINES, EngineInfo
 from grpo_cli.estimators import gdpo
-from grpo_cli.grouping import group_stat_columns, row_profile
+from grpo_cli.grouping import group_stat_columns, row_profile, stats_columns
 from grpo_cli.plan import (
     Plan,
     collision_columns,
@@ -98,13 +98,9 @@ def annotate_lazy(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyFram
     prepared = with_group_stats(frame, plan)
     columns = [advantage_expr(plan, precomputed=True), *row_profile(plan.has_nulls)]
     if options.with_stats:
-        columns += [
-            (pl.col(SIZE_KEY) if plan.has_nulls else pl.col(STAT_COUNT))
-            .cast(pl.Int64)
-            .alias("group_size"),
-            pl.col(STAT_MEAN).alias("group_mean"),
-            pl.col(STAT_VAR).sqrt().alias("group_std"),
-        ]
+        columns += stats_columns(
+            plan.keys.group, options.ddof, precomputed=True, has_nulls=plan.has_nulls
+        )
     return prepared.with_columns(columns)
 
 
