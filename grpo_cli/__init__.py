@@ -12,6 +12,13 @@ Python API::
 
     result = run_job(["rewards.parquet"], "out.parquet", engine={"backend": "partitioned"})
 
+    # every command is one such call: run_verify, run_summarize, run_plot, run_explain,
+    # run_compare (what ``grpo-adv verify`` ... ``compare`` run), each returning what the
+    # command shows
+    from grpo_cli import run_verify
+
+    agree = run_verify(["out.parquet"], preset="verl").report.agree
+
 Attributes are loaded on first use, so importing the package (and ``grpo-adv --help``)
 does not import Polars.
 """
@@ -30,17 +37,27 @@ __all__ = [
     "compute_advantages",
     "group_table",
     "read_rewards",
+    "run_compare",
+    "run_explain",
     "run_job",
+    "run_plot",
+    "run_summarize",
+    "run_verify",
 ]
 
 if TYPE_CHECKING:
+    from grpo_cli.compare import run_compare
     from grpo_cli.compute import compute_advantages
     from grpo_cli.errors import GrpoAdvError
     from grpo_cli.estimators import ESTIMATORS
+    from grpo_cli.explain import run_explain
     from grpo_cli.io import read_rewards
     from grpo_cli.job import run_job
     from grpo_cli.options import AdvantageOptions
+    from grpo_cli.plot import run_plot
+    from grpo_cli.report import run_summarize
     from grpo_cli.summary import group_table
+    from grpo_cli.verify import run_verify
 
 _LAZY = {
     "compute_advantages": "grpo_cli.compute",
@@ -48,6 +65,11 @@ _LAZY = {
     "ESTIMATORS": "grpo_cli.estimators",
     "read_rewards": "grpo_cli.io",
     "run_job": "grpo_cli.job",
+    "run_verify": "grpo_cli.verify",
+    "run_summarize": "grpo_cli.report",
+    "run_plot": "grpo_cli.plot",
+    "run_explain": "grpo_cli.explain",
+    "run_compare": "grpo_cli.compare",
     "AdvantageOptions": "grpo_cli.options",
     "group_table": "grpo_cli.summary",
 }

@@ -39,15 +39,16 @@ groups, the step as batch column) then reaches every method, as if given explici
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import numpy as np
 import polars as pl
 
 from grpo_cli.columns import REWARD_KEY, readable
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import OptionsError, OutputError
 from grpo_cli.estimators import get_estimator
 from grpo_cli.layouts import apply_layout, detect_layout
 from grpo_cli.pipeline import Annotation, annotate
@@ -138,6 +139,83 @@ class Comparison:
     warnings: tuple[str, ...] = ()
     layout: str | None = None
     layout_preset: str | None = None
+    written: str | None = None  # where run_compare wrote ``frame``: ``standard output``,
+    # ``compared.parquet (parquet)``; None when it was not written
+
+
+def run_compare(
+    inputs: Sequence[str | Path],
+    output: str | Path | None = None,
+    *,
+    presets: Sequence[str] = (),
+    estimators: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
+    top: int = DEFAULT_TOP,
+    input_format: str | None = None,
+    output_format: str | None = None,
+    force: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> Comparison:
+    """Compare the log in ``inputs`` under the ``presets`` and ``estimators`` (what
+    ``grpo-adv compare`` runs): every method's options and the output checked before any
+    file is read, the log read, :func:`compare`, and with ``output`` every row with one
+    ``advantage_<method>`` column per method written there.
+
+    Args:
+        inputs: the log's files, folders or globs; empty: standard input when it is a pipe
+            or a file.
+        output: the table (``"-"``: standard output; format from the suffix, else
+            ``output_format``, else the input's), or None.
+        presets, estimators: the methods, presets first (two or more in all).
+        options: compute's options (the CLI's keywords) shared by every method.
+        top: groups listed where the methods disagree most.
+        input_format: the inputs' format when the suffixes do not say.
+        force: overwrite an existing ``output`` (never an input).
+        warn: where removed leftovers of killed runs are reported, or None.
+
+    Returns:
+        The :class:`Comparison`, with ``written`` saying where the table went.
+    """
+    from grpo_cli.io import check_output_path, normalize_format, write_table
+    from grpo_cli.job import check_options
+    from grpo_cli.outputs import (
+        output_target,
+        protected_inputs,
+        read_input,
+        remove_leftovers,
+        sources_or_stdin,
+    )
+
+    methods = methods_from(presets, estimators)
+    explicit = dict(options or {})
+    for method in methods:  # every option checked before any file is read
+        if method.kind == "preset":
+            check_options(method.name, explicit)
+        else:
+            check_options(None, {**explicit, "estimator": method.name})
+    if output_format is not None:
+        normalize_format(output_format)
+    sources = sources_or_stdin([str(source) for source in inputs])
+    protected = protected_inputs(sources)
+    target = None if output is None else Path(output)
+    to_stdout = target is not None and str(target) == "-"
+    if target is not None and not to_stdout:
+        if target.is_dir():
+            raise OutputError(
+                f"-o {target} is a folder; compare writes one table",
+                hint=f"name a file in it, e.g. -o {target / 'compared.parquet'}",
+            )
+        remove_leftovers([target], warn)  # whatever this run's fate
+        check_output_path(target, force=force, protected=protected)
+    log = read_input(sources, input_format, tuple(explicit.get("group_cols", ("prompt_id",))))
+    fmt = None
+    if target is not None:
+        _, fmt = output_target(sources, str(target), output_format, log.format)
+    result = compare(log.frame, methods, explicit, top=top)
+    if target is None:
+        return result
+    write_table(result.frame, target, force=force, protected=protected, fmt=fmt)
+    return replace(result, written="standard output" if to_stdout else f"{target} ({fmt})")
 
 
 def annotate_method(frame: pl.DataFrame, method: Method, explicit: Mapping[str, Any]) -> Annotation:
@@ -263,7 +341,7 @@ def _top_groups(
     largest = np.where(paired, diffs, -1.0)
     which = np.argmax(largest, axis=0)  # the other method with the largest difference
     row_diff = np.max(largest, axis=0)  # -1: no paired difference on this row
-    exact = list(first.keys.exact)
+    exact = list(first.plan.keys.exact)
     keys = {f"k{i}": first.full[c] for i, c in enumerate(exact)}
     rows = pl.DataFrame(
         {

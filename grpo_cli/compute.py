@@ -20,9 +20,10 @@ import polars as pl
 
 from grpo_cli.engines import FrameEngine, check, get_engine
 from grpo_cli.errors import OptionsError
+from grpo_cli.estimators import Estimator
 from grpo_cli.layouts import within_steps
 from grpo_cli.options import AdvantageOptions, speaks_python
-from grpo_cli.plan import Keys, Plan, make_plan, run_with_fallback
+from grpo_cli.plan import Plan, make_plan, run_with_fallback
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
@@ -66,15 +67,21 @@ def compute_advantages(
 
 
 def annotate_frame(
-    frame: pl.DataFrame, options: AdvantageOptions, *, span_check: bool = True
-) -> tuple[pl.DataFrame, Keys]:
+    frame: pl.DataFrame,
+    options: AdvantageOptions,
+    *,
+    span_check: bool = True,
+    estimator: Estimator | None = None,
+) -> tuple[pl.DataFrame, Plan]:
     """The annotated frame *with* the plan's temporary key, reward and group-profile
-    columns (for callers that also build tables: :mod:`grpo_cli.pipeline`), and the keys
-    its groups were found by (``span_check``: see :func:`grpo_cli.plan.make_plan`)."""
-    plan = make_plan(frame, options, span_check=span_check)
+    columns (for callers that also build tables: :mod:`grpo_cli.pipeline`), and the plan
+    that made it (its keys: those the groups were found by; its estimator: for the tables
+    and warnings, which look nothing up again). ``span_check``: see
+    :func:`grpo_cli.plan.make_plan`; ``estimator``: the options' estimator, when the caller
+    looked it up already."""
+    plan = make_plan(frame, options, span_check=span_check, estimator=estimator)
     engine = frame_engine(plan)
-    full, used = run_with_fallback(lambda chosen: engine.annotate(frame, chosen), plan)
-    return full, used.keys
+    return run_with_fallback(lambda chosen: engine.annotate(frame, chosen), plan)
 
 
 def frame_engine(plan: Plan) -> FrameEngine:

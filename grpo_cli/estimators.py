@@ -32,40 +32,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from grpo_cli.columns import STAT_COUNT, STAT_MEAN, STAT_VAR
+from grpo_cli.grouping import STAT_COLUMNS, zero_spread
 
 if TYPE_CHECKING:
     import polars as pl
 
 
-STAT_COLUMNS: Final = {"count": STAT_COUNT, "mean": STAT_MEAN, "var": STAT_VAR}
 # The batch statistics of a value x (see EstimatorContext.batch_stat).
 BATCH_STATS: Final = ("mean", "var", "count", "max", "min", "nonzero")
 SCOPES: Final = ("group", "batch")
 UNITS: Final = ("response", "step")
-
-
-def group_stat_columns(reward: pl.Expr, group_keys: tuple[str, ...], ddof: int) -> list[pl.Expr]:
-    """The per-row group statistics of ``reward`` as plain window columns: in one
-    ``with_columns`` they share one grouping pass (nested in other expressions, Polars may
-    split them over several passes)."""
-    keys = list(group_keys)
-    return [
-        reward.count().over(keys).alias(STAT_COLUMNS["count"]),
-        reward.mean().over(keys).alias(STAT_COLUMNS["mean"]),
-        reward.var(ddof=ddof).over(keys).alias(STAT_COLUMNS["var"]),
-    ]
-
-
-def zero_spread(valid: Value, var: Value) -> Value:
-    """The one zero-spread rule, for every engine, table and figure: at least two valid
-    rewards (``valid``) and a variance (``var``, any ddof) of exactly 0, i.e. every valid
-    reward equal. Polars' (Welford) variance is exactly 0 on equal values (any values, any
-    order; a test checks it); rewards differing by less than about 1e-154 (their squared
-    differences underflow) count as equal, as they would for TRL's ``isclose(std, 0)``.
-    A group under it gets advantage 0 (never a rounding residue); ``zero_std`` in the
-    group table and ``zero_std_groups`` count it."""
-    return (valid >= 2) & (var == 0.0)
 
 
 class BatchStatSource(Protocol):
@@ -190,7 +166,7 @@ class FormulaContext(ABC):
 
     def is_constant(self) -> Value:
         """At least two valid rewards, all equal: the group carries no relative signal
-        (:func:`zero_spread`)."""
+        (:func:`grpo_cli.grouping.zero_spread`)."""
         return zero_spread(self.count(), self.reward_stat("var"))
 
     def norm(self, centered: Value, var: Value) -> Value:
@@ -264,7 +240,8 @@ class EstimatorContext(FormulaContext):
         group_keys: columns of the group key (for ``.over``).
         batch_keys: columns of the batch key (a constant column when the input is one batch).
         precomputed: the group count, mean and variance of ``reward`` are already
-            columns (see :func:`group_stat_columns`): one window pass computes them all.
+            columns (see :func:`grpo_cli.grouping.group_stat_columns`): one window pass
+            computes them all.
         batch_source: where batch statistics come from; None: windows over ``batch_keys``.
     """
 

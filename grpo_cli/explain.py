@@ -26,8 +26,9 @@ The group is chosen in one of three ways (exactly one; see :func:`check_choice`)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Final
 
 import polars as pl
@@ -725,6 +726,37 @@ def _policy(r: float | None, n: int, constant: bool, options: AdvantageOptions) 
     return None
 
 
+def run_explain(
+    inputs: Sequence[str | Path],
+    key: str | Sequence[str] | None = None,
+    *,
+    row: int | None = None,
+    pick: str | None = None,
+    preset: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    input_format: str | None = None,
+) -> Explanation:
+    """Explain one group of the log in ``inputs`` (what ``grpo-adv explain`` runs): the
+    choice of group checked before any input is read (:func:`check_choice`), the log read,
+    then :func:`explain_one`.
+
+    Args:
+        inputs: the log's files, folders or globs; empty: standard input when it is a pipe
+            or a file.
+        key, row, pick: which group (exactly one; see :func:`explain_one`).
+        preset, options: the computation's preset and options (the CLI's keywords,
+            ``advantage_col`` included: its logged values are shown beside).
+        input_format: the inputs' format when the suffixes do not say.
+    """
+    from grpo_cli.outputs import read_input, sources_or_stdin
+
+    check_choice(key, row, pick)  # before any input is read
+    explicit = dict(options or {})
+    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    log = read_input(sources_or_stdin([str(s) for s in inputs]), input_format, key_cols)
+    return explain_one(log.frame, preset, explicit, key, row=row, pick=pick)
+
+
 def explain_one(
     frame: pl.DataFrame,
     preset: str | None,
@@ -765,13 +797,14 @@ def explain_one(
     has_logged = column in frame.columns
     # An annotated log: recompute, and show the logged values beside. The logged column is
     # left out while a dump layout picks its reward columns.
-    resolved = resolve(frame.drop(column) if has_logged else frame, preset, explicit)
+    resolved = resolve(frame.drop(column) if has_logged else frame, preset, explicit, estimator)
     options = resolved.options
     source = resolved.frame
     if has_logged:
         source = source.with_columns(frame[column].alias(LOGGED_KEY))
-    full, keys = annotate_frame(source, options)
-    check_batch_spans(full, options, keys)  # what compute refuses, explain refuses
+    full, plan = annotate_frame(source, options, estimator=estimator)
+    keys = plan.keys
+    check_batch_spans(full, plan)  # what compute refuses, explain refuses
     full = full.with_row_index(ROW_KEY)  # the engines keep the input's row order
     names = tuple(SHOWN_NAMES.get(c, c) for c in keys.exact)
     chosen = None
@@ -788,12 +821,12 @@ def explain_one(
         rows = _group_at(full, keys.exact, position)
         chosen = _picked(pick, full.row(position, named=True), options.advantage_col)
     batch = None
-    if get_estimator(options.estimator).scope == "batch":
+    if estimator.scope == "batch":
         batch = _batch_members(full, rows, keys.batch)
     gdpo = None
     if options.aggregation == "normalize_then_sum":
         gdpo = _gdpo_view(full, rows, keys, options)
-    summary = get_estimator(options.estimator).summary
+    summary = estimator.summary
     logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
     shown = {name: rows[c][0] for c, name in zip(keys.exact, names, strict=True)}
     explained = explain_group(

@@ -33,8 +33,10 @@ from grpo_cli.errors import OptionsError, OutputError
 
 if TYPE_CHECKING:
     from grpo_cli.engines import FileEngine
+    from grpo_cli.estimators import Estimator
     from grpo_cli.options import AdvantageOptions
     from grpo_cli.pipeline import Resolved
+    from grpo_cli.plan import Plan
     from grpo_cli.summary import RunSummary
 
 ENGINE_SETTINGS = ("backend", "device", "ray_address")
@@ -173,7 +175,8 @@ def run_job(
     explicit = {**(options or {}), **(engine or {})}
     sources = [str(source) for source in inputs]
     target = None if output is None else str(output)
-    checked = check_options(preset, explicit)
+    decided = check_options(preset, explicit)  # the job's one estimator lookup
+    checked = decided.options
     io = ENGINES[checked.backend].io
     if summary_format is not None and (summary_path is None or io == "dataset"):
         raise OptionsError(
@@ -193,11 +196,12 @@ def run_job(
         )
     if io == "file":
         return _run_file(
-            sources, checked, explicit, target, out_dir, output_format, summary_path, force, warn
+            sources, decided, explicit, target, out_dir, output_format, summary_path, force, warn
         )
     if io == "dataset":
         return _run_dataset(
             sources,
+            decided,
             preset,
             explicit,
             target,
@@ -212,6 +216,7 @@ def run_job(
     with (progress or _no_progress)() as shown:
         return _run_frame(
             sources,
+            decided.estimator,
             preset,
             explicit,
             replace,
@@ -230,6 +235,7 @@ def run_job(
 
 def _run_frame(
     sources: list[str],
+    estimator: Estimator,
     preset: str | None,
     explicit: dict[str, Any],
     replace: bool,
@@ -301,7 +307,14 @@ def _run_frame(
             )
         check_output_path(summary_path, force=force, protected=protected, flag="--summary")
     computing = progress.add("computing", total=1)
-    result = annotate(log.frame, preset, replace=replace, span_check=span_check, **explicit)
+    result = annotate(
+        log.frame,
+        preset,
+        replace=replace,
+        span_check=span_check,
+        looked_up=estimator,
+        **explicit,
+    )
     progress.advance(computing)
     writing = progress.add("writing", total=len(targets))
     with atomic_writes(force=force) as stage:  # every output lands, or none
@@ -327,11 +340,13 @@ def _run_frame(
     )
 
 
-def check_options(preset: str | None, explicit: dict[str, Any]) -> AdvantageOptions:
-    """The options a preset and the explicit choices make, checked before any file is
-    read or any output path looked at (an unknown estimator is a usage error, whatever
-    the output). The count of --reward-weights is checked once a dump layout has named
-    the reward columns."""
+def check_options(preset: str | None, explicit: dict[str, Any]) -> Plan:
+    """The plan the options of a preset and the explicit choices make, checked before any
+    file is read or any output path looked at (an unknown estimator is a usage error,
+    whatever the output): the estimator looked up (once: the job hands it on), what it
+    needs of the options checked. The count of --reward-weights is checked once a dump
+    layout has named the reward columns."""
+    from grpo_cli.estimators import get_estimator
     from grpo_cli.options import AdvantageOptions
     from grpo_cli.pipeline import needs_length
     from grpo_cli.plan import decide
@@ -340,16 +355,16 @@ def check_options(preset: str | None, explicit: dict[str, Any]) -> AdvantageOpti
     fields = merge_options(preset, explicit)
     if "reward_cols" not in explicit:
         fields.pop("reward_weights", None)
-    if needs_length(fields):  # the log may hold one (see pipeline.length_from_columns)
+    estimator = get_estimator(str(fields.get("estimator", "grpo")))
+    if needs_length(fields, estimator):  # the log may hold one (pipeline.length_from_columns)
         fields["length_col"] = "length"
     options = AdvantageOptions(**fields)
-    decide(options, hashed=False)  # what the estimator needs of the options, checked now
-    return options
+    return decide(options, hashed=False, estimator=estimator)
 
 
 def _run_file(
     sources: list[str],
-    options: AdvantageOptions,
+    decided: Plan,
     explicit: dict[str, Any],
     output: str | None,
     out_dir: Path | None,
@@ -372,10 +387,11 @@ def _run_file(
         read_rewards,
     )
     from grpo_cli.outputs import output_target, remove_leftovers
-    from grpo_cli.plan import decide, parquet_plan
+    from grpo_cli.plan import parquet_plan
 
+    options = decided.options
     engine = get_engine(options.backend)
-    check(engine, decide(options, hashed=False))  # before any file is looked at
+    check(engine, decided)  # before any file is looked at
     paths = [] if sources == ["-"] else expand_sources(sources)
     if len(paths) != 1 or out_dir is not None or summary_path is not None or output == "-":
         raise OptionsError(
@@ -387,7 +403,7 @@ def _run_file(
         read_rewards(source)  # raises the usual missing / folder / permission error
     check_parquet_file(source)
     options = _within_steps(options, pl.read_parquet_schema(source), explicit)
-    plan = parquet_plan(source, options)
+    plan = parquet_plan(source, options, estimator=decided.estimator)
     target, fmt = output_target([str(source)], output, output_format, "parquet")
     if target is None or fmt != "parquet" or compression_for(target) is not None:
         raise OptionsError(
@@ -413,6 +429,7 @@ def _within_steps(
 
 def _run_dataset(
     sources: list[str],
+    decided: Plan,
     preset: str | None,
     explicit: dict[str, Any],
     output: str | None,
@@ -431,11 +448,11 @@ def _run_dataset(
     from grpo_cli.engines import FileJob, check, get_engine
     from grpo_cli.io import atomic_folder, check_output_folder, expand_sources
     from grpo_cli.outputs import normalized_format, remove_leftovers
-    from grpo_cli.plan import decide, make_plan
+    from grpo_cli.plan import make_plan
 
-    options = check_options(preset, explicit)
+    options = decided.options
     engine = get_engine(options.backend)
-    check(engine, decide(options, hashed=False))  # before any file is looked at
+    check(engine, decided)  # before any file is looked at
     name = f"--backend {options.backend}"
     if sources == ["-"]:
         raise OptionsError(
@@ -459,8 +476,8 @@ def _run_dataset(
             )
         check_output_folder(summary_path, force=force, protected=paths)
     cast("FileEngine", engine).require()  # the install hint before anything is read
-    resolved = _resolve_on_schema(paths[0], fmt, preset, explicit, name)
-    plan = make_plan(resolved.frame, resolved.options, hashed=False)
+    resolved = _resolve_on_schema(paths[0], fmt, preset, explicit, name, decided.estimator)
+    plan = make_plan(resolved.frame, resolved.options, hashed=False, estimator=resolved.estimator)
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_folder(target, force=force))
         groups = (
@@ -475,7 +492,12 @@ def _run_dataset(
 
 
 def _resolve_on_schema(
-    first: Path, fmt: str | None, preset: str | None, explicit: dict[str, Any], name: str
+    first: Path,
+    fmt: str | None,
+    preset: str | None,
+    explicit: dict[str, Any],
+    name: str,
+    estimator: Estimator,
 ) -> Resolved:
     """The preset, a dump layout and the explicit options resolved on the columns of the
     first input (no rows: the values are checked where they are read)."""
@@ -493,7 +515,7 @@ def _resolve_on_schema(
         key_cols = list(explicit.get("group_cols", ("prompt_id",)))
         empty = read_rewards(first, fmt, string_cols=key_cols).frame.head(0)
     _refuse_positional_layout(empty, preset, explicit, name)
-    return resolve(empty, preset, explicit)
+    return resolve(empty, preset, explicit, estimator)
 
 
 def _refuse_positional_layout(

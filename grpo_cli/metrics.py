@@ -12,10 +12,10 @@ engine's totals all come from three functions:
   al.'s parallel formula, histograms add size by size, batch values unite.
 - :func:`finish`: the figures, under the names the trainers log them.
 
-The rows carry their group's profile (:mod:`grpo_cli.compute` adds it while annotating):
-``REWARD_KEY`` (null: no valid reward), ``SIZE_KEY`` (rows in the group), ``VALID_KEY``
-(valid rewards in the group), and the group's reward mean and variance with the run's ddof
-(``STAT_COLUMNS``). The figures (per value of ``by``, or overall):
+The rows carry their group's profile (defined in :mod:`grpo_cli.grouping`, which the
+engines add while annotating): ``REWARD_KEY`` (null: no valid reward), ``SIZE_KEY`` (rows in
+the group), ``VALID_KEY`` (valid rewards in the group), and the group's reward mean and
+variance with the run's ddof (``STAT_COLUMNS``). The figures (per value of ``by``, or overall):
 
 - ``responses``: rows. ``groups``: groups with a row there. ``group_size_min``,
   ``group_size_median``, ``group_size_max``: rows per group (the median of the groups'
@@ -64,7 +64,7 @@ import polars as pl
 
 from grpo_cli.columns import REWARD_KEY, SIZE_KEY, VALID_KEY, batch_stat_column
 from grpo_cli.errors import OptionsError
-from grpo_cli.estimators import STAT_COLUMNS, zero_spread
+from grpo_cli.grouping import STAT_COLUMNS, zero_spread
 
 ZERO_STD_ATOL: Final = 1e-8  # torch.isclose's default atol, as TRL uses it
 GROUP_MEAN: Final = STAT_COLUMNS["mean"]
@@ -183,38 +183,9 @@ def trl_zero_std(ddof: int) -> pl.Expr:
 
 def zero_variance() -> pl.Expr:
     """Per row (or group), the group has at least two valid rewards, all exactly equal
-    (:func:`grpo_cli.estimators.zero_spread`, the one rule)."""
+    (:func:`grpo_cli.grouping.zero_spread`, the one rule)."""
     rule: pl.Expr = zero_spread(pl.col(VALID_KEY), pl.col(GROUP_VAR))
     return rule
-
-
-def profile_columns(
-    group: Sequence[str], ddof: int, reward: pl.Expr | None = None
-) -> list[pl.Expr]:
-    """The per-row group profile the partials read, as window columns over ``group``
-    (for frames that do not carry it already; one grouping pass)."""
-    r = pl.col(REWARD_KEY) if reward is None else reward
-    keys = list(group)
-    return [
-        pl.len().over(keys).cast(pl.Int64).alias(SIZE_KEY),
-        r.count().over(keys).cast(pl.Int64).alias(VALID_KEY),
-        r.mean().over(keys).alias(GROUP_MEAN),
-        r.var(ddof=ddof).over(keys).alias(GROUP_VAR),
-    ]
-
-
-def with_profile(
-    frame: pl.LazyFrame, group: Sequence[str], ddof: int, reward: pl.Expr | None = None
-) -> pl.LazyFrame:
-    """``frame`` with the profile columns it lacks (an engine that computes no group
-    statistics columns, such as the torch engine), as windows over ``group``."""
-    names = frame.collect_schema().names()
-    missing = [
-        column
-        for column in profile_columns(group, ddof, reward)
-        if column.meta.output_name() not in names
-    ]
-    return frame.with_columns(missing) if missing else frame
 
 
 # ------------------------------------------------------------------ partials

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -15,7 +15,7 @@ from grpo_cli.compute import annotate_frame, pick_columns
 from grpo_cli.layouts import apply_layout, detect_layout, within_steps
 from grpo_cli.metrics import LENGTH_COLUMNS
 from grpo_cli.options import AdvantageOptions, speaks_python
-from grpo_cli.plan import Keys
+from grpo_cli.plan import Plan
 from grpo_cli.presets import get_preset, merge_options
 from grpo_cli.summary import (
     RunSummary,
@@ -25,16 +25,22 @@ from grpo_cli.summary import (
     summarize_run,
 )
 
+if TYPE_CHECKING:
+    from grpo_cli.estimators import Estimator
+
 
 @dataclass(frozen=True)
 class Resolved:
-    """A frame ready to compute on: layout applied, options final; ``warnings``: what the
-    layout filled in that the user should know (a TRL group size inferred), one line each."""
+    """A frame ready to compute on: layout applied, options final, their estimator looked
+    up (once: the plan takes it, see :func:`grpo_cli.plan.make_plan`); ``warnings``: what
+    the layout filled in that the user should know (a TRL group size inferred), one line
+    each."""
 
     frame: pl.DataFrame
     options: AdvantageOptions
     derived: tuple[str, ...]
     layout: str | None
+    estimator: Estimator
     warnings: tuple[str, ...] = ()
 
 
@@ -48,14 +54,14 @@ class Annotation:
     options: AdvantageOptions
     layout: str | None
     full: pl.DataFrame
-    keys: Keys
+    plan: Plan
     preset: str | None = None
     layout_warnings: tuple[str, ...] = ()
 
     @cached_property
     def run(self) -> RunSummary:
         """The run's figures (see :func:`grpo_cli.summary.summarize_run`)."""
-        return summarize_run(self.full.lazy(), self.options, self.keys)
+        return summarize_run(self.full.lazy(), self.plan)
 
     @cached_property
     def warnings(self) -> tuple[str, ...]:
@@ -63,54 +69,63 @@ class Annotation:
         steps (one more grouping of the key), and how the log fits the preset's trainer."""
         return (
             *self.layout_warnings,
-            *span_warnings(self.full, self.options, self.keys),
+            *span_warnings(self.full, self.plan),
             *_warnings(self.preset, self.run),
         )
 
     @cached_property
     def groups(self) -> pl.DataFrame:
         """One row per group: keys, size, n_null, mean, std, min, max, zero_std."""
-        return group_table(self.full.lazy(), self.options, self.keys)
+        return group_table(self.full.lazy(), self.plan)
 
 
-def resolve(frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any]) -> Resolved:
+def resolve(
+    frame: pl.DataFrame,
+    preset: str | None,
+    explicit: dict[str, Any],
+    estimator: Estimator | None = None,
+) -> Resolved:
     """Options from ``preset`` overridden by ``explicit``, with the preset's dump layout
     applied when ``frame`` is in it (a TRL log without ``--group-size``: G inferred from its
     runs of equal prompts, and a warning saying so), and groups within each step of a log
     with a step column unless the group key is explicit
-    (:func:`grpo_cli.layouts.within_steps`)."""
+    (:func:`grpo_cli.layouts.within_steps`). Their estimator is looked up here, unless the
+    caller did already (``estimator``: :func:`grpo_cli.job.check_options`'s)."""
     fields = merge_options(preset, explicit)
+    if estimator is None:
+        from grpo_cli.estimators import get_estimator
+
+        estimator = get_estimator(str(fields.get("estimator", "grpo")))
     layout = get_preset(preset).layout if preset else None
     warnings: list[str] = []
     frame, fields, derived = apply_layout(frame, layout, fields, explicit.keys(), warnings)
     fields = within_steps(frame.columns, fields, explicit.keys())
-    fields = length_from_columns(frame.columns, fields, warnings)
+    fields = length_from_columns(frame.columns, fields, estimator, warnings)
     return Resolved(
         frame=frame,
         options=AdvantageOptions(**fields),
         derived=tuple(derived),
         layout=detect_layout(frame, layout),
+        estimator=estimator,
         warnings=tuple(warnings),
     )
 
 
-def needs_length(fields: dict[str, Any]) -> bool:
-    """Whether options need a length column they do not name (opo, --token-weighted)."""
-    from grpo_cli.estimators import get_estimator
-
+def needs_length(fields: dict[str, Any], estimator: Estimator) -> bool:
+    """Whether options (``fields``, whose estimator is ``estimator``) need a length column
+    they do not name (opo, --token-weighted)."""
     if fields.get("length_col"):
         return False
-    wanted = "length" in get_estimator(str(fields.get("estimator", "grpo"))).needs
-    return wanted or bool(fields.get("token_weighted"))
+    return "length" in estimator.needs or bool(fields.get("token_weighted"))
 
 
 def length_from_columns(
-    columns: Sequence[str], fields: dict[str, Any], warnings: list[str]
+    columns: Sequence[str], fields: dict[str, Any], estimator: Estimator, warnings: list[str]
 ) -> dict[str, Any]:
     """Options that need a length column and name none take the log's ``length`` (or
     ``completion_length``, ``response_length``), with a warning saying so; without one,
     the options' own error asks for --length-col."""
-    if not needs_length(fields):
+    if not needs_length(fields, estimator):
         return fields
     found = next((c for c in LENGTH_COLUMNS if c in columns), None)
     if found is None:
@@ -126,6 +141,7 @@ def annotate(
     *,
     replace: bool = False,
     span_check: bool = True,
+    looked_up: Estimator | None = None,
     **explicit: Any,
 ) -> Annotation:
     """Compute advantages with a preset and explicit options; also the per-group table and
@@ -133,17 +149,24 @@ def annotate(
     (see :func:`grpo_cli.summary.check_batch_spans`). ``replace``: input columns named
     like an added column (a trainer dump's own ``advantage``) are recomputed in place
     (same position) instead of refused. ``span_check=False``: the caller will not read
-    ``warnings``, so the engine need not flag groups that span steps on the way."""
-    resolved = resolve(frame, preset, explicit)
+    ``warnings``, so the engine need not flag groups that span steps on the way.
+    ``looked_up``: the options' estimator, when the caller looked it up already (see
+    :func:`grpo_cli.job.check_options`)."""
+    resolved = resolve(frame, preset, explicit, looked_up)
     options = resolved.options
     added = options.added_columns()
     replaced = [c for c in added if replace and c in resolved.frame.columns]
-    full, keys = annotate_frame(resolved.frame.drop(replaced), options, span_check=span_check)
-    check_batch_spans(full, options, keys)
+    full, plan = annotate_frame(
+        resolved.frame.drop(replaced),
+        options,
+        span_check=span_check,
+        estimator=resolved.estimator,
+    )
+    check_batch_spans(full, plan)
     output_columns = [c for c in frame.columns if c not in resolved.derived]
     new_columns = [c for c in added if c not in replaced]
     output = pick_columns(full, [*output_columns, *new_columns])
-    return Annotation(output, options, resolved.layout, full, keys, preset, resolved.warnings)
+    return Annotation(output, options, resolved.layout, full, plan, preset, resolved.warnings)
 
 
 def _warnings(preset: str | None, run: RunSummary) -> tuple[str, ...]:

@@ -152,28 +152,38 @@ class Plan:
         return replace(self, keys=resolve_keys(self.options, hashed=False))
 
 
-def decide(options: AdvantageOptions, *, hashed: bool = True, has_nulls: bool = True) -> Plan:
+def decide(
+    options: AdvantageOptions,
+    *,
+    hashed: bool = True,
+    has_nulls: bool = True,
+    estimator: Estimator | None = None,
+) -> Plan:
     """The plan ``options`` make, before any input is seen (engines can refuse it at
-    once): the estimator looked up, the keys resolved, hashed when ``hashed`` and the
-    estimator has response-level groups."""
-    estimator = get_estimator(options.estimator)  # the one lookup of a computation
+    once): the estimator looked up (unless the caller looked it up already for these
+    options: ``estimator``), the keys resolved, hashed when ``hashed`` and the estimator
+    has response-level groups."""
+    if estimator is None:
+        estimator = get_estimator(options.estimator)  # the one lookup of a computation
+    elif estimator.name != options.estimator:
+        raise ValueError(f"estimator {estimator.name!r} given for {options.estimator!r}")
     options.check_estimator_needs(estimator)
     use_hash = hashed and estimator.uses_groups and estimator.unit == "response"
     return Plan(options, estimator, resolve_keys(options, hashed=use_hash), has_nulls)
 
 
-def keyed_groups(options: AdvantageOptions) -> bool:
+def keyed_groups(plan: Plan) -> bool:
     """Groups come from key columns (not positions) and the estimator uses them."""
-    return options.group_size is None and get_estimator(options.estimator).uses_groups
+    return plan.options.group_size is None and plan.estimator.uses_groups
 
 
-def step_column(columns: Sequence[str], options: AdvantageOptions, keys: Keys) -> str | None:
+def step_column(columns: Sequence[str], plan: Plan) -> str | None:
     """The step-like column groups are checked against: the first of STEP_COLUMNS in
     ``columns``, when there is no batch column, groups are by key and the key lacks it."""
-    if options.batch_col is not None or not keyed_groups(options):
+    if plan.options.batch_col is not None or not keyed_groups(plan):
         return None
     column = next((c for c in STEP_COLUMNS if c in columns), None)
-    return None if column is None or column in keys.exact else column
+    return None if column is None or column in plan.keys.exact else column
 
 
 def span_flag(column: str, group: Sequence[str], rows: pl.Expr | None = None) -> pl.Expr:
@@ -201,6 +211,7 @@ def make_plan(
     hashed: bool = True,
     span_check: bool = True,
     values: bool = True,
+    estimator: Estimator | None = None,
 ) -> Plan:
     """Check ``frame`` against ``options`` (every input check, once: see
     :func:`grpo_cli.schema.check_frame`) and decide the plan (see :func:`decide`); an
@@ -208,12 +219,13 @@ def make_plan(
     when that is integer without nulls (``span_col``; ``span_check=False``: the caller
     will not check spans, and the engine need not flag them). ``values=False``: the
     engine checks the keys' and rewards' values on the data (see
-    :func:`grpo_cli.schema.check_frame`)."""
-    plan = decide(options, hashed=hashed)
+    :func:`grpo_cli.schema.check_frame`). ``estimator``: the options' estimator, when the
+    caller looked it up already (see :func:`decide`)."""
+    plan = decide(options, hashed=hashed, estimator=estimator)
     check_frame(frame, options, plan.estimator, values=values)
     step_unit = plan.estimator.unit == "step"
     if isinstance(frame, pl.DataFrame) and options.singleton != "drop" and not step_unit:
-        step = step_column(frame.columns, options, plan.keys) if span_check else None
+        step = step_column(frame.columns, plan) if span_check else None
         if step is not None and not frame.schema[step].is_integer():
             step = None  # other steps: summary._pairs_outnumber_groups checks them
         counts = frame.select(
@@ -224,12 +236,16 @@ def make_plan(
     return plan
 
 
-def parquet_plan(source: Path, options: AdvantageOptions) -> Plan:
+def parquet_plan(
+    source: Path, options: AdvantageOptions, *, estimator: Estimator | None = None
+) -> Plan:
     """The plan of the Parquet log ``source`` for an engine that reads it itself (exact
     keys: it hashes them as it goes), checked on the file's schema: the values of its keys
     and rewards are for the engine to check as it reads them (no pass here; see
     :func:`grpo_cli.schema.value_checks`)."""
-    return make_plan(pl.scan_parquet(source), options, hashed=False, values=False)
+    return make_plan(
+        pl.scan_parquet(source), options, hashed=False, values=False, estimator=estimator
+    )
 
 
 def run_with_fallback(run: Callable[[Plan], pl.DataFrame], plan: Plan) -> tuple[pl.DataFrame, Plan]:

@@ -26,7 +26,8 @@ import contextlib
 import html
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -70,6 +71,60 @@ _SAVE_METADATA: Final[dict[str, dict[str, None]]] = {
     "svg": {"Date": None},
     "pdf": {"CreationDate": None},
 }
+
+
+@dataclass(frozen=True)
+class PlotResult:
+    """What :func:`run_plot` did: the dashboard's ``path`` and the ``report`` it draws."""
+
+    path: Path
+    report: Report
+
+
+def run_plot(
+    inputs: Sequence[str | Path],
+    output: str | Path | None = None,
+    *,
+    preset: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    by: Sequence[str] | None = None,
+    estimator: str | None = None,
+    input_format: str | None = None,
+    force: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> PlotResult:
+    """Draw the dashboard of the log in ``inputs`` (what ``grpo-adv plot`` runs): the path
+    and its format checked, an unknown ``estimator`` refused and the output checked before
+    any input is read; the report (:func:`grpo_cli.report.read_report`) drawn atomically.
+
+    Args:
+        inputs: the log's files, folders or globs; empty: standard input when it is a pipe
+            or a file.
+        output: the dashboard (.png, .svg, .pdf or .html); None: ``<stem>.report.png``
+            beside the one input (:func:`default_plot_path`).
+        preset, options, by: as for :func:`grpo_cli.report.run_summarize`.
+        estimator: the estimator the advantages came from, named in the title only.
+        input_format: the inputs' format when the suffixes do not say.
+        force: overwrite an existing dashboard (never an input).
+        warn: where removed leftovers of killed runs are reported, or None.
+    """
+    from grpo_cli.estimators import get_estimator
+    from grpo_cli.io import check_output_path
+    from grpo_cli.outputs import protected_inputs, remove_leftovers, sources_or_stdin
+    from grpo_cli.report import read_report
+
+    sources = sources_or_stdin([str(source) for source in inputs])
+    path = default_plot_path(sources) if output is None else Path(output)
+    fmt = check_plot_path(path)
+    if estimator is not None:
+        get_estimator(estimator)  # an unknown name fails before any input is read
+    remove_leftovers([path], warn)  # whatever this run's fate
+    check_output_path(path, force=force, protected=protected_inputs(sources))
+    preload_pyplot()  # while the log is read and summarized
+    report = read_report(sources, preset, dict(options or {}), input_format, by)
+    title = dashboard_title(sources, preset=preset, estimator=estimator)
+    write_dashboard(report, path, fmt, title=title, methods=report.methods or None, force=force)
+    return PlotResult(path, report)
 
 
 def check_plot_path(path: Path) -> str:

@@ -19,16 +19,19 @@ give a warning (see :func:`grpo_cli.summary.span_warnings`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
 
 import polars as pl
 
 from grpo_cli import metrics
 from grpo_cli.columns import REWARD_KEY, SIZE_KEY, UNUSED_OUTPUT, VALID_KEY, span_flag_column
 from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.estimators import Estimator
+from grpo_cli.grouping import PROFILE_COLUMNS, profile_windows
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import (
     Keys,
@@ -50,7 +53,7 @@ TABLE_COLUMNS: Final = tuple(
     name for name in metrics.FIGURES if name not in ("zero_std_group_share", "batches")
 )
 # The group profile every row carries (variance with ddof 1: the trainers' group std).
-_PROFILE: Final = (SIZE_KEY, VALID_KEY, metrics.GROUP_MEAN, metrics.GROUP_VAR)
+_PROFILE: Final = PROFILE_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,123 @@ class Report:
         return {"step": self.steps, "group": self.groups, "overall": self.overall}[level]
 
 
+@dataclass(frozen=True)
+class SummaryResult:
+    """What :func:`run_summarize` did.
+
+    Attributes:
+        report: the report, its figures under the preset's trainer's names.
+        level: the level of ``table`` (``--level``, else step with a per-step column, else
+            overall).
+        table: that level's table, when it was written or asked for; else None.
+        written: where the table went (``standard output`` or the path), or None.
+    """
+
+    report: Report
+    level: str
+    table: pl.DataFrame | None
+    written: str | None
+
+
+def run_summarize(
+    inputs: Sequence[str | Path],
+    output: str | Path | None = None,
+    *,
+    preset: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    by: Sequence[str] | None = None,
+    level: str | None = None,
+    input_format: str | None = None,
+    output_format: str | None = None,
+    force: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> SummaryResult:
+    """Summarize the log in ``inputs`` (what ``grpo-adv summarize`` runs): read, resolve
+    the preset and its dump layout, the :class:`Report` under the trainer's names, and
+    with ``output`` the ``level`` table written (checked before any input is read).
+
+    Args:
+        inputs: the log's files, folders or globs, read as one log; empty: standard input
+            when it is a pipe or a file.
+        output: where the ``level`` table goes (``"-"``: standard output), or None.
+        preset: a trainer preset, or None.
+        options: the options as the CLI's keywords (``group_cols``, ``ddof``,
+            ``advantage_col``: None detects it, ...), over the preset's.
+        by: the per-step columns; None: the batch column, else ``step``.
+        level: step, group or overall; None: step with a per-step column, else overall.
+        input_format, output_format: formats when the suffixes do not say.
+        force: overwrite an existing ``output`` (never an input).
+        warn: where removed leftovers of killed runs are reported, or None.
+    """
+    from grpo_cli.io import table_format, write_table
+    from grpo_cli.outputs import protected_inputs, remove_leftovers, sources_or_stdin
+
+    sources = sources_or_stdin([str(source) for source in inputs])
+    target = None if output is None else Path(output)
+    to_stdout = target is not None and str(target) == "-"
+    if target is not None:
+        table_format(target, output_format)  # before any input is read
+    report = under_trainer_names(
+        read_report(sources, preset, dict(options or {}), input_format, by), preset
+    )
+    chosen = level or ("step" if report.by else "overall")
+    table = report.table(chosen) if target is not None or level is not None else None
+    written = None
+    if target is not None:
+        assert table is not None
+        if not to_stdout:
+            remove_leftovers([target], warn)
+        write_table(
+            table, target, force=force, protected=protected_inputs(sources), fmt=output_format
+        )
+        written = "standard output" if to_stdout else str(target)
+    return SummaryResult(report, chosen, table, written)
+
+
+def read_report(
+    sources: list[str],
+    preset: str | None,
+    explicit: Mapping[str, Any],
+    input_format: str | None,
+    by: Sequence[str] | None,
+) -> Report:
+    """Read the inputs and build their report (``summarize`` and ``plot``): the preset and
+    the explicit options resolved on the log, a dump logged once per generation read once
+    (:func:`grpo_cli.layouts.once_per_generation`), the advantage column detected when
+    ``explicit`` names none (:func:`grpo_cli.columns.logged_advantage`)."""
+    from grpo_cli.columns import logged_advantage
+    from grpo_cli.layouts import once_per_generation
+    from grpo_cli.outputs import read_input
+    from grpo_cli.pipeline import resolve
+    from grpo_cli.presets import get_preset
+
+    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    log = read_input(sources, input_format, key_cols)
+    given = explicit.get("advantage_col")
+    fields = {**explicit, "advantage_col": logged_advantage(log.frame.columns, given)}
+    layout = get_preset(preset).layout if preset else None
+    frame, repeated = once_per_generation(log.frame, layout)
+    resolved = resolve(frame, preset, fields)
+    report = summarize(
+        resolved.frame, resolved.options, tuple(by) if by else None, estimator=resolved.estimator
+    )
+    once = [repeated] if repeated else []
+    return replace(report, warnings=(*resolved.warnings, *once, *report.warnings))
+
+
+def under_trainer_names(report: Report, preset: str | None) -> Report:
+    """``report``'s tables under the names the preset's trainer logs its figures (verl:
+    ``critic/score/mean``...; see :func:`grpo_cli.metrics.trainer_names`)."""
+    from grpo_cli.presets import get_preset
+
+    trainer = get_preset(preset).trainer.split()[0] if preset else None
+    return replace(
+        report,
+        overall=metrics.trainer_names(report.overall, trainer),
+        steps=metrics.trainer_names(report.steps, trainer),
+    )
+
+
 def default_by(columns: list[str], options: AdvantageOptions) -> tuple[str, ...]:
     """The per-step column when the user names none: the batch column, else ``step``."""
     if options.batch_col:
@@ -107,9 +227,14 @@ def default_by(columns: list[str], options: AdvantageOptions) -> tuple[str, ...]
 
 
 def summarize(
-    frame: pl.DataFrame, options: AdvantageOptions, by: tuple[str, ...] | None = None
+    frame: pl.DataFrame,
+    options: AdvantageOptions,
+    by: tuple[str, ...] | None = None,
+    *,
+    estimator: Estimator | None = None,
 ) -> Report:
-    """The :class:`Report` of a raw or annotated reward log (see the module docstring)."""
+    """The :class:`Report` of a raw or annotated reward log (see the module docstring);
+    ``estimator``: the options' estimator, when the caller looked it up already."""
     if options.aggregation != "sum_then_normalize" or options.step_rewards_col is not None:
         raise OptionsError(
             "summarize works on outcome rewards combined by a weighted sum",
@@ -123,11 +248,13 @@ def summarize(
             hint=f"columns are: {', '.join(frame.columns[:12])}",
         )
     annotated = options.advantage_col in frame.columns
-    plan = make_plan(frame, options.with_overrides(advantage_col=UNUSED_OUTPUT))
+    plan = make_plan(
+        frame, options.with_overrides(advantage_col=UNUSED_OUTPUT), estimator=estimator
+    )
     flagged = _flagged_columns(frame, plan, by)
     prepared, used = run_with_fallback(lambda chosen: _prepare(frame, chosen, flagged), plan)
     keys = used.keys
-    check_batch_spans(prepared, options, keys)
+    check_batch_spans(prepared, used)
     rewards = prepared[REWARD_KEY].drop_nulls()
     binary = rewards.len() > 0 and bool(rewards.is_in([0.0, 1.0]).all())
     adv = options.advantage_col if annotated else None
@@ -146,14 +273,14 @@ def summarize(
     return Report(
         overall=overall,
         steps=steps,
-        group_rows=lambda: _group_rows(prepared, options, keys, by, adv),
+        group_rows=lambda: _group_rows(prepared, used, by, adv),
         group_sizes=_sizes_and_stds(profiles, options.ddof),
         by=by,
         binary=binary,
         annotated=annotated,
         rewards=rewards,
         advantages=prepared[adv].cast(pl.Float64).drop_nulls().drop_nans() if adv else None,
-        warnings=span_warnings(prepared, options, keys),
+        warnings=span_warnings(prepared, used),
         methods=compared_advantages(frame),
     )
 
@@ -197,7 +324,8 @@ def _prepare(frame: pl.DataFrame, plan: Plan, flagged: tuple[str, ...] = ()) -> 
         span_flag(column, keys.group, size if schema[column].is_integer() else None)
         for column in flagged
     ]
-    rows = rows.with_columns(*_group_columns(list(keys.group)), *collision_columns(keys), *flags)
+    profile = profile_windows(keys.group, ddof=1)  # the trainers' group std (ddof 1)
+    rows = rows.with_columns(*profile, *collision_columns(keys), *flags)
     return rows.collect()
 
 
@@ -235,26 +363,18 @@ def _sizes_and_stds(profiles: pl.DataFrame, ddof: int) -> pl.DataFrame:
 
 
 def _group_rows(
-    prepared: pl.DataFrame,
-    options: AdvantageOptions,
-    keys: Keys,
-    by: tuple[str, ...],
-    adv: str | None,
+    prepared: pl.DataFrame, plan: Plan, by: tuple[str, ...], adv: str | None
 ) -> pl.DataFrame:
     """The group table, with each group's batch values (first seen) and mean advantage."""
-    exact = list(keys.exact)
+    exact = list(plan.keys.exact)
     batch = [c for c in by if c not in exact]
     extra = [pl.col(c).first() for c in batch]
     if adv is not None:
         extra.append(pl.col(adv).cast(pl.Float64).mean().alias("advantage_mean"))
-    table = group_table(prepared.lazy(), options, keys, extra)
+    table = group_table(prepared.lazy(), plan, extra)
     shown = [DISPLAY_NAMES.get(k, k) for k in exact]
     rest = [c for c in table.columns if c not in shown and c not in batch]
     return table.select(*shown, *batch, *rest)
-
-
-def _group_columns(group: list[str]) -> list[pl.Expr]:
-    return metrics.profile_columns(group, ddof=1)
 
 
 def _tables(

@@ -38,6 +38,8 @@ from grpo_cli.columns import (
     SIZE_KEY,
     SPAN_ROW,
     SPAN_VALUES,
+    STAT_MEAN,
+    STAT_VAR,
     STEP_COLUMNS,
     UID_GROUP,
     VALID_KEY,
@@ -46,18 +48,19 @@ from grpo_cli.columns import (
 )
 from grpo_cli.engines.polars import collect
 from grpo_cli.errors import InputError
-from grpo_cli.estimators import get_estimator, zero_spread
-from grpo_cli.options import AdvantageOptions, speaks_python
-from grpo_cli.plan import Keys, keyed_groups, step_column
+from grpo_cli.grouping import profile_aggregations, with_profile, zero_spread
+from grpo_cli.options import speaks_python
+from grpo_cli.plan import Keys, Plan, keyed_groups, step_column
 from grpo_cli.rewards import reward_expr
 
 GROUP_TABLE_COLUMNS: Final = ("size", "n_null", "mean", "std", "min", "max", "zero_std")
 DISPLAY_NAMES: Final = {POSITION_KEY: "group_index", UID_GROUP: "group"}
 
 
-def reward_units(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame:
+def reward_units(frame: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     """One row per reward the estimator saw, with ROW_KEY (the response) and REWARD_KEY."""
-    if get_estimator(options.estimator).unit == "step" and options.step_rewards_col:
+    options = plan.options
+    if plan.estimator.unit == "step" and options.step_rewards_col:
         column = options.step_rewards_col
         return (
             frame.with_row_index(ROW_KEY)
@@ -68,39 +71,36 @@ def reward_units(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame
 
 
 @speaks_python
-def group_table(
-    annotated: pl.LazyFrame,
-    options: AdvantageOptions,
-    keys: Keys,
-    extra: Sequence[pl.Expr] = (),
-) -> pl.DataFrame:
+def group_table(annotated: pl.LazyFrame, plan: Plan, extra: Sequence[pl.Expr] = ()) -> pl.DataFrame:
     """One row per group, in order of first appearance: keys, then GROUP_TABLE_COLUMNS, then
     the ``extra`` aggregations (named expressions) in the same grouping.
 
-    ``annotated`` is :func:`grpo_cli.engines.polars.annotate_lazy`'s frame (with its key columns).
-    Temporary key columns get readable names (``group_index``, ``group``).
+    ``annotated`` is :func:`grpo_cli.engines.polars.annotate_lazy`'s frame (with its key
+    columns), ``plan`` the plan that made it. The size, mean, std and zero_std are the
+    group's profile (:mod:`grpo_cli.grouping`). Temporary key columns get readable names
+    (``group_index``, ``group``).
     """
+    options, keys = plan.options, plan.keys
     r = pl.col(REWARD_KEY)
     firsts = [pl.col(c).first() for c in keys.exact] if keys.hashed else []
-    process = get_estimator(options.estimator).unit == "step"
-    size = pl.col(ROW_KEY).n_unique() if process else pl.len()
-    units = reward_units(annotated, options) if process else annotated
+    process = plan.estimator.unit == "step"
+    size = pl.col(ROW_KEY).n_unique() if process else None
+    units = reward_units(annotated, plan) if process else annotated
     table = (
         units.group_by(list(keys.group), maintain_order=True)
         .agg(
             *firsts,
-            size.cast(pl.Int64).alias("size"),
+            *profile_aggregations(options.ddof, size=size),
             r.is_null().sum().cast(pl.Int64).alias("n_null"),
-            r.mean().alias("mean"),
-            r.var(ddof=options.ddof).alias("var"),
             r.min().alias("min"),
             r.max().alias("max"),
-            r.count().alias("valid"),
             *extra,
         )
         .with_columns(
-            pl.col("var").sqrt().alias("std"),
-            zero_spread(pl.col("valid"), pl.col("var")).alias("zero_std"),
+            pl.col(SIZE_KEY).alias("size"),
+            pl.col(STAT_MEAN).alias("mean"),
+            pl.col(STAT_VAR).sqrt().alias("std"),
+            zero_spread(pl.col(VALID_KEY), pl.col(STAT_VAR)).alias("zero_std"),
         )
         .select(*keys.exact, *GROUP_TABLE_COLUMNS, *(e.meta.output_name() for e in extra))
     )
@@ -152,16 +152,17 @@ class RunSummary:
         )
 
 
-def summarize_run(annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys) -> RunSummary:
-    """Overall figures of an annotated frame (with its key and group profile columns), from
-    :func:`grpo_cli.metrics.partials`: one pass of aggregates and one grouping of the rows
-    by group size, none of the key. ``reward_std`` is the std of all valid rewards with
-    ddof 1, as TRL logs ``reward_std``."""
+def summarize_run(annotated: pl.LazyFrame, plan: Plan) -> RunSummary:
+    """Overall figures of an annotated frame (with its key and group profile columns; made
+    by ``plan``), from :func:`grpo_cli.metrics.partials`: one pass of aggregates and one
+    grouping of the rows by group size, none of the key. ``reward_std`` is the std of all
+    valid rewards with ddof 1, as TRL logs ``reward_std``."""
+    options, keys = plan.options, plan.keys
     schema = annotated.collect_schema()
     if SIZE_KEY not in schema:
-        return _summarize_process(annotated, options, keys)
+        return _summarize_process(annotated, plan)
     merged = metrics.partials(
-        metrics.with_profile(annotated, keys.group, options.ddof),
+        with_profile(annotated, keys.group, options.ddof),
         ddof=options.ddof,
         advantage=pl.col(options.advantage_col),
         batch=keys.batch,
@@ -170,20 +171,15 @@ def summarize_run(annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys
     return RunSummary.from_partials(merged)
 
 
-def _summarize_process(
-    annotated: pl.LazyFrame, options: AdvantageOptions, keys: Keys
-) -> RunSummary:
+def _summarize_process(annotated: pl.LazyFrame, plan: Plan) -> RunSummary:
     """Process supervision: the rows are the responses, each with the profile of its
     group's step rewards (size: responses; valid, mean, variance: over the step rewards);
     the reward figures are over the step rewards, the advantages over every step."""
-    units = reward_units(annotated, options)
-    r = pl.col(REWARD_KEY)
+    options, keys = plan.options, plan.keys
+    units = reward_units(annotated, plan)
     group = list(keys.group)
     profile = units.group_by(group).agg(
-        pl.col(ROW_KEY).n_unique().cast(pl.Int64).alias(SIZE_KEY),
-        r.count().cast(pl.Int64).alias(VALID_KEY),
-        r.mean().alias(metrics.GROUP_MEAN),
-        r.var(ddof=options.ddof).alias(metrics.GROUP_VAR),
+        profile_aggregations(options.ddof, size=pl.col(ROW_KEY).n_unique())
     )
     rows = annotated.join(profile, on=group, how="left", nulls_equal=True)
     merged = metrics.partials(
@@ -310,14 +306,12 @@ def _value_list(values: list[object]) -> str:
     return f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
-def check_batch_spans(
-    frame: pl.DataFrame, options: AdvantageOptions, keys: Keys, size_col: str = SIZE_KEY
-) -> None:
+def check_batch_spans(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY) -> None:
     """Refuse groups whose rows fall in several values of the batch column: batch statistics
     are per batch value, so such a group would be pooled across batches. Positional groups
     are within batches already; a group key holding the batch column cannot span it."""
-    column = options.batch_col
-    if column is None or column in keys.exact or not keyed_groups(options):
+    column, keys = plan.options.batch_col, plan.keys
+    if column is None or column in keys.exact or not keyed_groups(plan):
         return
     spans = group_spans(frame, keys, column, size_col)
     if spans is not None:
@@ -327,28 +321,24 @@ def check_batch_spans(
         )
 
 
-def span_warnings(
-    frame: pl.DataFrame, options: AdvantageOptions, keys: Keys, size_col: str = SIZE_KEY
-) -> tuple[str, ...]:
+def span_warnings(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY) -> tuple[str, ...]:
     """Warning lines: groups that span several values of the log's step-like column (a
     prompt sampled again in a later step pooled into one group); and a batch-level
     estimator without a batch column on a log with a step-like column (every step pooled
     into one batch); and more than half of the groups holding one response (a wrong
     group key)."""
     return (
-        *_batch_warnings(frame.columns, options),
-        *_span_warning(frame, options, keys, size_col),
-        *_singleton_warning(frame, options, size_col),
+        *_batch_warnings(frame.columns, plan),
+        *_span_warning(frame, plan, size_col),
+        *_singleton_warning(frame, plan, size_col),
     )
 
 
-def _singleton_warning(
-    frame: pl.DataFrame, options: AdvantageOptions, size_col: str
-) -> tuple[str, ...]:
+def _singleton_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[str, ...]:
     """More than half of the groups hold one response: the group key is probably wrong
     (a response id rather than a prompt id). Groups are counted from the rows (a group of
     s rows adds s times 1/s)."""
-    if not keyed_groups(options) or size_col not in frame.columns or frame.height == 0:
+    if not keyed_groups(plan) or size_col not in frame.columns or frame.height == 0:
         return ()
     size = pl.col(size_col).cast(pl.Float64)
     groups, singletons = frame.select(
@@ -356,17 +346,16 @@ def _singleton_warning(
     ).row(0)
     if not groups or singletons * 2 <= groups:
         return ()
-    key = ", ".join(readable(c) for c in options.group_cols)
+    key = ", ".join(readable(c) for c in plan.options.group_cols)
     return (
         f"{singletons:,} of {groups:,} groups (by {key}) hold a single response: the group "
         "key is probably wrong (a group is one prompt's responses; name it with --group-col)",
     )
 
 
-def _batch_warnings(columns: Sequence[str], options: AdvantageOptions) -> tuple[str, ...]:
-    from grpo_cli.estimators import get_estimator
-
-    batch_level = get_estimator(options.estimator).scope == "batch"
+def _batch_warnings(columns: Sequence[str], plan: Plan) -> tuple[str, ...]:
+    options = plan.options
+    batch_level = plan.estimator.scope == "batch"
     if options.batch_col is not None or not (
         batch_level or options.aggregation == "normalize_then_sum"
     ):
@@ -381,11 +370,9 @@ def _batch_warnings(columns: Sequence[str], options: AdvantageOptions) -> tuple[
     )
 
 
-def _span_warning(
-    frame: pl.DataFrame, options: AdvantageOptions, keys: Keys, size_col: str
-) -> tuple[str, ...]:
-    column = step_column(frame.columns, options, keys)
-    spans = None if column is None else group_spans(frame, keys, column, size_col)
+def _span_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[str, ...]:
+    column = step_column(frame.columns, plan)
+    spans = None if column is None else group_spans(frame, plan.keys, column, size_col)
     if spans is None:
         return ()
     pooled = "is" if spans.count == 1 else "are"

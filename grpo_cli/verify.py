@@ -15,7 +15,9 @@ logged and recomputed advantages and ``difference`` (logged - recomputed).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import polars as pl
@@ -71,6 +73,86 @@ class VerifyReport:
     @property
     def agree(self) -> bool:
         return self.rows_over == 0
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What :func:`run_verify` did: the ``report``, the log's ``source`` (for people:
+    ``rewards.parquet``, ``3 files``, ``standard input``) and where the rows over
+    tolerance went (``diff_written``: ``standard output`` or the path; None without
+    ``diff_out``)."""
+
+    report: VerifyReport
+    source: str
+    diff_written: str | None = None
+
+
+def run_verify(
+    inputs: Sequence[str | Path],
+    *,
+    preset: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    advantage_col: str | None = None,
+    tol: float = 1e-5,
+    top: int = 5,
+    input_format: str | None = None,
+    diff_out: str | Path | None = None,
+    force: bool = False,
+    warnings: bool = True,
+    warn: Callable[[str], None] | None = None,
+) -> VerifyResult:
+    """Verify the logged advantages of the log in ``inputs`` (what ``grpo-adv verify``
+    runs): read it, recompute (:func:`verify_advantages`), and with ``diff_out`` write the
+    rows over ``tol`` there (its format checked before any input is read).
+
+    Args:
+        inputs: the log's files, folders or globs; empty: standard input when it is a pipe
+            or a file.
+        preset, options: the computation's preset and options (the CLI's keywords); an
+            engine that reads files itself (``backend="partitioned"``, ``"ray"``) is
+            refused before any input is read.
+        advantage_col, tol, top: as for :func:`verify_advantages`.
+        input_format: the inputs' format when the suffixes do not say.
+        diff_out: where the differing rows go (.csv, .parquet, .jsonl, .json or .md;
+            ``"-"``: standard output), or None.
+        force: overwrite an existing ``diff_out`` (never an input).
+        warnings: compute the warnings (span checks: one more grouping of the key).
+        warn: where removed leftovers of killed runs are reported, or None.
+    """
+    from grpo_cli.io import table_format, write_table
+    from grpo_cli.outputs import (
+        protected_inputs,
+        read_input,
+        refuse_file_engines,
+        remove_leftovers,
+        sources_or_stdin,
+    )
+
+    sources = sources_or_stdin([str(source) for source in inputs])
+    diff_path = None if diff_out is None else Path(diff_out)
+    if diff_path is not None:
+        table_format(diff_path, None)  # before any input is read
+    explicit = dict(options or {})
+    refuse_file_engines(explicit.get("backend"), "verify")
+    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    log = read_input(sources, input_format, key_cols)
+    report = verify_advantages(
+        log.frame,
+        preset,
+        advantage_col=advantage_col,
+        tol=tol,
+        top=top,
+        warn=warnings,
+        **explicit,
+    )
+    if diff_path is None:
+        return VerifyResult(report, log.source)
+    to_stdout = str(diff_path) == "-"
+    if report.differing is not None:
+        if not to_stdout:
+            remove_leftovers([diff_path], warn)
+        write_table(report.differing, diff_path, force=force, protected=protected_inputs(sources))
+    return VerifyResult(report, log.source, "standard output" if to_stdout else str(diff_path))
 
 
 def _no_logged_advantages(
@@ -139,13 +221,18 @@ def verify_advantages(
         )
     frame, repeated = once_per_generation(frame, get_preset(preset).layout if preset else None)
     resolved = resolve(frame.drop(advantage_col), preset, {**explicit, "advantage_col": RECOMPUTED})
-    full, keys = annotate_frame(resolved.frame.with_columns(frame[advantage_col]), resolved.options)
-    check_batch_spans(full, resolved.options, keys)
+    full, plan = annotate_frame(
+        resolved.frame.with_columns(frame[advantage_col]),
+        resolved.options,
+        estimator=resolved.estimator,
+    )
+    keys = plan.keys
+    check_batch_spans(full, plan)
     warnings = (
         (
             *resolved.warnings,
             *([repeated] if repeated else []),
-            *span_warnings(full, resolved.options, keys),
+            *span_warnings(full, plan),
         )
         if warn
         else ()

@@ -148,6 +148,94 @@ def test_the_cli_names_no_engine() -> None:
     assert not words & set(ENGINES), sorted(words & set(ENGINES))
 
 
+# Each command's one library entry: the job it runs, in the core module that owns it.
+COMMAND_ENTRIES = {
+    "compute": ("grpo_cli.job", "run_job"),
+    "verify": ("grpo_cli.verify", "run_verify"),
+    "summarize": ("grpo_cli.report", "run_summarize"),
+    "plot": ("grpo_cli.plot", "run_plot"),
+    "explain": ("grpo_cli.explain", "run_explain"),
+    "compare": ("grpo_cli.compare", "run_compare"),
+}
+# What a command module may take from the core besides its entry: rendering, exit codes,
+# the registries its --help and completions list, and compute's parsing of its engine
+# flags and of INPUT.
+CLI_HELPERS = {
+    ("grpo_cli.estimators", "ESTIMATORS"),
+    ("grpo_cli.presets", "PRESETS"),
+    ("grpo_cli.job", "alias_of"),
+    ("grpo_cli.job", "ENGINE_SETTINGS"),
+    ("grpo_cli.job", "alias_backend"),
+    ("grpo_cli.outputs", "sources_or_stdin"),
+}
+
+
+def _core_names(tree: ast.AST) -> Iterator[tuple[str, str]]:
+    """(module, name) of every name imported at run time from a core module (grpo_cli.*
+    outside grpo_cli.cli); ``import grpo_cli.x`` as (module, "*")."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(child) for child in ast.walk(node))
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("grpo_cli.cli") or not node.module.startswith("grpo_cli"):
+                continue
+            if node.module == "grpo_cli":
+                yield from (("grpo_cli." + alias.name, "*") for alias in node.names)
+            else:
+                yield from ((node.module, alias.name) for alias in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("grpo_cli") and not alias.name.startswith("grpo_cli.cli"):
+                    yield alias.name, "*"
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_ENTRIES))
+def test_each_command_is_parse_one_library_call_render(command: str) -> None:
+    """A command module parses its options, makes one call into its library entry (which
+    reads, computes and writes) and renders the result: it takes nothing else from the
+    core but rendering, exit codes and the registries its --help lists, and it calls no
+    other command's entry."""
+    module, entry = COMMAND_ENTRIES[command]
+    tree = ast.parse((PACKAGE / "cli" / f"{command}.py").read_text())
+    taken = set(_core_names(tree))
+    others = {
+        (m, name)
+        for m, name in taken
+        if (m, name) != (module, entry)
+        and m != "grpo_cli.render"
+        and not (m == "grpo_cli.errors" and name.startswith("EXIT_"))
+        and (m, name) not in CLI_HELPERS
+    }
+    assert others == set(), sorted(others)
+    called = [
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    ]
+    assert called.count(entry) == 1, called
+    entries = {name for _, name in COMMAND_ENTRIES.values()}
+    assert [name for name in called if name in entries and name != entry] == []
+
+
+def test_every_command_has_its_library_entry() -> None:
+    """Every command registered in the app (but ``presets``, a listing) has an entry in
+    COMMAND_ENTRIES, exported from the package."""
+    import importlib
+
+    import grpo_cli
+    from grpo_cli.cli.app import app
+
+    names = {info.name or "" for info in app.registered_commands}
+    assert names - {"presets"} == set(COMMAND_ENTRIES)
+    for module, entry in COMMAND_ENTRIES.values():
+        assert callable(getattr(importlib.import_module(module), entry))
+        assert getattr(grpo_cli, entry) is getattr(importlib.import_module(module), entry)
+
+
 def test_temporary_columns_are_named_in_one_place() -> None:
     """Every ``"__grpo_..."`` literal lives in grpo_cli/columns.py."""
     offenders = []
@@ -163,6 +251,37 @@ def test_temporary_columns_are_named_in_one_place() -> None:
             ):
                 offenders.append(f"{path.relative_to(ROOT)}: {node.value}")
     assert offenders == []
+
+
+def _spread_calls(tree: ast.AST) -> int:
+    """Calls of ``.var(...)`` or ``.std(...)`` (a variance or a standard deviation taken)."""
+    return sum(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("var", "std")
+        for node in ast.walk(tree)
+    )
+
+
+def test_group_statistics_are_built_in_one_module() -> None:
+    """Every per-group statistic (the engines' windows, the profile the figures read, the
+    group table's, --with-stats) is built in grpo_cli/grouping.py, under one name each:
+    elsewhere a variance or std is taken only where it is not a group's (the listed
+    ones), and no other module defines a ``profile_columns``."""
+    outside = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "grouping.py":
+            continue
+        tree = ast.parse(path.read_text())
+        if count := _spread_calls(tree):
+            outside[str(path.relative_to(PACKAGE))] = count
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert "profile_columns" not in defined, path.name
+    assert outside == {
+        "metrics.py": 2,  # the batch's reward m2 (merged by Chan), each reward column's std
+        "estimators.py": 1,  # the formula context's window primitive (reward_stat)
+        "compare.py": 1,  # the std of a method's advantages
+    }
 
 
 # --------------------------------------------------------------------------- registries
@@ -286,6 +405,68 @@ def test_checks_and_lookups_run_once_per_computation(monkeypatch: pytest.MonkeyP
     log = hostile_log(with_nulls=True)
     compute_advantages(log, estimator="reinforce_pp_baseline", batch_col="step")
     assert calls == {"check_frame": 1, "lookup": 1}
+
+
+def _count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every estimator lookup from now on, by name, counted at the registry itself."""
+    import grpo_cli.estimators as estimators
+
+    names: list[str] = []
+    real_lookup = estimators._lookup
+
+    def counted_lookup(name: str) -> Any:
+        names.append(name)
+        return real_lookup(name)
+
+    monkeypatch.setattr(estimators, "_lookup", counted_lookup)
+    return names
+
+
+COMPUTE_OPTIONS = [
+    [],
+    ["-e", "rloo"],
+    ["-e", "reinforce_pp_baseline", "--batch-col", "step"],  # batch statistics
+    ["-e", "opo"],  # the log's length column taken
+    ["--preset", "openrlhf-rloo"],
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        *(("compute", options) for options in COMPUTE_OPTIONS),
+        *(("verify", options) for options in COMPUTE_OPTIONS),
+        ("summarize", []),
+        ("summarize", ["--batch-col", "step"]),
+        ("summarize", ["--preset", "openrlhf-rloo"]),
+    ],
+)
+def test_a_whole_command_looks_its_estimator_up_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, command: str, options: list[str]
+) -> None:
+    """A whole ``compute``, ``summarize`` or ``verify`` run (options checked, log read,
+    layout and length column resolved, computed, tables, figures and warnings) looks its
+    estimator up once, counted at the registry: the plan carries it to the tables and
+    warnings."""
+    from typer.testing import CliRunner
+
+    from grpo_cli.cli.app import app
+
+    log, annotated = tmp_path / "log.parquet", tmp_path / "log.adv.parquet"
+    hostile_log(with_nulls=True).write_parquet(log)
+    runner = CliRunner()
+    if command != "compute":  # verify and summarize read an annotated log
+        made = runner.invoke(app, ["compute", str(log), "-q", *options])
+        assert made.exit_code == 0, made.output
+    args = {
+        "compute": ["compute", str(log), "-o", str(tmp_path / "out.parquet")],
+        "summarize": ["summarize", str(annotated)],
+        "verify": ["verify", str(annotated)],
+    }[command]
+    looked_up = _count_lookups(monkeypatch)
+    result = runner.invoke(app, [*args, *options])
+    assert result.exit_code == 0, result.output
+    assert len(looked_up) == 1, looked_up
 
 
 def test_a_hash_collision_reruns_on_the_exact_key(monkeypatch: pytest.MonkeyPatch) -> None:

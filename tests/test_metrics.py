@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from grpo_cli import metrics
 from grpo_cli.engines.partitioned import annotate_to_parquet
+from grpo_cli.grouping import with_profile
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import annotate
 from grpo_cli.report import summarize
@@ -50,7 +51,7 @@ def _rows(frame: pl.DataFrame, ddof: int = 1) -> pl.LazyFrame:
     from grpo_cli.columns import REWARD_KEY
 
     lazy = frame.lazy().with_columns(pl.col("reward").fill_nan(None).alias(REWARD_KEY))
-    return metrics.with_profile(lazy, ("prompt_id",), ddof)
+    return with_profile(lazy, ("prompt_id",), ddof)
 
 
 # --------------------------------------------------------------------------- the CLI

@@ -1,5 +1,5 @@
 """``grpo-adv compare``: one log's advantages under several methods side by side (the
-arithmetic is in :mod:`grpo_cli.compare`; this module reads, writes and prints)."""
+job is :func:`grpo_cli.compare.run_compare`; this module parses and prints)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from grpo_cli.cli.outputs import remove_leftovers
+from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
     InputFormat,
@@ -19,9 +19,7 @@ from grpo_cli.cli.params import (
     _completes,
     policy_options,
 )
-from grpo_cli.errors import OutputError
 from grpo_cli.estimators import ESTIMATORS
-from grpo_cli.outputs import protected_inputs, read_input, sources_or_stdin
 from grpo_cli.presets import PRESETS
 
 if TYPE_CHECKING:
@@ -91,42 +89,24 @@ def compare_cmd(
     and reward options are compute's, with its defaults; a trainer dump is read with the
     layout of the first preset whose dump it is.
     """
-    from grpo_cli.compare import compare, methods_from
-    from grpo_cli.io import check_output_path, normalize_format, write_table
-    from grpo_cli.job import check_options
-    from grpo_cli.outputs import output_target
+    from grpo_cli.compare import run_compare
     from grpo_cli.render import print_warning, stderr_console
 
-    methods = methods_from(preset or [], estimator or [])
-    explicit = policy.explicit()
-    for method in methods:  # every option checked before any file is read
-        if method.kind == "preset":
-            check_options(method.name, explicit)
-        else:
-            check_options(None, {**explicit, "estimator": method.name})
-    if output_format is not None:
-        normalize_format(output_format)
-    sources = sources_or_stdin(sources)
-    protected = protected_inputs(sources)
-    to_stdout = output is not None and str(output) == "-"
-    if output is not None and not to_stdout:
-        if output.is_dir():
-            raise OutputError(
-                f"-o {output} is a folder; compare writes one table",
-                hint=f"name a file in it, e.g. -o {output / 'compared.parquet'}",
-            )
-        remove_leftovers([output], quiet=quiet)  # whatever this run's fate
-        check_output_path(output, force=force, protected=protected)
-    log = read_input(sources, input_format, tuple(explicit.get("group_cols", ("prompt_id",))))
-    fmt = None
-    if output is not None:
-        _, fmt = output_target(sources, str(output), output_format, log.format)
-    result = compare(log.frame, methods, explicit, top=top)
-    console = stderr_console()
-    if output is not None:
-        write_table(result.frame, output, force=force, protected=protected, fmt=fmt)
+    result = run_compare(
+        sources or [],
+        output,
+        presets=preset or [],
+        estimators=estimator or [],
+        options=policy.explicit(),
+        top=top,
+        input_format=input_format,
+        output_format=output_format,
+        force=force,
+        warn=warner(quiet=quiet),
+    )
     if quiet:
         return
+    console = stderr_console()
     if result.layout is not None:
         console.print(
             f"read as a {result.layout} dump (the layout of --preset {result.layout_preset}), "
@@ -135,10 +115,9 @@ def compare_cmd(
     for warning in result.warnings:
         print_warning(console, warning)
     render_comparison(console, result)
-    if output is not None:
-        where = "standard output" if to_stdout else f"{output} ({fmt})"
-        names = ", ".join(m.column for m in methods)
-        console.print(f"{result.frame.height:,} rows with {names} written to {where}")
+    if result.written is not None:
+        names = ", ".join(m.column for m in result.methods)
+        console.print(f"{result.frame.height:,} rows with {names} written to {result.written}")
 
 
 def _num(value: float | None) -> str:

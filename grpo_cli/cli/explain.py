@@ -7,7 +7,6 @@ from typing import Annotated, Final
 import typer
 
 from grpo_cli.cli.params import InputFormat, PolicyParams, Preset, Sources, policy_options
-from grpo_cli.outputs import read_input, sources_or_stdin
 
 # --pick's choices (grpo_cli.explain.PICKS, which a test keeps equal; not imported here:
 # it imports Polars, and --help must stay fast).
@@ -81,12 +80,16 @@ def explain_cmd(
     advantage as the formula with numbers, for the chosen estimator or preset, beside its
     input row (and its step and the start of its text, when the log has them).
     """
-    from grpo_cli.explain import check_choice, explain_one
+    from grpo_cli.explain import run_explain
     from grpo_cli.render import render_explanation, stderr_console
 
-    check_choice(group, row, pick)  # before any input is read
-    explicit = {**policy.explicit(), "advantage_col": advantage_col}
-    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
-    log = read_input(sources_or_stdin(sources), input_format, key_cols)
-    explanation = explain_one(log.frame, preset, explicit, group, row=row, pick=pick)
+    explanation = run_explain(
+        sources or [],
+        group,
+        row=row,
+        pick=pick,
+        preset=preset,
+        options={**policy.explicit(), "advantage_col": advantage_col},
+        input_format=input_format,
+    )
     render_explanation(stderr_console(), explanation)

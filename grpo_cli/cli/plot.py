@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.outputs import remove_leftovers
+from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     By,
     Force,
@@ -19,9 +19,7 @@ from grpo_cli.cli.params import (
     _completes,
     report_options,
 )
-from grpo_cli.cli.summarize import report_for
-from grpo_cli.estimators import ESTIMATORS, get_estimator
-from grpo_cli.outputs import protected_inputs, sources_or_stdin
+from grpo_cli.estimators import ESTIMATORS
 
 
 @report_options(exclude={"ddof"})  # plot has never taken --ddof
@@ -72,29 +70,19 @@ def plot_cmd(
     PNG, SVG, PDF or HTML (the figure and the tables); without -o, <stem>.report.png
     beside the input. Needs the plot extra: pip install 'grpo-adv[plot]'.
     """
-    from grpo_cli.io import check_output_path
-    from grpo_cli.plot import (
-        check_plot_path,
-        dashboard_title,
-        default_plot_path,
-        preload_pyplot,
-        write_dashboard,
-    )
-
-    sources = sources_or_stdin(sources)
-    if output is None:
-        output = default_plot_path(sources)
-    fmt = check_plot_path(output)
-    if estimator is not None:
-        get_estimator(estimator)  # an unknown name fails before any input is read
+    from grpo_cli.plot import run_plot
     from grpo_cli.render import stderr_console
 
-    remove_leftovers([output], quiet=quiet)  # whatever this run's fate
-    check_output_path(output, force=force, protected=protected_inputs(sources))
-    preload_pyplot()  # while the log is read and summarized
-    explicit = {**report_params.explicit(), "advantage_col": advantage_col}  # None: detected
-    report = report_for(sources, preset, explicit, input_format, by)
-    title = dashboard_title(sources, preset=preset, estimator=estimator)
-    write_dashboard(report, output, fmt, title=title, methods=report.methods or None, force=force)
+    result = run_plot(
+        sources or [],
+        output,
+        preset=preset,
+        options={**report_params.explicit(), "advantage_col": advantage_col},  # None: detected
+        by=by,
+        estimator=estimator,
+        input_format=input_format,
+        force=force,
+        warn=warner(quiet=quiet),
+    )
     if not quiet:
-        stderr_console().print(f"dashboard written to {output}")
+        stderr_console().print(f"dashboard written to {result.path}")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.outputs import remove_leftovers
+from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
     InputFormat,
@@ -18,7 +18,6 @@ from grpo_cli.cli.params import (
     policy_options,
 )
 from grpo_cli.errors import EXIT_DIFFERENT
-from grpo_cli.outputs import protected_inputs, read_input, refuse_file_engines, sources_or_stdin
 
 
 @policy_options()
@@ -68,39 +67,28 @@ def verify_cmd(
     Exits 0 when every row agrees within --tol, 1 when some do not.
     """
     from grpo_cli.render import print_warning, render_verify_report, stderr_console
-    from grpo_cli.verify import verify_advantages
+    from grpo_cli.verify import run_verify
 
-    sources = sources_or_stdin(sources)
-    if diff_out is not None:
-        from grpo_cli.io import table_format
-
-        table_format(diff_out, None)  # before any input is read
-    explicit = policy.explicit()
-    refuse_file_engines(explicit.get("backend"), "verify")
-    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
-    log = read_input(sources, input_format, key_cols)
-    report = verify_advantages(
-        log.frame,
-        preset,
+    result = run_verify(
+        sources or [],
+        preset=preset,
+        options=policy.explicit(),
         advantage_col=advantage_col,
         tol=tol,
         top=top,
-        warn=not quiet,
-        **explicit,
+        input_format=input_format,
+        diff_out=diff_out,
+        force=force,
+        warnings=not quiet,
+        warn=warner(quiet=quiet),
     )
-    if diff_out is not None and report.differing is not None:
-        from grpo_cli.io import write_table
-
-        if str(diff_out) != "-":
-            remove_leftovers([diff_out], quiet=quiet)
-        write_table(report.differing, diff_out, force=force, protected=protected_inputs(sources))
+    report = result.report
     if not quiet:
         console = stderr_console()
         for warning in report.warnings:
             print_warning(console, warning)
-        render_verify_report(console, report, preset=preset, source=log.source)
-        if diff_out is not None:
-            where = "standard output" if str(diff_out) == "-" else str(diff_out)
-            console.print(f"{report.rows_over:,} differing row(s) written to {where}")
+        render_verify_report(console, report, preset=preset, source=result.source)
+        if result.diff_written is not None:
+            console.print(f"{report.rows_over:,} differing row(s) written to {result.diff_written}")
     if not report.agree:
         raise typer.Exit(EXIT_DIFFERENT)

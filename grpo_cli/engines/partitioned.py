@@ -79,6 +79,7 @@ from grpo_cli.engines import ENGINES, EngineInfo, FileJob, check
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.engines.polars import with_group_stats
 from grpo_cli.errors import GrpoAdvError, InputError, is_disk_full
+from grpo_cli.grouping import with_profile
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Plan, decide, hash_collision, parquet_plan, resolve_keys
 from grpo_cli.schema import refuse_values, value_checks
@@ -353,7 +354,7 @@ def _compute_partitions(
             if hash_collision(full, keys):
                 raise _Collision()
             try:
-                _check_batch_spans(full, options, group)
+                _check_batch_spans(full, options, group, uses_groups=uses_groups)
             except InputError as exc:
                 spans = exc
                 continue
@@ -400,7 +401,7 @@ def _batch_stats(folder: Path, plan: Plan) -> pl.DataFrame:
 
 
 def _check_batch_spans(
-    part: pl.DataFrame, options: AdvantageOptions, group: tuple[str, ...]
+    part: pl.DataFrame, options: AdvantageOptions, group: tuple[str, ...], *, uses_groups: bool
 ) -> None:
     """Refuse groups whose rows fall in several values of the batch column, as the in-memory
     path does (:func:`grpo_cli.summary.check_batch_spans`); each group lies whole in one
@@ -408,9 +409,7 @@ def _check_batch_spans(
     column = options.batch_col
     if column is None or column in options.group_cols:
         return
-    from grpo_cli.estimators import get_estimator
-
-    if not get_estimator(options.estimator).uses_groups:
+    if not uses_groups:  # the plan's estimator
         return  # no groups to span batches, as in the in-memory check
     spanning = (
         part.group_by(list(group)).agg(pl.col(column).n_unique().alias("n")).filter(pl.col("n") > 1)
@@ -432,7 +431,7 @@ def _accumulate(
     MERGE_EVERY partitions (every group lies whole in one partition; see
     :mod:`grpo_cli.metrics`). Unreduced partials (``reduce=False``: one query per
     partition) on the in-memory engine: a partition is small."""
-    rows = metrics.with_profile(full.lazy(), group, options.ddof)
+    rows = with_profile(full.lazy(), group, options.ddof)
     parts.append(
         metrics.partials(
             rows,

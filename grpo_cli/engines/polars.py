@@ -2,7 +2,7 @@
 over rows or groups, float64.
 
 One grouping pass computes every group statistic (count, mean, variance: see
-:func:`grpo_cli.estimators.group_stat_columns`) over the plan's group key (its 64-bit hash
+:func:`grpo_cli.grouping.group_stat_columns`) over the plan's group key (its 64-bit hash
 unless the plan is exact); the estimator's formula and the shared policies are then
 expressions over those columns. Rows keep their input order (dropped singletons aside) and
 every input column is returned unchanged.
@@ -14,17 +14,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from grpo_cli.columns import (
-    CONSTANT_KEY,
-    REWARD_KEY,
-    SIZE_KEY,
-    STAT_COUNT,
-    STAT_MEAN,
-    STAT_VAR,
-    VALID_KEY,
-)
+from grpo_cli.columns import REWARD_KEY, SIZE_KEY
 from grpo_cli.engines import ENGINES, EngineInfo
-from grpo_cli.estimators import gdpo, group_stat_columns
+from grpo_cli.estimators import gdpo
+from grpo_cli.grouping import group_stat_columns, row_profile, stats_columns
 from grpo_cli.plan import (
     Plan,
     collision_columns,
@@ -73,15 +66,6 @@ def prepare(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     return lazy
 
 
-def profile_columns(plan: Plan) -> list[pl.Expr]:
-    """Per row, its group's size, valid rewards and zero variance, from the precomputed
-    group statistics (for the run's figures, which then need no second grouping)."""
-    ctx = estimator_context(plan, precomputed=True)
-    valid = ctx.count().cast(pl.Int64)
-    size = pl.col(SIZE_KEY).cast(pl.Int64) if plan.has_nulls else valid
-    return [size.alias(SIZE_KEY), valid.alias(VALID_KEY), ctx.is_constant().alias(CONSTANT_KEY)]
-
-
 def with_group_stats(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     """The prepared frame (see :func:`prepare`) with every group statistic, in one grouping
     pass (and CHECK_MAX when the plan's keys are hashed; the group's row count when the
@@ -112,15 +96,11 @@ def annotate_lazy(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyFram
     options = plan.options
     # One grouping pass for every group statistic, then the formulas on those columns.
     prepared = with_group_stats(frame, plan)
-    columns = [advantage_expr(plan, precomputed=True), *profile_columns(plan)]
+    columns = [advantage_expr(plan, precomputed=True), *row_profile(plan.has_nulls)]
     if options.with_stats:
-        columns += [
-            (pl.col(SIZE_KEY) if plan.has_nulls else pl.col(STAT_COUNT))
-            .cast(pl.Int64)
-            .alias("group_size"),
-            pl.col(STAT_MEAN).alias("group_mean"),
-            pl.col(STAT_VAR).sqrt().alias("group_std"),
-        ]
+        columns += stats_columns(
+            plan.keys.group, options.ddof, precomputed=True, has_nulls=plan.has_nulls
+        )
     return prepared.with_columns(columns)
 
 

@@ -145,6 +145,7 @@ class PartSink(Datasink[list[bytes]]):
 
     # -------------------------------------------------------------------------------
     def _annotate(self, piece: pl.DataFrame, name: str) -> pl.DataFrame:
+        from grpo_cli.grouping import with_profile
         from grpo_cli.summary import check_batch_spans, group_table
 
         columns = [c for c in piece.columns if c not in self.derived]
@@ -158,17 +159,17 @@ class PartSink(Datasink[list[bytes]]):
 
         full, used = run_with_fallback(annotate, plan)
         options = plan.options
-        check_batch_spans(full, options, used.keys)
+        check_batch_spans(full, used)
         written = pl.DataFrame([full.get_column(c) for c in (*columns, *options.added_columns())])
         written.write_parquet(
             Path(self.folder) / name, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL
         )
         if self.groups is not None:
-            table = group_table(full.lazy(), options, used.keys)
+            table = group_table(full.lazy(), used)
             table.write_parquet(
                 Path(self.groups) / name, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL
             )
-        rows = metrics.with_profile(full.lazy(), used.keys.group, options.ddof)
+        rows = with_profile(full.lazy(), used.keys.group, options.ddof)
         return metrics.partials(
             rows,
             ddof=options.ddof,

@@ -29,8 +29,9 @@ from grpo_cli.columns import TORCH_RAW as RAW
 from grpo_cli.engines import ENGINES, EngineInfo
 from grpo_cli.errors import OptionsError
 from grpo_cli.estimators import FormulaContext, Value, gdpo
+from grpo_cli.grouping import stats_columns
 from grpo_cli.options import DEVICES
-from grpo_cli.plan import Plan, collision_columns, estimator_context
+from grpo_cli.plan import Plan, collision_columns
 from grpo_cli.policies import apply_policies
 from grpo_cli.rewards import reward_expr
 
@@ -86,16 +87,13 @@ class TorchEngine:
         lazy = prepare(frame, plan).with_columns(collision_columns(plan.keys))
         prepared = collect(lazy, deterministic=True)
         full = prepared.hstack(torch_columns(prepared, plan))
-        ctx = estimator_context(plan)
         advantage = apply_policies(
             pl.col(RAW), plan, reward=pl.col(REWARD_KEY), singleton=pl.col(VALID_KEY) == 1
         )
         full = full.with_columns(advantage.alias(options.advantage_col)).drop(RAW)
         if options.with_stats:
             full = full.with_columns(
-                pl.col(SIZE_KEY).alias("group_size"),
-                ctx.in_group(ctx.reward.mean()).alias("group_mean"),
-                ctx.in_group(ctx.reward.std(ddof=options.ddof)).alias("group_std"),
+                stats_columns(plan.keys.group, options.ddof, precomputed=False)
             )
         return full
 
