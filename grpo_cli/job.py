@@ -23,22 +23,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from grpo_cli.columns import SOURCE_KEY
-from grpo_cli.errors import OptionsError, OutputError
+from grpo_cli.engines import EngineOptions
+from grpo_cli.errors import Message, OptionsError, OutputError, Verbatim, option
+from grpo_cli.options import AdvantageOptions
 
 if TYPE_CHECKING:
     from grpo_cli.engines import FileEngine
-    from grpo_cli.options import AdvantageOptions
     from grpo_cli.pipeline import Resolved
     from grpo_cli.summary import RunSummary
-
-ENGINE_SETTINGS = ("backend", "device", "ray_address")
-"""The option fields that choose where the job runs, not what it computes."""
 
 
 class Progress(Protocol):
@@ -70,6 +68,7 @@ class JobResult:
 
     Attributes:
         options: the options the job ran with (preset, layout and explicit choices merged).
+        engine: where it ran.
         layout: the trainer dump layout the log was read in, or None.
         output: what was written, for people (``out.parquet (parquet)``, ``standard
             output``, ``OUT/ (Parquet parts)``, ``3 files: a ... c``).
@@ -82,12 +81,13 @@ class JobResult:
     """
 
     options: AdvantageOptions
+    engine: EngineOptions
     layout: str | None
     output: str
     summary_path: Path | None
     paths: tuple[Path, ...]
     figures: Callable[[], RunSummary] = field(repr=False)
-    notices: Callable[[], tuple[str, ...]] = field(default=tuple, repr=False)
+    notices: Callable[[], tuple[Message, ...]] = field(default=tuple, repr=False)
 
     @cached_property
     def run(self) -> RunSummary:
@@ -95,28 +95,9 @@ class JobResult:
         return self.figures()
 
     @cached_property
-    def warnings(self) -> tuple[str, ...]:
+    def warnings(self) -> tuple[Message, ...]:
         """What the user should know, one line each."""
         return self.notices()
-
-
-def alias_of(flag: str) -> str:
-    """The engine an alias flag (``--low-memory``) stands for, from the engine registry."""
-    from grpo_cli.engines import ENGINES
-
-    return next(info.name for info in ENGINES.values() if info.alias == flag)
-
-
-def alias_backend(flag: str, explicit: Mapping[str, Any]) -> str:
-    """The engine an alias flag (``--low-memory``) stands for; refused when ``explicit``
-    names another ``backend``."""
-    name = alias_of(flag)
-    if explicit.get("backend", name) != name:
-        raise OptionsError(
-            f"{flag} is --backend {name}, not --backend {explicit['backend']}",
-            hint="give one of them",
-        )
-    return name
 
 
 def run_job(
@@ -124,8 +105,8 @@ def run_job(
     output: str | Path | None = None,
     *,
     preset: str | None = None,
-    options: Mapping[str, Any] | None = None,
-    engine: Mapping[str, Any] | None = None,
+    options: AdvantageOptions | Mapping[str, Any] | None = None,
+    engine: EngineOptions | Mapping[str, Any] | None = None,
     replace: bool = False,
     out_dir: Path | None = None,
     input_format: str | None = None,
@@ -146,10 +127,12 @@ def run_job(
         output: the output file (``"-"``: standard output; a folder for a dataset engine);
             None: beside the single input, named after it (``rewards.adv.parquet``).
         preset: a trainer preset (``"verl"``, ``"trl"``, ...), or None.
-        options: the computation's options as the CLI's keywords (``eps=1e-6``,
-            ``estimator="rloo"``, ``group_cols=(...)``), over the preset's.
-        engine: where it runs: ``backend`` (a name in :data:`grpo_cli.engines.ENGINES`,
-            default ``polars``), ``device`` (torch), ``ray_address`` (ray).
+        options: the computation's options: :class:`AdvantageOptions` (every field then
+            explicit), or a mapping of some of its fields (``eps=1e-6``,
+            ``estimator="rloo"``, ``group_cols=(...)``) over the preset's.
+        engine: where it runs: :class:`grpo_cli.engines.EngineOptions`, or a mapping of
+            ``backend`` (a name in :data:`grpo_cli.engines.ENGINES`, default ``polars``),
+            ``device`` (torch), ``ray_address`` (ray).
         replace: recompute input columns named like the added ones (in-memory engines).
         out_dir: one annotated file per input in this folder (in-memory engines).
         input_format, output_format: ``parquet``, ``jsonl`` or ``csv``; None: by suffix.
@@ -170,17 +153,25 @@ def run_job(
     """
     from grpo_cli.engines import ENGINES
 
-    explicit = {**(options or {}), **(engine or {})}
+    from grpo_cli.engines import split_engine
+
+    if isinstance(options, AdvantageOptions):
+        options = {f.name: getattr(options, f.name) for f in fields(options)}
+    explicit, settings = split_engine(options or {})
+    where = EngineOptions.of({**_settings(engine), **settings})
     sources = [str(source) for source in inputs]
     target = None if output is None else str(output)
-    checked = check_options(preset, explicit)
-    io = ENGINES[checked.backend].io
+    check_options(preset, explicit)
+    io = ENGINES[where.backend].io
     if summary_format is not None and (summary_path is None or io == "dataset"):
         raise OptionsError(
-            "--summary-format names the format of a --summary table",
-            hint="give --summary PATH too"
+            option("summary_format") + " names the format of a " + option("summary_path") + " table",
+            hint="give " + option("summary_path", Verbatim("PATH")) + " too"
             if summary_path is None
-            else f"--backend {checked.backend} writes --summary as a folder of Parquet parts",
+            else option("backend", where.backend)
+            + " writes "
+            + option("summary_path")
+            + " as a folder of Parquet parts",
         )
     if summary_path is not None and io != "dataset":  # a dataset engine writes a folder
         from grpo_cli.io import table_format
@@ -188,18 +179,31 @@ def run_job(
         table_format(summary_path, summary_format)
     if replace and io != "frame":
         raise OptionsError(
-            f"--replace works with the in-memory engines, not --backend {checked.backend}",
-            hint="drop the logged column first, or name the new one with --advantage-col",
+            option("replace", True)
+            + " works with the in-memory engines, not "
+            + option("backend", where.backend),
+            hint="drop the logged column first, or name the new one with "
+            + option("advantage_col"),
         )
     if io == "file":
         return _run_file(
-            sources, checked, explicit, target, out_dir, output_format, summary_path, force, warn
+            sources,
+            check_options(preset, explicit),
+            where,
+            explicit,
+            target,
+            out_dir,
+            output_format,
+            summary_path,
+            force,
+            warn,
         )
     if io == "dataset":
         return _run_dataset(
             sources,
             preset,
             explicit,
+            where,
             target,
             out_dir,
             input_format,
@@ -214,6 +218,7 @@ def run_job(
             sources,
             preset,
             explicit,
+            where,
             replace,
             target,
             out_dir,
@@ -228,10 +233,18 @@ def run_job(
         )
 
 
+def _settings(engine: EngineOptions | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The engine settings given, as a mapping."""
+    if isinstance(engine, EngineOptions):
+        return {f.name: getattr(engine, f.name) for f in fields(engine)}
+    return dict(engine or {})
+
+
 def _run_frame(
     sources: list[str],
     preset: str | None,
     explicit: dict[str, Any],
+    engine: EngineOptions,
     replace: bool,
     output: str | None,
     out_dir: Path | None,
@@ -258,14 +271,15 @@ def _run_frame(
 
     if out_dir is not None and output is not None:
         raise OptionsError(
-            "give -o or --out-dir, not both", hint="--out-dir writes one file per input"
+            "give " + option("output", short=True) + " or " + option("out_dir") + ", not both",
+            hint=option("out_dir") + " writes one file per input",
         )
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     paths = [] if sources == ["-"] else expand_sources(sources)
     reading = progress.add("reading", total=max(len(paths), 1))
     if out_dir is not None:
         if not paths:
-            raise OptionsError("--out-dir needs input files", hint="give files, not -")
+            raise OptionsError(option("out_dir") + " needs input files", hint="give files, not -")
         log = read_many(
             sources,
             normalized_format(input_format),
@@ -288,8 +302,9 @@ def _run_frame(
             check_output_path(path, force=force, protected=protected)
     if summary_to_stdout and any(path is None for path, _ in targets.values()):
         raise OptionsError(
-            "--summary - and the annotated output both go to standard output",
-            hint="write the annotated log to a file with -o",
+            option("summary_path", Verbatim("-"))
+            + " and the annotated output both go to standard output",
+            hint="write the annotated log to a file with " + option("output", short=True),
         )
     if summary_path is not None and not summary_to_stdout:
         if any(
@@ -297,11 +312,17 @@ def _run_frame(
             for path, _ in targets.values()
         ):
             raise OutputError(
-                "--summary and an output are the same file", hint="give them different paths"
+                option("summary_path") + " and an output are the same file",
+                hint="give them different paths",
+                path=summary_path,
             )
-        check_output_path(summary_path, force=force, protected=protected, flag="--summary")
+        check_output_path(
+            summary_path, force=force, protected=protected, flag=option("summary_path")
+        )
     computing = progress.add("computing", total=1)
-    result = annotate(log.frame, preset, replace=replace, span_check=span_check, **explicit)
+    result = annotate(
+        log.frame, preset, replace=replace, span_check=span_check, engine=engine, **explicit
+    )
     progress.advance(computing)
     writing = progress.add("writing", total=len(targets))
     with atomic_writes(force=force) as stage:  # every output lands, or none
@@ -314,10 +335,11 @@ def _run_frame(
                 protected=protected,
                 stage=stage,
                 fmt=summary_format,
-                flag="--summary",
+                flag=option("summary_path"),
             )
     return JobResult(
         result.options,
+        engine,
         result.layout,
         shown,
         summary_path,
@@ -330,7 +352,7 @@ def _run_frame(
 def check_options(preset: str | None, explicit: dict[str, Any]) -> AdvantageOptions:
     """The options a preset and the explicit choices make, checked before any file is
     read or any output path looked at (an unknown estimator is a usage error, whatever
-    the output). The count of --reward-weights is checked once a dump layout has named
+    the output). The count of ``reward_weights`` is checked once a dump layout has named
     the reward columns."""
     from grpo_cli.options import AdvantageOptions
     from grpo_cli.pipeline import needs_length
@@ -350,6 +372,7 @@ def check_options(preset: str | None, explicit: dict[str, Any]) -> AdvantageOpti
 def _run_file(
     sources: list[str],
     options: AdvantageOptions,
+    where: EngineOptions,
     explicit: dict[str, Any],
     output: str | None,
     out_dir: Path | None,
@@ -358,8 +381,8 @@ def _run_file(
     force: bool,
     warn: Callable[[str], None] | None,
 ) -> JobResult:
-    """A file engine (``--backend partitioned``, alias ``--low-memory``): one Parquet file
-    in, one Parquet file out, bounded memory."""
+    """A file engine (``backend="partitioned"``): one Parquet file in, one Parquet file
+    out, bounded memory."""
     import polars as pl
 
     from grpo_cli.engines import FileJob, check, get_engine
@@ -374,30 +397,38 @@ def _run_file(
     from grpo_cli.outputs import output_target, remove_leftovers
     from grpo_cli.plan import decide, parquet_plan
 
-    engine = get_engine(options.backend)
-    check(engine, decide(options, hashed=False))  # before any file is looked at
+    engine = get_engine(where.backend)
+    check(engine, decide(options, hashed=False, engine=where))  # before any file is looked at
+    named = option("backend", where.backend, alias="alone")
     paths = [] if sources == ["-"] else expand_sources(sources)
     if len(paths) != 1 or out_dir is not None or summary_path is not None or output == "-":
         raise OptionsError(
-            "--low-memory reads one Parquet file and writes one Parquet file",
-            hint="give one input file and -o OUT.parquet (no -, --out-dir or --summary)",
+            named + " reads one Parquet file and writes one Parquet file",
+            hint="give one input file and "
+            + option("output", Verbatim("OUT.parquet"), short=True)
+            + " (no -, "
+            + option("out_dir")
+            + " or "
+            + option("summary_path")
+            + ")",
         )
     source = paths[0]
     if not source.is_file():
         read_rewards(source)  # raises the usual missing / folder / permission error
     check_parquet_file(source)
     options = _within_steps(options, pl.read_parquet_schema(source), explicit)
-    plan = parquet_plan(source, options)
+    plan = parquet_plan(source, options, where)
     target, fmt = output_target([str(source)], output, output_format, "parquet")
     if target is None or fmt != "parquet" or compression_for(target) is not None:
         raise OptionsError(
-            "--low-memory writes Parquet (zstd-compressed inside)", hint="give -o OUT.parquet"
+            named + " writes Parquet (zstd-compressed inside)",
+            hint="give " + option("output", Verbatim("OUT.parquet"), short=True),
         )
     remove_leftovers([target], warn)  # whatever this run's fate
     check_output_path(target, force=force, protected=[source])
     with atomic_path(target, force=force) as tmp:
         run = cast("FileEngine", engine).annotate_files(FileJob((source,), tmp, plan))
-    return JobResult(options, None, f"{target} (parquet)", None, (target,), lambda: run)
+    return JobResult(options, where, None, f"{target} (parquet)", None, (target,), lambda: run)
 
 
 def _within_steps(
@@ -415,6 +446,7 @@ def _run_dataset(
     sources: list[str],
     preset: str | None,
     explicit: dict[str, Any],
+    where: EngineOptions,
     output: str | None,
     out_dir: Path | None,
     input_format: str | None,
@@ -424,8 +456,8 @@ def _run_dataset(
     notes: Callable[[str], None] | None,
     warn: Callable[[str], None] | None,
 ) -> JobResult:
-    """A dataset engine (``--backend ray``): many Parquet, JSONL or CSV files in, a folder
-    of Parquet part files out (``-o DIR``), and with ``--summary DIR`` the per-group table
+    """A dataset engine (``backend="ray"``): many Parquet, JSONL or CSV files in, a folder
+    of Parquet part files out (``output``), and with ``summary_path`` the per-group table
     as a folder of parts too. Each folder is written beside its final path and renamed
     when complete."""
     from grpo_cli.engines import FileJob, check, get_engine
@@ -434,19 +466,23 @@ def _run_dataset(
     from grpo_cli.plan import decide, make_plan
 
     options = check_options(preset, explicit)
-    engine = get_engine(options.backend)
-    check(engine, decide(options, hashed=False))  # before any file is looked at
-    name = f"--backend {options.backend}"
+    engine = get_engine(where.backend)
+    check(engine, decide(options, hashed=False, engine=where))  # before any file is looked at
+    name = option("backend", where.backend)
     if sources == ["-"]:
         raise OptionsError(
-            f"{name} reads files, not standard input", hint="give the log's files, folders or globs"
+            name + " reads files, not standard input",
+            hint="give the log's files, folders or globs",
         )
     if output is None or output == "-" or out_dir is not None:
         raise OptionsError(
-            f"{name} writes a folder of Parquet part files", hint="give the folder with -o OUT_DIR"
+            name + " writes a folder of Parquet part files",
+            hint="give the folder with " + option("output", Verbatim("OUT_DIR"), short=True),
         )
     if output_format not in (None, "parquet"):
-        raise OptionsError(f"{name} writes Parquet part files", hint="drop --output-format")
+        raise OptionsError(
+            name + " writes Parquet part files", hint="drop " + option("output_format")
+        )
     fmt = normalized_format(input_format)
     paths = expand_sources(sources)
     target = Path(output)
@@ -455,12 +491,14 @@ def _run_dataset(
     if summary_path is not None:
         if summary_path.resolve() == target.resolve():
             raise OutputError(
-                "--summary and -o are the same folder", hint="give them different paths"
+                option("summary_path") + " and " + option("output", short=True) + " are the same folder",
+                hint="give them different paths",
+                path=summary_path,
             )
         check_output_folder(summary_path, force=force, protected=paths)
     cast("FileEngine", engine).require()  # the install hint before anything is read
     resolved = _resolve_on_schema(paths[0], fmt, preset, explicit, name)
-    plan = make_plan(resolved.frame, resolved.options, hashed=False)
+    plan = make_plan(resolved.frame, resolved.options, hashed=False, engine=where)
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_folder(target, force=force))
         groups = (
@@ -471,11 +509,13 @@ def _run_dataset(
         job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups, notes)
         run = cast("FileEngine", engine).annotate_files(job)
     shown = f"{target}/ (Parquet parts)"
-    return JobResult(resolved.options, resolved.layout, shown, summary_path, (target,), lambda: run)
+    return JobResult(
+        resolved.options, where, resolved.layout, shown, summary_path, (target,), lambda: run
+    )
 
 
 def _resolve_on_schema(
-    first: Path, fmt: str | None, preset: str | None, explicit: dict[str, Any], name: str
+    first: Path, fmt: str | None, preset: str | None, explicit: dict[str, Any], name: Message
 ) -> Resolved:
     """The preset, a dump layout and the explicit options resolved on the columns of the
     first input (no rows: the values are checked where they are read)."""
@@ -497,7 +537,7 @@ def _resolve_on_schema(
 
 
 def _refuse_positional_layout(
-    empty: Any, preset: str | None, explicit: dict[str, Any], name: str
+    empty: Any, preset: str | None, explicit: dict[str, Any], name: Message
 ) -> None:
     """A TRL completions log has no prompt id: its groups are num_generations consecutive
     rows, which a dataset engine (rows in no order) cannot form. Refused once, with the
@@ -509,7 +549,7 @@ def _refuse_positional_layout(
     grouping_given = "group_cols" in explicit or "group_size" in explicit
     if detect_layout(empty, layout) == "trl" and not grouping_given:
         raise OptionsError(
-            f"{name} does not support a TRL completions log (its groups are "
+            name + " does not support a TRL completions log (its groups are "
             "num_generations consecutive rows, which need the rows in order)",
-            hint=f"drop {name}: the default engine infers num_generations from the log",
+            hint="drop " + name + ": the default engine infers num_generations from the log",
         )

@@ -14,7 +14,9 @@ import polars as pl
 from grpo_cli.compute import annotate_frame, pick_columns
 from grpo_cli.layouts import apply_layout, detect_layout, within_steps
 from grpo_cli.metrics import LENGTH_COLUMNS
-from grpo_cli.options import AdvantageOptions, speaks_python
+from grpo_cli.engines import EngineOptions, split_engine
+from grpo_cli.errors import Message, option
+from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Keys
 from grpo_cli.presets import get_preset, merge_options
 from grpo_cli.summary import (
@@ -35,7 +37,8 @@ class Resolved:
     options: AdvantageOptions
     derived: tuple[str, ...]
     layout: str | None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Message, ...] = ()
+    engine: EngineOptions = EngineOptions()
 
 
 @dataclass
@@ -50,7 +53,8 @@ class Annotation:
     full: pl.DataFrame
     keys: Keys
     preset: str | None = None
-    layout_warnings: tuple[str, ...] = ()
+    layout_warnings: tuple[Message, ...] = ()
+    engine: EngineOptions = EngineOptions()
 
     @cached_property
     def run(self) -> RunSummary:
@@ -58,7 +62,7 @@ class Annotation:
         return summarize_run(self.full.lazy(), self.options, self.keys)
 
     @cached_property
-    def warnings(self) -> tuple[str, ...]:
+    def warnings(self) -> tuple[Message, ...]:
         """What the user should know: what the dump layout inferred, groups that span
         steps (one more grouping of the key), and how the log fits the preset's trainer."""
         return (
@@ -78,10 +82,12 @@ def resolve(frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any]) -
     applied when ``frame`` is in it (a TRL log without ``--group-size``: G inferred from its
     runs of equal prompts, and a warning saying so), and groups within each step of a log
     with a step column unless the group key is explicit
-    (:func:`grpo_cli.layouts.within_steps`)."""
+    (:func:`grpo_cli.layouts.within_steps`). ``explicit`` may hold the engine settings
+    (:data:`grpo_cli.engines.ENGINE_SETTINGS`): they become ``engine``."""
+    explicit, settings = split_engine(explicit)
     fields = merge_options(preset, explicit)
     layout = get_preset(preset).layout if preset else None
-    warnings: list[str] = []
+    warnings: list[Message] = []
     frame, fields, derived = apply_layout(frame, layout, fields, explicit.keys(), warnings)
     fields = within_steps(frame.columns, fields, explicit.keys())
     fields = length_from_columns(frame.columns, fields, warnings)
@@ -91,6 +97,7 @@ def resolve(frame: pl.DataFrame, preset: str | None, explicit: dict[str, Any]) -
         derived=tuple(derived),
         layout=detect_layout(frame, layout),
         warnings=tuple(warnings),
+        engine=EngineOptions.of(settings),
     )
 
 
@@ -105,21 +112,20 @@ def needs_length(fields: dict[str, Any]) -> bool:
 
 
 def length_from_columns(
-    columns: Sequence[str], fields: dict[str, Any], warnings: list[str]
+    columns: Sequence[str], fields: dict[str, Any], warnings: list[Message]
 ) -> dict[str, Any]:
     """Options that need a length column and name none take the log's ``length`` (or
     ``completion_length``, ``response_length``), with a warning saying so; without one,
-    the options' own error asks for --length-col."""
+    the options' own error asks for ``length_col``."""
     if not needs_length(fields):
         return fields
     found = next((c for c in LENGTH_COLUMNS if c in columns), None)
     if found is None:
         return fields
-    warnings.append(f"using the length column {found!r} (--length-col names another)")
+    warnings.append(f"using the length column {found!r} (" + option("length_col") + " names another)")
     return {**fields, "length_col": found}
 
 
-@speaks_python
 def annotate(
     frame: pl.DataFrame,
     preset: str | None = None,
@@ -138,12 +144,16 @@ def annotate(
     options = resolved.options
     added = options.added_columns()
     replaced = [c for c in added if replace and c in resolved.frame.columns]
-    full, keys = annotate_frame(resolved.frame.drop(replaced), options, span_check=span_check)
+    full, keys = annotate_frame(
+        resolved.frame.drop(replaced), options, resolved.engine, span_check=span_check
+    )
     check_batch_spans(full, options, keys)
     output_columns = [c for c in frame.columns if c not in resolved.derived]
     new_columns = [c for c in added if c not in replaced]
     output = pick_columns(full, [*output_columns, *new_columns])
-    return Annotation(output, options, resolved.layout, full, keys, preset, resolved.warnings)
+    return Annotation(
+        output, options, resolved.layout, full, keys, preset, resolved.warnings, resolved.engine
+    )
 
 
 def _warnings(preset: str | None, run: RunSummary) -> tuple[str, ...]:

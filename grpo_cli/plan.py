@@ -37,6 +37,7 @@ from grpo_cli.columns import (
     STEP_COLUMNS,
     span_flag_column,
 )
+from grpo_cli.engines import EngineOptions
 from grpo_cli.estimators import BatchStatSource, Estimator, EstimatorContext, get_estimator
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.rewards import combined_reward
@@ -127,6 +128,7 @@ class Plan:
 
     Attributes:
         options: the validated options.
+        engine: where the computation runs (the engine, its device, the Ray cluster).
         estimator: the estimator, looked up once.
         keys: the key columns; hashed unless the estimator needs no groups, the key is
             positional, or the plan is the exact fallback.
@@ -146,20 +148,28 @@ class Plan:
     has_nulls: bool = True
     batch_source: BatchStatSource | None = None
     span_col: str | None = None
+    engine: EngineOptions = EngineOptions()
 
     def exact(self) -> Plan:
         """The same plan on the exact group key (the collision fallback)."""
         return replace(self, keys=resolve_keys(self.options, hashed=False))
 
 
-def decide(options: AdvantageOptions, *, hashed: bool = True, has_nulls: bool = True) -> Plan:
+def decide(
+    options: AdvantageOptions,
+    *,
+    hashed: bool = True,
+    has_nulls: bool = True,
+    engine: EngineOptions | None = None,
+) -> Plan:
     """The plan ``options`` make, before any input is seen (engines can refuse it at
     once): the estimator looked up, the keys resolved, hashed when ``hashed`` and the
     estimator has response-level groups."""
     estimator = get_estimator(options.estimator)  # the one lookup of a computation
     options.check_estimator_needs(estimator)
     use_hash = hashed and estimator.uses_groups and estimator.unit == "response"
-    return Plan(options, estimator, resolve_keys(options, hashed=use_hash), has_nulls)
+    keys = resolve_keys(options, hashed=use_hash)
+    return Plan(options, estimator, keys, has_nulls, engine=engine or EngineOptions())
 
 
 def keyed_groups(options: AdvantageOptions) -> bool:
@@ -201,6 +211,7 @@ def make_plan(
     hashed: bool = True,
     span_check: bool = True,
     values: bool = True,
+    engine: EngineOptions | None = None,
 ) -> Plan:
     """Check ``frame`` against ``options`` (every input check, once: see
     :func:`grpo_cli.schema.check_frame`) and decide the plan (see :func:`decide`); an
@@ -209,7 +220,7 @@ def make_plan(
     will not check spans, and the engine need not flag them). ``values=False``: the
     engine checks the keys' and rewards' values on the data (see
     :func:`grpo_cli.schema.check_frame`)."""
-    plan = decide(options, hashed=hashed)
+    plan = decide(options, hashed=hashed, engine=engine)
     check_frame(frame, options, plan.estimator, values=values)
     step_unit = plan.estimator.unit == "step"
     if isinstance(frame, pl.DataFrame) and options.singleton != "drop" and not step_unit:
@@ -224,12 +235,12 @@ def make_plan(
     return plan
 
 
-def parquet_plan(source: Path, options: AdvantageOptions) -> Plan:
+def parquet_plan(source: Path, options: AdvantageOptions, engine: EngineOptions) -> Plan:
     """The plan of the Parquet log ``source`` for an engine that reads it itself (exact
     keys: it hashes them as it goes), checked on the file's schema: the values of its keys
     and rewards are for the engine to check as it reads them (no pass here; see
     :func:`grpo_cli.schema.value_checks`)."""
-    return make_plan(pl.scan_parquet(source), options, hashed=False, values=False)
+    return make_plan(pl.scan_parquet(source), options, hashed=False, values=False, engine=engine)
 
 
 def run_with_fallback(run: Callable[[Plan], pl.DataFrame], plan: Plan) -> tuple[pl.DataFrame, Plan]:

@@ -17,7 +17,7 @@ from grpo_cli.columns import readable
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
-    from grpo_cli.errors import GrpoAdvError
+    from grpo_cli.errors import GrpoAdvError, Message, Spelling
     from grpo_cli.explain import Explanation
     from grpo_cli.options import AdvantageOptions
     from grpo_cli.report import Report
@@ -30,11 +30,13 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def print_error(console: Console, error: GrpoAdvError) -> None:
-    """``error: <message>`` then ``hint: <hint>``, one line each."""
-    console.print(f"[bold red]error:[/] {_escape(error.message)}", markup=True, emoji=False)
-    if error.hint:
-        console.print(f"[yellow]hint:[/] {_escape(error.hint)}", markup=True, emoji=False)
+def print_error(console: Console, error: GrpoAdvError, spell: Spelling) -> None:
+    """``error: <message>`` then ``hint: <hint>``, one line each, options named as
+    ``spell`` names them (the command line: its flags)."""
+    message, hint = error.render(spell)
+    console.print(f"[bold red]error:[/] {_escape(message)}", markup=True, emoji=False)
+    if hint:
+        console.print(f"[yellow]hint:[/] {_escape(hint)}", markup=True, emoji=False)
 
 
 def _escape(text: str) -> str:
@@ -43,11 +45,13 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-def print_warning(console: Console, message: str) -> None:
-    """``warning: <message>`` on one line (control characters escaped)."""
-    from grpo_cli.errors import one_line
+def print_warning(console: Console, message: Message, spell: Spelling) -> None:
+    """``warning: <message>`` on one line (control characters escaped), options named as
+    ``spell`` names them."""
+    from grpo_cli.errors import as_text, one_line
 
-    console.print(f"[yellow]warning:[/] {_escape(one_line(message))}", emoji=False)
+    text = one_line(as_text(message).render(spell))
+    console.print(f"[yellow]warning:[/] {_escape(text)}", emoji=False)
 
 
 def print_note(console: Console, message: str) -> None:
@@ -636,14 +640,14 @@ def _value(value: object) -> str:
 # --------------------------------------------------------------------------- explain
 
 
-def render_explanation(console: Console, e: Explanation) -> None:
+def render_explanation(console: Console, e: Explanation, spell: Spelling) -> None:
     """One group, the formula filled in for every response (a table that fits the console,
     its formulas and texts wrapped on whitespace, the ``row`` column repeated if it must be
     split): each response's input row, its step and the start of its text when the log
     has them."""
     o = e.options
     for warning in e.warnings:
-        print_warning(console, warning)
+        print_warning(console, warning, spell)
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
     console.print(f"[bold]group {_escape(key)}[/]: {e.size:,} responses", emoji=False)
     if e.chosen:

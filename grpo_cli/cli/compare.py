@@ -10,6 +10,7 @@ import typer
 
 from grpo_cli.cli.outputs import remove_leftovers
 from grpo_cli.cli.params import (
+    flag_spelling,
     Force,
     InputFormat,
     OutputFormat,
@@ -133,7 +134,7 @@ def compare_cmd(
             "for every method"
         )
     for warning in result.warnings:
-        print_warning(console, warning)
+        print_warning(console, warning, flag_spelling)
     render_comparison(console, result)
     if output is not None:
         where = "standard output" if to_stdout else f"{output} ({fmt})"

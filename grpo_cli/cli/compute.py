@@ -20,9 +20,11 @@ from grpo_cli.cli.params import (
     Sources,
     SummaryFormat,
     SummaryPath,
+    alias_backend,
+    flag_spelling,
     policy_options,
 )
-from grpo_cli.job import alias_of
+from grpo_cli.errors import option
 from grpo_cli.outputs import sources_or_stdin
 
 if TYPE_CHECKING:
@@ -74,7 +76,9 @@ def compute_cmd(
             "--low-memory",
             help="Logs larger than memory: Parquet in, Parquet out, in bounded memory "
             "(spills partitions to a temporary folder beside the output; group-level "
-            f"estimators only). The same as --backend {alias_of('--low-memory')}.",
+            "estimators only). The same as "
+            + flag_spelling(option("backend", alias_backend("--low-memory", {})))
+            + ".",
         ),
     ] = False,
     force: Force = False,
@@ -84,7 +88,8 @@ def compute_cmd(
 
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
-    from grpo_cli.job import ENGINE_SETTINGS, alias_backend, run_job
+    from grpo_cli.engines import ENGINE_SETTINGS
+    from grpo_cli.job import run_job
     from grpo_cli.render import DelayedProgress, print_note, stderr_console
 
     explicit = policy.explicit()
@@ -124,7 +129,7 @@ def _report(console: Console, result: JobResult, preset: str | None) -> None:
 
     run, options, summary_path = result.run, result.options, result.summary_path
     for warning in result.warnings:
-        print_warning(console, warning)
+        print_warning(console, warning, flag_spelling)
     if run.null_rewards:
         fate = {"exclude": "their advantage is null", "zero": "their advantage is 0"}.get(
             options.nulls, ""
@@ -132,6 +137,7 @@ def _report(console: Console, result: JobResult, preset: str | None) -> None:
         print_warning(
             console,
             f"{run.null_rewards:,} null or NaN reward(s): left out of the statistics; {fate}",
+            flag_spelling,
         )
     render_run_summary(
         console,

@@ -10,6 +10,7 @@ import typer
 
 from grpo_cli.cli.outputs import remove_leftovers
 from grpo_cli.cli.params import (
+    flag_spelling,
     By,
     Force,
     InputFormat,
@@ -109,7 +110,7 @@ def summarize_cmd(
     if not quiet:
         console = stderr_console()
         for warning in report.warnings:
-            print_warning(console, warning)
+            print_warning(console, warning, flag_spelling)
         render_report(console, report, rows=rows)
         if output is not None and table is not None:
             where = "standard output" if to_stdout else str(output)

@@ -9,6 +9,7 @@ import typer
 
 from grpo_cli.cli.outputs import remove_leftovers
 from grpo_cli.cli.params import (
+    flag_spelling,
     Force,
     InputFormat,
     PolicyParams,
@@ -97,7 +98,7 @@ def verify_cmd(
     if not quiet:
         console = stderr_console()
         for warning in report.warnings:
-            print_warning(console, warning)
+            print_warning(console, warning, flag_spelling)
         render_verify_report(console, report, preset=preset, source=log.source)
         if diff_out is not None:
             where = "standard output" if str(diff_out) == "-" else str(diff_out)

@@ -62,9 +62,9 @@ import polars as pl
 
 from grpo_cli import metrics
 from grpo_cli.columns import PART_CHECK, PART_GROUP, PART_INDEX, PART_ROW
-from grpo_cli.engines import ENGINES, EngineInfo, FileJob, check
+from grpo_cli.engines import ENGINES, EngineInfo, EngineOptions, FileJob, check
 from grpo_cli.engines.polars import ENGINE as POLARS
-from grpo_cli.errors import GrpoAdvError, InputError, is_disk_full
+from grpo_cli.errors import GrpoAdvError, InputError, Message, is_disk_full, option
 from grpo_cli.estimators import ESTIMATORS
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Plan, decide, hash_collision, parquet_plan, resolve_keys
@@ -87,7 +87,7 @@ class PartitionedEngine:
 
     info: EngineInfo
 
-    def refusal(self, plan: Plan) -> str | None:
+    def refusal(self, plan: Plan) -> Message | None:
         """Whole-batch statistics, process supervision, positional groups and dropped
         singletons (it keeps every row, in order)."""
         options, estimator = plan.options, plan.estimator
@@ -97,18 +97,18 @@ class PartitionedEngine:
                 for name, e in ESTIMATORS.items()
                 if e.scope == "group" and e.unit == "response"
             )
-            what = (
+            what: Message = (
                 f"estimator {estimator.name}"
                 if estimator.scope == "batch"
-                else "--aggregation normalize_then_sum"
+                else option("aggregation", "normalize_then_sum")
             )
-            return f"{what}: it needs whole-batch statistics (it computes {grouped})"
+            return what + f": it needs whole-batch statistics (it computes {grouped})"
         if estimator.unit == "step":
             return "process supervision"
         if options.group_size is not None:
-            return "--group-size (positional groups need the rows in order)"
+            return option("group_size") + " (positional groups need the rows in order)"
         if options.singleton == "drop":
-            return "--singleton drop (it keeps every row)"
+            return option("singleton", "drop") + " (it keeps every row)"
         return None
 
     def require(self) -> None:
@@ -137,11 +137,12 @@ def annotate_to_parquet(
     """Annotate the Parquet log ``source`` into the Parquet file ``output`` in bounded
     memory (see the module docstring) and return the run's figures: the Python API of the
     engine (checks the log and makes the plan first)."""
-    check(ENGINE, decide(options, hashed=False))
+    engine = EngineOptions(backend="partitioned")
+    check(ENGINE, decide(options, hashed=False, engine=engine))
     return run(
         source,
         output,
-        parquet_plan(source, options),
+        parquet_plan(source, options, engine),
         partitions=partitions,
         chunk_rows=chunk_rows,
         on_step=on_step,
@@ -326,7 +327,7 @@ def _compute_partitions(
     parts: list[pl.DataFrame] = []
     out = spill / "adv"
     out.mkdir()
-    inner_options = options.with_overrides(group_cols=group, backend="polars")
+    inner_options = options.with_overrides(group_cols=group)
     keys = resolve_keys(inner_options)
     if check_hash:  # the spilled key is a hash: its check in the same grouping pass
         keys = replace(keys, check=CHECK)

@@ -24,6 +24,7 @@ from grpo_cli.columns import (
     VALID_KEY,
 )
 from grpo_cli.engines import ENGINES, EngineInfo
+from grpo_cli.errors import Message
 from grpo_cli.estimators import gdpo, group_stat_columns
 from grpo_cli.plan import (
     Plan,
@@ -137,7 +138,7 @@ class PolarsEngine:
 
     info: EngineInfo
 
-    def refusal(self, plan: Plan) -> str | None:
+    def refusal(self, plan: Plan) -> Message | None:
         """Nothing: the Polars engine is the reference."""
         return None
 

@@ -40,7 +40,7 @@ from grpo_cli import metrics
 from grpo_cli.batch_stats import merged_stats, needs_batch_stats
 from grpo_cli.engines import ENGINES, EngineInfo, FileJob
 from grpo_cli.engines.ray_cluster import first_line, import_ray, session
-from grpo_cli.errors import GrpoAdvError, InputError, OptionsError
+from grpo_cli.errors import GrpoAdvError, InputError, Message, OptionsError, option
 from grpo_cli.summary import RunSummary
 
 if TYPE_CHECKING:
@@ -57,12 +57,12 @@ class RayEngine:
 
     info: EngineInfo
 
-    def refusal(self, plan: Plan) -> str | None:
+    def refusal(self, plan: Plan) -> Message | None:
         """Positional groups and process supervision (they need the rows in order)."""
         if plan.estimator.unit == "step":
             return "process supervision (its steps need the rows in order)"
         if plan.options.group_size is not None:
-            return "--group-size (positional groups need the rows in order)"
+            return option("group_size") + " (positional groups need the rows in order)"
         return None
 
     def require(self) -> None:
@@ -97,7 +97,7 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     Errors raised on the cluster (a bad value in some file) come back as they were
     raised; an input Ray's reader cannot read is named (exit 3); the cluster lost is
     exit 4 (:mod:`grpo_cli.engines.ray_cluster`)."""
-    address = job.plan.options.ray_address
+    address = job.plan.engine.ray_address
     staging = [p for p in (job.output, job.groups) if p is not None]
     notes = job.notes or (lambda _: None)
     with session(address, notes=notes, staging=staging) as ray:
