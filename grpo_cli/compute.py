@@ -76,7 +76,11 @@ def compute_advantages(
 
 def _fields(engine: EngineOptions | Mapping[str, Any] | None) -> dict[str, Any]:
     if isinstance(engine, EngineOptions):
-        return {"backend": engine.backend, "device": engine.device, "ray_address": engine.ray_address}
+        return {
+            "backend": engine.backend,
+            "device": engine.device,
+            "ray_address": engine.ray_address,
+        }
     return dict(engine or {})
 
 

@@ -157,11 +157,12 @@ class Text:
         return self.render(keyword_spelling)
 
 
-Message = str | Text
-"""A message or hint: plain text, or a :class:`Text` that names options."""
+Message = str | OptionRef | Text
+"""A message or hint: plain text, or a :class:`Text` (or one :class:`OptionRef`) that
+names options."""
 
 
-def as_text(message: str | OptionRef | Text) -> Text:
+def as_text(message: Message) -> Text:
     """``message`` as a :class:`Text`."""
     if isinstance(message, Text):
         return message
@@ -245,13 +246,22 @@ class GrpoAdvError(Exception):
 
     @property
     def message(self) -> str:
-        """The one-line message, options spelled as Python keywords."""
+        """The one-line message, options spelled as Python keywords (set: a new message;
+        :attr:`text` keeps the options of an extended one: ``error.text += more``)."""
         return self.render(keyword_spelling)[0]
+
+    @message.setter
+    def message(self, value: Message) -> None:
+        self.text = value
 
     @property
     def hint(self) -> str | None:
         """What to do next, on one line (or None), options spelled as Python keywords."""
         return self.render(keyword_spelling)[1]
+
+    @hint.setter
+    def hint(self, value: Message | None) -> None:
+        self.hint_text = value
 
     @property
     def options(self) -> tuple[str, ...]:

@@ -41,7 +41,8 @@ from grpo_cli.columns import (
     STEP_COLUMNS,
     UID_GROUP,
 )
-from grpo_cli.errors import InputError, OptionsError, one_line
+from grpo_cli.engines import split_engine
+from grpo_cli.errors import InputError, Message, OptionsError, as_text, one_line
 from grpo_cli.formulas import (
     BatchView,
     Filled,
@@ -66,9 +67,6 @@ def filled() -> tuple[str, ...]:
 SHOWN_KEYS: Final = 8
 # The names a user reads and types for the key columns the pipeline derives.
 SHOWN_NAMES: Final = {POSITION_KEY: "group_index", UID_GROUP: "uid"}
-# Options that say where the arithmetic runs, not what it computes: explain always runs
-# it with Polars (it needs the group statistics columns the Polars pipeline leaves).
-NOT_EXPLAINED: Final = ("backend", "device")
 # --pick: the groups explain can find for the user (see the module docstring).
 PICKS: Final = ("worst", "zero-variance", "singleton")
 CHOOSERS: Final = ("--group", "--row", "--pick")
@@ -117,7 +115,7 @@ class Explanation:
     step_col: str | None = None  # the log's step column, shown per response
     text_col: str | None = None  # the log's text column, shown cut per response
     chosen: str | None = None  # how the group was found, when not by its whole key
-    warnings: tuple[str, ...] = ()  # what reading the log inferred (a TRL group size)
+    warnings: tuple[Message, ...] = ()  # what reading the log inferred (a TRL group size)
 
 
 def check_choice(
@@ -267,7 +265,7 @@ def select_group(
         within = _within_one_step(full, group_cols, texts, names)
         if within is not None:
             return within
-        exc.hint = f"{exc.hint}; {existing_keys(full, group_cols)}"
+        exc.hint_text = as_text(exc.hint_text or "None") + f"; {existing_keys(full, group_cols)}"
         raise
     strings = [pl.col(c).cast(pl.String) for c in group_cols]
     exact = full.filter(pl.all_horizontal(s == v for s, v in zip(strings, values, strict=True)))
@@ -747,7 +745,9 @@ def explain_one(
     from grpo_cli.summary import check_batch_spans
 
     texts = check_choice(key, row, pick)
-    explicit = {k: v for k, v in explicit.items() if k not in NOT_EXPLAINED}
+    # where the arithmetic runs is no option of what it computes: explain always runs it
+    # with Polars (it needs the group statistics columns the Polars pipeline leaves)
+    explicit, _ = split_engine(explicit)
     estimator = get_estimator(merge_options(preset, explicit).get("estimator", "grpo"))
     if estimator.unit == "step":
         raise InputError("explain does not cover process supervision", hint="use compute")

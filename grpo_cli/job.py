@@ -30,7 +30,16 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from grpo_cli.columns import SOURCE_KEY
 from grpo_cli.engines import EngineOptions
-from grpo_cli.errors import Message, OptionsError, OutputError, Verbatim, option
+from grpo_cli.errors import (
+    Message,
+    OptionsError,
+    OutputError,
+    Spelling,
+    Verbatim,
+    as_text,
+    keyword_spelling,
+    option,
+)
 from grpo_cli.options import AdvantageOptions
 
 if TYPE_CHECKING:
@@ -78,6 +87,7 @@ class JobResult:
             on first use (one more pass over the rows, which a quiet caller never pays).
         warnings: what the user should know (a TRL group size inferred, groups spanning
             steps, ...), one line each; computed on first use too.
+        spell: how the warnings name options (the caller's: see :func:`run_job`).
     """
 
     options: AdvantageOptions
@@ -88,6 +98,7 @@ class JobResult:
     paths: tuple[Path, ...]
     figures: Callable[[], RunSummary] = field(repr=False)
     notices: Callable[[], tuple[Message, ...]] = field(default=tuple, repr=False)
+    spell: Spelling = field(default=keyword_spelling, repr=False)
 
     @cached_property
     def run(self) -> RunSummary:
@@ -95,9 +106,9 @@ class JobResult:
         return self.figures()
 
     @cached_property
-    def warnings(self) -> tuple[Message, ...]:
-        """What the user should know, one line each."""
-        return self.notices()
+    def warnings(self) -> tuple[str, ...]:
+        """What the user should know, one line each, options named as ``spell`` does."""
+        return tuple(as_text(notice).render(self.spell) for notice in self.notices())
 
 
 def run_job(
@@ -118,6 +129,7 @@ def run_job(
     progress: Callable[[], AbstractContextManager[Progress]] | None = None,
     notes: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    spell: Spelling = keyword_spelling,
 ) -> JobResult:
     """Annotate the log in ``inputs`` with group-relative advantages and write it.
 
@@ -143,6 +155,9 @@ def run_job(
         progress: a factory of the progress display the in-memory engines advance.
         notes: where a dataset engine says which cluster it runs on, or None.
         warn: where removed leftovers of killed runs are reported, or None.
+        spell: how messages printed by the engine itself name options (see
+            :class:`grpo_cli.engines.FileJob`); errors raised carry their options as
+            structure and are spelled by whoever shows them.
 
     Returns:
         What was written and the run's figures (:class:`JobResult`).
@@ -151,9 +166,9 @@ def run_job(
         OptionsError, InputError, OutputError: what the CLI reports with its exit codes;
         nothing is written then (outputs land all or none).
     """
-    from grpo_cli.engines import ENGINES
+    from grpo_cli.engines import ENGINES, split_engine
 
-    from grpo_cli.engines import split_engine
+    told, warned = _spelled(notes, spell), _spelled(warn, spell)
 
     if isinstance(options, AdvantageOptions):
         options = {f.name: getattr(options, f.name) for f in fields(options)}
@@ -165,7 +180,10 @@ def run_job(
     io = ENGINES[where.backend].io
     if summary_format is not None and (summary_path is None or io == "dataset"):
         raise OptionsError(
-            option("summary_format") + " names the format of a " + option("summary_path") + " table",
+            option("summary_format")
+            + " names the format of a "
+            + option("summary_path")
+            + " table",
             hint="give " + option("summary_path", Verbatim("PATH")) + " too"
             if summary_path is None
             else option("backend", where.backend)
@@ -186,51 +204,77 @@ def run_job(
             + option("advantage_col"),
         )
     if io == "file":
-        return _run_file(
-            sources,
-            check_options(preset, explicit),
-            where,
-            explicit,
-            target,
-            out_dir,
-            output_format,
-            summary_path,
-            force,
-            warn,
+        return _spelling(
+            spell,
+            _run_file(
+                sources,
+                check_options(preset, explicit),
+                where,
+                explicit,
+                target,
+                out_dir,
+                output_format,
+                summary_path,
+                force,
+                warned,
+            ),
         )
     if io == "dataset":
-        return _run_dataset(
-            sources,
-            preset,
-            explicit,
-            where,
-            target,
-            out_dir,
-            input_format,
-            output_format,
-            summary_path,
-            force,
-            notes,
-            warn,
+        return _spelling(
+            spell,
+            _run_dataset(
+                sources,
+                preset,
+                explicit,
+                where,
+                target,
+                out_dir,
+                input_format,
+                output_format,
+                summary_path,
+                force,
+                told,
+                warned,
+                spell,
+            ),
         )
     with (progress or _no_progress)() as shown:
-        return _run_frame(
-            sources,
-            preset,
-            explicit,
-            where,
-            replace,
-            target,
-            out_dir,
-            input_format,
-            output_format,
-            summary_path,
-            summary_format,
-            force,
-            span_check,
-            shown,
-            warn,
+        return _spelling(
+            spell,
+            _run_frame(
+                sources,
+                preset,
+                explicit,
+                where,
+                replace,
+                target,
+                out_dir,
+                input_format,
+                output_format,
+                summary_path,
+                summary_format,
+                force,
+                span_check,
+                shown,
+                warned,
+            ),
         )
+
+
+def _spelling(spell: Spelling, result: JobResult) -> JobResult:
+    """``result`` whose warnings are spelled by ``spell``."""
+    result.spell = spell
+    return result
+
+
+def _spelled(
+    say: Callable[[str], None] | None, spell: Spelling
+) -> Callable[[Message], None] | None:
+    """``say`` taking messages, which it gets spelled by ``spell``."""
+    if say is None:
+        return None
+    listener = say
+    return lambda message: listener(as_text(message).render(spell))
 
 
 def _settings(engine: EngineOptions | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -255,7 +299,7 @@ def _run_frame(
     force: bool,
     span_check: bool,
     progress: Progress,
-    warn: Callable[[str], None] | None,
+    warn: Callable[[Message], None] | None,
 ) -> JobResult:
     """An in-memory engine: read, annotate, write (see :func:`run_job`)."""
     from grpo_cli.io import atomic_writes, check_output_path, expand_sources, read_many, write_table
@@ -379,7 +423,7 @@ def _run_file(
     output_format: str | None,
     summary_path: Path | None,
     force: bool,
-    warn: Callable[[str], None] | None,
+    warn: Callable[[Message], None] | None,
 ) -> JobResult:
     """A file engine (``backend="partitioned"``): one Parquet file in, one Parquet file
     out, bounded memory."""
@@ -453,8 +497,9 @@ def _run_dataset(
     output_format: str | None,
     summary_path: Path | None,
     force: bool,
-    notes: Callable[[str], None] | None,
-    warn: Callable[[str], None] | None,
+    notes: Callable[[Message], None] | None,
+    warn: Callable[[Message], None] | None,
+    spell: Spelling,
 ) -> JobResult:
     """A dataset engine (``backend="ray"``): many Parquet, JSONL or CSV files in, a folder
     of Parquet part files out (``output``), and with ``summary_path`` the per-group table
@@ -491,7 +536,10 @@ def _run_dataset(
     if summary_path is not None:
         if summary_path.resolve() == target.resolve():
             raise OutputError(
-                option("summary_path") + " and " + option("output", short=True) + " are the same folder",
+                option("summary_path")
+                + " and "
+                + option("output", short=True)
+                + " are the same folder",
                 hint="give them different paths",
                 path=summary_path,
             )
@@ -506,7 +554,7 @@ def _run_dataset(
             if summary_path is None
             else stack.enter_context(atomic_folder(summary_path, force=force))
         )
-        job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups, notes)
+        job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups, notes, spell)
         run = cast("FileEngine", engine).annotate_files(job)
     shown = f"{target}/ (Parquet parts)"
     return JobResult(

@@ -5,17 +5,18 @@ per-group table and the run's figures."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from dataclasses import replace as replace_field
 from functools import cached_property
 from typing import Any
 
 import polars as pl
 
 from grpo_cli.compute import annotate_frame, pick_columns
-from grpo_cli.layouts import apply_layout, detect_layout, within_steps
-from grpo_cli.metrics import LENGTH_COLUMNS
 from grpo_cli.engines import EngineOptions, split_engine
 from grpo_cli.errors import Message, option
+from grpo_cli.layouts import apply_layout, detect_layout, within_steps
+from grpo_cli.metrics import LENGTH_COLUMNS
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Keys
 from grpo_cli.presets import get_preset, merge_options
@@ -38,7 +39,7 @@ class Resolved:
     derived: tuple[str, ...]
     layout: str | None
     warnings: tuple[Message, ...] = ()
-    engine: EngineOptions = EngineOptions()
+    engine: EngineOptions = field(default_factory=EngineOptions)
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Annotation:
     keys: Keys
     preset: str | None = None
     layout_warnings: tuple[Message, ...] = ()
-    engine: EngineOptions = EngineOptions()
+    engine: EngineOptions = field(default_factory=EngineOptions)
 
     @cached_property
     def run(self) -> RunSummary:
@@ -122,7 +123,9 @@ def length_from_columns(
     found = next((c for c in LENGTH_COLUMNS if c in columns), None)
     if found is None:
         return fields
-    warnings.append(f"using the length column {found!r} (" + option("length_col") + " names another)")
+    warnings.append(
+        f"using the length column {found!r} (" + option("length_col") + " names another)"
+    )
     return {**fields, "length_col": found}
 
 
@@ -132,6 +135,7 @@ def annotate(
     *,
     replace: bool = False,
     span_check: bool = True,
+    engine: EngineOptions | None = None,
     **explicit: Any,
 ) -> Annotation:
     """Compute advantages with a preset and explicit options; also the per-group table and
@@ -139,8 +143,11 @@ def annotate(
     (see :func:`grpo_cli.summary.check_batch_spans`). ``replace``: input columns named
     like an added column (a trainer dump's own ``advantage``) are recomputed in place
     (same position) instead of refused. ``span_check=False``: the caller will not read
-    ``warnings``, so the engine need not flag groups that span steps on the way."""
+    ``warnings``, so the engine need not flag groups that span steps on the way.
+    ``engine``: where it runs (or its settings among ``explicit``: ``backend="torch"``)."""
     resolved = resolve(frame, preset, explicit)
+    if engine is not None:
+        resolved = replace_field(resolved, engine=engine)
     options = resolved.options
     added = options.added_columns()
     replaced = [c for c in added if replace and c in resolved.frame.columns]

@@ -22,7 +22,7 @@ The reward is :func:`grpo_cli.rewards.combined_reward`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
@@ -148,7 +148,7 @@ class Plan:
     has_nulls: bool = True
     batch_source: BatchStatSource | None = None
     span_col: str | None = None
-    engine: EngineOptions = EngineOptions()
+    engine: EngineOptions = field(default_factory=EngineOptions)
 
     def exact(self) -> Plan:
         """The same plan on the exact group key (the collision fallback)."""

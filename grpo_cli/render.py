@@ -54,12 +54,13 @@ def print_warning(console: Console, message: Message, spell: Spelling) -> None:
     console.print(f"[yellow]warning:[/] {_escape(text)}", emoji=False)
 
 
-def print_note(console: Console, message: str) -> None:
-    """``note: <message>`` on one line (control characters escaped): what the user should
-    know, nothing wrong."""
-    from grpo_cli.errors import one_line
+def print_note(console: Console, message: Message, spell: Spelling) -> None:
+    """``note: <message>`` on one line (control characters escaped), options named as
+    ``spell`` names them: what the user should know, nothing wrong."""
+    from grpo_cli.errors import as_text, one_line
 
-    console.print(f"[cyan]note:[/] {_escape(one_line(message))}", emoji=False)
+    text = one_line(as_text(message).render(spell))
+    console.print(f"[cyan]note:[/] {_escape(text)}", emoji=False)
 
 
 def _num(value: float | None, digits: int = 4) -> str:

@@ -47,7 +47,7 @@ from grpo_cli.columns import (
 from grpo_cli.engines.polars import collect
 from grpo_cli.errors import InputError
 from grpo_cli.estimators import get_estimator, zero_spread
-from grpo_cli.options import AdvantageOptions, speaks_python
+from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Keys, keyed_groups, step_column
 from grpo_cli.rewards import reward_expr
 
@@ -67,7 +67,6 @@ def reward_units(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame
     return frame.with_row_index(ROW_KEY)
 
 
-@speaks_python
 def group_table(
     annotated: pl.LazyFrame,
     options: AdvantageOptions,

@@ -25,9 +25,9 @@ from grpo_cli.columns import ROW_KEY as ROW  # the input row number, shown as ``
 from grpo_cli.columns import logged_advantage
 from grpo_cli.compute import annotate_frame
 from grpo_cli.engines.polars import collect
-from grpo_cli.errors import GrpoAdvError, InputError, OptionsError
+from grpo_cli.errors import GrpoAdvError, InputError, Message, OptionsError, Verbatim, option
 from grpo_cli.layouts import TRL_PROMPT, once_per_generation, prompt_runs, runs_group_size
-from grpo_cli.options import AdvantageOptions, speaks_python
+from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import resolve
 from grpo_cli.presets import get_preset
 from grpo_cli.summary import DISPLAY_NAMES, check_batch_spans, span_warnings
@@ -64,7 +64,7 @@ class VerifyReport:
     tol: float
     options: AdvantageOptions
     layout: str | None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Message, ...] = ()
     hints: tuple[str, ...] = ()
     differing: pl.DataFrame | None = None
 
@@ -91,9 +91,11 @@ def _no_logged_advantages(
         if name not in used
         and (dtype.is_float() or (isinstance(dtype, pl.List) and dtype.inner.is_float()))
     ]
-    hint = (
-        f"name the logged advantage column with --advantage-col, e.g. --advantage-col "
-        f"{candidates[0]}"
+    hint: Message = (
+        "name the logged advantage column with "
+        + option("advantage_col")
+        + ", e.g. "
+        + option("advantage_col", candidates[0])
         if candidates
         else "this log holds no advantages to check: grpo-adv compute writes them"
     )
@@ -104,7 +106,6 @@ def _no_logged_advantages(
     )
 
 
-@speaks_python
 def verify_advantages(
     frame: pl.DataFrame,
     preset: str | None = None,
@@ -125,7 +126,11 @@ def verify_advantages(
     columns are tried, and the one that reproduces the logged column is the hint (see
     :func:`_matching_route`)."""
     if not tol >= 0:
-        raise OptionsError(f"--tol must be >= 0, got {tol}", hint="e.g. --tol 1e-5")
+        raise OptionsError(
+            option("tol") + f" must be >= 0, got {tol}",
+            hint="e.g. " + option("tol", Verbatim("1e-5")),
+            value=tol,
+        )
     advantage_col = logged_advantage(frame.columns, advantage_col)  # verl's "advantages" too
     if advantage_col not in frame.columns:
         _no_logged_advantages(frame, preset, explicit, advantage_col)
@@ -135,11 +140,14 @@ def verify_advantages(
     if not inner.is_numeric():
         raise InputError(
             f"advantage column {advantage_col!r} holds {stored_type} values, not numbers",
-            hint="name the logged advantage column with --advantage-col",
+            hint="name the logged advantage column with " + option("advantage_col"),
+            column=advantage_col,
         )
     frame, repeated = once_per_generation(frame, get_preset(preset).layout if preset else None)
     resolved = resolve(frame.drop(advantage_col), preset, {**explicit, "advantage_col": RECOMPUTED})
-    full, keys = annotate_frame(resolved.frame.with_columns(frame[advantage_col]), resolved.options)
+    full, keys = annotate_frame(
+        resolved.frame.with_columns(frame[advantage_col]), resolved.options, resolved.engine
+    )
     check_batch_spans(full, resolved.options, keys)
     warnings = (
         (

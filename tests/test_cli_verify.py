@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import Message, OptionsError
 from grpo_cli.layouts import apply_layout
 from grpo_cli.pipeline import annotate
 from grpo_cli.presets import PRESETS
@@ -252,7 +252,7 @@ class TestLayouts:
 
     def test_trl_layout_infers_the_group_size(self) -> None:
         frame = pl.read_parquet(next(TRL_DIR.iterdir())).drop("advantage")
-        warnings: list[str] = []
+        warnings: list[Message] = []
         _, fields, _ = apply_layout(frame, "trl", {}, explicit=set(), warnings=warnings)
         assert fields["group_size"] == 4  # make_trainer_dumps.py: num_generations=4
         assert warnings == [

@@ -235,9 +235,7 @@ def _user_errors() -> Iterator[None]:
                 flag_spelling,
             )
             raise typer.Exit(EXIT_OK) from None
-        print_error(
-            stderr_console(), GrpoAdvError(f"{what}; no output was written"), flag_spelling
-        )
+        print_error(stderr_console(), GrpoAdvError(f"{what}; no output was written"), flag_spelling)
         code = EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_TERMINATED
         raise typer.Exit(code) from None
     except OSError as exc:

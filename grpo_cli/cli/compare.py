@@ -10,7 +10,6 @@ import typer
 
 from grpo_cli.cli.outputs import remove_leftovers
 from grpo_cli.cli.params import (
-    flag_spelling,
     Force,
     InputFormat,
     OutputFormat,
@@ -18,6 +17,7 @@ from grpo_cli.cli.params import (
     Quiet,
     Sources,
     _completes,
+    flag_spelling,
     policy_options,
 )
 from grpo_cli.errors import OutputError

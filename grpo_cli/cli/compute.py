@@ -88,7 +88,6 @@ def compute_cmd(
 
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
-    from grpo_cli.engines import ENGINE_SETTINGS
     from grpo_cli.job import run_job
     from grpo_cli.render import DelayedProgress, print_note, stderr_console
 
@@ -98,15 +97,13 @@ def compute_cmd(
     explicit["advantage_col"] = advantage_col
     if low_memory:
         explicit["backend"] = alias_backend("--low-memory", explicit)
-    engine = {name: explicit.pop(name) for name in ENGINE_SETTINGS if name in explicit}
     console = stderr_console()
     enabled = console.is_terminal and not quiet
     result = run_job(
         sources_or_stdin(sources),
         output,
         preset=preset,
-        options=explicit,
-        engine=engine,
+        options=explicit,  # the engine settings among them: run_job splits them off
         replace=replace,
         out_dir=out_dir,
         input_format=input_format,
@@ -116,8 +113,9 @@ def compute_cmd(
         force=force,
         span_check=not quiet,
         progress=lambda: DelayedProgress(console, enabled=enabled),
-        notes=None if quiet else functools.partial(print_note, console),
+        notes=None if quiet else functools.partial(print_note, console, spell=flag_spelling),
         warn=warner(quiet=quiet),
+        spell=flag_spelling,
     )
     if not quiet:
         _report(console, result, preset)

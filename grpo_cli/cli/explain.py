@@ -6,7 +6,14 @@ from typing import Annotated, Final
 
 import typer
 
-from grpo_cli.cli.params import InputFormat, PolicyParams, Preset, Sources, policy_options
+from grpo_cli.cli.params import (
+    InputFormat,
+    PolicyParams,
+    Preset,
+    Sources,
+    flag_spelling,
+    policy_options,
+)
 from grpo_cli.outputs import read_input, sources_or_stdin
 
 # --pick's choices (grpo_cli.explain.PICKS, which a test keeps equal; not imported here:
@@ -89,4 +96,4 @@ def explain_cmd(
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     log = read_input(sources_or_stdin(sources), input_format, key_cols)
     explanation = explain_one(log.frame, preset, explicit, group, row=row, pick=pick)
-    render_explanation(stderr_console(), explanation)
+    render_explanation(stderr_console(), explanation, flag_spelling)

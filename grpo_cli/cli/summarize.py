@@ -10,7 +10,6 @@ import typer
 
 from grpo_cli.cli.outputs import remove_leftovers
 from grpo_cli.cli.params import (
-    flag_spelling,
     By,
     Force,
     InputFormat,
@@ -18,6 +17,7 @@ from grpo_cli.cli.params import (
     Quiet,
     ReportParams,
     Sources,
+    flag_spelling,
     report_options,
 )
 from grpo_cli.outputs import protected_inputs, read_input, sources_or_stdin

@@ -9,13 +9,13 @@ import typer
 
 from grpo_cli.cli.outputs import remove_leftovers
 from grpo_cli.cli.params import (
-    flag_spelling,
     Force,
     InputFormat,
     PolicyParams,
     Preset,
     Quiet,
     Sources,
+    flag_spelling,
     policy_options,
 )
 from grpo_cli.errors import EXIT_DIFFERENT

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from grpo_cli.errors import Message, OptionsError, OptionRef, option
+from grpo_cli.errors import Message, OptionRef, OptionsError, Spelling, keyword_spelling, option
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -198,6 +198,9 @@ class FileJob:
         groups: where the per-group table goes (``io="dataset"``: a folder), or None.
         notes: where the engine says what the user should know before the run's end
             (``io="dataset"``: which cluster it runs on), or None: nowhere.
+        spell: how the messages the engine prints itself name options (the Ray engine's
+            last words when the cluster is lost): Python keywords unless the caller's
+            reader is another (the command line: its flags).
     """
 
     sources: tuple[Path, ...]
@@ -206,7 +209,8 @@ class FileJob:
     input_format: str | None = None
     derived: tuple[str, ...] = ()
     groups: Path | None = None
-    notes: Callable[[str], None] | None = field(default=None, compare=False)
+    notes: Callable[[Message], None] | None = field(default=None, compare=False)
+    spell: Spelling = field(default=keyword_spelling, compare=False)
 
 
 class FileEngine(Engine, Protocol):

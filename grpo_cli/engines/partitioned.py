@@ -460,7 +460,9 @@ def _merge(
     if written != rows or not rows:
         raise GrpoAdvError(
             "internal error: the spilled advantages do not cover the input rows",
-            hint="run again without --low-memory, and report this",
+            hint="run again without "
+            + option("backend", "partitioned", alias="alone")
+            + ", and report this",
         )
     from grpo_cli.io import PARQUET_ZSTD_LEVEL
 
@@ -476,7 +478,9 @@ def _summary(parts: list[pl.DataFrame]) -> RunSummary:
     if not parts:
         raise GrpoAdvError(
             "internal error: no partition was computed",
-            hint="run again without --low-memory, and report this",
+            hint="run again without "
+            + option("backend", "partitioned", alias="alone")
+            + ", and report this",
         )
     return RunSummary.from_partials(metrics.merge(parts))
 
@@ -569,7 +573,9 @@ def _outcome(spill: Path, code: int, data: bytes) -> RunSummary:
         last = log.splitlines()[-1] if log else "no message"
         how = f"signal {-code}" if code < 0 else f"exit status {code}"
         raise GrpoAdvError(
-            f"internal error: the --backend partitioned worker ended ({how}): {last}",
+            "internal error: the "
+            + option("backend", "partitioned")
+            + f" worker ended ({how}): {last}",
             hint="if it was killed for memory, free some; else this is a bug in grpo-adv: "
             "please report it with the command you ran",
         )
@@ -581,6 +587,9 @@ def _outcome(spill: Path, code: int, data: bytes) -> RunSummary:
         import errno
 
         raise OSError(errno.ENOSPC, "No space left on device")
+    if kind == "raised":
+        raised: GrpoAdvError = rest[0]
+        raise raised
     name, message, hint = rest
     cls = getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, GrpoAdvError)):
@@ -620,7 +629,7 @@ def worker_main() -> None:
         )
         outcome = ("ok", summary)
     except GrpoAdvError as exc:
-        outcome = ("error", type(exc).__name__, exc.message, exc.hint)
+        outcome = ("raised", exc)  # pickled whole: its options stay structure
     except BaseException as exc:
         if is_disk_full(exc):
             outcome = ("disk_full",)

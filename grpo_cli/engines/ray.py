@@ -28,6 +28,7 @@ Ray is imported only on this path, here, in ray_cluster and in ray_tasks (``pip 
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -100,7 +101,7 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     address = job.plan.engine.ray_address
     staging = [p for p in (job.output, job.groups) if p is not None]
     notes = job.notes or (lambda _: None)
-    with session(address, notes=notes, staging=staging) as ray:
+    with session(address, notes=notes, staging=staging, spell=job.spell) as ray:
         try:
             if address is not None and address.startswith("ray://"):
                 # Ray Data cannot execute through Ray Client: the driver's part runs as a
@@ -135,7 +136,7 @@ def _grpo_cause(exc: BaseException) -> GrpoAdvError | None:
             continue
         seen.add(id(current))
         if isinstance(current, GrpoAdvError):
-            return type(current)(current.message, hint=current.hint)
+            return copy.copy(current)  # its structure kept, out of Ray's wrappers
         stack += [current.__cause__, current.__context__, getattr(current, "cause", None)]
     return None
 
@@ -218,8 +219,8 @@ def _read(ray: Any, job: FileJob) -> Any:
     }
     if len(formats) != 1 or "" in formats or "json" in formats:
         raise OptionsError(
-            "--backend ray reads Parquet, JSONL or CSV files of one format",
-            hint="give files of one format (by suffix), or name it with --input-format",
+            option("backend", "ray") + " reads Parquet, JSONL or CSV files of one format",
+            hint="give files of one format (by suffix), or name it with " + option("input_format"),
         )
     from grpo_cli.engines.ray_tasks import Derive, ReadText
 

@@ -26,10 +26,9 @@ import polars as pl
 
 from grpo_cli.columns import CONSTANT_KEY, REWARD_KEY, SIZE_KEY, STEP_Z, VALID_KEY
 from grpo_cli.columns import TORCH_RAW as RAW
-from grpo_cli.engines import ENGINES, EngineInfo
+from grpo_cli.engines import DEVICES, ENGINES, EngineInfo
 from grpo_cli.errors import Message, OptionsError, option
 from grpo_cli.estimators import FormulaContext, Value, gdpo
-from grpo_cli.engines import DEVICES
 from grpo_cli.plan import Plan, collision_columns, estimator_context
 from grpo_cli.policies import apply_policies
 from grpo_cli.rewards import reward_expr
