@@ -56,7 +56,17 @@ class Verbatim:
     text: str
 
 
-_NO_VALUE: Final = Verbatim("")
+class _NoValue:
+    """No value shown with an option (one object, also once unpickled)."""
+
+    def __reduce__(self) -> str:
+        return "_NO_VALUE"
+
+    def __repr__(self) -> str:
+        return "<no value>"
+
+
+_NO_VALUE: Final = _NoValue()
 AliasForm = Literal["", "alone", "explained"]
 
 

@@ -279,7 +279,7 @@ def check_parquet_file(path: Path) -> None:
 OUTPUT: Final = option("output", short=True)
 """The output option (``-o`` on the command line) named in messages."""
 FORCE: Final = option("force", True)
-"""Overwriting allowed (``force=True``; ``--force`` on the command line)."""
+"""Overwriting allowed (``force=True``), named in messages."""
 
 PARQUET_HINT: Final = (
     "the file may be truncated or not Parquet; pass "

@@ -103,7 +103,7 @@ def runs_group_size(runs: list[PromptRun]) -> int | None:
 
 def infer_group_size(
     frame: pl.DataFrame, batch_col: str | None, prompt_col: str = TRL_PROMPT
-) -> tuple[int, str]:
+) -> tuple[int, Message]:
     """TRL's num_generations from a completions log, and the warning that says so.
 
     TRL logs each prompt's G completions as one run of consecutive rows with the same
@@ -146,7 +146,7 @@ def infer_group_size(
     if len(lengths) > 1:
         shown = ", ".join(str(n) for n in lengths)
         where += f"; runs of {shown} rows: the same prompt sampled again in a row"
-    return g, f"inferred --group-size {g} from {where}"
+    return g, "inferred " + option("group_size", g) + f" from {where}"
 
 
 def derived_column(name: str) -> pl.Expr:

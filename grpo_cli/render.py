@@ -13,6 +13,7 @@ from rich.progress import TaskID
 from rich.table import Table
 
 from grpo_cli.columns import readable
+from grpo_cli.errors import as_text, option
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -287,9 +288,10 @@ def render_run_summary(
     group_table_path: str | None = None,
     preset: str | None = None,
     layout: str | None = None,
+    spell: Spelling,
 ) -> None:
     """The summary table of one ``compute`` run (a figure/value table that fits the
-    console: see :func:`print_figures`)."""
+    console: see :func:`print_figures`), options named as ``spell`` names them."""
     grouping = (
         f"runs of {options.group_size} rows"
         if options.group_size
@@ -319,8 +321,11 @@ def render_run_summary(
             f"{_share(summary.zero_std_groups, summary.groups)}; "
             f"frac_reward_zero_std {summary.frac_reward_zero_std:.4f}",
         ),
-        ("singleton groups", f"{summary.singleton_groups:,} (--singleton {options.singleton})"),
-        ("null rewards", f"{summary.null_rewards:,} (--nulls {options.nulls})"),
+        (
+            "singleton groups",
+            f"{summary.singleton_groups:,} ({spell(option('singleton', options.singleton))})",
+        ),
+        ("null rewards", f"{summary.null_rewards:,} ({spell(option('nulls', options.nulls))})"),
         ("reward mean / std", f"{_num(summary.reward_mean)} / {_num(summary.reward_std)}"),
         (
             "advantage min / max",
@@ -347,7 +352,7 @@ def print_figures(
 
 
 def render_verify_report(
-    console: Console, report: VerifyReport, *, preset: str | None, source: str
+    console: Console, report: VerifyReport, *, preset: str | None, source: str, spell: Spelling
 ) -> None:
     """The outcome of ``verify``: agreement figures, the worst groups and the report's
     hints (``hint: ...``, one line each)."""
@@ -383,7 +388,8 @@ def render_verify_report(
         ]
         print_table(console, columns, rows, keys=keys, title="worst groups")
     for hint in report.hints:
-        console.print(f"[yellow]hint:[/] {_escape(hint)}", markup=True, emoji=False)
+        shown = as_text(hint).render(spell)
+        console.print(f"[yellow]hint:[/] {_escape(shown)}", markup=True, emoji=False)
 
 
 def describe_method(options: AdvantageOptions, layout: str | None = None) -> str:
@@ -652,7 +658,7 @@ def render_explanation(console: Console, e: Explanation, spell: Spelling) -> Non
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
     console.print(f"[bold]group {_escape(key)}[/]: {e.size:,} responses", emoji=False)
     if e.chosen:
-        console.print(f"  {_escape(e.chosen)}", emoji=False)
+        console.print(f"  {_escape(as_text(e.chosen).render(spell))}", emoji=False)
     console.print(
         f"estimator {o.estimator}: {_escape(e.estimator_summary)}  "
         f"(ddof={o.ddof}, eps={o.eps:g}, eps_mode={o.eps_mode}, singleton={o.singleton}, "
@@ -684,7 +690,8 @@ def render_explanation(console: Console, e: Explanation, spell: Spelling) -> Non
         if row.value is not None and row.policy is None:
             formula = f"{formula} = {row.value:.6g}"
         if row.policy is not None:
-            formula = f"{formula}  [{row.policy}]" if row.formula != "-" else row.policy
+            policy = as_text(row.policy).render(spell)
+            formula = f"{formula}  [{policy}]" if row.formula != "-" else policy
         cells = [str(row.row if numbered else i)]
         if e.step_col:
             cells.append("-" if row.step is None else _escape(str(row.step)))

@@ -45,7 +45,7 @@ from grpo_cli.columns import (
     span_flag_column,
 )
 from grpo_cli.engines.polars import collect
-from grpo_cli.errors import InputError
+from grpo_cli.errors import InputError, Message, option
 from grpo_cli.estimators import get_estimator, zero_spread
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Keys, keyed_groups, step_column
@@ -214,7 +214,7 @@ class GroupSpans:
     column: str
     key: str
     example: str
-    fix: str
+    fix: Message
 
     def describe(self) -> str:
         """``12 groups (by prompt_id) span several values of step``."""
@@ -273,9 +273,9 @@ def group_spans(
         f"{name}={one.get_column(c)[0]!r}" for name, c in zip(names, keys.exact, strict=True)
     )
     if any(c.startswith("__grpo_") for c in keys.exact):
-        fix = f"--batch-col {column}"  # a derived key (verl's uid group): the layout adds it
+        fix = option("batch_col", column)  # a derived key (verl's uid group): the layout adds it
     else:
-        fix = " ".join(f"-g {c}" for c in (column, *keys.exact))
+        fix = option("group_cols", (column, *keys.exact), short=True)
     return GroupSpans(
         count=spanning.height,
         column=column,
@@ -322,13 +322,13 @@ def check_batch_spans(
     if spans is not None:
         raise InputError(
             f"{spans.describe()} (batch column); first: {spans.example}",
-            hint=f"group within each batch: {spans.fix}",
+            hint="group within each batch: " + spans.fix,
         )
 
 
 def span_warnings(
     frame: pl.DataFrame, options: AdvantageOptions, keys: Keys, size_col: str = SIZE_KEY
-) -> tuple[str, ...]:
+) -> tuple[Message, ...]:
     """Warning lines: groups that span several values of the log's step-like column (a
     prompt sampled again in a later step pooled into one group); and a batch-level
     estimator without a batch column on a log with a step-like column (every step pooled
@@ -343,7 +343,7 @@ def span_warnings(
 
 def _singleton_warning(
     frame: pl.DataFrame, options: AdvantageOptions, size_col: str
-) -> tuple[str, ...]:
+) -> tuple[Message, ...]:
     """More than half of the groups hold one response: the group key is probably wrong
     (a response id rather than a prompt id). Groups are counted from the rows (a group of
     s rows adds s times 1/s)."""
@@ -358,11 +358,13 @@ def _singleton_warning(
     key = ", ".join(readable(c) for c in options.group_cols)
     return (
         f"{singletons:,} of {groups:,} groups (by {key}) hold a single response: the group "
-        "key is probably wrong (a group is one prompt's responses; name it with --group-col)",
+        "key is probably wrong (a group is one prompt's responses; name it with "
+        + option("group_cols")
+        + ")",
     )
 
 
-def _batch_warnings(columns: Sequence[str], options: AdvantageOptions) -> tuple[str, ...]:
+def _batch_warnings(columns: Sequence[str], options: AdvantageOptions) -> tuple[Message, ...]:
     from grpo_cli.estimators import get_estimator
 
     batch_level = get_estimator(options.estimator).scope == "batch"
@@ -374,15 +376,17 @@ def _batch_warnings(columns: Sequence[str], options: AdvantageOptions) -> tuple[
     if column is None:
         return ()
     return (
-        f"{options.estimator} reads batch statistics and no --batch-col is given: the whole "
+        f"{options.estimator} reads batch statistics and no "
+        + option("batch_col")
+        + " is given: the whole "
         f"log is one batch; {column!r} looks like the batch (a trainer computes per step): "
-        f"--batch-col {column}",
+        + option("batch_col", column),
     )
 
 
 def _span_warning(
     frame: pl.DataFrame, options: AdvantageOptions, keys: Keys, size_col: str
-) -> tuple[str, ...]:
+) -> tuple[Message, ...]:
     column = step_column(frame.columns, options, keys)
     spans = None if column is None else group_spans(frame, keys, column, size_col)
     if spans is None:
@@ -390,5 +394,5 @@ def _span_warning(
     pooled = "is" if spans.count == 1 else "are"
     return (
         f"{spans.describe()} and {pooled} pooled across them (first: {spans.example}); "
-        f"to group within each {spans.column}: {spans.fix}",
+        f"to group within each {spans.column}: " + spans.fix,
     )

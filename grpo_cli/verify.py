@@ -25,7 +25,15 @@ from grpo_cli.columns import ROW_KEY as ROW  # the input row number, shown as ``
 from grpo_cli.columns import logged_advantage
 from grpo_cli.compute import annotate_frame
 from grpo_cli.engines.polars import collect
-from grpo_cli.errors import GrpoAdvError, InputError, Message, OptionsError, Verbatim, option
+from grpo_cli.errors import (
+    GrpoAdvError,
+    InputError,
+    Message,
+    OptionsError,
+    Verbatim,
+    join,
+    option,
+)
 from grpo_cli.layouts import TRL_PROMPT, once_per_generation, prompt_runs, runs_group_size
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import resolve
@@ -65,7 +73,7 @@ class VerifyReport:
     options: AdvantageOptions
     layout: str | None
     warnings: tuple[Message, ...] = ()
-    hints: tuple[str, ...] = ()
+    hints: tuple[Message, ...] = ()
     differing: pl.DataFrame | None = None
 
     @property
@@ -230,7 +238,7 @@ def _matching_route(
     options: AdvantageOptions,
     advantage_col: str,
     tol: float,
-) -> str | None:
+) -> Message | None:
     """The options that reproduce the logged column when the given ones do not: a sibling
     preset of the same trainer (``--preset trl`` on a ``scale_rewards="batch"`` run:
     ``trl-batch``), a subset of the reward columns the log offers (a numeric ``log_extra``
@@ -285,22 +293,25 @@ def _route_hint(
     rewards: tuple[str, ...],
     columns: tuple[str, ...],
     tried: dict[str, Any],
-) -> str:
+) -> Message:
     """The one-line hint naming what :func:`_matching_route` found."""
-    parts = [] if candidate == preset else [f"--preset {candidate}"]
+    parts: list[Message] = (
+        [] if candidate == preset else [option("preset", Verbatim(str(candidate)))]
+    )
     if rewards != columns:
-        parts.append(" ".join(f"-r {c}" for c in rewards))
+        parts.append(option("reward_cols", rewards, short=True))
         if "reward_weights" in tried:
-            parts.append("--reward-weights " + ",".join(f"{w:g}" for w in tried["reward_weights"]))
+            weights = tuple(Verbatim(f"{w:g}") for w in tried["reward_weights"])
+            parts.append(option("reward_weights", weights))
     left_out = [c for c in columns if c not in rewards]
     verb = "is not a reward" if len(left_out) == 1 else "are not rewards"
     why = f" ({', '.join(left_out)} {verb})" if left_out else ""
-    return f"the logged advantages match {' '.join(parts)}{why}"
+    return "the logged advantages match " + join(" ", parts) + why
 
 
 def _hints(
     frame: pl.DataFrame, options: AdvantageOptions, rows_over: int, rows: int
-) -> tuple[str, ...]:
+) -> tuple[Message, ...]:
     """Why rows may differ: a ``--group-size`` that the runs of equal prompts contradict
     (their length, by :func:`grpo_cli.layouts.runs_group_size`, is another G); several
     reward columns summed when more than half the rows differ and the group size is not in
@@ -309,22 +320,25 @@ def _hints(
     so "every row" would miss it)."""
     if rows_over == 0:
         return ()
-    hints: list[str] = []
+    hints: list[Message] = []
     if options.group_size is not None and TRL_PROMPT in frame.columns:
         batch = options.batch_col if options.batch_col in frame.columns else None
         runs_g = runs_group_size(prompt_runs(frame, batch))
         if runs_g is not None and runs_g != options.group_size:
             hints.append(
-                f"prompt runs have length {runs_g}, not --group-size {options.group_size}: "
-                f"pass --group-size {runs_g} (your num_generations), or leave it out to "
-                "infer it"
+                f"prompt runs have length {runs_g}, not "
+                + option("group_size", options.group_size)
+                + ": pass "
+                + option("group_size", runs_g)
+                + " (your num_generations), or leave it out to infer it"
             )
     if not hints and len(options.reward_cols) > 1 and 2 * rows_over > rows:
         weights = ", ".join(f"{w:g}" for w in options.weights)
         hints.append(
             f"{rows_over:,} of {rows:,} rows differ and {len(options.reward_cols)} reward "
             f"columns are summed ({', '.join(options.reward_cols)}; weights {weights}): give "
-            "the trainer's weights with --reward-weights W1,W2 (TRL: GRPOConfig "
-            "reward_weights)"
+            "the trainer's weights with "
+            + option("reward_weights", (Verbatim("W1"), Verbatim("W2")))
+            + " (TRL: GRPOConfig reward_weights)"
         )
     return tuple(hints)

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.cli.params import parse_group_size
-from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.cli.params import flag_spelling, parse_group_size
+from grpo_cli.errors import InputError, OptionsError, as_text
 from grpo_cli.layouts import PromptRun, infer_group_size, prompt_runs
 from grpo_cli.pipeline import annotate, resolve
 from grpo_cli.verify import verify_advantages
@@ -57,7 +57,8 @@ class TestInference:
     def test_the_sample_dump_gives_its_num_generations(self) -> None:
         g, warning = infer_group_size(sample_log(), "step")
         assert g == dump_group_size() == 4
-        assert warning == INFERRED_4
+        assert as_text(warning).render(flag_spelling) == INFERRED_4
+        assert str(warning) == INFERRED_4.replace("--group-size 4", "group_size=4")
 
     def test_runs_stop_at_step_boundaries(self) -> None:
         frame = runs_log([(1, "a", 4), (1, "b", 4), (2, "b", 4), (2, "c", 4)])
@@ -69,7 +70,8 @@ class TestInference:
         ]
         assert infer_group_size(frame, "step")[0] == 4
         # without the step, b's two runs are one of 8: the gcd still gives 4
-        assert infer_group_size(frame, None) == (
+        g, warning = infer_group_size(frame, None)
+        assert (g, as_text(warning).render(flag_spelling)) == (
             4,
             "inferred --group-size 4 from runs of equal prompts (TRL num_generations); runs "
             "of 4, 8 rows: the same prompt sampled again in a row",
@@ -79,7 +81,9 @@ class TestInference:
         frame = runs_log([(1, "a", 4), (1, "b", 8), (1, "c", 4), (2, "d", 12)])
         g, warning = infer_group_size(frame, "step")
         assert g == 4
-        assert warning.endswith("; runs of 4, 8, 12 rows: the same prompt sampled again in a row")
+        assert str(warning).endswith(
+            "; runs of 4, 8, 12 rows: the same prompt sampled again in a row"
+        )
         inferred = annotate(frame, "trl")
         assert inferred.options.group_size == 4
         assert inferred.groups.height == 7  # 1 + 2 + 1 + 3 runs of 4 rows

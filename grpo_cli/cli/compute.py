@@ -145,4 +145,5 @@ def _report(console: Console, result: JobResult, preset: str | None) -> None:
         group_table_path=None if summary_path is None else str(summary_path),
         preset=preset,
         layout=result.layout,
+        spell=flag_spelling,
     )

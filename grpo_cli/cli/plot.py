@@ -17,6 +17,7 @@ from grpo_cli.cli.params import (
     ReportParams,
     Sources,
     _completes,
+    flag_spelling,
     report_options,
 )
 from grpo_cli.cli.summarize import report_for
@@ -95,6 +96,14 @@ def plot_cmd(
     explicit = {**report_params.explicit(), "advantage_col": advantage_col}  # None: detected
     report = report_for(sources, preset, explicit, input_format, by)
     title = dashboard_title(sources, preset=preset, estimator=estimator)
-    write_dashboard(report, output, fmt, title=title, methods=report.methods or None, force=force)
+    write_dashboard(
+        report,
+        output,
+        fmt,
+        title=title,
+        methods=report.methods or None,
+        force=force,
+        spell=flag_spelling,
+    )
     if not quiet:
         stderr_console().print(f"dashboard written to {output}")

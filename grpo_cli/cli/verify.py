@@ -99,7 +99,7 @@ def verify_cmd(
         console = stderr_console()
         for warning in report.warnings:
             print_warning(console, warning, flag_spelling)
-        render_verify_report(console, report, preset=preset, source=log.source)
+        render_verify_report(console, report, preset=preset, source=log.source, spell=flag_spelling)
         if diff_out is not None:
             where = "standard output" if str(diff_out) == "-" else str(diff_out)
             console.print(f"{report.rows_over:,} differing row(s) written to {where}")
