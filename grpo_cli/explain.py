@@ -144,7 +144,7 @@ def check_choice(
         + ", "
         + option("row", 0)
         + " or "
-        + option("pick", Verbatim("worst"))
+        + option("pick", "worst")
     )
     if not given:
         raise OptionsError(
@@ -253,7 +253,7 @@ def _key_form(group_cols: tuple[str, ...], names: tuple[str, ...]) -> Message:
         )
     if len(names) == 1:
         return f"give one value: the {names[0]} of the group"
-    repeated = join(" ", (option("group", Verbatim(f"{name}=...")) for name in names))
+    repeated = option("group", tuple(f"{name}=..." for name in names))
     return f"give one value per column, comma-separated: {form}; values with commas: " + repeated
 
 
@@ -377,8 +377,7 @@ def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advanta
         largest = sizes.max()
         if largest is None:
             raise InputError(
-                option("pick", Verbatim("worst"))
-                + " finds no advantage: every advantage of the log is null",
+                option("pick", "worst") + " finds no advantage: every advantage of the log is null",
                 hint="give "
                 + option("group", Verbatim("KEY"))
                 + " or "
@@ -396,7 +395,7 @@ def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advanta
     hits = full.select(found.fill_null(False)).to_series()
     if not hits.any():
         raise InputError(
-            option("pick", Verbatim(pick)) + f" finds no group: {missing}",
+            option("pick", pick) + f" finds no group: {missing}",
             hint=f"pick another ({', '.join(p for p in PICKS if p != pick)}), or give "
             + option("group", Verbatim("KEY"))
             + " or "
@@ -852,7 +851,7 @@ def explain_one(
 
 def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> Message:
     """How ``pick`` found the group, ``first`` being the row it found."""
-    named = option("pick", Verbatim(pick))
+    named = option("pick", pick)
     if pick == "worst":
         return named + (
             f": input row {first[ROW_KEY]} has the largest |advantage| of the "

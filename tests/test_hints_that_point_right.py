@@ -22,7 +22,7 @@ from grpo_cli.errors import OptionsError, as_text
 from grpo_cli.pipeline import annotate
 from grpo_cli.presets import get_preset, siblings
 from grpo_cli.verify import verify_advantages
-from tests.conftest import SAMPLE_DIR
+from tests.conftest import SAMPLE_DIR, cli_text
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
 WEIGHTS = (1.0, 0.5)
@@ -48,7 +48,10 @@ class TestSiblingPresets:
     def test_verify_names_the_preset_that_matches(self, written: str) -> None:
         report = verify_advantages(logged_as(written), "trl", reward_weights=WEIGHTS)
         assert not report.agree
-        assert report.hints == (f"the logged advantages match --preset {written}",)
+        assert tuple(map(cli_text, report.hints)) == (
+            f"the logged advantages match --preset {written}",
+        )
+        assert str(report.hints[0]) == f"the logged advantages match preset={written}"
 
     def test_the_named_preset_does_agree(self) -> None:
         report = verify_advantages(logged_as("trl-batch"), "trl-batch", reward_weights=WEIGHTS)

@@ -438,7 +438,7 @@ FLAGS: Final[dict[str, tuple[str, ...]]] = {
 """The command line's flags (long, then short) of each keyword a message can name: the
 one place where ``eps`` becomes ``--eps`` (see :mod:`grpo_cli.errors`)."""
 
-REPEATED: Final = frozenset({"group_cols", "reward_cols", "by"})
+REPEATED: Final = frozenset({"group_cols", "reward_cols", "by", "group"})
 """Options given once per value (``-g step -g prompt_id``); other tuples are comma-separated
 (``--clip -10,10``)."""
 
