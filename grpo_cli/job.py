@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from grpo_cli.columns import SOURCE_KEY
-from grpo_cli.engines import EngineOptions
+from grpo_cli.engines import BACKENDS, DEVICES, EngineOptions
 from grpo_cli.errors import (
     Message,
     OptionsError,
@@ -46,6 +46,11 @@ if TYPE_CHECKING:
     from grpo_cli.engines import FileEngine
     from grpo_cli.pipeline import Resolved
     from grpo_cli.summary import RunSummary
+
+
+__all__ = ["BACKENDS", "DEVICES", "EngineOptions", "JobResult", "run_job"]
+"""``BACKENDS`` and ``DEVICES``: the choices of ``engine=`` (for the command line's help,
+which names no engine module)."""
 
 
 class Progress(Protocol):

@@ -23,9 +23,9 @@ from typing import Annotated, Any, Final, get_type_hints
 
 import typer
 
-from grpo_cli.engines import BACKENDS, DEVICES
 from grpo_cli.errors import OptionRef, OptionsError, Verbatim
 from grpo_cli.estimators import ESTIMATORS
+from grpo_cli.job import BACKENDS, DEVICES
 from grpo_cli.options import (
     AGGREGATIONS,
     CLIP_STAGES,
