@@ -24,6 +24,7 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from datasets import write_log
 
+from grpo_cli.engines import EngineOptions
 from grpo_cli.engines.polars import annotate_lazy, collect, prepare
 from grpo_cli.engines.torch import formula_columns, import_torch, resolve_device, torch_context
 from grpo_cli.options import AdvantageOptions
@@ -33,9 +34,9 @@ from grpo_cli.plan import make_plan
 def kernel_seconds(path: Path, device_name: str, rounds: int) -> tuple[float, str]:
     torch = import_torch()
     device = resolve_device(torch, device_name)
-    options = AdvantageOptions(backend="torch", device=device_name)
+    options = AdvantageOptions()
     frame = pl.read_parquet(path)
-    plan = make_plan(frame, options)
+    plan = make_plan(frame, options, engine=EngineOptions(backend="torch", device=device_name))
     prepared = collect(prepare(frame, plan))
     ctx = torch_context(torch, prepared, plan, device)
 

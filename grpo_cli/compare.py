@@ -48,7 +48,7 @@ import numpy as np
 import polars as pl
 
 from grpo_cli.columns import REWARD_KEY, readable
-from grpo_cli.errors import OptionsError, OutputError
+from grpo_cli.errors import Message, OptionsError, OutputError, Verbatim, option
 from grpo_cli.estimators import get_estimator
 from grpo_cli.layouts import apply_layout, detect_layout
 from grpo_cli.pipeline import Annotation, annotate
@@ -85,8 +85,15 @@ def methods_from(presets: Sequence[str], estimators: Sequence[str]) -> tuple[Met
     if len(methods) < 2:
         raise OptionsError(
             f"compare needs at least two methods, got {len(methods)}",
-            hint="give two or more of --preset NAME and --estimator NAME "
-            "(e.g. --preset trl --preset verl)",
+            hint="give two or more of "
+            + option("preset", Verbatim("NAME"))
+            + " and "
+            + option("estimator", Verbatim("NAME"))
+            + " (e.g. "
+            + option("preset", Verbatim("trl"))
+            + " "
+            + option("preset", Verbatim("verl"))
+            + ")",
         )
     seen: dict[str, Method] = {}
     for method in methods:
@@ -136,7 +143,7 @@ class Comparison:
     frame: pl.DataFrame
     stats: tuple[MethodStats, ...]
     top_groups: tuple[GroupDisagreement, ...]
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Message, ...] = ()
     layout: str | None = None
     layout_preset: str | None = None
     written: str | None = None  # where run_compare wrote ``frame``: ``standard output``,
@@ -202,8 +209,10 @@ def run_compare(
     if target is not None and not to_stdout:
         if target.is_dir():
             raise OutputError(
-                f"-o {target} is a folder; compare writes one table",
-                hint=f"name a file in it, e.g. -o {target / 'compared.parquet'}",
+                option("output", Verbatim(str(target)), short=True)
+                + " is a folder; compare writes one table",
+                hint="name a file in it, e.g. "
+                + option("output", Verbatim(str(target / "compared.parquet")), short=True),
             )
         remove_leftovers([target], warn)  # whatever this run's fate
         check_output_path(target, force=force, protected=protected)
@@ -249,9 +258,13 @@ def compare(
     """Every method's advantages on ``frame`` with the shared ``explicit`` options, their
     figures and the ``top`` groups where they disagree most (see the module docstring)."""
     if top < 0:
-        raise OptionsError(f"--top must be 0 or more, got {top}", hint="e.g. --top 5")
+        raise OptionsError(
+            option("top") + f" must be 0 or more, got {top}",
+            hint="e.g. " + option("top", 5),
+            value=top,
+        )
     shared = shared_layout(frame, methods)
-    layout_warnings: list[str] = []
+    layout_warnings: list[Message] = []
     laid, fields, _ = apply_layout(
         frame, shared[0] if shared else None, dict(explicit), explicit.keys(), layout_warnings
     )

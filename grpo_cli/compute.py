@@ -2,7 +2,7 @@
 
 The flow is the same whatever the engine: checks and a plan (:func:`grpo_cli.plan.make_plan`:
 keys, hashing, the reward, every temporary column), then the engine chosen by ``backend``
-(:mod:`grpo_cli.engines`), which runs the estimator's formula
+(:class:`grpo_cli.engines.EngineOptions`), which runs the estimator's formula
 (:mod:`grpo_cli.estimators`) and the shared policies (:mod:`grpo_cli.policies`), with the
 one collision fallback (:func:`grpo_cli.plan.run_with_fallback`). This module names no
 engine.
@@ -13,24 +13,27 @@ unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar, cast
 
 import polars as pl
 
-from grpo_cli.engines import FrameEngine, check, get_engine
-from grpo_cli.errors import OptionsError
+from grpo_cli.engines import EngineOptions, FrameEngine, check, get_engine, split_engine
+from grpo_cli.errors import OptionsError, option
 from grpo_cli.estimators import Estimator
 from grpo_cli.layouts import within_steps
-from grpo_cli.options import AdvantageOptions, speaks_python
+from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Plan, make_plan, run_with_fallback
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 
-@speaks_python
 def compute_advantages(
-    frame: FrameT, options: AdvantageOptions | None = None, **overrides: Any
+    frame: FrameT,
+    options: AdvantageOptions | None = None,
+    *,
+    engine: EngineOptions | Mapping[str, Any] | None = None,
+    **overrides: Any,
 ) -> FrameT:
     """Annotate a reward log with group-relative advantages.
 
@@ -40,7 +43,10 @@ def compute_advantages(
             eps 1e-8). Without them, groups form within each step: on a frame with a
             step column (``step``, ``global_step``, ...) and no ``group_cols`` override,
             the key is (step, prompt_id), as every trainer groups.
-        **overrides: option fields to change, e.g. ``ddof=0, group_cols=("step", "prompt_id")``.
+        engine: where it runs (:class:`grpo_cli.engines.EngineOptions` or a mapping of
+            its fields); default the Polars engine.
+        **overrides: option fields to change, e.g. ``ddof=0, group_cols=("step", "prompt_id")``;
+            the engine's (``backend="torch", device="cpu"``) are accepted here too.
 
     Returns:
         The same kind of frame: every input row in input order (but for dropped singleton
@@ -53,6 +59,8 @@ def compute_advantages(
         OptionsError: invalid options, or options the chosen engine cannot compute.
         InputError: a missing column, non-numeric rewards, a null key, a bad group size.
     """
+    overrides, settings = split_engine(overrides)
+    where = EngineOptions.of({**_fields(engine), **settings})
     columns: list[str] = frame.collect_schema().names()
     if options is None:  # the default key groups within each step (layouts.within_steps)
         overrides = within_steps(columns, overrides, overrides.keys())
@@ -61,14 +69,26 @@ def compute_advantages(
     if isinstance(frame, pl.LazyFrame):
         from grpo_cli.engines.polars import annotate_lazy
 
-        return annotate_lazy(frame, make_plan(frame, chosen, hashed=False)).select(names)
-    full, _ = annotate_frame(frame, chosen)
+        plan = make_plan(frame, chosen, hashed=False, engine=where)
+        return annotate_lazy(frame, plan).select(names)
+    full, _ = annotate_frame(frame, chosen, where)
     return pick_columns(full, names)
+
+
+def _fields(engine: EngineOptions | Mapping[str, Any] | None) -> dict[str, Any]:
+    if isinstance(engine, EngineOptions):
+        return {
+            "backend": engine.backend,
+            "device": engine.device,
+            "ray_address": engine.ray_address,
+        }
+    return dict(engine or {})
 
 
 def annotate_frame(
     frame: pl.DataFrame,
     options: AdvantageOptions,
+    engine: EngineOptions | None = None,
     *,
     span_check: bool = True,
     estimator: Estimator | None = None,
@@ -76,24 +96,25 @@ def annotate_frame(
     """The annotated frame *with* the plan's temporary key, reward and group-profile
     columns (for callers that also build tables: :mod:`grpo_cli.pipeline`), and the plan
     that made it (its keys: those the groups were found by; its estimator: for the tables
-    and warnings, which look nothing up again). ``span_check``: see
-    :func:`grpo_cli.plan.make_plan`; ``estimator``: the options' estimator, when the caller
-    looked it up already."""
-    plan = make_plan(frame, options, span_check=span_check, estimator=estimator)
-    engine = frame_engine(plan)
-    return run_with_fallback(lambda chosen: engine.annotate(frame, chosen), plan)
+    and warnings, which look nothing up again). ``engine``: where it runs (default the
+    Polars engine); ``span_check``: see :func:`grpo_cli.plan.make_plan`; ``estimator``:
+    the options' estimator, when the caller looked it up already."""
+    plan = make_plan(frame, options, span_check=span_check, engine=engine, estimator=estimator)
+    chosen_engine = frame_engine(plan)
+    return run_with_fallback(lambda chosen: chosen_engine.annotate(frame, chosen), plan)
 
 
 def frame_engine(plan: Plan) -> FrameEngine:
-    """The engine ``plan.options.backend`` names, checked against the plan; it must
-    annotate frames (a file engine is run by the CLI on files)."""
-    engine = get_engine(plan.options.backend)
+    """The engine ``plan.engine.backend`` names, checked against the plan; it must
+    annotate frames (a file engine is run by :func:`grpo_cli.job.run_job` on files)."""
+    engine = get_engine(plan.engine.backend)
     check(engine, plan)
     if engine.info.io != "frame":
+        name = engine.info.name
         raise OptionsError(
-            f"--backend {engine.info.name} reads and writes files, not an in-memory frame",
-            hint="run it with grpo-adv compute INPUT --backend "
-            f"{engine.info.name} -o OUTPUT, or choose --backend polars",
+            option("backend", name) + " reads and writes files, not an in-memory frame",
+            hint="run it on files with grpo_cli.run_job (the command line's compute), or "
+            "choose " + option("backend", "polars"),
         )
     return cast(FrameEngine, engine)
 

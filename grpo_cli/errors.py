@@ -10,18 +10,30 @@ Exit codes (also in the README):
 1     ``verify``: the logged advantages differ from the recomputed ones
 2     usage error: an option value or combination that cannot work
 3     input error: the input is missing, unreadable or not a reward log
-4     output error: the output exists (without ``--force``), is the input,
+4     output error: the output exists (without ``force``), is the input,
       or cannot be written
 70    internal error (a bug: please report it)
 130   interrupted (Ctrl-C); no output file is left behind
 143   terminated (SIGTERM); no output file is left behind
 ====  ===============================================================
+
+
+Messages name options by their Python keyword (:class:`OptionRef`), never by a flag: a
+message is a :class:`Text` of plain strings and option references, and whoever shows it
+picks the spelling. ``str(error)``, ``error.message`` and ``error.hint`` speak Python
+(``eps must be a finite number >= 0, got -1.0``, ``e.g. eps=1e-8``); the CLI renders the
+same error with its flags (``--eps must be ...``, ``e.g. --eps 1e-8``) through
+:meth:`GrpoAdvError.render` and its own keyword -> flag table
+(:data:`grpo_cli.cli.params.FLAGS`).
 """
 
 from __future__ import annotations
 
 import errno as _errno
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
 
 EXIT_OK = 0
 EXIT_DIFFERENT = 1
@@ -33,10 +45,146 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
 
-# Whether errors are shown to a command-line user (options spelled as flags, ``--eps``) or
-# raised to Python code (keyword arguments, ``eps=``): the CLI sets it around every
-# command; see grpo_cli.options.python_spelling.
-FLAG_SPELLING: ContextVar[bool] = ContextVar("flag_spelling", default=False)
+# --------------------------------------------------------------------------- option names
+
+
+@dataclass(frozen=True)
+class Verbatim:
+    """Text an option reference shows as it is in every spelling: a placeholder (``COL``,
+    ``N``) or a number written as a user types it (``1e-8``)."""
+
+    text: str
+
+
+class _NoValue:
+    """No value shown with an option (one object, also once unpickled)."""
+
+    def __reduce__(self) -> str:
+        return "_NO_VALUE"
+
+    def __repr__(self) -> str:
+        return "<no value>"
+
+
+_NO_VALUE: Final = _NoValue()
+AliasForm = Literal["", "alone", "explained"]
+
+
+@dataclass(frozen=True)
+class OptionRef:
+    """An option named in a message: its Python keyword (``eps``, ``group_cols``,
+    ``force``), and a value shown with it when given.
+
+    Attributes:
+        keyword: the keyword argument of the library (an :class:`AdvantageOptions` or
+            :class:`EngineOptions` field, or a parameter of ``run_job``, ``explain``...).
+        value: shown with the option (an example or the value in effect): a string
+            (``"grpo"``), a number, a bool (``force=True``, the bare flag on the command
+            line), a tuple, or :class:`Verbatim` text; absent: the option alone.
+        short: the command line's short flag (``-o``, ``-r``) where it has one.
+        alias: the command line's alias flag for this option and value (``--low-memory``
+            for ``backend="partitioned"``): ``"alone"`` or ``"explained"``
+            (``--low-memory (--backend partitioned)``); Python shows the keyword.
+    """
+
+    keyword: str
+    value: object = _NO_VALUE
+    short: bool = False
+    alias: AliasForm = ""
+
+    @property
+    def has_value(self) -> bool:
+        """Whether a value is shown with the option."""
+        return self.value is not _NO_VALUE
+
+    def __add__(self, other: str | OptionRef | Text) -> Text:
+        return Text((self,)) + other
+
+    def __radd__(self, other: str) -> Text:
+        return Text((other, self))
+
+
+def option(
+    keyword: str, value: object = _NO_VALUE, *, short: bool = False, alias: AliasForm = ""
+) -> OptionRef:
+    """A reference to the option ``keyword`` for a message (see :class:`OptionRef`):
+    ``"e.g. " + option("eps", Verbatim("1e-8"))`` reads ``e.g. eps=1e-8`` in Python and
+    ``e.g. --eps 1e-8`` on the command line."""
+    return OptionRef(keyword, value, short, alias)
+
+
+Spelling = Callable[[OptionRef], str]
+"""How a reader names an option: the Python keyword (:func:`keyword_spelling`) or the
+command line's flag (:func:`grpo_cli.cli.params.flag_spelling`)."""
+
+
+def python_value(value: object) -> str:
+    """``value`` as Python source: strings in double quotes, tuples in parentheses
+    (``("COL",)``, ``(-10, 10)``), :class:`Verbatim` text as it is."""
+    if isinstance(value, Verbatim):
+        return value.text
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, tuple):
+        items = ", ".join(python_value(v) for v in value)
+        return f"({items},)" if len(value) == 1 else f"({items})"
+    return repr(value)
+
+
+def keyword_spelling(ref: OptionRef) -> str:
+    """The option as a keyword argument: ``eps``, ``eps=1e-8``, ``force=True``,
+    ``group_cols=("COL",)``, ``estimator="grpo"``."""
+    if not ref.has_value:
+        return ref.keyword
+    return f"{ref.keyword}={python_value(ref.value)}"
+
+
+@dataclass(frozen=True)
+class Text:
+    """A message: plain strings and the options it names (:class:`OptionRef`), rendered in
+    the reader's :data:`Spelling`. Built with ``+`` from strings and option references;
+    ``str(text)`` is the Python spelling."""
+
+    parts: tuple[str | OptionRef, ...] = ()
+
+    def __add__(self, other: str | OptionRef | Text) -> Text:
+        more = other.parts if isinstance(other, Text) else (other,)
+        return Text(self.parts + more)
+
+    def __radd__(self, other: str) -> Text:
+        return Text((other, *self.parts))
+
+    def render(self, spell: Spelling) -> str:
+        """The text with each option named as ``spell`` names it."""
+        return "".join(p if isinstance(p, str) else spell(p) for p in self.parts)
+
+    @property
+    def options(self) -> tuple[OptionRef, ...]:
+        """The options named, in order."""
+        return tuple(p for p in self.parts if isinstance(p, OptionRef))
+
+    def __str__(self) -> str:
+        return self.render(keyword_spelling)
+
+
+Message = str | OptionRef | Text
+"""A message or hint: plain text, or a :class:`Text` (or one :class:`OptionRef`) that
+names options."""
+
+
+def as_text(message: Message) -> Text:
+    """``message`` as a :class:`Text`."""
+    if isinstance(message, Text):
+        return message
+    return Text((message,))
+
+
+def join(separator: str, items: Iterable[str | OptionRef | Text]) -> Text:
+    """``separator.join(items)`` for messages that name options."""
+    joined = Text()
+    for i, item in enumerate(items):
+        joined = joined + item if i == 0 else joined + separator + item
+    return joined
 
 
 class Terminated(BaseException):
@@ -56,40 +204,100 @@ def one_line(text: str) -> str:
 
 
 class GrpoAdvError(Exception):
-    """A failure the user can act on: a one-line message plus a hint.
+    """A failure the user can act on: a one-line message plus a hint, and what it is about.
 
-    ``message`` and ``hint`` are kept on one line (see :func:`one_line`), also when a
-    caller appends to them later.
+    Attributes:
+        text, hint_text: the message and the hint as :class:`Text` (options by keyword).
+        options: the keywords of the options the message and hint name, in order.
+        value: the offending value, when one option's value is the problem (else None).
+        column: the input column concerned, when one is (else None).
+        path: the file concerned, when one is (else None).
+
+    ``message`` and ``hint`` (and ``str(error)``) are the Python spelling, each on one
+    line (see :func:`one_line`); :meth:`render` spells them for another reader.
     """
 
     exit_code: int = EXIT_INTERNAL
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(one_line(message))
-        self.message = message
-        self.hint = hint
+    def __init__(
+        self,
+        message: Message,
+        hint: Message | None = None,
+        *,
+        value: Any = None,
+        column: str | None = None,
+        path: str | Path | None = None,
+    ) -> None:
+        self.value = value
+        self.column = column
+        self.path = None if path is None else str(path)
+        self._hint: Text | None = None
+        self.text = as_text(message)
+        self.hint_text = None if hint is None else as_text(hint)
+
+    @property
+    def text(self) -> Text:
+        """The message, options by keyword."""
+        return self._text
+
+    @text.setter
+    def text(self, value: Message) -> None:
+        self._text = as_text(value)
+        super().__init__(self.message)
+
+    @property
+    def hint_text(self) -> Text | None:
+        """The hint, options by keyword (or None)."""
+        return self._hint
+
+    @hint_text.setter
+    def hint_text(self, value: Message | None) -> None:
+        self._hint = None if value is None else as_text(value)
 
     @property
     def message(self) -> str:
-        """The one-line message."""
-        return self._message
+        """The one-line message, options spelled as Python keywords (set: a new message;
+        :attr:`text` keeps the options of an extended one: ``error.text += more``)."""
+        return self.render(keyword_spelling)[0]
 
     @message.setter
-    def message(self, value: str) -> None:
-        self._message = one_line(value)
-        self.args = (self._message,)
+    def message(self, value: Message) -> None:
+        self.text = value
 
     @property
     def hint(self) -> str | None:
-        """What to do next, on one line (or None)."""
-        return self._hint
+        """What to do next, on one line (or None), options spelled as Python keywords."""
+        return self.render(keyword_spelling)[1]
 
     @hint.setter
-    def hint(self, value: str | None) -> None:
-        self._hint = None if value is None else one_line(value)
+    def hint(self, value: Message | None) -> None:
+        self.hint_text = value
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The keywords of the options the message and hint name, each once, in order."""
+        named = self._text.options + (self._hint.options if self._hint else ())
+        return tuple(dict.fromkeys(ref.keyword for ref in named))
+
+    def render(self, spell: Spelling) -> tuple[str, str | None]:
+        """The message and the hint (or None), each on one line, options spelled by
+        ``spell``."""
+        hint = None if self._hint is None else one_line(self._hint.render(spell))
+        return one_line(self._text.render(spell)), hint
 
     def __str__(self) -> str:
         return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled whole (an engine's worker process or Ray task raises it to the caller)."""
+        return (_rebuild, (type(self), self.__dict__.copy()))
+
+
+def _rebuild(kind: type[GrpoAdvError], state: dict[str, Any]) -> GrpoAdvError:
+    error = kind.__new__(kind)
+    error.__dict__.update(state)
+    Exception.__init__(error, error.message)
+    return error
 
 
 class OptionsError(GrpoAdvError):

@@ -42,7 +42,17 @@ from grpo_cli.columns import (
     STEP_COLUMNS,
     UID_GROUP,
 )
-from grpo_cli.errors import InputError, OptionsError, one_line
+from grpo_cli.engines import split_engine
+from grpo_cli.errors import (
+    InputError,
+    Message,
+    OptionsError,
+    Verbatim,
+    as_text,
+    join,
+    one_line,
+    option,
+)
 from grpo_cli.formulas import (
     FilledIn,
     fill_in,
@@ -68,12 +78,9 @@ def filled() -> tuple[str, ...]:
 SHOWN_KEYS: Final = 8
 # The names a user reads and types for the key columns the pipeline derives.
 SHOWN_NAMES: Final = {POSITION_KEY: "group_index", UID_GROUP: "uid"}
-# Options that say where the arithmetic runs, not what it computes: explain always runs
-# it with Polars (it needs the group statistics columns the Polars pipeline leaves).
-NOT_EXPLAINED: Final = ("backend", "device")
 # --pick: the groups explain can find for the user (see the module docstring).
 PICKS: Final = ("worst", "zero-variance", "singleton")
-CHOOSERS: Final = ("--group", "--row", "--pick")
+CHOOSERS: Final = (option("group"), option("row"), option("pick"))
 # At most this many candidates in the error of an ambiguous --group prefix.
 SHOWN_CANDIDATES: Final = 5
 # Shown beside each response when the log has them: the step, and the start of the
@@ -92,7 +99,7 @@ class ExplainedRow:
     formula: str
     value: float | None  # the formula's value, recomputed here
     advantage: float | None  # the pipeline's
-    policy: str | None
+    policy: Message | None
     logged: float | None = None  # the input's own advantage column, if it had one
     row: int | None = None  # the response's row in the input, from 0
     step: Any = None  # its step (when the log has a step column)
@@ -118,8 +125,8 @@ class Explanation:
     logged: bool = False  # the input had an advantage column (shown beside ours)
     step_col: str | None = None  # the log's step column, shown per response
     text_col: str | None = None  # the log's text column, shown cut per response
-    chosen: str | None = None  # how the group was found, when not by its whole key
-    warnings: tuple[str, ...] = ()  # what reading the log inferred (a TRL group size)
+    chosen: Message | None = None  # how the group was found, when not by its whole key
+    warnings: tuple[Message, ...] = ()  # what reading the log inferred (a TRL group size)
 
 
 def check_choice(
@@ -133,23 +140,43 @@ def check_choice(
         for flag, value in zip(CHOOSERS, (texts, row, pick), strict=True)
         if value not in ((), None)
     ]
-    example = "e.g. --group p007, --row 0 or --pick worst"
+    example = (
+        "e.g. "
+        + option("group", Verbatim("p007"))
+        + ", "
+        + option("row", 0)
+        + " or "
+        + option("pick", "worst")
+    )
     if not given:
         raise OptionsError(
-            "explain needs a group: give --group KEY, --row N or --pick WHICH", hint=example
+            "explain needs a group: give "
+            + option("group", Verbatim("KEY"))
+            + ", "
+            + option("row", Verbatim("N"))
+            + " or "
+            + option("pick", Verbatim("WHICH")),
+            hint=example,
         )
     if len(given) > 1:
         raise OptionsError(
-            f"{' and '.join(given)} both choose the group: give only one of --group, --row, --pick",
+            join(" and ", given)
+            + " both choose the group: give only one of "
+            + join(", ", CHOOSERS),
             hint=example,
         )
     if row is not None and row < 0:
         raise OptionsError(
-            f"--row {row} is not a row number: rows are numbered from 0",
-            hint="give --row 0 for the first row of the log",
+            option("row", row) + " is not a row number: rows are numbered from 0",
+            hint="give " + option("row", 0) + " for the first row of the log",
+            value=row,
         )
     if pick is not None and pick not in PICKS:
-        raise OptionsError(f"unknown --pick {pick!r}", hint=f"choose one of {', '.join(PICKS)}")
+        raise OptionsError(
+            "unknown " + option("pick") + f" {pick!r}",
+            hint=f"choose one of {', '.join(PICKS)}",
+            value=pick,
+        )
     return texts
 
 
@@ -181,7 +208,8 @@ def parse_key(
             index = columns[column.strip()]
             if index in named:
                 raise InputError(
-                    f"--group gives {names[index]} twice", hint=_key_form(group_cols, names)
+                    option("group") + f" gives {names[index]} twice",
+                    hint=_key_form(group_cols, names),
                 )
             named[index] = value.strip() if len(texts) == 1 and len(group_cols) > 1 else value
         else:
@@ -189,7 +217,7 @@ def parse_key(
     shown = _given(texts)
     if named and bare:
         raise InputError(
-            f"--group {shown} mixes COL=VALUE and bare values",
+            option("group", Verbatim(shown)) + " mixes COL=VALUE and bare values",
             hint="give every value as COL=VALUE, or all of them bare in the key's column "
             f"order ({', '.join(names)})",
         )
@@ -197,14 +225,15 @@ def parse_key(
         missing = [name for i, name in enumerate(names) if i not in named]
         if missing:
             raise InputError(
-                f"--group {shown} gives no value for {', '.join(missing)}",
+                option("group", Verbatim(shown)) + f" gives no value for {', '.join(missing)}",
                 hint=_key_form(group_cols, names),
             )
         return tuple(named[i] for i in range(len(group_cols)))
     if len(bare) != len(group_cols):
         plural = "" if len(bare) == 1 else "s"
         raise InputError(
-            f"--group {shown} gives {len(bare)} value{plural} for {len(group_cols)} key "
+            option("group", Verbatim(shown))
+            + f" gives {len(bare)} value{plural} for {len(group_cols)} key "
             f"column{'' if len(group_cols) == 1 else 's'} ({', '.join(names)})",
             hint=_key_form(group_cols, names),
         )
@@ -216,17 +245,18 @@ def _given(texts: tuple[str, ...]) -> str:
     return ", ".join(repr(t) for t in texts)
 
 
-def _key_form(group_cols: tuple[str, ...], names: tuple[str, ...]) -> str:
+def _key_form(group_cols: tuple[str, ...], names: tuple[str, ...]) -> Message:
     form = ",".join(name.upper() for name in names)
     if group_cols[-1] == POSITION_KEY and len(names) > 1:
         return (
-            f"give {form}, GROUP_INDEX counting the runs of --group-size rows within each "
-            f"{names[0]} from 0"
+            f"give {form}, GROUP_INDEX counting the runs of "
+            + option("group_size")
+            + f" rows within each {names[0]} from 0"
         )
     if len(names) == 1:
         return f"give one value: the {names[0]} of the group"
-    repeated = " ".join(f"--group {name}=..." for name in names)
-    return f"give one value per column, comma-separated: {form}; values with commas: {repeated}"
+    repeated = option("group", tuple(f"{name}=..." for name in names))
+    return f"give one value per column, comma-separated: {form}; values with commas: " + repeated
 
 
 def _key_strings(frame: pl.DataFrame, group_cols: tuple[str, ...]) -> pl.Series:
@@ -269,7 +299,7 @@ def select_group(
         within = _within_one_step(full, group_cols, texts, names)
         if within is not None:
             return within
-        exc.hint = f"{exc.hint}; {existing_keys(full, group_cols)}"
+        exc.hint_text = as_text(exc.hint_text or "None") + f"; {existing_keys(full, group_cols)}"
         raise
     strings = [pl.col(c).cast(pl.String) for c in group_cols]
     exact = full.filter(pl.all_horizontal(s == v for s, v in zip(strings, values, strict=True)))
@@ -281,7 +311,8 @@ def select_group(
     candidates = _key_strings(rows, group_cols)
     if candidates.len() > 1:
         raise InputError(
-            f"--group {_given(texts)} is the start of {candidates.len()} groups' keys: "
+            option("group", Verbatim(_given(texts)))
+            + f" is the start of {candidates.len()} groups' keys: "
             f"{_listed(candidates, group_cols, SHOWN_CANDIDATES)}",
             hint="give more of the key, so that it starts one group's key only (or all of it)",
         )
@@ -313,9 +344,10 @@ def _within_one_step(
     if candidates.len() > 1:
         steps = rows[group_cols[0]].unique(maintain_order=True)
         raise InputError(
-            f"--group {_given(texts)} is a group in {steps.len()} values of {names[0]}: "
+            option("group", Verbatim(_given(texts)))
+            + f" is a group in {steps.len()} values of {names[0]}: "
             f"{_listed(candidates, group_cols, SHOWN_CANDIDATES)}",
-            hint=f"give the {names[0]} too, e.g. --group {candidates[0]}",
+            hint=f"give the {names[0]} too, e.g. " + option("group", Verbatim(candidates[0])),
         )
     return rows
 
@@ -347,8 +379,11 @@ def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advanta
         largest = sizes.max()
         if largest is None:
             raise InputError(
-                "--pick worst finds no advantage: every advantage of the log is null",
-                hint="give --group KEY or --row N",
+                option("pick", "worst") + " finds no advantage: every advantage of the log is null",
+                hint="give "
+                + option("group", Verbatim("KEY"))
+                + " or "
+                + option("row", Verbatim("N")),
             )
         return int(sizes.arg_max() or 0)
     reward = pl.col(REWARD_KEY)
@@ -362,9 +397,11 @@ def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advanta
     hits = full.select(found.fill_null(False)).to_series()
     if not hits.any():
         raise InputError(
-            f"--pick {pick} finds no group: {missing}",
+            option("pick", pick) + f" finds no group: {missing}",
             hint=f"pick another ({', '.join(p for p in PICKS if p != pick)}), or give "
-            "--group KEY or --row N",
+            + option("group", Verbatim("KEY"))
+            + " or "
+            + option("row", Verbatim("N")),
         )
     return int(hits.arg_true()[0])
 
@@ -385,7 +422,7 @@ def _row_of(full: pl.DataFrame, row: int) -> int:
     if row >= full.height:
         plural = "" if full.height == 1 else "s"
         raise InputError(
-            f"--row {row} is past the end of the log: it has {full.height:,} row{plural}",
+            option("row", row) + f" is past the end of the log: it has {full.height:,} row{plural}",
             hint=f"rows are numbered from 0 to {full.height - 1:,}, in the order read"
             if full.height
             else "the log is empty",
@@ -417,7 +454,7 @@ def explain_group(
     logged: pl.Series | None = None,
     key: dict[str, Any] | None = None,
     gdpo: GdpoView | None = None,
-    chosen: str | None = None,
+    chosen: Message | None = None,
     group_keys: tuple[str, ...] = (),
 ) -> Explanation:
     """Explain ``group_rows`` (one group, with REWARD_KEY and the advantage column);
@@ -710,16 +747,26 @@ def _fill_in(
     return fill_in(estimator, options, rewards, groups, shown, lengths)
 
 
-def _policy(r: float | None, n: int, constant: bool, options: AdvantageOptions) -> str | None:
+def _policy(r: float | None, n: int, constant: bool, options: AdvantageOptions) -> Message | None:
     """The rule that sets this row's advantage instead of the formula, if any."""
     if r is None:
         if options.nulls == "zero":
-            return "null reward: left out of the statistics; advantage 0 (--nulls zero)"
-        return "null reward: left out of the statistics; advantage null (--nulls exclude)"
+            return (
+                "null reward: left out of the statistics; advantage 0 ("
+                + option("nulls", "zero")
+                + ")"
+            )
+        return (
+            "null reward: left out of the statistics; advantage null ("
+            + option("nulls", "exclude")
+            + ")"
+        )
     if n == 1 and options.singleton in ("zero", "raw", "null"):
         value = {"zero": "0", "raw": "the raw reward", "null": "null"}[options.singleton]
         return (
-            f"only valid reward of its group: advantage {value} (--singleton {options.singleton})"
+            f"only valid reward of its group: advantage {value} ("
+            + option("singleton", options.singleton)
+            + ")"
         )
     if constant:
         return "zero-variance group: advantage exactly 0"
@@ -784,14 +831,18 @@ def explain_one(
     from grpo_cli.summary import check_batch_spans
 
     texts = check_choice(key, row, pick)
-    explicit = {k: v for k, v in explicit.items() if k not in NOT_EXPLAINED}
+    # where the arithmetic runs is no option of what it computes: explain always runs it
+    # with Polars (it needs the group statistics columns the Polars pipeline leaves)
+    explicit, _ = split_engine(explicit)
     estimator = get_estimator(merge_options(preset, explicit).get("estimator", "grpo"))
     if estimator.unit == "step":
         raise InputError("explain does not cover process supervision", hint="use compute")
     if not estimator.uses_groups:
         raise OptionsError(
             f"explain shows one group; estimator {estimator.name} has no groups",
-            hint="explain a group estimator (e.g. --estimator grpo), or use compute",
+            hint="explain a group estimator (e.g. "
+            + option("estimator", "grpo")
+            + "), or use compute",
         )
     column = explicit.get("advantage_col", "advantage")
     has_logged = column in frame.columns
@@ -807,14 +858,17 @@ def explain_one(
     check_batch_spans(full, plan)  # what compute refuses, explain refuses
     full = full.with_row_index(ROW_KEY)  # the engines keep the input's row order
     names = tuple(SHOWN_NAMES.get(c, c) for c in keys.exact)
-    chosen = None
+    chosen: Message | None = None
     if texts:
         rows = select_group(full, keys.exact, texts, names)
         if not _named_exactly(rows, keys.exact, texts, names):
-            chosen = f"--group {_given(texts)}: the only group whose key starts that way"
+            chosen = (
+                option("group", Verbatim(_given(texts)))
+                + ": the only group whose key starts that way"
+            )
     elif row is not None:
         rows = _group_at(full, keys.exact, _row_of(full, row))
-        chosen = f"--row {row}: the group of input row {row}"
+        chosen = option("row", row) + f": the group of input row {row}"
     else:
         assert pick is not None
         position = pick_row(full, keys.exact, pick, options.advantage_col)
@@ -835,16 +889,17 @@ def explain_one(
     return replace(explained, warnings=resolved.warnings)
 
 
-def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> str:
-    """How ``--pick`` found the group, ``first`` being the row it found."""
+def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> Message:
+    """How ``pick`` found the group, ``first`` being the row it found."""
+    named = option("pick", pick)
     if pick == "worst":
-        return (
-            f"--pick worst: input row {first[ROW_KEY]} has the largest |advantage| of the "
+        return named + (
+            f": input row {first[ROW_KEY]} has the largest |advantage| of the "
             f"log ({fmt(first[advantage_col])})"
         )
     if pick == "singleton":
-        return "--pick singleton: the first group with exactly one valid reward"
-    return "--pick zero-variance: the first group whose valid rewards (two or more) are equal"
+        return named + ": the first group with exactly one valid reward"
+    return named + ": the first group whose valid rewards (two or more) are equal"
 
 
 def _batch_members(

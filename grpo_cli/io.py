@@ -21,7 +21,7 @@ owner (``grpo-adv.<pid>@<host>``), so a later run can remove what a killed run l
 (:func:`remove_stale_temporaries`) without touching a live run's files. A character device,
 FIFO or socket (``/dev/null``, ``mkfifo``, ``>(gzip > x)``), and anything under ``/dev`` or
 ``/proc`` (``/dev/stdout``), is written to as a stream: no temporary file, no rename, no
-``--force`` needed, and it is never replaced or removed. An output named with a compression
+``force`` needed, and it is never replaced or removed. An output named with a compression
 suffix (``.gz``, ``.zst``, ``.bz2``, ``.xz``) is compressed. A full disk is an output error
 naming the path (exit 4), and leaves nothing behind.
 """
@@ -45,7 +45,14 @@ from typing import IO, Any, BinaryIO, Final
 
 import polars as pl
 
-from grpo_cli.errors import InputError, OptionsError, OutputError, is_disk_full
+from grpo_cli.errors import (
+    InputError,
+    Message,
+    OptionsError,
+    OutputError,
+    is_disk_full,
+    option,
+)
 
 DATA_FORMATS: Final = ("parquet", "csv", "jsonl", "json")
 
@@ -242,7 +249,7 @@ def truncated_parquet(name: str) -> InputError:
     """The error for a Parquet file without its footer."""
     return InputError(
         f"{name} is not a complete Parquet file (no PAR1 footer: truncated?)",
-        hint="write the file again, or pass --format if it is not Parquet",
+        hint="write the file again, or pass " + option("input_format") + " if it is not Parquet",
     )
 
 
@@ -257,30 +264,39 @@ def check_parquet_file(path: Path) -> None:
         handle.seek(max(size - 4, 0))
         tail = handle.read(4)
     if head != PARQUET_MAGIC:
+        low_memory = option("backend", "partitioned", alias="alone")
         raise OptionsError(
-            f"--low-memory needs a Parquet input; {path} is not Parquet",
+            low_memory + f" needs a Parquet input; {path} is not Parquet",
             hint='convert it to Parquet first (python -c "import polars as pl; '
-            "pl.scan_csv('IN.csv').sink_parquet('IN.parquet')\"), or drop --low-memory",
+            "pl.scan_csv('IN.csv').sink_parquet('IN.parquet')\"), or drop " + low_memory,
+            path=path,
         )
     if tail != PARQUET_MAGIC or size < 12:
         raise truncated_parquet(str(path))
     check_parquet_layout(path, str(path), PARQUET_DAMAGED_HINT)
 
 
+OUTPUT: Final = option("output", short=True)
+"""The output option (``-o`` on the command line) named in messages."""
+FORCE: Final = option("force", True)
+"""Overwriting allowed (``force=True``), named in messages."""
+
 PARQUET_HINT: Final = (
-    "the file may be truncated or not Parquet; pass --format to read it as another"
+    "the file may be truncated or not Parquet; pass "
+    + option("input_format")
+    + " to read it as another"
 )
 PARQUET_DAMAGED_HINT: Final = "the file is truncated or damaged: write it again"
 
 
-def unreadable_parquet(name: str, cause: str, hint: str = PARQUET_HINT) -> InputError:
+def unreadable_parquet(name: str, cause: str, hint: Message = PARQUET_HINT) -> InputError:
     """The error for a Parquet file that cannot be read: the file named, the cause's first
     line in plain text (terminal colour codes removed)."""
     plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", cause)
     return InputError(f"cannot read {name} as parquet: {_first_line(plain)}", hint=hint)
 
 
-def check_parquet_layout(source: Path | bytes, name: str, hint: str = PARQUET_HINT) -> None:
+def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUET_HINT) -> None:
     """Raise an InputError unless the Parquet footer of ``source`` (a path, or the file's
     bytes) can be read and every column chunk it lists lies inside the file, before the
     footer. A file cut in the middle with its footer re-appended passes the magic-byte
@@ -414,7 +430,7 @@ def _parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError
             return InputError(
                 f"{name} is not UTF-8 text (byte 0x{data[bad.start]:02x} at offset {bad.start})",
                 hint="CSV and JSONL logs are UTF-8 text; for Parquet, name the file .parquet "
-                "or pass --format parquet",
+                "or pass " + option("input_format", "parquet"),
             )
     if fmt == "jsonl":
         located = _locate_bad_json_line(data)
@@ -424,9 +440,11 @@ def _parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError
             if problem.endswith("is not JSON"):
                 hint = "write null for a missing reward, or a finite number"
             return InputError(f"{name} line {line_no}: {problem}", hint=hint)
-    hints = {
+    hints: dict[str, Message] = {
         "parquet": PARQUET_HINT,
-        "csv": "check the delimiter and quoting; pass --format to read it as another format",
+        "csv": "check the delimiter and quoting; pass "
+        + option("input_format")
+        + " to read it as another format",
         "jsonl": "each line must be one JSON object",
         "json": "a .json file must hold one array of objects, or one object per line",
     }
@@ -504,8 +522,11 @@ def output_format_for(path: Path, requested: str | None, fallback: str) -> str:
     if requested is not None:
         if by_suffix is not None and by_suffix != requested:
             raise OptionsError(
-                f"--output-format {requested} does not match the suffix of {path}",
-                hint=f"name the file with {FORMAT_SUFFIXES[requested]}, or drop --output-format",
+                option("output_format", requested) + f" does not match the suffix of {path}",
+                hint=f"name the file with {FORMAT_SUFFIXES[requested]}, or drop "
+                + option("output_format"),
+                value=requested,
+                path=path,
             )
         return requested
     return by_suffix or fallback
@@ -562,8 +583,8 @@ def write_frame(frame: pl.DataFrame, sink: IO[bytes], fmt: str) -> None:
         if is_disk_full(exc):
             raise OSError(errno.ENOSPC, "No space left on device") from None
         nested = any(isinstance(t, pl.List | pl.Struct | pl.Array) for t in frame.dtypes)
-        hint = (
-            "nested columns need --output-format parquet or jsonl"
+        hint: Message = (
+            "nested columns need " + option("output_format", "parquet") + " or jsonl"
             if nested and fmt == "csv"
             else "check the output path and its device; Parquet and JSONL write any column"
         )
@@ -625,7 +646,7 @@ def compressed(sink: IO[bytes], codec: str | None) -> Iterator[IO[bytes]]:
 
 
 def check_output_path(
-    path: Path, *, force: bool, protected: Sequence[Path] = (), flag: str = "-o"
+    path: Path, *, force: bool, protected: Sequence[Path] = (), flag: Message = OUTPUT
 ) -> None:
     """Refuse to write over an input (ever) or over an existing file (without ``force``);
     a stream (see :func:`is_stream`) needs no ``force``."""
@@ -635,18 +656,23 @@ def check_output_path(
         if is_same_file(path, original) or path.resolve() == original.resolve():
             raise OutputError(
                 f"refusing to overwrite the input {original}",
-                hint="choose another output path with -o",
+                hint="choose another output path with " + OUTPUT,
             )
     if path.is_dir():
-        raise OutputError(f"{path} is a directory", hint="give a file path with -o")
+        raise OutputError(
+            f"{path} is a directory", hint="give a file path with " + OUTPUT, path=path
+        )
     if path.exists() and not force:
         raise OutputError(
             f"{path} already exists",
-            hint=f"pass --force to overwrite it, or choose another {flag}",
+            hint="pass " + FORCE + " to overwrite it, or choose another " + flag,
+            path=path,
         )
     if not path.parent.is_dir():
         raise OutputError(
-            f"folder {path.parent} does not exist", hint="create it first, or choose another -o"
+            f"folder {path.parent} does not exist",
+            hint="create it first, or choose another " + OUTPUT,
+            path=path,
         )
 
 
@@ -734,14 +760,14 @@ def remove_spill_folder(folder: Path, *, settle_s: float = 2.0) -> None:
 def _disk_full(path: Path) -> OutputError:
     return OutputError(
         f"no space left on the device of {path}; nothing was written",
-        hint=f"free some space on it (df -h {path.parent}), or write elsewhere with -o",
+        hint=f"free some space on it (df -h {path.parent}), or write elsewhere with " + OUTPUT,
     )
 
 
 def _stream_disk_full(path: Path) -> OutputError:
     return OutputError(
         f"no space left on device writing {path}",
-        hint="free some space where it goes, or write elsewhere with -o",
+        hint="free some space where it goes, or write elsewhere with " + OUTPUT,
     )
 
 
@@ -818,7 +844,8 @@ def commit(staged: Sequence[tuple[Path, Path]], *, force: bool) -> None:
 def _appeared(path: Path) -> OutputError:
     return OutputError(
         f"{path} already exists: another run wrote it while this one ran; this run wrote nothing",
-        hint="pass --force to overwrite it, or choose another output path",
+        hint="pass " + FORCE + " to overwrite it, or choose another output path",
+        path=path,
     )
 
 
@@ -886,15 +913,19 @@ def check_output_folder(path: Path, *, force: bool, protected: Sequence[Path] = 
         if resolved == original.resolve() or original.resolve().is_relative_to(resolved):
             raise OutputError(
                 f"refusing to overwrite the input {original}",
-                hint="choose another output folder with -o",
+                hint="choose another output folder with " + OUTPUT,
             )
     if (path.exists() or path.is_symlink()) and not force:
         raise OutputError(
-            f"{path} already exists", hint="pass --force to replace it, or choose another -o"
+            f"{path} already exists",
+            hint="pass " + FORCE + " to replace it, or choose another " + OUTPUT,
+            path=path,
         )
     if not path.parent.is_dir():
         raise OutputError(
-            f"folder {path.parent} does not exist", hint="create it first, or choose another -o"
+            f"folder {path.parent} does not exist",
+            hint="create it first, or choose another " + OUTPUT,
+            path=path,
         )
 
 
@@ -945,7 +976,7 @@ def _staging_error(path: Path, exc: OSError) -> OutputError:
         return _disk_full(path)
     return OutputError(
         f"cannot write to {path.parent}: {exc.strerror or exc}",
-        hint="check the folder's permissions, or choose another -o",
+        hint="check the folder's permissions, or choose another " + OUTPUT,
     )
 
 
@@ -1017,7 +1048,8 @@ def table_format(path: Path, requested: str | None = None) -> str:
         raise OptionsError(
             f"cannot tell the table format of {path}",
             hint="end the file name with .csv, .parquet, .jsonl, .json or .md, or name it "
-            "with --output-format",
+            "with " + option("output_format"),
+            path=path,
         )
     return fmt
 
@@ -1030,7 +1062,7 @@ def write_table(
     protected: Sequence[Path] = (),
     stage: Stage | None = None,
     fmt: str | None = None,
-    flag: str = "-o",
+    flag: Message = OUTPUT,
 ) -> str:
     """Write a (summary) table to ``path`` (``-``: standard output), in ``fmt`` or the
     format of its suffix; returns the format. With ``stage`` (see :func:`atomic_writes`),

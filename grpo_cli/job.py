@@ -23,24 +23,36 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from grpo_cli.columns import SOURCE_KEY
-from grpo_cli.errors import OptionsError, OutputError
+from grpo_cli.engines import BACKENDS, DEVICES, EngineOptions
+from grpo_cli.errors import (
+    Message,
+    OptionsError,
+    OutputError,
+    Spelling,
+    Verbatim,
+    as_text,
+    keyword_spelling,
+    option,
+)
+from grpo_cli.options import AdvantageOptions
 
 if TYPE_CHECKING:
     from grpo_cli.engines import FileEngine
     from grpo_cli.estimators import Estimator
-    from grpo_cli.options import AdvantageOptions
     from grpo_cli.pipeline import Resolved
     from grpo_cli.plan import Plan
     from grpo_cli.summary import RunSummary
 
-ENGINE_SETTINGS = ("backend", "device", "ray_address")
-"""The option fields that choose where the job runs, not what it computes."""
+
+__all__ = ["BACKENDS", "DEVICES", "EngineOptions", "JobResult", "run_job"]
+"""``BACKENDS`` and ``DEVICES``: the choices of ``engine=`` (for the command line's help,
+which names no engine module)."""
 
 
 class Progress(Protocol):
@@ -72,6 +84,7 @@ class JobResult:
 
     Attributes:
         options: the options the job ran with (preset, layout and explicit choices merged).
+        engine: where it ran.
         layout: the trainer dump layout the log was read in, or None.
         output: what was written, for people (``out.parquet (parquet)``, ``standard
             output``, ``OUT/ (Parquet parts)``, ``3 files: a ... c``).
@@ -81,15 +94,18 @@ class JobResult:
             on first use (one more pass over the rows, which a quiet caller never pays).
         warnings: what the user should know (a TRL group size inferred, groups spanning
             steps, ...), one line each; computed on first use too.
+        spell: how the warnings name options (the caller's: see :func:`run_job`).
     """
 
     options: AdvantageOptions
+    engine: EngineOptions
     layout: str | None
     output: str
     summary_path: Path | None
     paths: tuple[Path, ...]
     figures: Callable[[], RunSummary] = field(repr=False)
-    notices: Callable[[], tuple[str, ...]] = field(default=tuple, repr=False)
+    notices: Callable[[], tuple[Message, ...]] = field(default=tuple, repr=False)
+    spell: Spelling = field(default=keyword_spelling, repr=False)
 
     @cached_property
     def run(self) -> RunSummary:
@@ -98,27 +114,8 @@ class JobResult:
 
     @cached_property
     def warnings(self) -> tuple[str, ...]:
-        """What the user should know, one line each."""
-        return self.notices()
-
-
-def alias_of(flag: str) -> str:
-    """The engine an alias flag (``--low-memory``) stands for, from the engine registry."""
-    from grpo_cli.engines import ENGINES
-
-    return next(info.name for info in ENGINES.values() if info.alias == flag)
-
-
-def alias_backend(flag: str, explicit: Mapping[str, Any]) -> str:
-    """The engine an alias flag (``--low-memory``) stands for; refused when ``explicit``
-    names another ``backend``."""
-    name = alias_of(flag)
-    if explicit.get("backend", name) != name:
-        raise OptionsError(
-            f"{flag} is --backend {name}, not --backend {explicit['backend']}",
-            hint="give one of them",
-        )
-    return name
+        """What the user should know, one line each, options named as ``spell`` does."""
+        return tuple(as_text(notice).render(self.spell) for notice in self.notices())
 
 
 def run_job(
@@ -126,8 +123,8 @@ def run_job(
     output: str | Path | None = None,
     *,
     preset: str | None = None,
-    options: Mapping[str, Any] | None = None,
-    engine: Mapping[str, Any] | None = None,
+    options: AdvantageOptions | Mapping[str, Any] | None = None,
+    engine: EngineOptions | Mapping[str, Any] | None = None,
     replace: bool = False,
     out_dir: Path | None = None,
     input_format: str | None = None,
@@ -139,6 +136,7 @@ def run_job(
     progress: Callable[[], AbstractContextManager[Progress]] | None = None,
     notes: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    spell: Spelling = keyword_spelling,
 ) -> JobResult:
     """Annotate the log in ``inputs`` with group-relative advantages and write it.
 
@@ -148,10 +146,12 @@ def run_job(
         output: the output file (``"-"``: standard output; a folder for a dataset engine);
             None: beside the single input, named after it (``rewards.adv.parquet``).
         preset: a trainer preset (``"verl"``, ``"trl"``, ...), or None.
-        options: the computation's options as the CLI's keywords (``eps=1e-6``,
-            ``estimator="rloo"``, ``group_cols=(...)``), over the preset's.
-        engine: where it runs: ``backend`` (a name in :data:`grpo_cli.engines.ENGINES`,
-            default ``polars``), ``device`` (torch), ``ray_address`` (ray).
+        options: the computation's options: :class:`AdvantageOptions` (every field then
+            explicit), or a mapping of some of its fields (``eps=1e-6``,
+            ``estimator="rloo"``, ``group_cols=(...)``) over the preset's.
+        engine: where it runs: :class:`grpo_cli.engines.EngineOptions`, or a mapping of
+            ``backend`` (a name in :data:`grpo_cli.engines.ENGINES`, default ``polars``),
+            ``device`` (torch), ``ray_address`` (ray).
         replace: recompute input columns named like the added ones (in-memory engines).
         out_dir: one annotated file per input in this folder (in-memory engines).
         input_format, output_format: ``parquet``, ``jsonl`` or ``csv``; None: by suffix.
@@ -162,6 +162,9 @@ def run_job(
         progress: a factory of the progress display the in-memory engines advance.
         notes: where a dataset engine says which cluster it runs on, or None.
         warn: where removed leftovers of killed runs are reported, or None.
+        spell: how messages printed by the engine itself name options (see
+            :class:`grpo_cli.engines.FileJob`); errors raised carry their options as
+            structure and are spelled by whoever shows them.
 
     Returns:
         What was written and the run's figures (:class:`JobResult`).
@@ -170,20 +173,30 @@ def run_job(
         OptionsError, InputError, OutputError: what the CLI reports with its exit codes;
         nothing is written then (outputs land all or none).
     """
-    from grpo_cli.engines import ENGINES
+    from grpo_cli.engines import ENGINES, split_engine
 
-    explicit = {**(options or {}), **(engine or {})}
+    told, warned = _spelled(notes, spell), _spelled(warn, spell)
+
+    if isinstance(options, AdvantageOptions):
+        options = {f.name: getattr(options, f.name) for f in fields(options)}
+    explicit, settings = split_engine(options or {})
+    where = EngineOptions.of({**_settings(engine), **settings})
     sources = [str(source) for source in inputs]
     target = None if output is None else str(output)
-    decided = check_options(preset, explicit)  # the job's one estimator lookup
-    checked = decided.options
-    io = ENGINES[checked.backend].io
+    decided = check_options(preset, explicit, where)  # the job's one estimator lookup
+    io = ENGINES[where.backend].io
     if summary_format is not None and (summary_path is None or io == "dataset"):
         raise OptionsError(
-            "--summary-format names the format of a --summary table",
-            hint="give --summary PATH too"
+            option("summary_format")
+            + " names the format of a "
+            + option("summary_path")
+            + " table",
+            hint="give " + option("summary_path", Verbatim("PATH")) + " too"
             if summary_path is None
-            else f"--backend {checked.backend} writes --summary as a folder of Parquet parts",
+            else option("backend", where.backend)
+            + " writes "
+            + option("summary_path")
+            + " as a folder of Parquet parts",
         )
     if summary_path is not None and io != "dataset":  # a dataset engine writes a folder
         from grpo_cli.io import table_format
@@ -191,51 +204,95 @@ def run_job(
         table_format(summary_path, summary_format)
     if replace and io != "frame":
         raise OptionsError(
-            f"--replace works with the in-memory engines, not --backend {checked.backend}",
-            hint="drop the logged column first, or name the new one with --advantage-col",
+            option("replace", True)
+            + " works with the in-memory engines, not "
+            + option("backend", where.backend),
+            hint="drop the logged column first, or name the new one with "
+            + option("advantage_col"),
         )
     if io == "file":
-        return _run_file(
-            sources, decided, explicit, target, out_dir, output_format, summary_path, force, warn
+        return _spelling(
+            spell,
+            _run_file(
+                sources,
+                decided,
+                explicit,
+                target,
+                out_dir,
+                output_format,
+                summary_path,
+                force,
+                warned,
+            ),
         )
     if io == "dataset":
-        return _run_dataset(
-            sources,
-            decided,
-            preset,
-            explicit,
-            target,
-            out_dir,
-            input_format,
-            output_format,
-            summary_path,
-            force,
-            notes,
-            warn,
+        return _spelling(
+            spell,
+            _run_dataset(
+                sources,
+                decided,
+                preset,
+                explicit,
+                target,
+                out_dir,
+                input_format,
+                output_format,
+                summary_path,
+                force,
+                told,
+                warned,
+                spell,
+            ),
         )
     with (progress or _no_progress)() as shown:
-        return _run_frame(
-            sources,
-            decided.estimator,
-            preset,
-            explicit,
-            replace,
-            target,
-            out_dir,
-            input_format,
-            output_format,
-            summary_path,
-            summary_format,
-            force,
-            span_check,
-            shown,
-            warn,
+        return _spelling(
+            spell,
+            _run_frame(
+                sources,
+                decided,
+                preset,
+                explicit,
+                replace,
+                target,
+                out_dir,
+                input_format,
+                output_format,
+                summary_path,
+                summary_format,
+                force,
+                span_check,
+                shown,
+                warned,
+            ),
         )
+
+
+def _spelling(spell: Spelling, result: JobResult) -> JobResult:
+    """``result`` whose warnings are spelled by ``spell``."""
+    result.spell = spell
+    return result
+
+
+def _spelled(
+    say: Callable[[str], None] | None, spell: Spelling
+) -> Callable[[Message], None] | None:
+    """``say`` taking messages, which it gets spelled by ``spell``."""
+    if say is None:
+        return None
+    listener = say
+    return lambda message: listener(as_text(message).render(spell))
+
+
+def _settings(engine: EngineOptions | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The engine settings given, as a mapping."""
+    if isinstance(engine, EngineOptions):
+        return {f.name: getattr(engine, f.name) for f in fields(engine)}
+    return dict(engine or {})
 
 
 def _run_frame(
     sources: list[str],
-    estimator: Estimator,
+    decided: Plan,
     preset: str | None,
     explicit: dict[str, Any],
     replace: bool,
@@ -248,7 +305,7 @@ def _run_frame(
     force: bool,
     span_check: bool,
     progress: Progress,
-    warn: Callable[[str], None] | None,
+    warn: Callable[[Message], None] | None,
 ) -> JobResult:
     """An in-memory engine: read, annotate, write (see :func:`run_job`)."""
     from grpo_cli.io import atomic_writes, check_output_path, expand_sources, read_many, write_table
@@ -264,14 +321,15 @@ def _run_frame(
 
     if out_dir is not None and output is not None:
         raise OptionsError(
-            "give -o or --out-dir, not both", hint="--out-dir writes one file per input"
+            "give " + option("output", short=True) + " or " + option("out_dir") + ", not both",
+            hint=option("out_dir") + " writes one file per input",
         )
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     paths = [] if sources == ["-"] else expand_sources(sources)
     reading = progress.add("reading", total=max(len(paths), 1))
     if out_dir is not None:
         if not paths:
-            raise OptionsError("--out-dir needs input files", hint="give files, not -")
+            raise OptionsError(option("out_dir") + " needs input files", hint="give files, not -")
         log = read_many(
             sources,
             normalized_format(input_format),
@@ -294,8 +352,9 @@ def _run_frame(
             check_output_path(path, force=force, protected=protected)
     if summary_to_stdout and any(path is None for path, _ in targets.values()):
         raise OptionsError(
-            "--summary - and the annotated output both go to standard output",
-            hint="write the annotated log to a file with -o",
+            option("summary_path", Verbatim("-"))
+            + " and the annotated output both go to standard output",
+            hint="write the annotated log to a file with " + option("output", short=True),
         )
     if summary_path is not None and not summary_to_stdout:
         if any(
@@ -303,16 +362,21 @@ def _run_frame(
             for path, _ in targets.values()
         ):
             raise OutputError(
-                "--summary and an output are the same file", hint="give them different paths"
+                option("summary_path") + " and an output are the same file",
+                hint="give them different paths",
+                path=summary_path,
             )
-        check_output_path(summary_path, force=force, protected=protected, flag="--summary")
+        check_output_path(
+            summary_path, force=force, protected=protected, flag=option("summary_path")
+        )
     computing = progress.add("computing", total=1)
     result = annotate(
         log.frame,
         preset,
         replace=replace,
         span_check=span_check,
-        looked_up=estimator,
+        looked_up=decided.estimator,
+        engine=decided.engine,
         **explicit,
     )
     progress.advance(computing)
@@ -327,10 +391,11 @@ def _run_frame(
                 protected=protected,
                 stage=stage,
                 fmt=summary_format,
-                flag="--summary",
+                flag=option("summary_path"),
             )
     return JobResult(
         result.options,
+        decided.engine,
         result.layout,
         shown,
         summary_path,
@@ -340,12 +405,14 @@ def _run_frame(
     )
 
 
-def check_options(preset: str | None, explicit: dict[str, Any]) -> Plan:
-    """The plan the options of a preset and the explicit choices make, checked before any
-    file is read or any output path looked at (an unknown estimator is a usage error,
-    whatever the output): the estimator looked up (once: the job hands it on), what it
-    needs of the options checked. The count of --reward-weights is checked once a dump
-    layout has named the reward columns."""
+def check_options(
+    preset: str | None, explicit: dict[str, Any], engine: EngineOptions | None = None
+) -> Plan:
+    """The plan the options of a preset and the explicit choices make (on ``engine``),
+    checked before any file is read or any output path looked at (an unknown estimator is
+    a usage error, whatever the output): the estimator looked up (once: the job hands it
+    on), what it needs of the options checked. The count of ``reward_weights`` is checked
+    once a dump layout has named the reward columns."""
     from grpo_cli.estimators import get_estimator
     from grpo_cli.options import AdvantageOptions
     from grpo_cli.pipeline import needs_length
@@ -359,7 +426,7 @@ def check_options(preset: str | None, explicit: dict[str, Any]) -> Plan:
     if needs_length(fields, estimator):  # the log may hold one (pipeline.length_from_columns)
         fields["length_col"] = "length"
     options = AdvantageOptions(**fields)
-    return decide(options, hashed=False, estimator=estimator)
+    return decide(options, hashed=False, estimator=estimator, engine=engine)
 
 
 def _run_file(
@@ -371,10 +438,10 @@ def _run_file(
     output_format: str | None,
     summary_path: Path | None,
     force: bool,
-    warn: Callable[[str], None] | None,
+    warn: Callable[[Message], None] | None,
 ) -> JobResult:
-    """A file engine (``--backend partitioned``, alias ``--low-memory``): one Parquet file
-    in, one Parquet file out, bounded memory."""
+    """A file engine (``backend="partitioned"``): one Parquet file in, one Parquet file
+    out, bounded memory."""
     import polars as pl
 
     from grpo_cli.engines import FileJob, check, get_engine
@@ -390,30 +457,40 @@ def _run_file(
     from grpo_cli.plan import parquet_plan
 
     options = decided.options
-    engine = get_engine(options.backend)
+    engine = get_engine(decided.engine.backend)
     check(engine, decided)  # before any file is looked at
+    named = option("backend", decided.engine.backend, alias="alone")
     paths = [] if sources == ["-"] else expand_sources(sources)
     if len(paths) != 1 or out_dir is not None or summary_path is not None or output == "-":
         raise OptionsError(
-            "--low-memory reads one Parquet file and writes one Parquet file",
-            hint="give one input file and -o OUT.parquet (no -, --out-dir or --summary)",
+            named + " reads one Parquet file and writes one Parquet file",
+            hint="give one input file and "
+            + option("output", Verbatim("OUT.parquet"), short=True)
+            + " (no -, "
+            + option("out_dir")
+            + " or "
+            + option("summary_path")
+            + ")",
         )
     source = paths[0]
     if not source.is_file():
         read_rewards(source)  # raises the usual missing / folder / permission error
     check_parquet_file(source)
     options = _within_steps(options, pl.read_parquet_schema(source), explicit)
-    plan = parquet_plan(source, options, estimator=decided.estimator)
+    plan = parquet_plan(source, options, decided.engine, estimator=decided.estimator)
     target, fmt = output_target([str(source)], output, output_format, "parquet")
     if target is None or fmt != "parquet" or compression_for(target) is not None:
         raise OptionsError(
-            "--low-memory writes Parquet (zstd-compressed inside)", hint="give -o OUT.parquet"
+            named + " writes Parquet (zstd-compressed inside)",
+            hint="give " + option("output", Verbatim("OUT.parquet"), short=True),
         )
     remove_leftovers([target], warn)  # whatever this run's fate
     check_output_path(target, force=force, protected=[source])
     with atomic_path(target, force=force) as tmp:
         run = cast("FileEngine", engine).annotate_files(FileJob((source,), tmp, plan))
-    return JobResult(options, None, f"{target} (parquet)", None, (target,), lambda: run)
+    return JobResult(
+        options, decided.engine, None, f"{target} (parquet)", None, (target,), lambda: run
+    )
 
 
 def _within_steps(
@@ -438,11 +515,12 @@ def _run_dataset(
     output_format: str | None,
     summary_path: Path | None,
     force: bool,
-    notes: Callable[[str], None] | None,
-    warn: Callable[[str], None] | None,
+    notes: Callable[[Message], None] | None,
+    warn: Callable[[Message], None] | None,
+    spell: Spelling,
 ) -> JobResult:
-    """A dataset engine (``--backend ray``): many Parquet, JSONL or CSV files in, a folder
-    of Parquet part files out (``-o DIR``), and with ``--summary DIR`` the per-group table
+    """A dataset engine (``backend="ray"``): many Parquet, JSONL or CSV files in, a folder
+    of Parquet part files out (``output``), and with ``summary_path`` the per-group table
     as a folder of parts too. Each folder is written beside its final path and renamed
     when complete."""
     from grpo_cli.engines import FileJob, check, get_engine
@@ -450,20 +528,23 @@ def _run_dataset(
     from grpo_cli.outputs import normalized_format, remove_leftovers
     from grpo_cli.plan import make_plan
 
-    options = decided.options
-    engine = get_engine(options.backend)
+    engine = get_engine(decided.engine.backend)
     check(engine, decided)  # before any file is looked at
-    name = f"--backend {options.backend}"
+    name = option("backend", decided.engine.backend)
     if sources == ["-"]:
         raise OptionsError(
-            f"{name} reads files, not standard input", hint="give the log's files, folders or globs"
+            name + " reads files, not standard input",
+            hint="give the log's files, folders or globs",
         )
     if output is None or output == "-" or out_dir is not None:
         raise OptionsError(
-            f"{name} writes a folder of Parquet part files", hint="give the folder with -o OUT_DIR"
+            name + " writes a folder of Parquet part files",
+            hint="give the folder with " + option("output", Verbatim("OUT_DIR"), short=True),
         )
     if output_format not in (None, "parquet"):
-        raise OptionsError(f"{name} writes Parquet part files", hint="drop --output-format")
+        raise OptionsError(
+            name + " writes Parquet part files", hint="drop " + option("output_format")
+        )
     fmt = normalized_format(input_format)
     paths = expand_sources(sources)
     target = Path(output)
@@ -472,12 +553,23 @@ def _run_dataset(
     if summary_path is not None:
         if summary_path.resolve() == target.resolve():
             raise OutputError(
-                "--summary and -o are the same folder", hint="give them different paths"
+                option("summary_path")
+                + " and "
+                + option("output", short=True)
+                + " are the same folder",
+                hint="give them different paths",
+                path=summary_path,
             )
         check_output_folder(summary_path, force=force, protected=paths)
     cast("FileEngine", engine).require()  # the install hint before anything is read
     resolved = _resolve_on_schema(paths[0], fmt, preset, explicit, name, decided.estimator)
-    plan = make_plan(resolved.frame, resolved.options, hashed=False, estimator=resolved.estimator)
+    plan = make_plan(
+        resolved.frame,
+        resolved.options,
+        hashed=False,
+        estimator=resolved.estimator,
+        engine=decided.engine,
+    )
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_folder(target, force=force))
         groups = (
@@ -485,10 +577,18 @@ def _run_dataset(
             if summary_path is None
             else stack.enter_context(atomic_folder(summary_path, force=force))
         )
-        job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups, notes)
+        job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups, notes, spell)
         run = cast("FileEngine", engine).annotate_files(job)
     shown = f"{target}/ (Parquet parts)"
-    return JobResult(resolved.options, resolved.layout, shown, summary_path, (target,), lambda: run)
+    return JobResult(
+        resolved.options,
+        decided.engine,
+        resolved.layout,
+        shown,
+        summary_path,
+        (target,),
+        lambda: run,
+    )
 
 
 def _resolve_on_schema(
@@ -496,7 +596,7 @@ def _resolve_on_schema(
     fmt: str | None,
     preset: str | None,
     explicit: dict[str, Any],
-    name: str,
+    name: Message,
     estimator: Estimator,
 ) -> Resolved:
     """The preset, a dump layout and the explicit options resolved on the columns of the
@@ -519,7 +619,7 @@ def _resolve_on_schema(
 
 
 def _refuse_positional_layout(
-    empty: Any, preset: str | None, explicit: dict[str, Any], name: str
+    empty: Any, preset: str | None, explicit: dict[str, Any], name: Message
 ) -> None:
     """A TRL completions log has no prompt id: its groups are num_generations consecutive
     rows, which a dataset engine (rows in no order) cannot form. Refused once, with the
@@ -531,7 +631,7 @@ def _refuse_positional_layout(
     grouping_given = "group_cols" in explicit or "group_size" in explicit
     if detect_layout(empty, layout) == "trl" and not grouping_given:
         raise OptionsError(
-            f"{name} does not support a TRL completions log (its groups are "
+            name + " does not support a TRL completions log (its groups are "
             "num_generations consecutive rows, which need the rows in order)",
-            hint=f"drop {name}: the default engine infers num_generations from the log",
+            hint="drop " + name + ": the default engine infers num_generations from the log",
         )

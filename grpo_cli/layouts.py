@@ -37,12 +37,14 @@ from typing import Any, Final
 import polars as pl
 
 from grpo_cli.columns import STEP_COLUMNS, UID_GROUP
-from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.errors import InputError, Message, OptionsError, Verbatim, option
 
 TRL_NON_REWARD: Final = frozenset({"step", "advantage"})
 TRL_PROMPT: Final = "prompt"
 GROUP_SIZE_HINT: Final = (
-    "pass --group-size G with your GRPOConfig num_generations (TRL's default is 8)"
+    "pass "
+    + option("group_size", Verbatim("G"))
+    + " with your GRPOConfig num_generations (TRL's default is 8)"
 )
 
 
@@ -101,7 +103,7 @@ def runs_group_size(runs: list[PromptRun]) -> int | None:
 
 def infer_group_size(
     frame: pl.DataFrame, batch_col: str | None, prompt_col: str = TRL_PROMPT
-) -> tuple[int, str]:
+) -> tuple[int, Message]:
     """TRL's num_generations from a completions log, and the warning that says so.
 
     TRL logs each prompt's G completions as one run of consecutive rows with the same
@@ -125,15 +127,18 @@ def infer_group_size(
         counts = Counter(run.length for run in runs if run.length >= 2)
         if not counts:
             raise InputError(
-                f"cannot infer --group-size: each of the {len(runs)} runs of equal "
-                f"{prompt_col!r} holds one row",
+                "cannot infer "
+                + option("group_size")
+                + f": each of the {len(runs)} runs of equal {prompt_col!r} holds one row",
                 hint=GROUP_SIZE_HINT,
             )
         expected = counts.most_common(1)[0][0]
         bad = next(run for run in runs if run.length % expected)
         step = "" if bad.batch is None else f"{batch_col} {bad.batch}, "
         raise InputError(
-            f"cannot infer --group-size: the run of equal {prompt_col!r} at {step}row "
+            "cannot infer "
+            + option("group_size")
+            + f": the run of equal {prompt_col!r} at {step}row "
             f"{bad.row} has {bad.length} rows, not a multiple of {expected} (the other runs)",
             hint=GROUP_SIZE_HINT,
         )
@@ -141,7 +146,7 @@ def infer_group_size(
     if len(lengths) > 1:
         shown = ", ".join(str(n) for n in lengths)
         where += f"; runs of {shown} rows: the same prompt sampled again in a row"
-    return g, f"inferred --group-size {g} from {where}"
+    return g, "inferred " + option("group_size", g) + f" from {where}"
 
 
 def derived_column(name: str) -> pl.Expr:
@@ -172,7 +177,7 @@ def apply_layout(
     layout: str | None,
     fields: dict[str, Any],
     explicit: Collection[str],
-    warnings: list[str] | None = None,
+    warnings: list[Message] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any], list[str]]:
     """Fill in the option fields a detected dump layout implies.
 
@@ -210,7 +215,7 @@ def apply_layout(
             if not numeric:
                 raise OptionsError(
                     "found no reward columns in this TRL completions log",
-                    hint="name them with --reward-col",
+                    hint="name them with " + option("reward_cols"),
                 )
             fields["reward_cols"] = tuple(numeric)
         if not grouping_given:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection
 
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import Message, OptionsError
 
 
 def _key(name: str) -> str:
@@ -27,7 +27,7 @@ def canonical(value: str, names: Collection[str]) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-def match_name(value: str, names: Collection[str], what: str, *, see: str = "") -> str:
+def match_name(value: str, names: Collection[str], what: Message, *, see: str = "") -> str:
     """The name in ``names`` that ``value`` spells (see :func:`canonical`); otherwise an
     OptionsError ``unknown WHAT 'VALUE'`` whose hint suggests the longest name ``value``
     starts with (``verl-grpo``: ``verl``), then the closest spellings, and lists them all
@@ -44,4 +44,4 @@ def match_name(value: str, names: Collection[str], what: str, *, see: str = "") 
     close = [keys[k] for k in dict.fromkeys([*prefixes[:1], *similar])]
     listing = f"choose one of: {', '.join(names)}{see}"
     hint = f"did you mean {' or '.join(close)}? ({listing})" if close else listing
-    raise OptionsError(f"unknown {what} {value!r}", hint=hint)
+    raise OptionsError("unknown " + what + f" {value!r}", hint=hint, value=value)

@@ -6,15 +6,12 @@ heavy, so the CLI can build its help from it quickly.
 
 from __future__ import annotations
 
-import functools
 import math
-import re
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
-from grpo_cli.engines import ENGINES
-from grpo_cli.errors import FLAG_SPELLING, GrpoAdvError, OptionsError
+from grpo_cli.errors import Message, OptionsError, Verbatim, option
 
 if TYPE_CHECKING:
     from grpo_cli.estimators import Estimator
@@ -49,12 +46,6 @@ AGGREGATIONS: Final[dict[str, str]] = {
     "normalize_then_sum": "each reward z-scored in its group, weighted sum, then a batch "
     "z-score (TRL's GDPO)",
 }
-BACKENDS: Final[dict[str, str]] = {name: info.summary for name, info in ENGINES.items()}
-DEVICES: Final[dict[str, str]] = {
-    "auto": "CUDA when torch sees it, else the CPU",
-    "cpu": "the CPU",
-    "cuda": "an NVIDIA GPU (an error when torch sees none)",
-}
 STATS_COLUMNS: Final = ("group_size", "group_mean", "group_std")
 
 
@@ -66,86 +57,19 @@ def _as_tuple(value: object) -> tuple[Any, ...]:
     raise OptionsError(f"expected a name or a list of names, got {value!r}")
 
 
-# --------------------------------------------------------------------------- error spelling
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-# --flag, then the word after it (a value or not: see python_spelling)
-_FLAG = re.compile(r"--([a-z][a-z-]*)(?: (-?[A-Za-z0-9_.]+(?:,-?[0-9.e+-]+)*))?")
-_FLAG_ALIASES: Final = {"group-col": "group_cols", "reward-col": "reward_cols"}
-_NUMBERS = re.compile(r"-?[0-9][0-9.e+-]*(?:,-?[0-9][0-9.e+-]*)*")
-
-
-def _choices() -> dict[str, Collection[str]]:
-    """The option fields whose value is one of a set of names, with that set."""
+def _choices() -> dict[str, tuple[Collection[str], Message]]:
+    """The option fields whose value is one of a set of names, with that set and how an
+    unknown value is named (``unknown eps_mode value 'x'``)."""
     from grpo_cli.estimators import ESTIMATORS
 
     return {
-        "singleton": SINGLETON_POLICIES,
-        "nulls": NULL_POLICIES,
-        "eps_mode": EPS_MODES,
-        "aggregation": AGGREGATIONS,
-        "clip_stage": CLIP_STAGES,
-        "backend": BACKENDS,
-        "device": DEVICES,
-        "estimator": ESTIMATORS,
+        "singleton": (SINGLETON_POLICIES, option("singleton") + " value"),
+        "nulls": (NULL_POLICIES, option("nulls") + " value"),
+        "eps_mode": (EPS_MODES, option("eps_mode") + " value"),
+        "aggregation": (AGGREGATIONS, option("aggregation") + " value"),
+        "clip_stage": (CLIP_STAGES, option("clip_stage") + " value"),
+        "estimator": (ESTIMATORS, "estimator"),
     }
-
-
-def python_spelling(text: str) -> str:
-    """``text`` with the options it names spelled as keyword arguments of
-    :class:`AdvantageOptions`: ``--eps`` is ``eps``, ``--eps 1e-8`` is ``eps=1e-8``,
-    ``--group-col COL`` is ``group_cols=("COL",)``, ``--clip -10,10`` is
-    ``clip=(-10, 10)``, ``--estimator grpo`` is ``estimator="grpo"``. The word after a
-    flag is its value when it is a placeholder (upper case), numbers, one of the option's
-    choices, or any word after ``e.g.``. Flags that are no field (``--force``) stay."""
-    by_field = {f.name: str(f.type) for f in fields(AdvantageOptions)}
-    choices = _choices()
-
-    def spell(found: re.Match[str]) -> str:
-        flag, word = found.group(1), found.group(2)
-        name = _FLAG_ALIASES.get(flag, flag.replace("-", "_"))
-        if name not in by_field:
-            return found.group(0)
-        kind = by_field[name]
-        many = kind.startswith("tuple")
-        after_eg = found.string[: found.start()].endswith("e.g. ")
-        if word is None or kind == "bool":
-            value = None
-        elif word.isupper():  # a placeholder
-            value = word if kind.startswith(("int", "tuple[float")) else f'"{word}"'
-        elif _NUMBERS.fullmatch(word):
-            value = ", ".join(word.split(",")) if many else word
-        elif word in choices.get(name, ()) or after_eg:
-            value = f'"{word}"'
-        else:
-            value = None
-        if value is None:
-            return name if word is None else f"{name} {word}"
-        if not many:
-            return f"{name}={value}"
-        return f"{name}=({value})" if "," in value else f"{name}=({value},)"
-
-    return _FLAG.sub(spell, text)
-
-
-def speaks_python(func: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Raise the errors of ``func`` with their options spelled as keyword arguments
-    (:func:`python_spelling`), unless the command line is running it
-    (:data:`grpo_cli.errors.FLAG_SPELLING`): the Python API names ``eps=``, not ``--eps``."""
-
-    @functools.wraps(func)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return func(*args, **kwargs)
-        except GrpoAdvError as error:
-            if not FLAG_SPELLING.get():
-                error.message = python_spelling(error.message)
-                if error.hint is not None:
-                    error.hint = python_spelling(error.hint)
-            raise
-
-    return wrapper
 
 
 @dataclass(frozen=True)
@@ -179,12 +103,9 @@ class AdvantageOptions:
         deterministic: bit-for-bit repeatable results (Polars' in-memory engine, about 2x
             slower on large logs); by default the streaming engine's parallel sums may
             differ in the last bit (about 1e-16 relative) from one run to the next.
-        backend: the engine (a name in :data:`grpo_cli.engines.ENGINES`): ``polars``
-            (default), ``partitioned`` (logs larger than memory), ``torch`` (segment sums
-            on ``device``) or ``ray`` (a Ray cluster at ``ray_address``).
-        device: for torch: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
-        ray_address: for ray: None (a private local Ray), ``auto`` (the cluster this
-            machine belongs to), ``HOST:PORT`` or ``ray://HOST:PORT``.
+
+    Where the computation runs (the engine, its device, the Ray cluster) is no option of
+    the estimator: see :class:`grpo_cli.engines.EngineOptions`.
     """
 
     group_cols: tuple[str, ...] = ("prompt_id",)
@@ -208,11 +129,7 @@ class AdvantageOptions:
     with_stats: bool = False
     advantage_col: str = "advantage"
     deterministic: bool = False
-    backend: str = "polars"
-    device: str = "auto"
-    ray_address: str | None = None
 
-    @speaks_python
     def __post_init__(self) -> None:
         object.__setattr__(self, "group_cols", _as_tuple(self.group_cols))
         object.__setattr__(self, "reward_cols", _as_tuple(self.reward_cols))
@@ -228,51 +145,64 @@ class AdvantageOptions:
     def check_estimator_needs(self, estimator: Estimator) -> None:
         """What the chosen ``estimator`` (looked up once, by the plan: see
         :func:`grpo_cli.plan.decide`) needs of the other options: its columns
-        (``--length-col`` for opo...), a length column for ``--token-weighted``, grpo for
-        ``--aggregation normalize_then_sum``, one reward column for process supervision."""
-        for need, flag in (
-            ("length", "--length-col"),
-            ("baseline", "--baseline-col"),
-            ("step_rewards", "--step-rewards-col"),
+        (``length_col`` for opo...), a length column for ``token_weighted``, grpo for
+        ``aggregation="normalize_then_sum"``, one reward column for process supervision."""
+        for need, column, named in (
+            ("length", self.length_col, option("length_col")),
+            ("baseline", self.baseline_col, option("baseline_col")),
+            ("step_rewards", self.step_rewards_col, option("step_rewards_col")),
         ):
-            if need in estimator.needs and getattr(self, f"{need}_col") is None:
+            if need in estimator.needs and column is None:
                 raise OptionsError(
-                    f"estimator {estimator.name} needs {flag}",
-                    hint=f"name the column with {flag} COL",
+                    f"estimator {estimator.name} needs " + named,
+                    hint="name the column with " + replace(named, value="COL"),
                 )
         if self.token_weighted and self.length_col is None:
-            raise OptionsError("--token-weighted needs --length-col", hint="name the length column")
+            raise OptionsError(
+                option("token_weighted") + " needs " + option("length_col"),
+                hint="name the length column",
+            )
         if self.aggregation == "normalize_then_sum" and self.estimator != "grpo":
             raise OptionsError(
-                f"--aggregation normalize_then_sum works with --estimator grpo, not "
-                f"{self.estimator}",
-                hint="use --aggregation sum_then_normalize with this estimator",
+                option("aggregation", "normalize_then_sum")
+                + " works with "
+                + option("estimator", "grpo")
+                + f", not {self.estimator}",
+                hint="use " + option("aggregation", "sum_then_normalize") + " with this estimator",
             )
         if estimator.unit == "step" and len(self.reward_cols) > 1:
-            raise OptionsError("estimator process takes its rewards from --step-rewards-col")
+            raise OptionsError(
+                "estimator process takes its rewards from " + option("step_rewards_col")
+            )
 
     def _check_columns(self) -> None:
         if not self.group_cols and self.group_size is None:
             raise OptionsError(
-                "no group column given", hint="pass --group-col COL (e.g. prompt_id)"
+                "no group column given",
+                hint="pass " + option("group_cols", ("COL",)) + " (e.g. prompt_id)",
             )
         if len(set(self.group_cols)) != len(self.group_cols):
             raise OptionsError(
                 f"group column repeated: {', '.join(self.group_cols)}",
-                hint="give each --group-col once",
+                hint="give each " + option("group_cols") + " once",
+                value=self.group_cols,
             )
         if not self.reward_cols:
-            raise OptionsError("no reward column given", hint="pass --reward-col COL")
+            raise OptionsError(
+                "no reward column given", hint="pass " + option("reward_cols", ("COL",))
+            )
         if len(set(self.reward_cols)) != len(self.reward_cols):
             raise OptionsError(
                 f"reward column repeated: {', '.join(self.reward_cols)}",
-                hint="give each --reward-col once",
+                hint="give each " + option("reward_cols") + " once",
+                value=self.reward_cols,
             )
         both = set(self.reward_cols) & set(self.group_cols)
         if both:
             raise OptionsError(
                 f"{sorted(both)[0]!r} is both a reward and a group column",
-                hint="check --reward-col and --group-col",
+                hint="check " + option("reward_cols") + " and " + option("group_cols"),
+                column=sorted(both)[0],
             )
         added = self.added_columns()
         taken = set(self.reward_cols) | set(self.group_cols)
@@ -280,43 +210,54 @@ class AdvantageOptions:
         if clash or len(set(added)) != len(added):
             raise OptionsError(
                 f"output column name clashes with an input role: {', '.join(sorted(clash))}",
-                hint="choose another name with --advantage-col",
+                hint="choose another name with " + option("advantage_col"),
+                value=self.advantage_col,
             )
 
     def _check_numbers(self) -> None:
         if self.ddof not in (0, 1):
             raise OptionsError(
-                f"--ddof must be 0 or 1, got {self.ddof}",
+                option("ddof") + f" must be 0 or 1, got {self.ddof}",
                 hint="1 = sample std (TRL, verl, the lessons), 0 = population std",
+                value=self.ddof,
             )
         if not (math.isfinite(self.eps) and self.eps >= 0):
             raise OptionsError(
-                f"--eps must be a finite number >= 0, got {self.eps}", hint="e.g. --eps 1e-8"
+                option("eps") + f" must be a finite number >= 0, got {self.eps}",
+                hint="e.g. " + option("eps", Verbatim("1e-8")),
+                value=self.eps,
             )
         weights = self.reward_weights
         if weights is not None:
             if len(weights) != len(self.reward_cols):
                 columns = self.reward_cols
-                named = " ".join(f"-r {c}" for c in columns[: len(weights)])
+                named = option("reward_cols", columns[: len(weights)], short=True)
                 raise OptionsError(
                     f"{len(weights)} reward weight(s) for {len(columns)} reward column(s): "
                     + ", ".join(columns),
-                    hint=f"give one weight per reward column, or name the rewards: {named}"
+                    hint="give one weight per reward column, or name the rewards: " + named
                     if len(weights) < len(columns)
-                    else "give one weight per --reward-col, e.g. --reward-weights 1,0.5",
+                    else "give one weight per "
+                    + option("reward_cols")
+                    + ", e.g. "
+                    + option("reward_weights", (1, 0.5)),
+                    value=weights,
                 )
             if not all(math.isfinite(w) for w in weights):
-                raise OptionsError("reward weights must be finite numbers")
+                raise OptionsError("reward weights must be finite numbers", value=weights)
         if self.clip is not None:
             lo, hi = self.clip
             if not (len(self.clip) == 2 and lo < hi):
                 raise OptionsError(
-                    f"--clip needs LO,HI with LO < HI, got {self.clip}", hint="e.g. --clip -10,10"
+                    option("clip") + f" needs LO,HI with LO < HI, got {self.clip}",
+                    hint="e.g. " + option("clip", (-10, 10)),
+                    value=self.clip,
                 )
         if self.group_size is not None and self.group_size < 1:
             raise OptionsError(
-                f"--group-size must be at least 1, got {self.group_size}",
+                option("group_size") + f" must be at least 1, got {self.group_size}",
                 hint="the number of responses sampled per prompt (num_generations)",
+                value=self.group_size,
             )
 
     def _check_choices(self) -> None:
@@ -324,14 +265,9 @@ class AdvantageOptions:
         ``-e RLOO`` is rloo); an unknown one suggests the closest."""
         from grpo_cli.names import match_name
 
-        for field, choices in _choices().items():
-            what = "estimator" if field == "estimator" else f"--{field.replace('_', '-')} value"
+        for field, (choices, what) in _choices().items():
             value = match_name(getattr(self, field), choices, what)
             object.__setattr__(self, field, value)
-        if self.ray_address is not None and self.backend != "ray":
-            raise OptionsError(
-                "--ray-address is where --backend ray runs", hint="add --backend ray, or drop it"
-            )
 
     @property
     def weights(self) -> tuple[float, ...]:
@@ -342,7 +278,6 @@ class AdvantageOptions:
         """The columns the computation appends, in order."""
         return (self.advantage_col, *(STATS_COLUMNS if self.with_stats else ()))
 
-    @speaks_python
     def with_overrides(self, **overrides: Any) -> AdvantageOptions:
         """A copy with some fields changed (unknown names raise OptionsError).
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from grpo_cli.columns import SOURCE_KEY
-from grpo_cli.errors import OptionsError, OutputError
+from grpo_cli.errors import OptionsError, OutputError, Verbatim, option
 
 if TYPE_CHECKING:
     import polars as pl
@@ -101,14 +101,21 @@ def output_targets(
     if out_dir is None:
         return {None: output_target(sources, output, output_format, input_format)}
     if out_dir.exists() and not out_dir.is_dir():
-        raise OutputError(f"--out-dir {out_dir} is not a folder", hint="choose a folder")
+        raise OutputError(
+            option("out_dir", Verbatim(str(out_dir))) + " is not a folder",
+            hint="choose a folder",
+            path=out_dir,
+        )
     if not out_dir.exists():
         try:
             out_dir.mkdir(parents=True)  # as mkdir -p: a missing folder is created
         except OSError as exc:
             raise OutputError(
-                f"cannot create --out-dir {out_dir}: {exc.strerror or exc}",
+                "cannot create "
+                + option("out_dir", Verbatim(str(out_dir)))
+                + f": {exc.strerror or exc}",
                 hint="check the parent folder's permissions, or choose another folder",
+                path=out_dir,
             ) from None
     targets: dict[int | None, tuple[Path | None, str]] = {}
     seen: set[Path] = set()
@@ -210,10 +217,16 @@ def refuse_file_engines(backend: str | None, command: str) -> None:
     if backend is None or backend not in ENGINES or not ENGINES[backend].reads_files:
         return
     able = [name for name, info in ENGINES.items() if not info.reads_files]
+    others = "".join(f" or {name}" for name in able[1:])
     raise OptionsError(
-        f"{command} reads the log on this machine: it does not take --backend {backend}",
-        hint=f"use --backend {' or '.join(able)}; for logs too large for one machine, "
-        f"grpo-adv compute --backend {backend} writes the advantages",
+        f"{command} reads the log on this machine: it does not take " + option("backend", backend),
+        hint="use "
+        + option("backend", able[0])
+        + others
+        + "; for logs too large for one machine, grpo-adv compute "
+        + option("backend", backend)
+        + " writes the advantages",
+        value=backend,
     )
 
 

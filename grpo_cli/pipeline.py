@@ -5,16 +5,19 @@ per-group table and the run's figures."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from dataclasses import replace as replace_field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from grpo_cli.compute import annotate_frame, pick_columns
+from grpo_cli.engines import EngineOptions, split_engine
+from grpo_cli.errors import Message, option
 from grpo_cli.layouts import apply_layout, detect_layout, within_steps
 from grpo_cli.metrics import LENGTH_COLUMNS
-from grpo_cli.options import AdvantageOptions, speaks_python
+from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Plan
 from grpo_cli.presets import get_preset, merge_options
 from grpo_cli.summary import (
@@ -41,7 +44,8 @@ class Resolved:
     derived: tuple[str, ...]
     layout: str | None
     estimator: Estimator
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Message, ...] = ()
+    engine: EngineOptions = field(default_factory=EngineOptions)
 
 
 @dataclass
@@ -56,7 +60,12 @@ class Annotation:
     full: pl.DataFrame
     plan: Plan
     preset: str | None = None
-    layout_warnings: tuple[str, ...] = ()
+    layout_warnings: tuple[Message, ...] = ()
+
+    @property
+    def engine(self) -> EngineOptions:
+        """Where it ran (the plan's engine settings)."""
+        return self.plan.engine
 
     @cached_property
     def run(self) -> RunSummary:
@@ -64,7 +73,7 @@ class Annotation:
         return summarize_run(self.full.lazy(), self.plan)
 
     @cached_property
-    def warnings(self) -> tuple[str, ...]:
+    def warnings(self) -> tuple[Message, ...]:
         """What the user should know: what the dump layout inferred, groups that span
         steps (one more grouping of the key), and how the log fits the preset's trainer."""
         return (
@@ -90,14 +99,17 @@ def resolve(
     runs of equal prompts, and a warning saying so), and groups within each step of a log
     with a step column unless the group key is explicit
     (:func:`grpo_cli.layouts.within_steps`). Their estimator is looked up here, unless the
-    caller did already (``estimator``: :func:`grpo_cli.job.check_options`'s)."""
+    caller did already (``estimator``: :func:`grpo_cli.job.check_options`'s). ``explicit``
+    may hold the engine settings (:data:`grpo_cli.engines.ENGINE_SETTINGS`): they become
+    ``engine``."""
+    explicit, settings = split_engine(explicit)
     fields = merge_options(preset, explicit)
     if estimator is None:
         from grpo_cli.estimators import get_estimator
 
         estimator = get_estimator(str(fields.get("estimator", "grpo")))
     layout = get_preset(preset).layout if preset else None
-    warnings: list[str] = []
+    warnings: list[Message] = []
     frame, fields, derived = apply_layout(frame, layout, fields, explicit.keys(), warnings)
     fields = within_steps(frame.columns, fields, explicit.keys())
     fields = length_from_columns(frame.columns, fields, estimator, warnings)
@@ -108,6 +120,7 @@ def resolve(
         layout=detect_layout(frame, layout),
         estimator=estimator,
         warnings=tuple(warnings),
+        engine=EngineOptions.of(settings),
     )
 
 
@@ -120,21 +133,22 @@ def needs_length(fields: dict[str, Any], estimator: Estimator) -> bool:
 
 
 def length_from_columns(
-    columns: Sequence[str], fields: dict[str, Any], estimator: Estimator, warnings: list[str]
+    columns: Sequence[str], fields: dict[str, Any], estimator: Estimator, warnings: list[Message]
 ) -> dict[str, Any]:
     """Options that need a length column and name none take the log's ``length`` (or
     ``completion_length``, ``response_length``), with a warning saying so; without one,
-    the options' own error asks for --length-col."""
+    the options' own error asks for ``length_col``."""
     if not needs_length(fields, estimator):
         return fields
     found = next((c for c in LENGTH_COLUMNS if c in columns), None)
     if found is None:
         return fields
-    warnings.append(f"using the length column {found!r} (--length-col names another)")
+    warnings.append(
+        f"using the length column {found!r} (" + option("length_col") + " names another)"
+    )
     return {**fields, "length_col": found}
 
 
-@speaks_python
 def annotate(
     frame: pl.DataFrame,
     preset: str | None = None,
@@ -142,6 +156,7 @@ def annotate(
     replace: bool = False,
     span_check: bool = True,
     looked_up: Estimator | None = None,
+    engine: EngineOptions | None = None,
     **explicit: Any,
 ) -> Annotation:
     """Compute advantages with a preset and explicit options; also the per-group table and
@@ -151,14 +166,18 @@ def annotate(
     (same position) instead of refused. ``span_check=False``: the caller will not read
     ``warnings``, so the engine need not flag groups that span steps on the way.
     ``looked_up``: the options' estimator, when the caller looked it up already (see
-    :func:`grpo_cli.job.check_options`)."""
+    :func:`grpo_cli.job.check_options`); ``engine``: where it runs (or its settings among
+    ``explicit``: ``backend="torch"``)."""
     resolved = resolve(frame, preset, explicit, looked_up)
+    if engine is not None:
+        resolved = replace_field(resolved, engine=engine)
     options = resolved.options
     added = options.added_columns()
     replaced = [c for c in added if replace and c in resolved.frame.columns]
     full, plan = annotate_frame(
         resolved.frame.drop(replaced),
         options,
+        resolved.engine,
         span_check=span_check,
         estimator=resolved.estimator,
     )

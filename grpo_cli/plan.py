@@ -22,7 +22,7 @@ The reward is :func:`grpo_cli.rewards.combined_reward`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
@@ -37,6 +37,7 @@ from grpo_cli.columns import (
     STEP_COLUMNS,
     span_flag_column,
 )
+from grpo_cli.engines import EngineOptions
 from grpo_cli.estimators import BatchStatSource, Estimator, EstimatorContext, get_estimator
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.rewards import combined_reward
@@ -127,6 +128,7 @@ class Plan:
 
     Attributes:
         options: the validated options.
+        engine: where the computation runs (the engine, its device, the Ray cluster).
         estimator: the estimator, looked up once.
         keys: the key columns; hashed unless the estimator needs no groups, the key is
             positional, or the plan is the exact fallback.
@@ -146,6 +148,7 @@ class Plan:
     has_nulls: bool = True
     batch_source: BatchStatSource | None = None
     span_col: str | None = None
+    engine: EngineOptions = field(default_factory=EngineOptions)
 
     def exact(self) -> Plan:
         """The same plan on the exact group key (the collision fallback)."""
@@ -158,6 +161,7 @@ def decide(
     hashed: bool = True,
     has_nulls: bool = True,
     estimator: Estimator | None = None,
+    engine: EngineOptions | None = None,
 ) -> Plan:
     """The plan ``options`` make, before any input is seen (engines can refuse it at
     once): the estimator looked up (unless the caller looked it up already for these
@@ -169,7 +173,8 @@ def decide(
         raise ValueError(f"estimator {estimator.name!r} given for {options.estimator!r}")
     options.check_estimator_needs(estimator)
     use_hash = hashed and estimator.uses_groups and estimator.unit == "response"
-    return Plan(options, estimator, resolve_keys(options, hashed=use_hash), has_nulls)
+    keys = resolve_keys(options, hashed=use_hash)
+    return Plan(options, estimator, keys, has_nulls, engine=engine or EngineOptions())
 
 
 def keyed_groups(plan: Plan) -> bool:
@@ -212,6 +217,7 @@ def make_plan(
     span_check: bool = True,
     values: bool = True,
     estimator: Estimator | None = None,
+    engine: EngineOptions | None = None,
 ) -> Plan:
     """Check ``frame`` against ``options`` (every input check, once: see
     :func:`grpo_cli.schema.check_frame`) and decide the plan (see :func:`decide`); an
@@ -221,7 +227,7 @@ def make_plan(
     engine checks the keys' and rewards' values on the data (see
     :func:`grpo_cli.schema.check_frame`). ``estimator``: the options' estimator, when the
     caller looked it up already (see :func:`decide`)."""
-    plan = decide(options, hashed=hashed, estimator=estimator)
+    plan = decide(options, hashed=hashed, estimator=estimator, engine=engine)
     check_frame(frame, options, plan.estimator, values=values)
     step_unit = plan.estimator.unit == "step"
     if isinstance(frame, pl.DataFrame) and options.singleton != "drop" and not step_unit:
@@ -237,14 +243,23 @@ def make_plan(
 
 
 def parquet_plan(
-    source: Path, options: AdvantageOptions, *, estimator: Estimator | None = None
+    source: Path,
+    options: AdvantageOptions,
+    engine: EngineOptions,
+    *,
+    estimator: Estimator | None = None,
 ) -> Plan:
     """The plan of the Parquet log ``source`` for an engine that reads it itself (exact
     keys: it hashes them as it goes), checked on the file's schema: the values of its keys
     and rewards are for the engine to check as it reads them (no pass here; see
     :func:`grpo_cli.schema.value_checks`)."""
     return make_plan(
-        pl.scan_parquet(source), options, hashed=False, values=False, estimator=estimator
+        pl.scan_parquet(source),
+        options,
+        hashed=False,
+        values=False,
+        estimator=estimator,
+        engine=engine,
     )
 
 

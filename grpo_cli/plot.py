@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import OptionsError, Spelling, Verbatim, keyword_spelling, option
 from grpo_cli.report import Report
 
 PLOT_FORMATS: Final = {
@@ -92,6 +92,7 @@ def run_plot(
     input_format: str | None = None,
     force: bool = False,
     warn: Callable[[str], None] | None = None,
+    spell: Spelling = keyword_spelling,
 ) -> PlotResult:
     """Draw the dashboard of the log in ``inputs`` (what ``grpo-adv plot`` runs): the path
     and its format checked, an unknown ``estimator`` refused and the output checked before
@@ -107,6 +108,8 @@ def run_plot(
         input_format: the inputs' format when the suffixes do not say.
         force: overwrite an existing dashboard (never an input).
         warn: where removed leftovers of killed runs are reported, or None.
+        spell: how the dashboard's text names options (the caller's: the command line's
+            flags for ``grpo-adv plot``).
     """
     from grpo_cli.estimators import get_estimator
     from grpo_cli.io import check_output_path
@@ -123,7 +126,9 @@ def run_plot(
     preload_pyplot()  # while the log is read and summarized
     report = read_report(sources, preset, dict(options or {}), input_format, by)
     title = dashboard_title(sources, preset=preset, estimator=estimator)
-    write_dashboard(report, path, fmt, title=title, methods=report.methods or None, force=force)
+    write_dashboard(
+        report, path, fmt, title=title, methods=report.methods or None, force=force, spell=spell
+    )
     return PlotResult(path, report)
 
 
@@ -243,11 +248,16 @@ def method_advantages(frame: Any) -> dict[str, Any]:
 
 
 def figure(
-    report: Report, title: str = "grpo-adv", *, methods: Mapping[str, Any] | None = None
+    report: Report,
+    title: str = "grpo-adv",
+    *,
+    methods: Mapping[str, Any] | None = None,
+    spell: Spelling = keyword_spelling,
 ) -> Any:
     """The dashboard as a matplotlib Figure (see the module docstring for its panels);
     ``title`` is its first title line, as :func:`dashboard_title` makes it; ``methods``
-    (see :func:`method_advantages`): two or more methods' advantages, overlaid."""
+    (see :func:`method_advantages`): two or more methods' advantages, overlaid; ``spell``:
+    how its hint names an option (the command line's: its flags)."""
     plt = _pyplot()
     per_step = bool(report.by) and report.steps.height > 0
     vary = sizes_vary(report)
@@ -257,7 +267,7 @@ def figure(
     elif vary:
         rows.append(_SMALL_IN)
     fig = plt.figure(figsize=(WIDTH_IN, sum(rows) + _TITLE_IN), layout="constrained", dpi=DPI)
-    fig.suptitle(f"{title}\n{_overview(report)}", fontsize=12)
+    fig.suptitle(f"{title}\n{_overview(report, spell)}", fontsize=12)
     grid = fig.add_gridspec(len(rows), 2, height_ratios=rows)
     ax_adv, ax_reward = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     _histograms(report, ax_adv, ax_reward, methods or {})
@@ -268,7 +278,7 @@ def figure(
     return fig
 
 
-def _overview(report: Report) -> str:
+def _overview(report: Report, spell: Spelling) -> str:
     """The title's second line: responses, groups and their size(s); a hint when there is
     no per-step table."""
     overall = report.overall.row(0, named=True) if report.overall.height else {}
@@ -282,7 +292,8 @@ def _overview(report: Report) -> str:
         sizes = f" of size {_num(lo)} to {_num(hi)}"
     line = f"{responses:,} responses in {groups:,} groups{sizes}"
     if not (report.by and report.steps.height):
-        line += "; no per-step column (give --by COL for per-step curves)"
+        by = option("by", (Verbatim("COL"),))
+        line += "; no per-step column (give " + spell(by) + " for per-step curves)"
     return line
 
 
@@ -444,13 +455,15 @@ def write_dashboard(
     title: str = "grpo-adv",
     methods: Mapping[str, Any] | None = None,
     force: bool = False,
+    spell: Spelling = keyword_spelling,
 ) -> None:
     """Draw the dashboard into ``path`` as ``fmt`` (png, svg, pdf or html), atomically:
-    nothing is left on failure; ``methods``: as for :func:`figure`; ``force``: replace
-    what is at ``path`` (else it must not appear meanwhile: :func:`grpo_cli.io.commit`)."""
+    nothing is left on failure; ``methods``, ``spell``: as for :func:`figure`; ``force``:
+    replace what is at ``path`` (else it must not appear meanwhile:
+    :func:`grpo_cli.io.commit`)."""
     from grpo_cli.io import atomic_write
 
-    fig = figure(report, title, methods=methods)
+    fig = figure(report, title, methods=methods, spell=spell)
     plt = _pyplot()
     try:
         if fmt == "html":

@@ -13,11 +13,12 @@ from rich.progress import TaskID
 from rich.table import Table
 
 from grpo_cli.columns import readable
+from grpo_cli.errors import as_text, option
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
-    from grpo_cli.errors import GrpoAdvError
+    from grpo_cli.errors import GrpoAdvError, Message, Spelling
     from grpo_cli.explain import Explanation
     from grpo_cli.options import AdvantageOptions
     from grpo_cli.report import Report
@@ -30,11 +31,13 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def print_error(console: Console, error: GrpoAdvError) -> None:
-    """``error: <message>`` then ``hint: <hint>``, one line each."""
-    console.print(f"[bold red]error:[/] {_escape(error.message)}", markup=True, emoji=False)
-    if error.hint:
-        console.print(f"[yellow]hint:[/] {_escape(error.hint)}", markup=True, emoji=False)
+def print_error(console: Console, error: GrpoAdvError, spell: Spelling) -> None:
+    """``error: <message>`` then ``hint: <hint>``, one line each, options named as
+    ``spell`` names them (the command line: its flags)."""
+    message, hint = error.render(spell)
+    console.print(f"[bold red]error:[/] {_escape(message)}", markup=True, emoji=False)
+    if hint:
+        console.print(f"[yellow]hint:[/] {_escape(hint)}", markup=True, emoji=False)
 
 
 def _escape(text: str) -> str:
@@ -43,19 +46,22 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-def print_warning(console: Console, message: str) -> None:
-    """``warning: <message>`` on one line (control characters escaped)."""
-    from grpo_cli.errors import one_line
+def print_warning(console: Console, message: Message, spell: Spelling) -> None:
+    """``warning: <message>`` on one line (control characters escaped), options named as
+    ``spell`` names them."""
+    from grpo_cli.errors import as_text, one_line
 
-    console.print(f"[yellow]warning:[/] {_escape(one_line(message))}", emoji=False)
+    text = one_line(as_text(message).render(spell))
+    console.print(f"[yellow]warning:[/] {_escape(text)}", emoji=False)
 
 
-def print_note(console: Console, message: str) -> None:
-    """``note: <message>`` on one line (control characters escaped): what the user should
-    know, nothing wrong."""
-    from grpo_cli.errors import one_line
+def print_note(console: Console, message: Message, spell: Spelling) -> None:
+    """``note: <message>`` on one line (control characters escaped), options named as
+    ``spell`` names them: what the user should know, nothing wrong."""
+    from grpo_cli.errors import as_text, one_line
 
-    console.print(f"[cyan]note:[/] {_escape(one_line(message))}", emoji=False)
+    text = one_line(as_text(message).render(spell))
+    console.print(f"[cyan]note:[/] {_escape(text)}", emoji=False)
 
 
 def _num(value: float | None, digits: int = 4) -> str:
@@ -282,9 +288,10 @@ def render_run_summary(
     group_table_path: str | None = None,
     preset: str | None = None,
     layout: str | None = None,
+    spell: Spelling,
 ) -> None:
     """The summary table of one ``compute`` run (a figure/value table that fits the
-    console: see :func:`print_figures`)."""
+    console: see :func:`print_figures`), options named as ``spell`` names them."""
     grouping = (
         f"runs of {options.group_size} rows"
         if options.group_size
@@ -314,8 +321,11 @@ def render_run_summary(
             f"{_share(summary.zero_std_groups, summary.groups)}; "
             f"frac_reward_zero_std {summary.frac_reward_zero_std:.4f}",
         ),
-        ("singleton groups", f"{summary.singleton_groups:,} (--singleton {options.singleton})"),
-        ("null rewards", f"{summary.null_rewards:,} (--nulls {options.nulls})"),
+        (
+            "singleton groups",
+            f"{summary.singleton_groups:,} ({spell(option('singleton', options.singleton))})",
+        ),
+        ("null rewards", f"{summary.null_rewards:,} ({spell(option('nulls', options.nulls))})"),
         ("reward mean / std", f"{_num(summary.reward_mean)} / {_num(summary.reward_std)}"),
         (
             "advantage min / max",
@@ -342,7 +352,7 @@ def print_figures(
 
 
 def render_verify_report(
-    console: Console, report: VerifyReport, *, preset: str | None, source: str
+    console: Console, report: VerifyReport, *, preset: str | None, source: str, spell: Spelling
 ) -> None:
     """The outcome of ``verify``: agreement figures, the worst groups and the report's
     hints (``hint: ...``, one line each)."""
@@ -378,7 +388,8 @@ def render_verify_report(
         ]
         print_table(console, columns, rows, keys=keys, title="worst groups")
     for hint in report.hints:
-        console.print(f"[yellow]hint:[/] {_escape(hint)}", markup=True, emoji=False)
+        shown = as_text(hint).render(spell)
+        console.print(f"[yellow]hint:[/] {_escape(shown)}", markup=True, emoji=False)
 
 
 def describe_method(options: AdvantageOptions, layout: str | None = None) -> str:
@@ -636,18 +647,18 @@ def _value(value: object) -> str:
 # --------------------------------------------------------------------------- explain
 
 
-def render_explanation(console: Console, e: Explanation) -> None:
+def render_explanation(console: Console, e: Explanation, spell: Spelling) -> None:
     """One group, the formula filled in for every response (a table that fits the console,
     its formulas and texts wrapped on whitespace, the ``row`` column repeated if it must be
     split): each response's input row, its step and the start of its text when the log
     has them."""
     o = e.options
     for warning in e.warnings:
-        print_warning(console, warning)
+        print_warning(console, warning, spell)
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
     console.print(f"[bold]group {_escape(key)}[/]: {e.size:,} responses", emoji=False)
     if e.chosen:
-        console.print(f"  {_escape(e.chosen)}", emoji=False)
+        console.print(f"  {_escape(as_text(e.chosen).render(spell))}", emoji=False)
     console.print(
         f"estimator {o.estimator}: {_escape(e.estimator_summary)}  "
         f"(ddof={o.ddof}, eps={o.eps:g}, eps_mode={o.eps_mode}, singleton={o.singleton}, "
@@ -679,7 +690,8 @@ def render_explanation(console: Console, e: Explanation) -> None:
         if row.value is not None and row.policy is None:
             formula = f"{formula} = {row.value:.6g}"
         if row.policy is not None:
-            formula = f"{formula}  [{row.policy}]" if row.formula != "-" else row.policy
+            policy = as_text(row.policy).render(spell)
+            formula = f"{formula}  [{policy}]" if row.formula != "-" else policy
         cells = [str(row.row if numbered else i)]
         if e.step_col:
             cells.append("-" if row.step is None else _escape(str(row.step)))

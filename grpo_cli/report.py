@@ -29,7 +29,7 @@ import polars as pl
 
 from grpo_cli import metrics
 from grpo_cli.columns import REWARD_KEY, SIZE_KEY, UNUSED_OUTPUT, VALID_KEY, span_flag_column
-from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.errors import InputError, Message, OptionsError, Verbatim, option
 from grpo_cli.estimators import Estimator
 from grpo_cli.grouping import PROFILE_COLUMNS, profile_windows
 from grpo_cli.options import AdvantageOptions
@@ -82,7 +82,7 @@ class Report:
     annotated: bool
     rewards: pl.Series
     advantages: pl.Series | None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Message, ...] = ()
     methods: dict[str, pl.Series] = field(default_factory=dict)
 
     @cached_property
@@ -94,10 +94,19 @@ class Report:
     def table(self, level: str) -> pl.DataFrame:
         """The table of ``level`` (step, group or overall)."""
         if level not in LEVELS:
-            raise OptionsError(f"unknown --level {level!r}", hint=f"choose {', '.join(LEVELS)}")
+            raise OptionsError(
+                "unknown " + option("level") + f" {level!r}",
+                hint=f"choose {', '.join(LEVELS)}",
+                value=level,
+            )
         if level == "step" and not self.by:
             raise OptionsError(
-                "--level step needs a batch column", hint="give --by COL (e.g. --by step)"
+                option("level", "step") + " needs a batch column",
+                hint="give "
+                + option("by", (Verbatim("COL"),))
+                + " (e.g. "
+                + option("by", ("step",))
+                + ")",
             )
         return {"step": self.steps, "group": self.groups, "overall": self.overall}[level]
 
@@ -238,7 +247,10 @@ def summarize(
     if options.aggregation != "sum_then_normalize" or options.step_rewards_col is not None:
         raise OptionsError(
             "summarize works on outcome rewards combined by a weighted sum",
-            hint="drop --estimator process / --aggregation normalize_then_sum",
+            hint="drop "
+            + option("estimator", "process")
+            + " / "
+            + option("aggregation", "normalize_then_sum"),
         )
     by = default_by(frame.columns, options) if by is None else by
     missing = [c for c in by if c not in frame.columns]
@@ -261,7 +273,8 @@ def summarize(
     if adv is not None and not prepared.schema[adv].is_numeric():
         raise InputError(
             f"column {adv!r} is {prepared.schema[adv]}, not numbers",
-            hint="--advantage-col names the logged advantage column",
+            hint=option("advantage_col") + " names the logged advantage column",
+            column=adv,
         )
     overall, steps, profiles = _tables(prepared, keys, by, binary, adv, options.deterministic)
     extra = metrics.trainer_aggs(frame.columns, options.reward_cols, options.length_col, adv)

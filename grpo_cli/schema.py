@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 import polars as pl
 
-from grpo_cli.errors import InputError
+from grpo_cli.errors import InputError, OptionRef, option
 from grpo_cli.rewards import reward_expr
 
 if TYPE_CHECKING:
@@ -25,16 +25,18 @@ if TYPE_CHECKING:
 MAX_ABS_REWARD: Final = 1e140
 
 
-# Column roles -> the CLI flag that sets them (for hints).
-ROLE_FLAGS = {
-    "group": "--group-col",
-    "reward": "--reward-col",
-    "batch": "--batch-col",
-    "length": "--length-col",
-    "baseline": "--baseline-col",
-    "step rewards": "--step-rewards-col",
-    "advantage": "--advantage-col",
+# Column roles -> the option that names them (for hints).
+ROLE_OPTIONS: Final[dict[str, OptionRef]] = {
+    "group": option("group_cols"),
+    "reward": option("reward_cols"),
+    "batch": option("batch_col"),
+    "length": option("length_col"),
+    "baseline": option("baseline_col"),
+    "step rewards": option("step_rewards_col"),
+    "advantage": option("advantage_col"),
 }
+# The options that take several columns (an example names one: ``group_cols=("id",)``).
+_SEVERAL: Final = ("group_cols", "reward_cols")
 
 
 def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> None:
@@ -45,18 +47,24 @@ def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> Non
             continue
         shown = ", ".join(available[:20]) + (" ..." if len(available) > 20 else "")
         close = difflib.get_close_matches(column, available, n=1, cutoff=0.5)
-        flag = ROLE_FLAGS.get(role, "--" + role)
+        named = ROLE_OPTIONS[role]
         fitting = [name for name in available if _fits_role(schema[name], role)]
         fitting.sort(key=lambda name: not _prefers(schema[name], role))
         suggestion = (close or fitting or ["NAME"])[0]
         dump = _trainer_dump(schema.names())
+        example = (suggestion,) if named.keyword in _SEVERAL else suggestion
         hint = (
-            f"this looks like a {dump[0]} dump: use --preset {dump[1]}"
+            f"this looks like a {dump[0]} dump: use " + option("preset", dump[1])
             if dump is not None and role in ("group", "reward")
-            else f"choose the {role} column with {flag}, e.g. {flag} {suggestion}"
+            else f"choose the {role} column with "
+            + named
+            + ", e.g. "
+            + option(named.keyword, example)
         )
         raise InputError(
-            f"{role} column {column!r} not found; the input has columns: {shown}", hint=hint
+            f"{role} column {column!r} not found; the input has columns: {shown}",
+            hint=hint,
+            column=column,
         )
 
 
@@ -92,8 +100,10 @@ def check_numeric_dtype(schema: pl.Schema, column: str, role: str = "reward") ->
         return
     raise InputError(
         f"{role} column {column!r} holds {dtype} values, not numbers",
-        hint=f"{role}s must be numeric; check {ROLE_FLAGS.get(role, 'the column')}, "
-        "or convert the column",
+        hint=f"{role}s must be numeric; check "
+        + ROLE_OPTIONS.get(role, "the column")
+        + ", or convert the column",
+        column=column,
     )
 
 
@@ -159,8 +169,11 @@ def check_frame(
     if existing:
         raise InputError(
             f"the input already has a column named {existing[0]!r}",
-            hint="pass --replace to overwrite it (a trainer's dump logs its own), or name the "
-            "output column with --advantage-col",
+            hint="pass "
+            + option("replace", True)
+            + " to overwrite it (a trainer's dump logs its own), or name the output column with "
+            + option("advantage_col"),
+            column=existing[0],
         )
     if values:
         _check_values(frame, options, estimator.uses_groups)
@@ -178,8 +191,7 @@ def _check_reward_column(
         check_numeric_dtype(schema, column, "reward")
     except InputError as exc:
         if isinstance(frame, pl.DataFrame):
-            exc.message += describe_bad_reward(frame, column)
-            exc.args = (exc.message,)
+            exc.text += describe_bad_reward(frame, column)
         raise
 
 
@@ -244,8 +256,10 @@ def refuse_values(counts: Mapping[str, int], options: AdvantageOptions, uses_gro
         )
     if counts.get("rewards"):
         raise InputError(
-            f"{counts['rewards']} row(s) have a null or NaN reward (--nulls error)",
-            hint="choose --nulls exclude, zero or fill_zero to accept them",
+            f"{counts['rewards']} row(s) have a null or NaN reward ("
+            + option("nulls", "error")
+            + ")",
+            hint="choose " + option("nulls", "exclude") + ", zero or fill_zero to accept them",
         )
     columns = ", ".join(options.reward_cols)
     if counts.get("infinite"):
@@ -287,8 +301,11 @@ def _check_group_size(frame: pl.DataFrame | pl.LazyFrame, options: AdvantageOpti
             f"{options.batch_col}={bad[options.batch_col][0]}" if options.batch_col else "the input"
         )
         raise InputError(
-            f"{where} has {bad['rows'][0]} rows, not a multiple of --group-size "
-            f"{options.group_size}",
-            hint="positional groups are consecutive runs of --group-size rows; check the "
-            "value (the trainer's num_generations) or give --group-col",
+            f"{where} has {bad['rows'][0]} rows, not a multiple of "
+            + option("group_size", options.group_size),
+            hint="positional groups are consecutive runs of "
+            + option("group_size")
+            + " rows; check the value (the trainer's num_generations) or give "
+            + option("group_cols"),
+            value=options.group_size,
         )

@@ -47,9 +47,8 @@ from grpo_cli.columns import (
     span_flag_column,
 )
 from grpo_cli.engines.polars import collect
-from grpo_cli.errors import InputError
+from grpo_cli.errors import InputError, Message, option
 from grpo_cli.grouping import profile_aggregations, with_profile, zero_spread
-from grpo_cli.options import speaks_python
 from grpo_cli.plan import Keys, Plan, keyed_groups, step_column
 from grpo_cli.rewards import reward_expr
 
@@ -70,7 +69,6 @@ def reward_units(frame: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     return frame.with_row_index(ROW_KEY)
 
 
-@speaks_python
 def group_table(annotated: pl.LazyFrame, plan: Plan, extra: Sequence[pl.Expr] = ()) -> pl.DataFrame:
     """One row per group, in order of first appearance: keys, then GROUP_TABLE_COLUMNS, then
     the ``extra`` aggregations (named expressions) in the same grouping.
@@ -211,7 +209,7 @@ class GroupSpans:
     column: str
     key: str
     example: str
-    fix: str
+    fix: Message
 
     def describe(self) -> str:
         """``12 groups (by prompt_id) span several values of step``."""
@@ -270,9 +268,9 @@ def group_spans(
         f"{name}={one.get_column(c)[0]!r}" for name, c in zip(names, keys.exact, strict=True)
     )
     if any(c.startswith("__grpo_") for c in keys.exact):
-        fix = f"--batch-col {column}"  # a derived key (verl's uid group): the layout adds it
+        fix = option("batch_col", column)  # a derived key (verl's uid group): the layout adds it
     else:
-        fix = " ".join(f"-g {c}" for c in (column, *keys.exact))
+        fix = option("group_cols", (column, *keys.exact), short=True)
     return GroupSpans(
         count=spanning.height,
         column=column,
@@ -317,11 +315,11 @@ def check_batch_spans(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY)
     if spans is not None:
         raise InputError(
             f"{spans.describe()} (batch column); first: {spans.example}",
-            hint=f"group within each batch: {spans.fix}",
+            hint="group within each batch: " + spans.fix,
         )
 
 
-def span_warnings(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY) -> tuple[str, ...]:
+def span_warnings(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY) -> tuple[Message, ...]:
     """Warning lines: groups that span several values of the log's step-like column (a
     prompt sampled again in a later step pooled into one group); and a batch-level
     estimator without a batch column on a log with a step-like column (every step pooled
@@ -334,7 +332,7 @@ def span_warnings(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY) -> 
     )
 
 
-def _singleton_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[str, ...]:
+def _singleton_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[Message, ...]:
     """More than half of the groups hold one response: the group key is probably wrong
     (a response id rather than a prompt id). Groups are counted from the rows (a group of
     s rows adds s times 1/s)."""
@@ -349,11 +347,13 @@ def _singleton_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[
     key = ", ".join(readable(c) for c in plan.options.group_cols)
     return (
         f"{singletons:,} of {groups:,} groups (by {key}) hold a single response: the group "
-        "key is probably wrong (a group is one prompt's responses; name it with --group-col)",
+        "key is probably wrong (a group is one prompt's responses; name it with "
+        + option("group_cols")
+        + ")",
     )
 
 
-def _batch_warnings(columns: Sequence[str], plan: Plan) -> tuple[str, ...]:
+def _batch_warnings(columns: Sequence[str], plan: Plan) -> tuple[Message, ...]:
     options = plan.options
     batch_level = plan.estimator.scope == "batch"
     if options.batch_col is not None or not (
@@ -364,13 +364,15 @@ def _batch_warnings(columns: Sequence[str], plan: Plan) -> tuple[str, ...]:
     if column is None:
         return ()
     return (
-        f"{options.estimator} reads batch statistics and no --batch-col is given: the whole "
+        f"{options.estimator} reads batch statistics and no "
+        + option("batch_col")
+        + " is given: the whole "
         f"log is one batch; {column!r} looks like the batch (a trainer computes per step): "
-        f"--batch-col {column}",
+        + option("batch_col", column),
     )
 
 
-def _span_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[str, ...]:
+def _span_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[Message, ...]:
     column = step_column(frame.columns, plan)
     spans = None if column is None else group_spans(frame, plan.keys, column, size_col)
     if spans is None:
@@ -378,5 +380,5 @@ def _span_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[str, 
     pooled = "is" if spans.count == 1 else "are"
     return (
         f"{spans.describe()} and {pooled} pooled across them (first: {spans.example}); "
-        f"to group within each {spans.column}: {spans.fix}",
+        f"to group within each {spans.column}: " + spans.fix,
     )

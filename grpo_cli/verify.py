@@ -27,9 +27,17 @@ from grpo_cli.columns import ROW_KEY as ROW  # the input row number, shown as ``
 from grpo_cli.columns import logged_advantage
 from grpo_cli.compute import annotate_frame
 from grpo_cli.engines.polars import collect
-from grpo_cli.errors import GrpoAdvError, InputError, OptionsError
+from grpo_cli.errors import (
+    GrpoAdvError,
+    InputError,
+    Message,
+    OptionsError,
+    Verbatim,
+    join,
+    option,
+)
 from grpo_cli.layouts import TRL_PROMPT, once_per_generation, prompt_runs, runs_group_size
-from grpo_cli.options import AdvantageOptions, speaks_python
+from grpo_cli.options import AdvantageOptions
 from grpo_cli.pipeline import resolve
 from grpo_cli.presets import get_preset
 from grpo_cli.summary import DISPLAY_NAMES, check_batch_spans, span_warnings
@@ -66,8 +74,8 @@ class VerifyReport:
     tol: float
     options: AdvantageOptions
     layout: str | None
-    warnings: tuple[str, ...] = ()
-    hints: tuple[str, ...] = ()
+    warnings: tuple[Message, ...] = ()
+    hints: tuple[Message, ...] = ()
     differing: pl.DataFrame | None = None
 
     @property
@@ -173,9 +181,11 @@ def _no_logged_advantages(
         if name not in used
         and (dtype.is_float() or (isinstance(dtype, pl.List) and dtype.inner.is_float()))
     ]
-    hint = (
-        f"name the logged advantage column with --advantage-col, e.g. --advantage-col "
-        f"{candidates[0]}"
+    hint: Message = (
+        "name the logged advantage column with "
+        + option("advantage_col")
+        + ", e.g. "
+        + option("advantage_col", candidates[0])
         if candidates
         else "this log holds no advantages to check: grpo-adv compute writes them"
     )
@@ -186,7 +196,6 @@ def _no_logged_advantages(
     )
 
 
-@speaks_python
 def verify_advantages(
     frame: pl.DataFrame,
     preset: str | None = None,
@@ -207,7 +216,11 @@ def verify_advantages(
     columns are tried, and the one that reproduces the logged column is the hint (see
     :func:`_matching_route`)."""
     if not tol >= 0:
-        raise OptionsError(f"--tol must be >= 0, got {tol}", hint="e.g. --tol 1e-5")
+        raise OptionsError(
+            option("tol") + f" must be >= 0, got {tol}",
+            hint="e.g. " + option("tol", Verbatim("1e-5")),
+            value=tol,
+        )
     advantage_col = logged_advantage(frame.columns, advantage_col)  # verl's "advantages" too
     if advantage_col not in frame.columns:
         _no_logged_advantages(frame, preset, explicit, advantage_col)
@@ -217,13 +230,15 @@ def verify_advantages(
     if not inner.is_numeric():
         raise InputError(
             f"advantage column {advantage_col!r} holds {stored_type} values, not numbers",
-            hint="name the logged advantage column with --advantage-col",
+            hint="name the logged advantage column with " + option("advantage_col"),
+            column=advantage_col,
         )
     frame, repeated = once_per_generation(frame, get_preset(preset).layout if preset else None)
     resolved = resolve(frame.drop(advantage_col), preset, {**explicit, "advantage_col": RECOMPUTED})
     full, plan = annotate_frame(
         resolved.frame.with_columns(frame[advantage_col]),
         resolved.options,
+        resolved.engine,
         estimator=resolved.estimator,
     )
     keys = plan.keys
@@ -309,7 +324,7 @@ def _matching_route(
     options: AdvantageOptions,
     advantage_col: str,
     tol: float,
-) -> str | None:
+) -> Message | None:
     """The options that reproduce the logged column when the given ones do not: a sibling
     preset of the same trainer (``--preset trl`` on a ``scale_rewards="batch"`` run:
     ``trl-batch``), a subset of the reward columns the log offers (a numeric ``log_extra``
@@ -364,22 +379,25 @@ def _route_hint(
     rewards: tuple[str, ...],
     columns: tuple[str, ...],
     tried: dict[str, Any],
-) -> str:
+) -> Message:
     """The one-line hint naming what :func:`_matching_route` found."""
-    parts = [] if candidate == preset else [f"--preset {candidate}"]
+    parts: list[Message] = (
+        [] if candidate == preset else [option("preset", Verbatim(str(candidate)))]
+    )
     if rewards != columns:
-        parts.append(" ".join(f"-r {c}" for c in rewards))
+        parts.append(option("reward_cols", rewards, short=True))
         if "reward_weights" in tried:
-            parts.append("--reward-weights " + ",".join(f"{w:g}" for w in tried["reward_weights"]))
+            weights = tuple(Verbatim(f"{w:g}") for w in tried["reward_weights"])
+            parts.append(option("reward_weights", weights))
     left_out = [c for c in columns if c not in rewards]
     verb = "is not a reward" if len(left_out) == 1 else "are not rewards"
     why = f" ({', '.join(left_out)} {verb})" if left_out else ""
-    return f"the logged advantages match {' '.join(parts)}{why}"
+    return "the logged advantages match " + join(" ", parts) + why
 
 
 def _hints(
     frame: pl.DataFrame, options: AdvantageOptions, rows_over: int, rows: int
-) -> tuple[str, ...]:
+) -> tuple[Message, ...]:
     """Why rows may differ: a ``--group-size`` that the runs of equal prompts contradict
     (their length, by :func:`grpo_cli.layouts.runs_group_size`, is another G); several
     reward columns summed when more than half the rows differ and the group size is not in
@@ -388,22 +406,25 @@ def _hints(
     so "every row" would miss it)."""
     if rows_over == 0:
         return ()
-    hints: list[str] = []
+    hints: list[Message] = []
     if options.group_size is not None and TRL_PROMPT in frame.columns:
         batch = options.batch_col if options.batch_col in frame.columns else None
         runs_g = runs_group_size(prompt_runs(frame, batch))
         if runs_g is not None and runs_g != options.group_size:
             hints.append(
-                f"prompt runs have length {runs_g}, not --group-size {options.group_size}: "
-                f"pass --group-size {runs_g} (your num_generations), or leave it out to "
-                "infer it"
+                f"prompt runs have length {runs_g}, not "
+                + option("group_size", options.group_size)
+                + ": pass "
+                + option("group_size", runs_g)
+                + " (your num_generations), or leave it out to infer it"
             )
     if not hints and len(options.reward_cols) > 1 and 2 * rows_over > rows:
         weights = ", ".join(f"{w:g}" for w in options.weights)
         hints.append(
             f"{rows_over:,} of {rows:,} rows differ and {len(options.reward_cols)} reward "
             f"columns are summed ({', '.join(options.reward_cols)}; weights {weights}): give "
-            "the trainer's weights with --reward-weights W1,W2 (TRL: GRPOConfig "
-            "reward_weights)"
+            "the trainer's weights with "
+            + option("reward_weights", (Verbatim("W1"), Verbatim("W2")))
+            + " (TRL: GRPOConfig reward_weights)"
         )
     return tuple(hints)

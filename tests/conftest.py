@@ -15,6 +15,8 @@ import pytest
 from hypothesis import settings
 from typer.testing import CliRunner
 
+from grpo_cli.errors import GrpoAdvError, Message, as_text
+
 # Property tests: random exploration locally (new examples each run, failures remembered in
 # .hypothesis/); in CI (CI=true) a fixed, derandomized search, so a submission never fails
 # by chance. HYPOTHESIS_PROFILE=ci reproduces CI's examples locally.
@@ -109,3 +111,17 @@ def run_example(example: str, folder: Path, timeout: int = 120) -> subprocess.Co
         check=False,
         stdin=subprocess.DEVNULL,
     )
+
+
+def cli_text(message: Message | None) -> str:
+    """``message`` as the command line shows it (options named by their flags)."""
+    from grpo_cli.cli.params import flag_spelling
+
+    return as_text(message or "").render(flag_spelling)
+
+
+def cli_error(error: GrpoAdvError) -> tuple[str, str | None]:
+    """The message and hint of ``error`` as the command line shows them."""
+    from grpo_cli.cli.params import flag_spelling
+
+    return error.render(flag_spelling)

@@ -25,6 +25,7 @@ from grpo_cli.cli.params import (
 from grpo_cli.cli.plot import plot_cmd
 from grpo_cli.cli.summarize import summarize_cmd
 from grpo_cli.cli.verify import verify_cmd
+from grpo_cli.engines import EngineOptions, split_engine
 from grpo_cli.options import AdvantageOptions
 
 GIVEN: dict[str, Any] = {
@@ -59,7 +60,9 @@ def test_every_option_of_a_block_becomes_an_options_field(block: type[Any]) -> N
     assert set(names) <= set(GIVEN), "give the new option a sample value above"
     explicit = block(**{name: GIVEN[name] for name in names}).explicit()
     assert len(explicit) == len(names)  # nothing dropped
-    AdvantageOptions(**explicit)  # every name is a field (a rename fails here)
+    estimator, engine = split_engine(explicit)
+    AdvantageOptions(**estimator)  # every name is a field (a rename fails here)
+    EngineOptions(**engine)
 
 
 def test_options_not_given_are_left_to_the_preset() -> None:

@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import Message, OptionsError
 from grpo_cli.layouts import apply_layout
 from grpo_cli.pipeline import annotate
 from grpo_cli.presets import PRESETS
-from tests.conftest import SAMPLE_DIR, load_script
+from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
 VERL_DIR = SAMPLE_DIR / "verl_dump"
@@ -252,10 +252,10 @@ class TestLayouts:
 
     def test_trl_layout_infers_the_group_size(self) -> None:
         frame = pl.read_parquet(next(TRL_DIR.iterdir())).drop("advantage")
-        warnings: list[str] = []
+        warnings: list[Message] = []
         _, fields, _ = apply_layout(frame, "trl", {}, explicit=set(), warnings=warnings)
         assert fields["group_size"] == 4  # make_trainer_dumps.py: num_generations=4
-        assert warnings == [
+        assert [cli_text(warning) for warning in warnings] == [
             "inferred --group-size 4 from runs of equal prompts (TRL num_generations)"
         ]
 
@@ -263,7 +263,7 @@ class TestLayouts:
         frame = pl.read_parquet(next(TRL_DIR.iterdir())).drop("advantage").head(0)
         with pytest.raises(OptionsError) as info:
             apply_layout(frame, "trl", {}, explicit=set())
-        assert info.value.hint == (
+        assert cli_error(info.value)[1] == (
             "pass --group-size G with your GRPOConfig num_generations (TRL's default is 8)"
         )
 

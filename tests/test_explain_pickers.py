@@ -16,7 +16,7 @@ from grpo_cli.errors import InputError, OptionsError
 from grpo_cli.explain import PICKS, TEXT_WIDTH, explain_one
 from grpo_cli.formulas import signed_sum
 from grpo_cli.pipeline import annotate
-from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, make_log
+from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, cli_error, cli_text, make_log
 
 LONG = "The answer is 42 because six times seven is forty-two, as everyone knows."
 # Groups by prompt_id, in input order of their first rows: alpha (rows 0, 2), beta (1, 3:
@@ -77,7 +77,10 @@ class TestPrefix:
         explanation = explain_one(LOG, None, BY_PROMPT, "gam")
         assert explanation.key == {"prompt_id": "gamma"}
         assert [r.reward for r in explanation.rows] == [0.0, 0.0, 3.0]
-        assert explanation.chosen == "--group 'gam': the only group whose key starts that way"
+        assert (
+            cli_text(explanation.chosen)
+            == "--group 'gam': the only group whose key starts that way"
+        )
         result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--group", "alphab"])
         assert result.exit_code == 0, result.output
         assert lines(result.output)[:2] == [
@@ -115,7 +118,7 @@ class TestPrefix:
         explicit = {"group_cols": ("step", "prompt_id")}
         with pytest.raises(InputError) as info:
             explain_one(frame, None, explicit, "1,p01")
-        assert info.value.message == (
+        assert cli_error(info.value)[0] == (
             "--group '1,p01' is the start of 6 groups' keys: "
             "1,p015; 1,p013; 1,p014; 1,p010; 1,p012 (and 1 more)"
         )
@@ -189,7 +192,7 @@ class TestPick:
         assert advantages.arg_max() == 9  # gamma's 3.0
         explanation = explain_one(LOG, None, BY_PROMPT, pick="worst")
         assert explanation.key == {"prompt_id": "gamma"}
-        assert explanation.chosen == (
+        assert cli_text(explanation.chosen) == (
             "--pick worst: input row 9 has the largest |advantage| of the log (1.1547)"
         )
         result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--pick", "worst"])
@@ -253,7 +256,7 @@ class TestPick:
     def test_worst_without_any_advantage(self) -> None:
         with pytest.raises(InputError) as info:
             explain_one(make_log({"a": [None, None]}), None, {}, pick="worst")
-        assert info.value.message == (
+        assert cli_error(info.value)[0] == (
             "--pick worst finds no advantage: every advantage of the log is null"
         )
 
@@ -343,10 +346,11 @@ class TestCompositeKeys:
         with pytest.raises(InputError) as info:
             explain_one(COMMAS, None, COMPOSITE, "1,a, b")
         assert (
-            info.value.message == "--group '1,a, b' gives 3 values for 2 key columns (step, prompt)"
+            cli_error(info.value)[0]
+            == "--group '1,a, b' gives 3 values for 2 key columns (step, prompt)"
         )
         assert info.value.hint is not None
-        assert info.value.hint.startswith(
+        assert (cli_error(info.value)[1] or "").startswith(
             "give one value per column, comma-separated: STEP,PROMPT; values with commas: "
             "--group step=... --group prompt=...; existing keys: 1,a, b; 2,a, b; 2,c"
         )
@@ -366,7 +370,7 @@ class TestCompositeKeys:
     def test_mistakes(self, given: list[str], message: str) -> None:
         with pytest.raises(InputError) as info:
             explain_one(COMMAS, None, COMPOSITE, given)
-        assert info.value.message == message
+        assert cli_error(info.value)[0] == message
 
     def test_one_key_column_by_name(self) -> None:
         assert explain_one(LOG, None, BY_PROMPT, "prompt_id=beta").key == {"prompt_id": "beta"}

@@ -17,11 +17,12 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.errors import OptionsError
+from grpo_cli.cli.params import flag_spelling
+from grpo_cli.errors import OptionsError, as_text
 from grpo_cli.pipeline import annotate
 from grpo_cli.presets import get_preset, siblings
 from grpo_cli.verify import verify_advantages
-from tests.conftest import SAMPLE_DIR
+from tests.conftest import SAMPLE_DIR, cli_text
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
 WEIGHTS = (1.0, 0.5)
@@ -47,7 +48,10 @@ class TestSiblingPresets:
     def test_verify_names_the_preset_that_matches(self, written: str) -> None:
         report = verify_advantages(logged_as(written), "trl", reward_weights=WEIGHTS)
         assert not report.agree
-        assert report.hints == (f"the logged advantages match --preset {written}",)
+        assert tuple(map(cli_text, report.hints)) == (
+            f"the logged advantages match --preset {written}",
+        )
+        assert str(report.hints[0]) == f"the logged advantages match preset={written}"
 
     def test_the_named_preset_does_agree(self) -> None:
         report = verify_advantages(logged_as("trl-batch"), "trl-batch", reward_weights=WEIGHTS)
@@ -58,7 +62,11 @@ class TestSiblingPresets:
             num_tokens=pl.Series([float(10 + i % 7) for i in range(64)])
         )
         report = verify_advantages(frame, "trl", reward_weights=(*WEIGHTS, 1.0))
-        assert report.hints == (
+        assert [str(hint) for hint in report.hints] == [
+            'the logged advantages match reward_cols=("accuracy_reward", "format_reward") '
+            "reward_weights=(1, 0.5) (num_tokens is not a reward)"
+        ]
+        assert tuple(as_text(hint).render(flag_spelling) for hint in report.hints) == (
             "the logged advantages match -r accuracy_reward -r format_reward "
             "--reward-weights 1,0.5 (num_tokens is not a reward)",
         )
@@ -67,7 +75,8 @@ class TestSiblingPresets:
         frame = logged_as("trl")
         report = verify_advantages(frame, "trl", reward_weights=(1.0, 3.0))
         assert len(report.hints) == 1
-        assert report.hints[0].startswith("64 of 64 rows differ") or "weights" in report.hints[0]
+        hint = str(report.hints[0])
+        assert hint.startswith("64 of 64 rows differ") or "weights" in hint
 
     def test_cli_prints_the_route(self, runner: CliRunner, tmp_path: Path) -> None:
         source = tmp_path / "batch.parquet"

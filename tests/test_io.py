@@ -22,7 +22,7 @@ from grpo_cli.io import (
     sniff_format,
     write_frame,
 )
-from tests.conftest import SAMPLE_FILES
+from tests.conftest import SAMPLE_FILES, cli_error
 
 
 @pytest.mark.parametrize(
@@ -167,7 +167,9 @@ def test_output_format_for() -> None:
     assert output_format_for(Path("o.out"), "jsonl", "csv") == "jsonl"
     with pytest.raises(OptionsError) as info:
         output_format_for(Path("o.csv"), "parquet", "csv")
-    assert info.value.message == "--output-format parquet does not match the suffix of o.csv"
+    assert cli_error(info.value)[0] == "--output-format parquet does not match the suffix of o.csv"
+    assert info.value.message == 'output_format="parquet" does not match the suffix of o.csv'
+    assert (info.value.value, info.value.path) == ("parquet", "o.csv")
 
 
 def test_check_output_path_protects_the_input_even_through_a_link(tmp_path: Path) -> None:
@@ -224,4 +226,4 @@ def test_nested_columns_cannot_go_to_csv() -> None:
     frame = pl.DataFrame({"steps": [[1.0, 2.0]]})
     with pytest.raises(OutputError) as info:
         write_frame(frame, io.BytesIO(), "csv")
-    assert info.value.hint == "nested columns need --output-format parquet or jsonl"
+    assert cli_error(info.value)[1] == "nested columns need --output-format parquet or jsonl"

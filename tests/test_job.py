@@ -53,7 +53,7 @@ def test_run_job_writes_what_compute_advantages_returns(
     expected = compute_advantages(log, **options)
     assert_frame_equal(pl.read_parquet(out), expected, check_exact=False, abs_tol=1e-12)
     assert isinstance(result, JobResult)
-    assert result.options.backend == backend
+    assert result.engine.backend == backend
     assert result.options.group_cols == ("step", "prompt_id")  # grouped within each step
     assert (result.run.rows, result.run.groups, result.run.null_rewards) == (11, 4, 1)
     assert result.output == f"{out} (parquet)"
@@ -97,7 +97,7 @@ def test_run_job_refuses_before_writing(tmp_path: Path) -> None:
     with pytest.raises(OutputError):
         run_job([source], out)
     assert out.read_text() == "mine"  # never clobbered without force
-    with pytest.raises(OptionsError, match="--replace works with the in-memory engines"):
+    with pytest.raises(OptionsError, match=r"^replace=True works with the in-memory engines"):
         run_job([source], out, replace=True, engine={"backend": "partitioned"})
     with pytest.raises(OptionsError, match="unknown estimator 'nope'"):
         run_job([source], tmp_path / "new.parquet", options={"estimator": "nope"})

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.errors import InputError
+from grpo_cli.cli.params import flag_spelling
+from grpo_cli.errors import InputError, as_text
 from grpo_cli.explain import explain_one, filled
 from tests.conftest import SAMPLE_FILES, make_log
 
@@ -158,7 +159,7 @@ class TestExplain:
                     assert row.value is not None and row.advantage is not None
                     assert row.value == pytest.approx(row.advantage, rel=1e-12, abs=1e-12)
                     checked += 1
-                elif row.policy.startswith("clipped"):
+                elif str(row.policy).startswith("clipped"):
                     assert row.advantage in policies["clip"]  # type: ignore[operator]
         assert checked > (10 if estimator == "grpo_passk" else 30)
 
@@ -193,15 +194,17 @@ class TestExplain:
     def test_policies_are_stated(self) -> None:
         frame = make_log({"one": [0.3], "flat": [0.5, 0.5], "n": [1.0, None, 0.0]})
         one = explain_one(frame, None, {}, "one")
-        assert (
-            one.rows[0].policy == "only valid reward of its group: advantage 0 (--singleton zero)"
+        policy = one.rows[0].policy
+        assert str(policy) == 'only valid reward of its group: advantage 0 (singleton="zero")'
+        assert as_text(policy or "").render(flag_spelling) == (
+            "only valid reward of its group: advantage 0 (--singleton zero)"
         )
         flat = explain_one(frame, None, {}, "flat")
         assert flat.notes and all(
             r.policy == "zero-variance group: advantage exactly 0" for r in flat.rows
         )
         with_null = explain_one(frame, None, {}, "n")
-        assert with_null.rows[1].policy is not None and "null reward" in with_null.rows[1].policy
+        assert "null reward" in str(with_null.rows[1].policy)
         assert with_null.n == 2 and with_null.mean == 0.5
         assert with_null.std == pytest.approx(math.sqrt(0.5))
 

@@ -184,7 +184,7 @@ class TestSameAsPolars:
     def test_run_summary_and_group_table(self, tmp_path: Path) -> None:
         """The figures come from per-block partials merged on the driver; the per-group
         table (``--summary DIR``) is a folder of parts with the in-memory table's rows."""
-        from grpo_cli.engines import FileJob, get_engine
+        from grpo_cli.engines import EngineOptions, FileJob, get_engine
         from grpo_cli.options import AdvantageOptions
         from grpo_cli.plan import make_plan
 
@@ -193,8 +193,8 @@ class TestSameAsPolars:
         out, groups = tmp_path / "out", tmp_path / "groups"
         out.mkdir()
         groups.mkdir()
-        options = AdvantageOptions(backend="ray")
-        plan = make_plan(log.head(0), options, hashed=False)
+        options = AdvantageOptions()
+        plan = make_plan(log.head(0), options, hashed=False, engine=EngineOptions(backend="ray"))
         engine: Any = get_engine("ray")
         run = engine.annotate_files(FileJob(tuple(shards), out, plan, groups=groups))
         expected = annotate(log, group_cols=("prompt_id",))  # the options above, as given
@@ -247,7 +247,7 @@ class TestSameAsPolars:
         assert_same(read_parts(out), compute_advantages(log, estimator="rloo"))
         assert result.output == f"{out}/ (Parquet parts)"
         assert result.paths == (out,)
-        assert result.options.backend == "ray"
+        assert result.engine.backend == "ray"
         assert result.run.rows == 300
         assert notes == []  # a Ray the caller started: nothing to say
         assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]

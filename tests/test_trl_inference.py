@@ -12,12 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.cli.params import parse_group_size
-from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.cli.params import flag_spelling, parse_group_size
+from grpo_cli.errors import InputError, OptionsError, as_text
 from grpo_cli.layouts import PromptRun, infer_group_size, prompt_runs
 from grpo_cli.pipeline import annotate, resolve
 from grpo_cli.verify import verify_advantages
-from tests.conftest import SAMPLE_DIR, load_script
+from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
 INFERRED_4 = "inferred --group-size 4 from runs of equal prompts (TRL num_generations)"
@@ -57,7 +57,8 @@ class TestInference:
     def test_the_sample_dump_gives_its_num_generations(self) -> None:
         g, warning = infer_group_size(sample_log(), "step")
         assert g == dump_group_size() == 4
-        assert warning == INFERRED_4
+        assert as_text(warning).render(flag_spelling) == INFERRED_4
+        assert str(warning) == INFERRED_4.replace("--group-size 4", "group_size=4")
 
     def test_runs_stop_at_step_boundaries(self) -> None:
         frame = runs_log([(1, "a", 4), (1, "b", 4), (2, "b", 4), (2, "c", 4)])
@@ -69,7 +70,8 @@ class TestInference:
         ]
         assert infer_group_size(frame, "step")[0] == 4
         # without the step, b's two runs are one of 8: the gcd still gives 4
-        assert infer_group_size(frame, None) == (
+        g, warning = infer_group_size(frame, None)
+        assert (g, as_text(warning).render(flag_spelling)) == (
             4,
             "inferred --group-size 4 from runs of equal prompts (TRL num_generations); runs "
             "of 4, 8 rows: the same prompt sampled again in a row",
@@ -79,7 +81,9 @@ class TestInference:
         frame = runs_log([(1, "a", 4), (1, "b", 8), (1, "c", 4), (2, "d", 12)])
         g, warning = infer_group_size(frame, "step")
         assert g == 4
-        assert warning.endswith("; runs of 4, 8, 12 rows: the same prompt sampled again in a row")
+        assert str(warning).endswith(
+            "; runs of 4, 8, 12 rows: the same prompt sampled again in a row"
+        )
         inferred = annotate(frame, "trl")
         assert inferred.options.group_size == 4
         assert inferred.groups.height == 7  # 1 + 2 + 1 + 3 runs of 4 rows
@@ -90,17 +94,17 @@ class TestInference:
         frame = runs_log([(1, "a", 4), (1, "b", 4), (1, "c", 3), (1, "d", 4), (2, "e", 5)])
         with pytest.raises(InputError) as info:
             infer_group_size(frame, "step")
-        assert str(info.value) == (
+        assert cli_error(info.value)[0] == (
             "cannot infer --group-size: the run of equal 'prompt' at step 1, row 8 has 3 rows, "
             "not a multiple of 4 (the other runs)"
         )
-        assert info.value.hint == HINT
+        assert cli_error(info.value)[1] == HINT
 
     def test_runs_of_4_and_6_are_not_groups_of_2(self) -> None:
         frame = runs_log([(1, "a", 4), (1, "b", 6), (1, "c", 4)])
         with pytest.raises(InputError) as info:
             infer_group_size(frame, "step")
-        assert str(info.value) == (
+        assert cli_error(info.value)[0] == (
             "cannot infer --group-size: the run of equal 'prompt' at step 1, row 4 has 6 rows, "
             "not a multiple of 4 (the other runs)"
         )
@@ -109,21 +113,21 @@ class TestInference:
         frame = runs_log([(1, "a", 1), (1, "b", 1), (1, "c", 1)])
         with pytest.raises(InputError) as info:
             infer_group_size(frame, "step")
-        assert str(info.value) == (
+        assert cli_error(info.value)[0] == (
             "cannot infer --group-size: each of the 3 runs of equal 'prompt' holds one row"
         )
 
     def test_an_empty_log_needs_the_group_size(self) -> None:
         with pytest.raises(OptionsError) as info:
             infer_group_size(runs_log([]), "step")
-        assert info.value.hint == HINT
+        assert cli_error(info.value)[1] == HINT
 
     def test_a_given_group_size_is_not_inferred(self) -> None:
         frame = runs_log([(1, "a", 4), (1, "b", 3)])
         resolved = resolve(frame, "trl", {"group_size": 7})
         assert (resolved.options.group_size, resolved.warnings) == (7, ())
         inferred = resolve(runs_log([(1, "a", 2), (1, "b", 2)]), "trl", {})
-        assert (inferred.options.group_size, inferred.warnings) == (
+        assert (inferred.options.group_size, tuple(map(cli_text, inferred.warnings))) == (
             2,
             ("inferred --group-size 2 from runs of equal prompts (TRL num_generations)",),
         )
@@ -140,13 +144,13 @@ class TestVerifyAndCompute:
         assert report.agree
         assert report.options.group_size == 4
         assert (report.rows, report.groups) == (64, 16)
-        assert report.warnings == (INFERRED_4,)
+        assert tuple(map(cli_text, report.warnings)) == (INFERRED_4,)
         assert report.hints == ()
         assert report.differing is not None and report.differing.height == 0
 
     def test_compute_warns_that_it_inferred(self) -> None:
         result = annotate(sample_log().drop("advantage"), "trl", reward_weights=(1.0, 0.5))
-        assert result.warnings[0] == INFERRED_4
+        assert cli_text(result.warnings[0]) == INFERRED_4
         diff = (result.frame["advantage"] - sample_log()["advantage"]).abs().max()
         assert isinstance(diff, float) and diff < 1e-6  # TRL's float32
 

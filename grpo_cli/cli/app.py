@@ -20,6 +20,7 @@ from grpo_cli.cli.compare import compare_cmd
 from grpo_cli.cli.compute import compute_cmd
 from grpo_cli.cli.explain import explain_cmd
 from grpo_cli.cli.help import HelpCommand, epilog
+from grpo_cli.cli.params import flag_spelling
 from grpo_cli.cli.plot import plot_cmd
 from grpo_cli.cli.presets import presets_cmd
 from grpo_cli.cli.summarize import summarize_cmd
@@ -32,7 +33,6 @@ from grpo_cli.errors import (
     EXIT_OUTPUT,
     EXIT_TERMINATED,
     EXIT_USAGE,
-    FLAG_SPELLING,
     GrpoAdvError,
     OptionsError,
     OutputError,
@@ -71,7 +71,7 @@ class _Group(TyperGroup):
         except UsageError as exc:
             from grpo_cli.render import print_error, stderr_console
 
-            print_error(stderr_console(), _usage_error(exc))
+            print_error(stderr_console(), _usage_error(exc), flag_spelling)
             sys.exit(EXIT_USAGE)
         except typer.Abort:  # Ctrl-C while Click parses or prompts
             _print_interrupted()
@@ -119,6 +119,7 @@ def _shell_completion(args: Sequence[str]) -> None:
                     f"no completion for the shell {value!r}",
                     hint=f"choose one of: {', '.join(COMPLETION_SHELLS)}",
                 ),
+                flag_spelling,
             )
             sys.exit(EXIT_USAGE)
         get_completion_script, install = completion()
@@ -215,23 +216,26 @@ def _user_errors() -> Iterator[None]:
     from grpo_cli import interrupts
     from grpo_cli.render import print_error, stderr_console
 
-    spelling = FLAG_SPELLING.set(True)  # errors name --flags, not keyword arguments
     interrupts.reset()
     try:
         yield
     except typer.Exit:
         raise
     except GrpoAdvError as exc:
-        print_error(stderr_console(), exc)
+        print_error(stderr_console(), exc, flag_spelling)  # options named by their flags
         raise typer.Exit(exc.exit_code) from None
     except (KeyboardInterrupt, Terminated) as exc:
         what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
         if interrupts.committed():  # the outputs are in place and complete: a success
             from grpo_cli.render import print_warning
 
-            print_warning(stderr_console(), f"{what} after the output was written (it is complete)")
+            print_warning(
+                stderr_console(),
+                f"{what} after the output was written (it is complete)",
+                flag_spelling,
+            )
             raise typer.Exit(EXIT_OK) from None
-        print_error(stderr_console(), GrpoAdvError(f"{what}; no output was written"))
+        print_error(stderr_console(), GrpoAdvError(f"{what}; no output was written"), flag_spelling)
         code = EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_TERMINATED
         raise typer.Exit(code) from None
     except OSError as exc:
@@ -241,8 +245,6 @@ def _user_errors() -> Iterator[None]:
         _internal_error(exc)
     except Exception as exc:
         _internal_error(exc)
-    finally:
-        FLAG_SPELLING.reset(spelling)
 
 
 def _disk_full_error() -> OutputError:
@@ -258,14 +260,14 @@ def _internal_error(exc: BaseException) -> NoReturn:
     from grpo_cli.render import print_error, stderr_console
 
     if is_disk_full(exc):  # an output error, not a bug
-        print_error(stderr_console(), _disk_full_error())
+        print_error(stderr_console(), _disk_full_error(), flag_spelling)
         raise typer.Exit(EXIT_OUTPUT) from None
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     error = GrpoAdvError(
         f"internal error: {type(exc).__name__}: {detail}",
         hint="this is a bug in grpo-adv; please report it with the command you ran",
     )
-    print_error(stderr_console(), error)
+    print_error(stderr_console(), error, flag_spelling)
     raise typer.Exit(EXIT_INTERNAL) from None
 
 

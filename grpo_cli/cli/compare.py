@@ -17,6 +17,7 @@ from grpo_cli.cli.params import (
     Quiet,
     Sources,
     _completes,
+    flag_spelling,
     policy_options,
 )
 from grpo_cli.estimators import ESTIMATORS
@@ -113,7 +114,7 @@ def compare_cmd(
             "for every method"
         )
     for warning in result.warnings:
-        print_warning(console, warning)
+        print_warning(console, warning, flag_spelling)
     render_comparison(console, result)
     if result.written is not None:
         names = ", ".join(m.column for m in result.methods)

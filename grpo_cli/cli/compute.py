@@ -20,9 +20,11 @@ from grpo_cli.cli.params import (
     Sources,
     SummaryFormat,
     SummaryPath,
+    alias_backend,
+    flag_spelling,
     policy_options,
 )
-from grpo_cli.job import alias_of
+from grpo_cli.errors import option
 from grpo_cli.outputs import sources_or_stdin
 
 if TYPE_CHECKING:
@@ -74,7 +76,9 @@ def compute_cmd(
             "--low-memory",
             help="Logs larger than memory: Parquet in, Parquet out, in bounded memory "
             "(spills partitions to a temporary folder beside the output; group-level "
-            f"estimators only). The same as --backend {alias_of('--low-memory')}.",
+            "estimators only). The same as "
+            + flag_spelling(option("backend", alias_backend("--low-memory", {})))
+            + ".",
         ),
     ] = False,
     force: Force = False,
@@ -84,7 +88,7 @@ def compute_cmd(
 
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
-    from grpo_cli.job import ENGINE_SETTINGS, alias_backend, run_job
+    from grpo_cli.job import run_job
     from grpo_cli.render import DelayedProgress, print_note, stderr_console
 
     explicit = policy.explicit()
@@ -93,15 +97,13 @@ def compute_cmd(
     explicit["advantage_col"] = advantage_col
     if low_memory:
         explicit["backend"] = alias_backend("--low-memory", explicit)
-    engine = {name: explicit.pop(name) for name in ENGINE_SETTINGS if name in explicit}
     console = stderr_console()
     enabled = console.is_terminal and not quiet
     result = run_job(
         sources_or_stdin(sources),
         output,
         preset=preset,
-        options=explicit,
-        engine=engine,
+        options=explicit,  # the engine settings among them: run_job splits them off
         replace=replace,
         out_dir=out_dir,
         input_format=input_format,
@@ -111,8 +113,9 @@ def compute_cmd(
         force=force,
         span_check=not quiet,
         progress=lambda: DelayedProgress(console, enabled=enabled),
-        notes=None if quiet else functools.partial(print_note, console),
+        notes=None if quiet else functools.partial(print_note, console, spell=flag_spelling),
         warn=warner(quiet=quiet),
+        spell=flag_spelling,
     )
     if not quiet:
         _report(console, result, preset)
@@ -124,7 +127,7 @@ def _report(console: Console, result: JobResult, preset: str | None) -> None:
 
     run, options, summary_path = result.run, result.options, result.summary_path
     for warning in result.warnings:
-        print_warning(console, warning)
+        print_warning(console, warning, flag_spelling)
     if run.null_rewards:
         fate = {"exclude": "their advantage is null", "zero": "their advantage is 0"}.get(
             options.nulls, ""
@@ -132,6 +135,7 @@ def _report(console: Console, result: JobResult, preset: str | None) -> None:
         print_warning(
             console,
             f"{run.null_rewards:,} null or NaN reward(s): left out of the statistics; {fate}",
+            flag_spelling,
         )
     render_run_summary(
         console,
@@ -141,4 +145,5 @@ def _report(console: Console, result: JobResult, preset: str | None) -> None:
         group_table_path=None if summary_path is None else str(summary_path),
         preset=preset,
         layout=result.layout,
+        spell=flag_spelling,
     )

@@ -6,7 +6,14 @@ from typing import Annotated, Final
 
 import typer
 
-from grpo_cli.cli.params import InputFormat, PolicyParams, Preset, Sources, policy_options
+from grpo_cli.cli.params import (
+    InputFormat,
+    PolicyParams,
+    Preset,
+    Sources,
+    flag_spelling,
+    policy_options,
+)
 
 # --pick's choices (grpo_cli.explain.PICKS, which a test keeps equal; not imported here:
 # it imports Polars, and --help must stay fast).
@@ -92,4 +99,4 @@ def explain_cmd(
         options={**policy.explicit(), "advantage_col": advantage_col},
         input_format=input_format,
     )
-    render_explanation(stderr_console(), explanation)
+    render_explanation(stderr_console(), explanation, flag_spelling)

@@ -5,15 +5,21 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grpo_cli.errors import Message
 
 
-def warner(*, quiet: bool) -> Callable[[str], None] | None:
-    """Where the core's warnings go: ``warning: ...`` on stderr, or nowhere with --quiet."""
+def warner(*, quiet: bool) -> Callable[[Message], None] | None:
+    """Where the core's warnings go: ``warning: ...`` on stderr (options named by their
+    flags), or nowhere with --quiet."""
     if quiet:
         return None
+    from grpo_cli.cli.params import flag_spelling
     from grpo_cli.render import print_warning, stderr_console
 
-    return functools.partial(print_warning, stderr_console())
+    return functools.partial(print_warning, stderr_console(), spell=flag_spelling)
 
 
 def remove_leftovers(targets: list[Path | None], *, quiet: bool) -> None:

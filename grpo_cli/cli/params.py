@@ -16,20 +16,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any, Final, get_type_hints
 
 import typer
 
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import OptionRef, OptionsError, Verbatim
 from grpo_cli.estimators import ESTIMATORS
+from grpo_cli.job import BACKENDS, DEVICES
 from grpo_cli.options import (
     AGGREGATIONS,
-    BACKENDS,
     CLIP_STAGES,
-    DEVICES,
     EPS_MODES,
     NULL_POLICIES,
     SINGLETON_POLICIES,
@@ -387,6 +386,101 @@ By = Annotated[
 ]
 Force = Annotated[bool, typer.Option("--force", "-f", help="Overwrite existing output files.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on stderr but errors.")]
+
+
+# --------------------------------------------------------------------------- flag spelling
+
+FLAGS: Final[dict[str, tuple[str, ...]]] = {
+    # AdvantageOptions
+    "group_cols": ("--group-col", "-g"),
+    "reward_cols": ("--reward-col", "-r"),
+    "reward_weights": ("--reward-weights",),
+    "aggregation": ("--aggregation",),
+    "estimator": ("--estimator", "-e"),
+    "ddof": ("--ddof",),
+    "eps": ("--eps",),
+    "eps_mode": ("--eps-mode",),
+    "singleton": ("--singleton",),
+    "nulls": ("--nulls",),
+    "clip": ("--clip",),
+    "clip_stage": ("--clip-stage",),
+    "batch_col": ("--batch-col",),
+    "group_size": ("--group-size",),
+    "length_col": ("--length-col",),
+    "token_weighted": ("--token-weighted",),
+    "baseline_col": ("--baseline-col",),
+    "step_rewards_col": ("--step-rewards-col",),
+    "with_stats": ("--with-stats",),
+    "advantage_col": ("--advantage-col",),
+    "deterministic": ("--deterministic",),
+    # EngineOptions
+    "backend": ("--backend",),
+    "device": ("--device",),
+    "ray_address": ("--ray-address",),
+    # run_job and the other library entries
+    "preset": ("--preset",),
+    "output": ("--output", "-o"),
+    "out_dir": ("--out-dir",),
+    "input_format": ("--format",),
+    "output_format": ("--output-format",),
+    "summary_path": ("--summary",),
+    "summary_format": ("--summary-format",),
+    "force": ("--force", "-f"),
+    "replace": ("--replace",),
+    "tol": ("--tol",),
+    "top": ("--top",),
+    "group": ("--group",),
+    "row": ("--row",),
+    "pick": ("--pick",),
+    "level": ("--level",),
+    "by": ("--by",),
+}
+"""The command line's flags (long, then short) of each keyword a message can name: the
+one place where ``eps`` becomes ``--eps`` (see :mod:`grpo_cli.errors`)."""
+
+REPEATED: Final = frozenset({"group_cols", "reward_cols", "by", "group"})
+"""Options given once per value (``-g step -g prompt_id``); other tuples are comma-separated
+(``--clip -10,10``)."""
+
+ALIASES: Final[dict[tuple[str, object], str]] = {("backend", "partitioned"): "--low-memory"}
+"""Flags that stand for an option and value: ``--low-memory`` is ``--backend partitioned``."""
+
+
+def _cli_value(value: object) -> str:
+    if isinstance(value, Verbatim):
+        return value.text
+    return str(value)
+
+
+def flag_spelling(ref: OptionRef) -> str:
+    """The option as the command line takes it: ``--eps``, ``--eps 1e-8``, ``--force``
+    (a value True), ``--clip -10,10``, ``-g a -g b``, ``--low-memory`` (an alias)."""
+    flags = FLAGS.get(ref.keyword, ("--" + ref.keyword.replace("_", "-"),))
+    flag = flags[-1] if ref.short else flags[0]
+    if not ref.has_value or ref.value is True:
+        plain = flag
+    elif isinstance(ref.value, tuple) and ref.keyword in REPEATED:
+        plain = " ".join(f"{flag} {_cli_value(v)}" for v in ref.value)
+    elif isinstance(ref.value, tuple):
+        plain = f"{flag} {','.join(_cli_value(v) for v in ref.value)}"
+    else:
+        plain = f"{flag} {_cli_value(ref.value)}"
+    alias = ALIASES.get((ref.keyword, ref.value)) if ref.alias else None
+    if alias is None:
+        return plain
+    return alias if ref.alias == "alone" else f"{alias} ({plain})"
+
+
+def alias_backend(flag: str, explicit: Mapping[str, Any]) -> str:
+    """The engine an alias flag (``--low-memory``) stands for; refused when ``explicit``
+    names another ``backend``."""
+    name = next(value for (_, value), alias in ALIASES.items() if alias == flag)
+    if explicit.get("backend", name) != name:
+        raise OptionsError(
+            f"{flag} is --backend {name}, not --backend {explicit['backend']}",
+            hint="give one of them",
+        )
+    return str(name)
 
 
 def parse_floats(text: str, flag: str, count: int | None = None) -> tuple[float, ...]:

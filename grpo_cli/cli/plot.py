@@ -17,6 +17,7 @@ from grpo_cli.cli.params import (
     ReportParams,
     Sources,
     _completes,
+    flag_spelling,
     report_options,
 )
 from grpo_cli.estimators import ESTIMATORS
@@ -83,6 +84,7 @@ def plot_cmd(
         input_format=input_format,
         force=force,
         warn=warner(quiet=quiet),
+        spell=flag_spelling,
     )
     if not quiet:
         stderr_console().print(f"dashboard written to {result.path}")

@@ -16,6 +16,7 @@ from grpo_cli.cli.params import (
     Quiet,
     ReportParams,
     Sources,
+    flag_spelling,
     report_options,
 )
 
@@ -97,7 +98,7 @@ def summarize_cmd(
     if not quiet:
         console = stderr_console()
         for warning in result.report.warnings:
-            print_warning(console, warning)
+            print_warning(console, warning, flag_spelling)
         render_report(console, result.report, rows=rows)
         if result.written is not None and result.table is not None:
             console.print(

@@ -15,6 +15,7 @@ from grpo_cli.cli.params import (
     Preset,
     Quiet,
     Sources,
+    flag_spelling,
     policy_options,
 )
 from grpo_cli.errors import EXIT_DIFFERENT
@@ -86,8 +87,10 @@ def verify_cmd(
     if not quiet:
         console = stderr_console()
         for warning in report.warnings:
-            print_warning(console, warning)
-        render_verify_report(console, report, preset=preset, source=result.source)
+            print_warning(console, warning, flag_spelling)
+        render_verify_report(
+            console, report, preset=preset, source=result.source, spell=flag_spelling
+        )
         if result.diff_written is not None:
             console.print(f"{report.rows_over:,} differing row(s) written to {result.diff_written}")
     if not report.agree:

@@ -19,11 +19,11 @@ A new engine: a module with an ``ENGINE`` object, and one :class:`EngineInfo` li
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from grpo_cli.errors import OptionsError
+from grpo_cli.errors import Message, OptionRef, OptionsError, Spelling, keyword_spelling, option
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -43,14 +43,12 @@ class EngineInfo:
     summary: str
     module: str
     io: str = "frame"
-    alias: str | None = None
 
     @property
-    def flag(self) -> str:
-        """How messages name the engine: ``--backend NAME``, after its alias flag when it
-        has one (``--low-memory (--backend partitioned)``), whichever the user typed."""
-        backend = f"--backend {self.name}"
-        return f"{self.alias} ({backend})" if self.alias else backend
+    def named(self) -> OptionRef:
+        """How messages name the engine: ``backend="partitioned"`` (on the command line
+        after its alias flag when it has one: ``--low-memory (--backend partitioned)``)."""
+        return option("backend", self.name, alias="explained")
 
     @property
     def reads_files(self) -> bool:
@@ -75,7 +73,6 @@ ENGINES: Final[dict[str, EngineInfo]] = {
             "bounded memory, partitions spilled beside the output; group-level estimators",
             "grpo_cli.engines.partitioned",
             io="file",
-            alias="--low-memory",
         ),
         EngineInfo(
             "torch",
@@ -94,6 +91,78 @@ ENGINES: Final[dict[str, EngineInfo]] = {
 }
 
 
+BACKENDS: Final[dict[str, str]] = {name: info.summary for name, info in ENGINES.items()}
+DEVICES: Final[dict[str, str]] = {
+    "auto": "CUDA when torch sees it, else the CPU",
+    "cpu": "the CPU",
+    "cuda": "an NVIDIA GPU (an error when torch sees none)",
+}
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Where a computation runs: one frozen, validated dataclass, apart from what it
+    computes (:class:`grpo_cli.options.AdvantageOptions`).
+
+    Attributes:
+        backend: the engine (a name in :data:`ENGINES`): ``polars`` (default),
+            ``partitioned`` (logs larger than memory), ``torch`` (segment sums on
+            ``device``) or ``ray`` (a Ray cluster at ``ray_address``).
+        device: for torch: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        ray_address: for ray: None (a private local Ray), ``auto`` (the cluster this
+            machine belongs to), ``HOST:PORT`` or ``ray://HOST:PORT``.
+    """
+
+    backend: str = "polars"
+    device: str = "auto"
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        """Names spelled as the registry does (case and separators ignored); an unknown
+        one suggests the closest. ``ray_address`` only with the ray engine."""
+        from grpo_cli.names import match_name
+
+        choices: dict[str, tuple[Mapping[str, str], Message]] = {
+            "backend": (BACKENDS, option("backend") + " value"),
+            "device": (DEVICES, option("device") + " value"),
+        }
+        for name, (names, what) in choices.items():
+            object.__setattr__(self, name, match_name(getattr(self, name), names, what))
+        if self.ray_address is not None and self.backend != "ray":
+            raise OptionsError(
+                option("ray_address") + " is where " + option("backend", "ray") + " runs",
+                hint="add " + option("backend", "ray") + ", or drop it",
+                value=self.ray_address,
+            )
+
+    @classmethod
+    def of(cls, given: EngineOptions | Mapping[str, Any] | None) -> EngineOptions:
+        """``given`` as EngineOptions (a mapping of its fields; None: the defaults); an
+        unknown name raises OptionsError."""
+        if isinstance(given, EngineOptions):
+            return given
+        settings = dict(given or {})
+        unknown = sorted(set(settings) - set(ENGINE_SETTINGS))
+        if unknown:
+            raise OptionsError(
+                f"unknown engine setting(s): {', '.join(unknown)}",
+                hint=f"valid settings: {', '.join(ENGINE_SETTINGS)}",
+            )
+        return cls(**settings)
+
+
+ENGINE_SETTINGS: Final = tuple(f.name for f in fields(EngineOptions))
+"""The keywords that choose where a computation runs, not what it computes."""
+
+
+def split_engine(given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keywords of ``given`` split into the estimator's and the engine's
+    (:data:`ENGINE_SETTINGS`)."""
+    estimator = {k: v for k, v in given.items() if k not in ENGINE_SETTINGS}
+    engine = {k: v for k, v in given.items() if k in ENGINE_SETTINGS}
+    return estimator, engine
+
+
 class Engine(Protocol):
     """What every engine declares."""
 
@@ -101,7 +170,7 @@ class Engine(Protocol):
     def info(self) -> EngineInfo:
         """The engine's registry entry."""
 
-    def refusal(self, plan: Plan) -> str | None:
+    def refusal(self, plan: Plan) -> Message | None:
         """What of ``plan`` this engine cannot compute exactly (a phrase completing
         "--backend NAME does not support ..."), or None."""
 
@@ -129,6 +198,9 @@ class FileJob:
         groups: where the per-group table goes (``io="dataset"``: a folder), or None.
         notes: where the engine says what the user should know before the run's end
             (``io="dataset"``: which cluster it runs on), or None: nowhere.
+        spell: how the messages the engine prints itself name options (the Ray engine's
+            last words when the cluster is lost): Python keywords unless the caller's
+            reader is another (the command line: its flags).
     """
 
     sources: tuple[Path, ...]
@@ -137,7 +209,8 @@ class FileJob:
     input_format: str | None = None
     derived: tuple[str, ...] = ()
     groups: Path | None = None
-    notes: Callable[[str], None] | None = field(default=None, compare=False)
+    notes: Callable[[Message], None] | None = field(default=None, compare=False)
+    spell: Spelling = field(default=keyword_spelling, compare=False)
 
 
 class FileEngine(Engine, Protocol):
@@ -156,7 +229,9 @@ def get_engine(name: str) -> Engine:
     info = ENGINES.get(name)
     if info is None:
         raise OptionsError(
-            f"unknown --backend value {name!r}", hint=f"choose one of: {', '.join(ENGINES)}"
+            "unknown " + option("backend") + f" value {name!r}",
+            hint=f"choose one of: {', '.join(ENGINES)}",
+            value=name,
         )
     engine: Engine = importlib.import_module(info.module).ENGINE
     return engine
@@ -176,7 +251,8 @@ def check(engine: Engine, plan: Plan) -> None:
         and (engine.info.reads_files or not ENGINES[name].reads_files)
         and get_engine(name).refusal(plan) is None
     ]
+    others = "".join(f" or {name}" for name in able[1:])
     raise OptionsError(
-        f"{engine.info.flag} does not support {reason}",
-        hint=f"use --backend {' or '.join(able)}" if able else None,
+        engine.info.named + " does not support " + reason,
+        hint="use " + option("backend", able[0]) + others if able else None,
     )

@@ -75,10 +75,10 @@ from grpo_cli.batch_stats import (
     with_batch_stats,
 )
 from grpo_cli.columns import PART_CHECK, PART_GROUP, PART_INDEX, PART_ROW
-from grpo_cli.engines import ENGINES, EngineInfo, FileJob, check
+from grpo_cli.engines import ENGINES, EngineInfo, EngineOptions, FileJob, check
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.engines.polars import with_group_stats
-from grpo_cli.errors import GrpoAdvError, InputError, is_disk_full
+from grpo_cli.errors import GrpoAdvError, InputError, Message, is_disk_full, option
 from grpo_cli.grouping import with_profile
 from grpo_cli.options import AdvantageOptions
 from grpo_cli.plan import Plan, decide, hash_collision, parquet_plan, resolve_keys
@@ -101,16 +101,16 @@ class PartitionedEngine:
 
     info: EngineInfo
 
-    def refusal(self, plan: Plan) -> str | None:
+    def refusal(self, plan: Plan) -> Message | None:
         """Process supervision, positional groups and dropped singletons (it keeps every
         row, in order)."""
         options, estimator = plan.options, plan.estimator
         if estimator.unit == "step":
             return "process supervision"
         if options.group_size is not None:
-            return "--group-size (positional groups need the rows in order)"
+            return option("group_size") + " (positional groups need the rows in order)"
         if options.singleton == "drop":
-            return "--singleton drop (it keeps every row)"
+            return option("singleton", "drop") + " (it keeps every row)"
         return None
 
     def require(self) -> None:
@@ -139,11 +139,12 @@ def annotate_to_parquet(
     """Annotate the Parquet log ``source`` into the Parquet file ``output`` in bounded
     memory (see the module docstring) and return the run's figures: the Python API of the
     engine (checks the log and makes the plan first)."""
-    check(ENGINE, decide(options, hashed=False))
+    engine = EngineOptions(backend="partitioned")
+    check(ENGINE, decide(options, hashed=False, engine=engine))
     return run(
         source,
         output,
-        parquet_plan(source, options),
+        parquet_plan(source, options, engine),
         partitions=partitions,
         chunk_rows=chunk_rows,
         on_step=on_step,
@@ -328,7 +329,7 @@ def _compute_partitions(
     parts: list[pl.DataFrame] = []
     out = spill / "adv"
     out.mkdir()
-    inner_options = options.with_overrides(group_cols=group, backend="polars")
+    inner_options = options.with_overrides(group_cols=group)
     keys = resolve_keys(inner_options)
     if check_hash:  # the spilled key is a hash: its check in the same grouping pass
         keys = replace(keys, check=CHECK)
@@ -481,7 +482,9 @@ def _merge(
     if written != rows or not rows:
         raise GrpoAdvError(
             "internal error: the spilled advantages do not cover the input rows",
-            hint="run again without --low-memory, and report this",
+            hint="run again without "
+            + option("backend", "partitioned", alias="alone")
+            + ", and report this",
         )
     from grpo_cli.io import PARQUET_ZSTD_LEVEL
 
@@ -497,7 +500,9 @@ def _summary(parts: list[pl.DataFrame]) -> RunSummary:
     if not parts:
         raise GrpoAdvError(
             "internal error: no partition was computed",
-            hint="run again without --low-memory, and report this",
+            hint="run again without "
+            + option("backend", "partitioned", alias="alone")
+            + ", and report this",
         )
     return RunSummary.from_partials(metrics.merge(parts))
 
@@ -590,7 +595,9 @@ def _outcome(spill: Path, code: int, data: bytes) -> RunSummary:
         last = log.splitlines()[-1] if log else "no message"
         how = f"signal {-code}" if code < 0 else f"exit status {code}"
         raise GrpoAdvError(
-            f"internal error: the --backend partitioned worker ended ({how}): {last}",
+            "internal error: the "
+            + option("backend", "partitioned")
+            + f" worker ended ({how}): {last}",
             hint="if it was killed for memory, free some; else this is a bug in grpo-adv: "
             "please report it with the command you ran",
         )
@@ -602,6 +609,9 @@ def _outcome(spill: Path, code: int, data: bytes) -> RunSummary:
         import errno
 
         raise OSError(errno.ENOSPC, "No space left on device")
+    if kind == "raised":
+        raised: GrpoAdvError = rest[0]
+        raise raised
     name, message, hint = rest
     cls = getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, GrpoAdvError)):
@@ -641,7 +651,7 @@ def worker_main() -> None:
         )
         outcome = ("ok", summary)
     except GrpoAdvError as exc:
-        outcome = ("error", type(exc).__name__, exc.message, exc.hint)
+        outcome = ("raised", exc)  # pickled whole: its options stay structure
     except BaseException as exc:
         if is_disk_full(exc):
             outcome = ("disk_full",)

@@ -16,6 +16,7 @@ import polars as pl
 
 from grpo_cli.columns import REWARD_KEY, SIZE_KEY
 from grpo_cli.engines import ENGINES, EngineInfo
+from grpo_cli.errors import Message
 from grpo_cli.estimators import gdpo
 from grpo_cli.grouping import group_stat_columns, row_profile, stats_columns
 from grpo_cli.plan import (
@@ -117,7 +118,7 @@ class PolarsEngine:
 
     info: EngineInfo
 
-    def refusal(self, plan: Plan) -> str | None:
+    def refusal(self, plan: Plan) -> Message | None:
         """Nothing: the Polars engine is the reference."""
         return None
 

@@ -28,6 +28,7 @@ Ray is imported only on this path, here, in ray_cluster and in ray_tasks (``pip 
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -40,7 +41,7 @@ from grpo_cli import metrics
 from grpo_cli.batch_stats import merged_stats, needs_batch_stats
 from grpo_cli.engines import ENGINES, EngineInfo, FileJob
 from grpo_cli.engines.ray_cluster import first_line, import_ray, session
-from grpo_cli.errors import GrpoAdvError, InputError, OptionsError
+from grpo_cli.errors import GrpoAdvError, InputError, Message, OptionsError, option
 from grpo_cli.summary import RunSummary
 
 if TYPE_CHECKING:
@@ -57,12 +58,12 @@ class RayEngine:
 
     info: EngineInfo
 
-    def refusal(self, plan: Plan) -> str | None:
+    def refusal(self, plan: Plan) -> Message | None:
         """Positional groups and process supervision (they need the rows in order)."""
         if plan.estimator.unit == "step":
             return "process supervision (its steps need the rows in order)"
         if plan.options.group_size is not None:
-            return "--group-size (positional groups need the rows in order)"
+            return option("group_size") + " (positional groups need the rows in order)"
         return None
 
     def require(self) -> None:
@@ -97,10 +98,10 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     Errors raised on the cluster (a bad value in some file) come back as they were
     raised; an input Ray's reader cannot read is named (exit 3); the cluster lost is
     exit 4 (:mod:`grpo_cli.engines.ray_cluster`)."""
-    address = job.plan.options.ray_address
+    address = job.plan.engine.ray_address
     staging = [p for p in (job.output, job.groups) if p is not None]
     notes = job.notes or (lambda _: None)
-    with session(address, notes=notes, staging=staging) as ray:
+    with session(address, notes=notes, staging=staging, spell=job.spell) as ray:
         try:
             if address is not None and address.startswith("ray://"):
                 # Ray Data cannot execute through Ray Client: the driver's part runs as a
@@ -135,7 +136,7 @@ def _grpo_cause(exc: BaseException) -> GrpoAdvError | None:
             continue
         seen.add(id(current))
         if isinstance(current, GrpoAdvError):
-            return type(current)(current.message, hint=current.hint)
+            return copy.copy(current)  # its structure kept, out of Ray's wrappers
         stack += [current.__cause__, current.__context__, getattr(current, "cause", None)]
     return None
 
@@ -218,8 +219,8 @@ def _read(ray: Any, job: FileJob) -> Any:
     }
     if len(formats) != 1 or "" in formats or "json" in formats:
         raise OptionsError(
-            "--backend ray reads Parquet, JSONL or CSV files of one format",
-            hint="give files of one format (by suffix), or name it with --input-format",
+            option("backend", "ray") + " reads Parquet, JSONL or CSV files of one format",
+            hint="give files of one format (by suffix), or name it with " + option("input_format"),
         )
     from grpo_cli.engines.ray_tasks import Derive, ReadText
 

@@ -50,7 +50,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from grpo_cli.errors import EXIT_OUTPUT, ClusterError, OptionsError
+from grpo_cli.errors import (
+    EXIT_OUTPUT,
+    ClusterError,
+    Message,
+    OptionsError,
+    Spelling,
+    Verbatim,
+    keyword_spelling,
+    option,
+)
 
 INSTALL_HINT: Final = "pip install 'grpo-adv[ray]'"
 OWNER_ENV: Final = "GRPO_ADV_RAY_SESSION"  # the private Ray's folder, in its processes' env
@@ -61,7 +70,7 @@ LOST_AFTER_S: Final = 10.0  # the head unreachable this long: the cluster is los
 PROBE_EVERY_S: Final = 1.0
 TOKEN_FILE: Final = Path("~/.ray/auth_token")
 
-Notes = Callable[[str], None]
+Notes = Callable[[Message], None]
 
 
 def import_ray() -> Any:
@@ -71,7 +80,7 @@ def import_ray() -> Any:
         import ray.data
     except ImportError:
         raise OptionsError(
-            "--backend ray needs Ray (with Ray Data), which is not installed",
+            option("backend", "ray") + " needs Ray (with Ray Data), which is not installed",
             hint=f"install it with: {INSTALL_HINT}",
         ) from None
     return ray
@@ -89,11 +98,18 @@ class _Where:
 
 
 @contextlib.contextmanager
-def session(address: str | None, *, notes: Notes, staging: Sequence[Path]) -> Iterator[Any]:
+def session(
+    address: str | None,
+    *,
+    notes: Notes,
+    staging: Sequence[Path],
+    spell: Spelling = keyword_spelling,
+) -> Iterator[Any]:
     """Ray, attached to the cluster at ``address`` or (None) to a private local Ray
     started now and stopped at the end (see the module docstring). ``staging`` are the
     folders to remove if the process must end at once (the cluster lost, or Ray never
-    answering). A Ray the caller has already initialized is used as it is."""
+    answering; its last words name options as ``spell`` does). A Ray the caller has
+    already initialized is used as it is."""
     ray = import_ray()
     if ray.is_initialized():
         yield ray
@@ -107,12 +123,12 @@ def session(address: str | None, *, notes: Notes, staging: Sequence[Path]) -> It
         else:
             where = _joined(address, env, notes)
         real_stderr = stack.enter_context(_silenced())
-        watch = _Watch(where, real_stderr, staging)
+        watch = _Watch(where, real_stderr, staging, spell)
         stack.callback(watch.stop)
         joining = where.probe is not None
         if joining:
             watch.start()
-        _init(ray, where, real_stderr, staging)
+        _init(ray, where, real_stderr, staging, spell)
         if not joining:
             watch.start()
         stack.callback(ray.shutdown)
@@ -147,13 +163,17 @@ class _Environment:
                 os.environ[key] = value
 
 
-def _init(ray: Any, where: _Where, real_stderr: int, staging: Sequence[Path]) -> None:
+def _init(
+    ray: Any, where: _Where, real_stderr: int, staging: Sequence[Path], spell: Spelling
+) -> None:
     """``ray.init`` with Ray's logging kept out of the terminal; a watchdog ends the
     process when Ray does not answer in time (``ray.init`` cannot be interrupted). The
     SIGTERM handler grpo-adv had is put back (``ray.init`` replaces it)."""
     sigterm = signal.getsignal(signal.SIGTERM)
     silent = _unreachable(where.name, f"no answer within {ATTACH_TIMEOUT_S:.0f} s")
-    watchdog = threading.Timer(ATTACH_TIMEOUT_S, _end_now, args=(real_stderr, silent, staging))
+    watchdog = threading.Timer(
+        ATTACH_TIMEOUT_S, _end_now, args=(real_stderr, silent, staging, spell)
+    )
     watchdog.daemon = True
     watchdog.start()
     extra: dict[str, Any] = {}
@@ -203,12 +223,13 @@ def _private(env: _Environment, notes: Notes) -> Iterator[_Where]:
         if token_mode and _user_token() is None:
             env.set("RAY_AUTH_TOKEN", secrets.token_hex(32))  # else Ray writes ~/.ray/auth_token
         followed = os.environ.get("RAY_ADDRESS")
+        auto = option("ray_address", Verbatim("auto"))
         aside = (
-            f"RAY_ADDRESS={followed} is not followed: --ray-address auto joins that cluster"
+            f"RAY_ADDRESS={followed} is not followed: " + auto + " joins that cluster"
             if followed
-            else "--ray-address auto joins this machine's cluster"
+            else auto + " joins this machine's cluster"
         )
-        notes(f"running on a private local Ray, started for this run ({aside})")
+        notes("running on a private local Ray, started for this run (" + aside + ")")
         yield _Where("a private local Ray", None, "local")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -317,8 +338,8 @@ def _joined(address: str, env: _Environment, notes: Notes) -> _Where:
                 )
             _token_mode(env)
             notes(f"the Ray cluster at {name} asks for a token: using yours ({token})")
-    given = "" if gcs == address else f" (--ray-address {address})"
-    notes(f"running on the Ray cluster at {name}{given}")
+    given = "" if gcs == address else " (" + option("ray_address", Verbatim(address)) + ")"
+    notes(f"running on the Ray cluster at {name}" + given)
     return _Where(f"the Ray cluster at {name}", gcs, gcs or address)
 
 
@@ -345,8 +366,10 @@ def host_port(address: str) -> tuple[str, int]:
     host, sep, port = bare.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise OptionsError(
-            f"--ray-address {address!r} is not HOST:PORT, ray://HOST:PORT or auto",
-            hint="give the head node's address, for example --ray-address 10.0.0.1:6379",
+            option("ray_address") + f" {address!r} is not HOST:PORT, ray://HOST:PORT or auto",
+            hint="give the head node's address, for example "
+            + option("ray_address", Verbatim("10.0.0.1:6379")),
+            value=address,
         )
     return host.strip("[]"), int(port)
 
@@ -356,8 +379,9 @@ def _unreachable(name: str, why: str) -> ClusterError:
         f"cannot reach {name}: {why}; nothing was written",
         hint="check the address (ray status on the head node shows it); a cluster with "
         "token authentication (ray start's default) also needs its token here "
-        "(RAY_AUTH_TOKEN or ~/.ray/auth_token); or drop --ray-address to run on a private "
-        "local Ray",
+        "(RAY_AUTH_TOKEN or ~/.ray/auth_token); or drop "
+        + option("ray_address")
+        + " to run on a private local Ray",
     )
 
 
@@ -455,8 +479,11 @@ class _Watch:
     :meth:`start` (joining: before ``ray.init``; a private Ray: once started) to
     :meth:`stop`; unanswered for LOST_AFTER_S, the run ends at once (see :func:`lost`)."""
 
-    def __init__(self, where: _Where, real_stderr: int, staging: Sequence[Path]) -> None:
+    def __init__(
+        self, where: _Where, real_stderr: int, staging: Sequence[Path], spell: Spelling
+    ) -> None:
         self._where, self._real_stderr, self._staging = where, real_stderr, staging
+        self._spell = spell
         self._stop = threading.Event()
 
     def start(self) -> None:
@@ -473,7 +500,7 @@ class _Watch:
                 now = time.monotonic()
                 silent_since = silent_since or now
                 if now - silent_since >= LOST_AFTER_S and not self._stop.is_set():
-                    _end_now(self._real_stderr, lost(self._where.name), self._staging)
+                    _end_now(self._real_stderr, lost(self._where.name), self._staging, self._spell)
 
         threading.Thread(target=watch, name="grpo-adv-ray-watch", daemon=True).start()
 
@@ -494,11 +521,14 @@ def head_answers(where: str | None) -> bool:
     return where is None or _listening(where, CONNECT_TIMEOUT_S) is None
 
 
-def _end_now(real_stderr: int, error: ClusterError, staging: Sequence[Path]) -> None:
+def _end_now(
+    real_stderr: int, error: ClusterError, staging: Sequence[Path], spell: Spelling
+) -> None:
     """Say why on the real standard error, remove the staging folders, and end the process
     (the main thread is inside Ray and cannot be interrupted); the reaper stops a private
     Ray."""
-    text = f"error: {error.message}\nhint: {error.hint}\n"
+    message, hint = error.render(spell)
+    text = f"error: {message}\nhint: {hint}\n"
     with contextlib.suppress(OSError):
         os.write(real_stderr, text.encode())
     for folder in staging:

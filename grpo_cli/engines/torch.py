@@ -26,11 +26,10 @@ import polars as pl
 
 from grpo_cli.columns import CONSTANT_KEY, REWARD_KEY, SIZE_KEY, STEP_Z, VALID_KEY
 from grpo_cli.columns import TORCH_RAW as RAW
-from grpo_cli.engines import ENGINES, EngineInfo
-from grpo_cli.errors import OptionsError
+from grpo_cli.engines import DEVICES, ENGINES, EngineInfo
+from grpo_cli.errors import Message, OptionsError, option
 from grpo_cli.estimators import FormulaContext, Value, gdpo
 from grpo_cli.grouping import stats_columns
-from grpo_cli.options import DEVICES
 from grpo_cli.plan import Plan, collision_columns
 from grpo_cli.policies import apply_policies
 from grpo_cli.rewards import reward_expr
@@ -44,7 +43,8 @@ def import_torch() -> Any:
         import torch
     except ImportError:
         raise OptionsError(
-            "--backend torch needs PyTorch, which is not installed", hint=INSTALL_HINT
+            option("backend", "torch") + " needs PyTorch, which is not installed",
+            hint=INSTALL_HINT,
         ) from None
     return torch
 
@@ -52,12 +52,18 @@ def import_torch() -> Any:
 def resolve_device(torch: Any, device: str) -> Any:
     """``auto``: CUDA when available, else the CPU; ``cuda`` without CUDA is an error."""
     if device not in DEVICES:
-        raise OptionsError(f"unknown --device {device!r}", hint="choose auto, cpu or cuda")
+        raise OptionsError(
+            "unknown " + option("device") + f" {device!r}",
+            hint="choose auto, cpu or cuda",
+            value=device,
+        )
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise OptionsError(
-                "--device cuda: torch sees no CUDA device",
-                hint="use --device cpu, or a machine with an NVIDIA GPU and a CUDA build of torch",
+                option("device", "cuda") + ": torch sees no CUDA device",
+                hint="use "
+                + option("device", "cpu")
+                + ", or a machine with an NVIDIA GPU and a CUDA build of torch",
             )
         return torch.device("cuda")
     return torch.device("cpu")
@@ -69,7 +75,7 @@ class TorchEngine:
 
     info: EngineInfo
 
-    def refusal(self, plan: Plan) -> str | None:
+    def refusal(self, plan: Plan) -> Message | None:
         """Nothing: every estimator's formula and every policy runs on torch."""
         return None
 
@@ -113,7 +119,7 @@ def torch_columns(frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
     (SIZE_KEY, VALID_KEY, CONSTANT_KEY), computed with torch. ``frame`` holds the prepared
     reward (REWARD_KEY), the key columns and the columns the estimator reads."""
     torch = import_torch()
-    ctx = torch_context(torch, frame, plan, resolve_device(torch, plan.options.device))
+    ctx = torch_context(torch, frame, plan, resolve_device(torch, plan.engine.device))
     out = formula_columns(ctx, frame, plan)
     columns = {name: tensor.cpu().numpy() for name, tensor in out.items()}
     return pl.DataFrame(columns).with_columns(pl.col(RAW).fill_nan(None))
@@ -126,7 +132,7 @@ def step_scores(steps: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
 
     frame = collect(steps, deterministic=True)
     torch = import_torch()
-    ctx = torch_context(torch, frame, plan, resolve_device(torch, plan.options.device))
+    ctx = torch_context(torch, frame, plan, resolve_device(torch, plan.engine.device))
     z = torch.broadcast_to(plan.estimator.fn(ctx), ctx.reward.shape).cpu().numpy()
     return frame.with_columns(pl.Series(STEP_Z, z).fill_nan(None)).lazy()
 
