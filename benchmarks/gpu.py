@@ -24,11 +24,11 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from datasets import write_log
 
-from grpo_cli.engines import EngineOptions
-from grpo_cli.engines.polars import annotate_lazy, collect, prepare
+from grpo_cli.core.engine_options import EngineOptions
+from grpo_cli.core.expressions import annotate_lazy, collect, prepare
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.plan import make_plan
 from grpo_cli.engines.torch import formula_columns, import_torch, resolve_device, torch_context
-from grpo_cli.options import AdvantageOptions
-from grpo_cli.plan import make_plan
 
 
 def kernel_seconds(path: Path, device_name: str, rounds: int) -> tuple[float, str]:

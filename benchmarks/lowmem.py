@@ -23,7 +23,7 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from datasets import write_big_log
 
-from grpo_cli.pipeline import annotate
+from grpo_cli.jobs.pipeline import annotate
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:

@@ -26,7 +26,7 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from datasets import make_log, write_big_log
 
-from grpo_cli.pipeline import annotate
+from grpo_cli.jobs.pipeline import annotate
 
 # Runs the CLI and reports this process's own peak RSS (KiB) on its last stderr line: the
 # kernel's VmHWM, which starts again at exec (ru_maxrss keeps the forking parent's).

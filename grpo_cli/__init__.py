@@ -46,32 +46,32 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from grpo_cli.compare import run_compare
-    from grpo_cli.compute import compute_advantages
-    from grpo_cli.errors import GrpoAdvError
-    from grpo_cli.estimators import ESTIMATORS
-    from grpo_cli.explain import run_explain
-    from grpo_cli.io import read_rewards
-    from grpo_cli.job import run_job
-    from grpo_cli.options import AdvantageOptions
-    from grpo_cli.plot import run_plot
-    from grpo_cli.report import run_summarize
-    from grpo_cli.summary import group_table
-    from grpo_cli.verify import run_verify
+    from grpo_cli.core.errors import GrpoAdvError
+    from grpo_cli.core.estimators import ESTIMATORS
+    from grpo_cli.core.options import AdvantageOptions
+    from grpo_cli.core.run_summary import group_table
+    from grpo_cli.io.read import read_rewards
+    from grpo_cli.jobs.compute import compute_advantages
+    from grpo_cli.jobs.run import run_job
+    from grpo_cli.report.compare import run_compare
+    from grpo_cli.report.explain import run_explain
+    from grpo_cli.report.plot import run_plot
+    from grpo_cli.report.summarize import run_summarize
+    from grpo_cli.report.verify import run_verify
 
 _LAZY = {
-    "compute_advantages": "grpo_cli.compute",
-    "GrpoAdvError": "grpo_cli.errors",
-    "ESTIMATORS": "grpo_cli.estimators",
-    "read_rewards": "grpo_cli.io",
-    "run_job": "grpo_cli.job",
-    "run_verify": "grpo_cli.verify",
-    "run_summarize": "grpo_cli.report",
-    "run_plot": "grpo_cli.plot",
-    "run_explain": "grpo_cli.explain",
-    "run_compare": "grpo_cli.compare",
-    "AdvantageOptions": "grpo_cli.options",
-    "group_table": "grpo_cli.summary",
+    "compute_advantages": "grpo_cli.jobs.compute",
+    "GrpoAdvError": "grpo_cli.core.errors",
+    "ESTIMATORS": "grpo_cli.core.estimators",
+    "read_rewards": "grpo_cli.io.read",
+    "run_job": "grpo_cli.jobs.run",
+    "run_verify": "grpo_cli.report.verify",
+    "run_summarize": "grpo_cli.report.summarize",
+    "run_plot": "grpo_cli.report.plot",
+    "run_explain": "grpo_cli.report.explain",
+    "run_compare": "grpo_cli.report.compare",
+    "AdvantageOptions": "grpo_cli.core.options",
+    "group_table": "grpo_cli.core.run_summary",
 }
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import settings
 from typer.testing import CliRunner
 
-from grpo_cli.errors import GrpoAdvError, Message, as_text
+from grpo_cli.core.errors import GrpoAdvError, Message, as_text
 
 # Property tests: random exploration locally (new examples each run, failures remembered in
 # .hypothesis/); in CI (CI=true) a fixed, derandomized search, so a submission never fails

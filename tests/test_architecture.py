@@ -1,5 +1,6 @@
-"""The house: one plan made once, estimator and engine registries that carry their facts,
-policies applied once, and no import circle (lazy imports included)."""
+"""The house: five layers in their folders, each importing only the ones below it, with no
+import circle (lazy and type-only imports included); one plan made once, estimator and
+engine registries that carry their facts, policies applied once."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import polars as pl
 import pytest
 
 from grpo_cli import compute_advantages
-from grpo_cli.engines import BACKENDS, ENGINES, get_engine
-from grpo_cli.errors import OptionsError
-from grpo_cli.estimators import ESTIMATORS, register_estimator
-from grpo_cli.explain import explain_one
-from grpo_cli.plan import Keys
+from grpo_cli.core.engine_options import BACKENDS, ENGINES
+from grpo_cli.core.errors import OptionsError
+from grpo_cli.core.estimators import ESTIMATORS, register_estimator
+from grpo_cli.core.plan import Keys
+from grpo_cli.engines import get_engine
+from grpo_cli.report.explain import explain_one
 from tests.conftest import ROOT, make_log
 from tests.test_presets import hostile_log
 
@@ -25,6 +27,11 @@ PACKAGE = ROOT / "grpo_cli"
 
 
 # --------------------------------------------------------------------------- imports
+
+# The layers, lowest first. A module imports modules of its own layer or lower ones only,
+# lazy and type-only imports included; the package's root (grpo_cli/__init__.py: the
+# public names, imported lazily) sits above ``report``, and ``__main__`` runs the CLI.
+LAYERS = ("core", "io", "engines", "jobs", "report", "", "cli", "__main__")
 
 
 def _module_name(path: Path) -> str:
@@ -34,23 +41,17 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _runtime_imports(tree: ast.AST, package: str) -> Iterator[str]:
-    """Every grpo_cli module imported at run time (module level or inside functions), not
-    those under ``if TYPE_CHECKING:``."""
-    skipped: set[int] = set()
+def _imports(tree: ast.AST, package: str) -> Iterator[str]:
+    """Every grpo_cli module a module imports: at module level, inside functions, and
+    under ``if TYPE_CHECKING:`` (a type-only import is a dependency too)."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped.update(id(child) for child in ast.walk(node))
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name.startswith("grpo_cli"))
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            base = node.module
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
-                base = f"{base}.{node.module}" if node.module else base
+                parent = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
             if base.startswith("grpo_cli"):
                 yield base
                 for alias in node.names:  # ``from grpo_cli.engines import polars``
@@ -62,9 +63,24 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        found = set(_runtime_imports(ast.parse(path.read_text()), package))
+        found = set(_imports(ast.parse(path.read_text()), package))
         graph[name] = {m for m in found if m in modules and m != name}
     return graph
+
+
+def layer(module: str) -> int:
+    """The rank of ``module``'s layer in :data:`LAYERS` (its folder under grpo_cli)."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1] if len(parts) > 1 else "")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if layer(target) > layer(module)
+    )
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -89,27 +105,43 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_package_has_no_import_circle() -> None:
+def test_every_module_sits_in_a_layer() -> None:
+    """No flat module: each one is in a layer's folder (only the package's ``__init__`` and
+    ``__main__`` at the top)."""
     graph = import_graph()
-    assert "grpo_cli.plan" in graph and "grpo_cli.engines.polars" in graph
+    flat = sorted(m for m in graph if m.count(".") == 1 and m.split(".")[1] not in LAYERS)
+    assert flat == []
+    assert {m.split(".")[1] for m in graph if m.count(".") >= 1} <= set(LAYERS)
+
+
+def test_each_layer_imports_only_lower_ones() -> None:
+    graph = import_graph()
+    assert "grpo_cli.core.plan" in graph and "grpo_cli.engines.polars" in graph
+    assert upward_imports(graph) == []
+
+
+def test_the_package_has_no_import_circle() -> None:
+    """Type-only imports counted: a circle of them is still a circle a reader must untie."""
+    graph = import_graph()
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
 
 
-def test_the_cycle_finder_finds_a_cycle() -> None:
+def test_the_checks_find_what_they_look_for() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+    graph = {"grpo_cli.core.plan": {"grpo_cli.engines.polars"}, "grpo_cli.engines.polars": set()}
+    assert upward_imports(graph) == ["grpo_cli.core.plan -> grpo_cli.engines.polars"]
+    tree = ast.parse("if TYPE_CHECKING:\n    from grpo_cli.jobs.run import JobResult\n")
+    assert "grpo_cli.jobs.run" in set(_imports(tree, "grpo_cli.core"))
 
 
-def test_the_core_never_imports_the_cli_or_rich() -> None:
-    graph = import_graph()
-    core = (
-        "plan", "columns", "rewards", "schema", "policies", "estimators", "compute", "job",
-        "outputs",
-    )  # fmt: skip
-    for name in (f"grpo_cli.{m}" for m in core):
-        text = (PACKAGE / f"{name.split('.')[-1]}.py").read_text()
-        assert "import typer" not in text and "import rich" not in text, name
-        assert not any(m.startswith("grpo_cli.cli") for m in graph[name]), name
+def test_the_library_never_imports_typer_or_rich() -> None:
+    """Only cli/ may: the library's modules import neither, even lazily."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "cli" in path.relative_to(PACKAGE).parts[:1] or path.name == "__main__.py":
+            continue
+        imported = set(_all_imports(ast.parse(path.read_text())))
+        assert not {m for m in imported if m.split(".")[0] in {"typer", "rich", "click"}}, path
 
 
 def _all_imports(tree: ast.AST) -> Iterator[str]:
@@ -126,7 +158,7 @@ def test_the_cli_names_no_engine() -> None:
     """The CLI parses, makes one library call and renders: no module under cli/ imports
     the engine registry or an engine (type-only imports included) or spells an engine's
     module path, and compute's command names no engine: the job picks it
-    (grpo_cli.job.run_job)."""
+    (grpo_cli.jobs.run.run_job)."""
     for path in sorted((PACKAGE / "cli").glob("*.py")):
         tree = ast.parse(path.read_text())
         imported = [m for m in _all_imports(tree) if m.startswith("grpo_cli.engines")]
@@ -149,21 +181,21 @@ def test_the_cli_names_no_engine() -> None:
 
 # Each command's one library entry: the job it runs, in the core module that owns it.
 COMMAND_ENTRIES = {
-    "compute": ("grpo_cli.job", "run_job"),
-    "verify": ("grpo_cli.verify", "run_verify"),
-    "summarize": ("grpo_cli.report", "run_summarize"),
-    "plot": ("grpo_cli.plot", "run_plot"),
-    "explain": ("grpo_cli.explain", "run_explain"),
-    "compare": ("grpo_cli.compare", "run_compare"),
+    "compute": ("grpo_cli.jobs.run", "run_job"),
+    "verify": ("grpo_cli.report.verify", "run_verify"),
+    "summarize": ("grpo_cli.report.summarize", "run_summarize"),
+    "plot": ("grpo_cli.report.plot", "run_plot"),
+    "explain": ("grpo_cli.report.explain", "run_explain"),
+    "compare": ("grpo_cli.report.compare", "run_compare"),
 }
 # What a command module may take from the core besides its entry: rendering, exit codes,
 # the registries its --help and completions list, and compute's parsing of its engine
 # flags and of INPUT.
 CLI_HELPERS = {
-    ("grpo_cli.estimators", "ESTIMATORS"),
-    ("grpo_cli.presets", "PRESETS"),
-    ("grpo_cli.errors", "option"),  # names an option in a message the CLI spells
-    ("grpo_cli.outputs", "sources_or_stdin"),
+    ("grpo_cli.core.estimators", "ESTIMATORS"),
+    ("grpo_cli.core.presets", "PRESETS"),
+    ("grpo_cli.core.errors", "option"),  # names an option in a message the CLI spells
+    ("grpo_cli.jobs.outputs", "sources_or_stdin"),
 }
 
 
@@ -203,8 +235,8 @@ def test_each_command_is_parse_one_library_call_render(command: str) -> None:
         (m, name)
         for m, name in taken
         if (m, name) != (module, entry)
-        and m != "grpo_cli.render"
-        and not (m == "grpo_cli.errors" and name.startswith("EXIT_"))
+        and m != "grpo_cli.cli.render"
+        and not (m == "grpo_cli.core.errors" and name.startswith("EXIT_"))
         and (m, name) not in CLI_HELPERS
     }
     assert others == set(), sorted(others)
@@ -234,7 +266,7 @@ def test_every_command_has_its_library_entry() -> None:
 
 
 def test_temporary_columns_are_named_in_one_place() -> None:
-    """Every ``"__grpo_..."`` literal lives in grpo_cli/columns.py."""
+    """Every ``"__grpo_..."`` literal lives in grpo_cli/core/columns.py."""
     offenders = []
     for path in PACKAGE.rglob("*.py"):
         if path.name == "columns.py":
@@ -262,7 +294,7 @@ def _spread_calls(tree: ast.AST) -> int:
 
 def test_group_statistics_are_built_in_one_module() -> None:
     """Every per-group statistic (the engines' windows, the profile the figures read, the
-    group table's, --with-stats) is built in grpo_cli/grouping.py, under one name each:
+    group table's, --with-stats) is built in grpo_cli/core/grouping.py, under one name each:
     elsewhere a variance or std is taken only where it is not a group's (the listed
     ones), and no other module defines a ``profile_columns``."""
     outside = {}
@@ -275,9 +307,9 @@ def test_group_statistics_are_built_in_one_module() -> None:
         defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
         assert "profile_columns" not in defined, path.name
     assert outside == {
-        "metrics.py": 2,  # the batch's reward m2 (merged by Chan), each reward column's std
-        "estimators.py": 1,  # the formula context's window primitive (reward_stat)
-        "compare.py": 1,  # the std of a method's advantages
+        "core/metrics.py": 2,  # the batch's reward m2 (merged by Chan), each reward column's std
+        "core/estimators.py": 1,  # the formula context's window primitive (reward_stat)
+        "report/compare.py": 1,  # the std of a method's advantages
     }
 
 
@@ -309,8 +341,8 @@ def test_estimator_facts() -> None:
 def test_explain_writes_the_formula_the_engines_run(eps_mode: str, formula: str) -> None:
     """explain's formula line is the estimator's own function rendered in symbols (eps
     placed by FormulaContext.norm, the one place), not a text kept beside it."""
-    from grpo_cli.formulas import symbolic
-    from grpo_cli.options import AdvantageOptions
+    from grpo_cli.core.options import AdvantageOptions
+    from grpo_cli.report.explain_context import symbolic
 
     options = AdvantageOptions(eps_mode=eps_mode)
     assert symbolic(ESTIMATORS["grpo"], options) == formula
@@ -367,8 +399,8 @@ def test_a_file_engine_is_refused_for_a_frame() -> None:
 def test_the_partitioned_engine_refuses_only_process_supervision(estimator: str) -> None:
     """Batch statistics come from merged partials (tests/test_lowmem.py checks the
     numbers); per-step advantages are not computed there."""
-    from grpo_cli.options import AdvantageOptions
-    from grpo_cli.plan import decide
+    from grpo_cli.core.options import AdvantageOptions
+    from grpo_cli.core.plan import decide
 
     steps = "steps" if estimator == "process" else None
     plan = decide(AdvantageOptions(estimator=estimator, step_rewards_col=steps))
@@ -383,8 +415,8 @@ def test_checks_and_lookups_run_once_per_computation(monkeypatch: pytest.MonkeyP
     """One computation checks its input once and looks its estimator up once, counted at
     the registry itself (estimators._lookup, the body of every get_estimator call,
     whatever name a module imported it under): the plan carries the estimator."""
-    import grpo_cli.estimators as estimators
-    import grpo_cli.plan as plan
+    import grpo_cli.core.estimators as estimators
+    import grpo_cli.core.plan as plan
 
     calls = {"check_frame": 0, "lookup": 0}
     real_check, real_lookup = plan.check_frame, estimators._lookup  # type: ignore[attr-defined]
@@ -406,7 +438,7 @@ def test_checks_and_lookups_run_once_per_computation(monkeypatch: pytest.MonkeyP
 
 def _count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every estimator lookup from now on, by name, counted at the registry itself."""
-    import grpo_cli.estimators as estimators
+    import grpo_cli.core.estimators as estimators
 
     names: list[str] = []
     real_lookup = estimators._lookup
@@ -467,7 +499,7 @@ def test_a_whole_command_looks_its_estimator_up_once(
 
 
 def test_a_hash_collision_reruns_on_the_exact_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    import grpo_cli.plan as plan
+    import grpo_cli.core.plan as plan
 
     hashed: list[bool] = []
 
@@ -488,8 +520,8 @@ def test_the_partitioned_engine_recovers_from_a_collision(
 ) -> None:
     """A shared 64-bit hash restarts the run with the exact key spilled (it exited 70)."""
     import grpo_cli.engines.partitioned as partitioned
+    from grpo_cli.core.options import AdvantageOptions
     from grpo_cli.engines.partitioned import annotate_to_parquet
-    from grpo_cli.options import AdvantageOptions
 
     calls: list[int] = []
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.errors import GrpoAdvError
-from grpo_cli.io import read_rewards
+from grpo_cli.core.errors import GrpoAdvError
+from grpo_cli.io.read import read_rewards
 from tests.bad_inputs.corpus import GOOD_JSONL, Case, cases
 from tests.conftest import ROOT, SAMPLE_FILES
 
@@ -134,7 +134,7 @@ def _slow_writer_script() -> str:
     """grpo-adv whose writer writes some bytes, signals the test, then stalls."""
     return (
         "import sys, time, pathlib\n"
-        "import grpo_cli.io as io\n"
+        "import grpo_cli.io.write as io\n"
         "marker = pathlib.Path(sys.argv[1])\n"
         "def stalled(frame, sink, fmt):\n"
         "    sink.write(b'PAR1 partial')\n"
@@ -210,7 +210,7 @@ def test_fuzzed_bytes_give_a_clean_error_or_a_log(data: bytes, fmt: str | None) 
 
 
 def test_readme_tables_match_the_code() -> None:
-    import grpo_cli.errors as errors
+    import grpo_cli.core.errors as errors
 
     readme = (ROOT / "README.md").read_text()
     for case in CASES:

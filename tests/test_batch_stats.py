@@ -12,8 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_cli import metrics
-from grpo_cli.batch_stats import (
+from grpo_cli.core import metrics
+from grpo_cli.core.estimators import ESTIMATORS
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.plan import Plan, make_plan
+from grpo_cli.engines.batch_partials import (
     applied,
     batch_inputs,
     merged_stats,
@@ -22,10 +25,7 @@ from grpo_cli.batch_stats import (
     with_batch_stats,
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
-from grpo_cli.estimators import ESTIMATORS
-from grpo_cli.options import AdvantageOptions
-from grpo_cli.pipeline import annotate
-from grpo_cli.plan import Plan, make_plan
+from grpo_cli.jobs.pipeline import annotate
 
 
 def make_log(seed: int, rows: int = 300, prompts: int = 40) -> pl.DataFrame:

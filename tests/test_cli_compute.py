@@ -312,15 +312,15 @@ def test_failed_run_leaves_no_output_file(runner: CliRunner, tmp_path: Path) -> 
 def test_interrupted_write_leaves_nothing(
     runner: CliRunner, sample_copy: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import grpo_cli.io
+    import grpo_cli.io.write
 
-    real_write = grpo_cli.io.write_frame
+    real_write = grpo_cli.io.write.write_frame
 
     def write_then_interrupt(frame: pl.DataFrame, sink: object, fmt: str) -> None:
         real_write(frame, sink, fmt)  # type: ignore[arg-type]
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(grpo_cli.io, "write_frame", write_then_interrupt)
+    monkeypatch.setattr(grpo_cli.io.write, "write_frame", write_then_interrupt)
     result = runner.invoke(app, ["compute", str(sample_copy["parquet"])])
     assert result.exit_code == 130
     assert result.stderr == "error: interrupted; no output was written\n"
@@ -371,7 +371,7 @@ def test_closed_pipe_on_a_big_output_exits_quietly(tmp_path: Path) -> None:
 def test_stdin_terminal_gets_a_hint_not_a_hang(
     runner: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from grpo_cli import outputs
+    from grpo_cli.jobs import outputs
 
     monkeypatch.setattr(outputs, "_stdin_is_terminal", lambda: True)
     code, err = _run_error(runner, ["compute", "-"])
@@ -385,7 +385,7 @@ def test_stdin_terminal_gets_a_hint_not_a_hang(
 def test_parquet_is_never_written_to_a_terminal(
     runner: CliRunner, sample_copy: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from grpo_cli import outputs
+    from grpo_cli.jobs import outputs
 
     monkeypatch.setattr(outputs, "_stdout_is_terminal", lambda: True)
     code, err = _run_error(runner, ["compute", str(sample_copy["parquet"]), "-o", "-"])

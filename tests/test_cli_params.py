@@ -25,8 +25,8 @@ from grpo_cli.cli.params import (
 from grpo_cli.cli.plot import plot_cmd
 from grpo_cli.cli.summarize import summarize_cmd
 from grpo_cli.cli.verify import verify_cmd
-from grpo_cli.engines import EngineOptions, split_engine
-from grpo_cli.options import AdvantageOptions
+from grpo_cli.core.engine_options import EngineOptions, split_engine
+from grpo_cli.core.options import AdvantageOptions
 
 GIVEN: dict[str, Any] = {
     "group_col": ["step", "prompt_id"],

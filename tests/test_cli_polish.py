@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from grpo_cli import __version__
 from grpo_cli.cli import app
-from grpo_cli.presets import PRESETS
+from grpo_cli.core.presets import PRESETS
 
 GRPO_ADV = str(Path(sys.executable).with_name("grpo-adv"))
 
@@ -551,7 +551,7 @@ def test_verl_presets_show_verls_names(tmp_path: Path) -> None:
 
 
 def test_plot_of_a_compare_table_overlays_the_methods(tmp_path: Path) -> None:
-    from grpo_cli.report import read_report
+    from grpo_cli.report.summarize import read_report
 
     both = tmp_path / "both.parquet"
     args = ["compare", "sample_data/rewards.parquet", "-e", "grpo", "-e", "dr_grpo", "-q"]

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.errors import Message, OptionsError
-from grpo_cli.layouts import apply_layout
-from grpo_cli.pipeline import annotate
-from grpo_cli.presets import PRESETS
+from grpo_cli.core.errors import Message, OptionsError
+from grpo_cli.core.layouts import apply_layout
+from grpo_cli.core.presets import PRESETS
+from grpo_cli.jobs.pipeline import annotate
 from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"

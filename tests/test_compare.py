@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.compare import Method, compare, methods_from, pearson
-from grpo_cli.errors import OptionsError
-from grpo_cli.pipeline import annotate
+from grpo_cli.core.errors import OptionsError
+from grpo_cli.jobs.pipeline import annotate
+from grpo_cli.report.compare import Method, compare, methods_from, pearson
 from tests.conftest import SAMPLE_FILES, make_log
 
 GROUPS: dict[str, list[float | None]] = {

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.io import read_rewards, typed_keys
+from grpo_cli.io.read import read_rewards, typed_keys
 
 STEPS = [1, 2, 3, 10, 11, 12]
 

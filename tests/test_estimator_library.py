@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_cli import ESTIMATORS, compute_advantages
-from grpo_cli.errors import InputError, OptionsError
+from grpo_cli.core.errors import InputError, OptionsError
 
 EPS = 1e-8
 # Group a: rewards 1, 0, 0.5 (lengths 10, 20, 30); group b: 2, 2 (a tie, zero variance).

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from grpo_cli import ESTIMATORS, compute_advantages
-from grpo_cli.errors import InputError, OptionsError
-from grpo_cli.estimators import get_estimator
+from grpo_cli.core.errors import InputError, OptionsError
+from grpo_cli.core.estimators import get_estimator
 from tests.conftest import make_log
 
 

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 from grpo_cli.cli import app
 from grpo_cli.cli.compute import compute_cmd
 from grpo_cli.cli.explain import explain_cmd
-from grpo_cli.columns import UID_GROUP
-from grpo_cli.errors import InputError
-from grpo_cli.explain import Explanation, explain_one
-from grpo_cli.pipeline import annotate, resolve
+from grpo_cli.core.columns import UID_GROUP
+from grpo_cli.core.errors import InputError
+from grpo_cli.jobs.pipeline import annotate, resolve
+from grpo_cli.report.explain import Explanation, explain_one
 from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, load_script
 from tests.test_presets import hostile_log
 

@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.cli.explain import PICK_HELP
-from grpo_cli.errors import InputError, OptionsError
-from grpo_cli.explain import PICKS, TEXT_WIDTH, explain_one
-from grpo_cli.formulas import signed_sum
-from grpo_cli.pipeline import annotate
+from grpo_cli.core.errors import InputError, OptionsError
+from grpo_cli.jobs.pipeline import annotate
+from grpo_cli.report.explain import PICKS, TEXT_WIDTH, explain_one
+from grpo_cli.report.explain_context import signed_sum
 from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, cli_error, cli_text, make_log
 
 LONG = "The answer is 42 because six times seven is forty-two, as everyone knows."

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.errors import InputError
-from grpo_cli.options import AdvantageOptions
-from grpo_cli.pipeline import annotate
-from grpo_cli.report import summarize
-from grpo_cli.verify import verify_advantages
+from grpo_cli.core.errors import InputError
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.jobs.pipeline import annotate
+from grpo_cli.report.summarize import summarize
+from grpo_cli.report.verify import verify_advantages
 from tests.conftest import SAMPLE_DIR, cli_error, cli_text
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
@@ -357,7 +357,7 @@ def test_the_one_window_span_flag_is_the_two_window_one(
     """The engine's span flag for integer steps (value x rows against the group's sum: one
     window) flags some row of exactly the groups the two-window flag (smallest and largest
     values differ) flags in full."""
-    from grpo_cli.plan import span_flag
+    from grpo_cli.core.plan import span_flag
 
     frame = pl.DataFrame(data, schema=["g", "step", "reward"], orient="row")
     flags = frame.with_columns(

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_cli.pipeline import annotate
+from grpo_cli.jobs.pipeline import annotate
 
 
 def test_group_table_by_hand(tiny_log: pl.DataFrame) -> None:

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.cli.params import flag_spelling
-from grpo_cli.errors import OptionsError, as_text
-from grpo_cli.pipeline import annotate
-from grpo_cli.presets import get_preset, siblings
-from grpo_cli.verify import verify_advantages
+from grpo_cli.core.errors import OptionsError, as_text
+from grpo_cli.core.presets import get_preset, siblings
+from grpo_cli.jobs.pipeline import annotate
+from grpo_cli.report.verify import verify_advantages
 from tests.conftest import SAMPLE_DIR, cli_text
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
@@ -190,6 +190,6 @@ class TestRepeatedSteps:
             .then(pl.col("advantage") + 1e-12)
             .otherwise(pl.col("advantage"))
         )
-        from grpo_cli.layouts import repeated_steps
+        from grpo_cli.core.layouts import repeated_steps
 
         assert repeated_steps(changed) == [21]

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 
 from grpo_cli import compute_advantages
-from grpo_cli.errors import InputError
-from grpo_cli.schema import MAX_ABS_REWARD
+from grpo_cli.core.errors import InputError
+from grpo_cli.core.schema import MAX_ABS_REWARD
 
 
 def two_pass(

@@ -10,18 +10,16 @@ from typing import IO
 import polars as pl
 import pytest
 
-from grpo_cli.errors import InputError, OptionsError, OutputError
-from grpo_cli.io import (
-    atomic_write,
-    check_output_path,
+from grpo_cli.core.errors import InputError, OptionsError, OutputError
+from grpo_cli.io.atomic import atomic_write
+from grpo_cli.io.formats import (
     default_output_path,
     format_from_suffix,
-    frame_to_markdown,
     output_format_for,
-    read_rewards,
     sniff_format,
-    write_frame,
 )
+from grpo_cli.io.read import read_rewards
+from grpo_cli.io.write import check_output_path, frame_to_markdown, write_frame
 from tests.conftest import SAMPLE_FILES, cli_error
 
 

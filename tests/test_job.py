@@ -14,9 +14,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from grpo_cli import compute_advantages, run_job
-from grpo_cli.errors import OptionsError, OutputError
-from grpo_cli.job import JobResult
-from grpo_cli.pipeline import annotate
+from grpo_cli.core.errors import OptionsError, OutputError
+from grpo_cli.jobs.pipeline import annotate
+from grpo_cli.jobs.run import JobResult
 from tests.test_outputs import _host_tag
 
 
@@ -151,7 +151,7 @@ def test_the_figures_are_computed_on_first_use(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A caller that never reads ``.run`` (``grpo-adv compute -q``) pays no metric pass."""
-    from grpo_cli import metrics
+    from grpo_cli.core import metrics
 
     calls: list[int] = []
     partials = metrics.partials

@@ -16,12 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
+from grpo_cli.core.errors import InputError, OptionsError
+from grpo_cli.core.estimators import ESTIMATORS
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.presets import merge_options
 from grpo_cli.engines.partitioned import annotate_to_parquet
-from grpo_cli.errors import InputError, OptionsError
-from grpo_cli.estimators import ESTIMATORS
-from grpo_cli.options import AdvantageOptions
-from grpo_cli.pipeline import annotate
-from grpo_cli.presets import merge_options
+from grpo_cli.jobs.pipeline import annotate
 from tests.conftest import ROOT, SAMPLE_FILES
 from tests.test_presets import hostile_log
 

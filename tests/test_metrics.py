@@ -1,4 +1,4 @@
-"""One metrics module: every run figure defined once (grpo_cli.metrics), as partials that
+"""One metrics module: every run figure defined once (grpo_cli.core.metrics), as partials that
 merge; ``frac_reward_zero_std`` is TRL's everywhere (compute, summarize, --low-memory)."""
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from grpo_cli import metrics
+from grpo_cli.core import metrics
+from grpo_cli.core.grouping import with_profile
+from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.engines.partitioned import annotate_to_parquet
-from grpo_cli.grouping import with_profile
-from grpo_cli.options import AdvantageOptions
-from grpo_cli.pipeline import annotate
-from grpo_cli.report import summarize
+from grpo_cli.jobs.pipeline import annotate
+from grpo_cli.report.summarize import summarize
 from tests.trainer_reference import trl_nanstd
 
 NEAR = 1.000000001  # 1e-9 from 1.0: TRL's isclose(std, 0) counts the group (std 7.1e-10)
@@ -48,7 +48,7 @@ TRL_STEPS = [2 / 4, 3 / 4]
 
 def _rows(frame: pl.DataFrame, ddof: int = 1) -> pl.LazyFrame:
     """The log with the reward and group profile the partials read."""
-    from grpo_cli.columns import REWARD_KEY
+    from grpo_cli.core.columns import REWARD_KEY
 
     lazy = frame.lazy().with_columns(pl.col("reward").fill_nan(None).alias(REWARD_KEY))
     return with_profile(lazy, ("prompt_id",), ddof)
@@ -221,7 +221,7 @@ class TestByHand:
         assert run.reward_mean == pytest.approx(4 / 5)
 
     def test_a_by_column_named_like_a_figure_is_refused(self) -> None:
-        from grpo_cli.errors import OptionsError
+        from grpo_cli.core.errors import OptionsError
 
         log = case_log().rename({"step": "groups"})
         with pytest.raises(OptionsError, match="'groups'"):

@@ -26,8 +26,9 @@ from hypothesis import settings
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.errors import InputError, one_line
-from grpo_cli.io import read_rewards, remove_stale_temporaries
+from grpo_cli.core.errors import InputError, one_line
+from grpo_cli.io.read import read_rewards
+from grpo_cli.io.temporaries import remove_stale_temporaries
 from tests.conftest import ROOT, SAMPLE_FILES
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -441,7 +442,7 @@ def test_a_live_run_and_untagged_files_are_left_alone(runner: CliRunner, tmp_pat
 def test_owner_tags_name_this_host() -> None:
     import re
 
-    from grpo_cli.io import OWNER_PATTERN, owner_tag
+    from grpo_cli.io.temporaries import OWNER_PATTERN, owner_tag
 
     match = OWNER_PATTERN.search(f".x.{owner_tag()}.abc.part")
     assert match is not None and int(match["pid"]) == os.getpid()
@@ -479,7 +480,7 @@ class TestAtomicFolder:
     """Folders of part files (``--backend ray``) land whole or not at all."""
 
     def test_a_failure_leaves_what_was_there(self, tmp_path: Path) -> None:
-        from grpo_cli.io import atomic_folder
+        from grpo_cli.io.atomic import atomic_folder
 
         target = tmp_path / "out"
         target.mkdir()
@@ -491,7 +492,7 @@ class TestAtomicFolder:
         assert sorted(p.name for p in target.iterdir()) == ["old.parquet"]
 
     def test_success_replaces_the_folder(self, tmp_path: Path) -> None:
-        from grpo_cli.io import atomic_folder
+        from grpo_cli.io.atomic import atomic_folder
 
         target = tmp_path / "out"
         target.mkdir()
@@ -503,8 +504,8 @@ class TestAtomicFolder:
         assert sorted(p.name for p in target.iterdir()) == ["part-0.parquet"]
 
     def test_an_existing_folder_needs_force(self, tmp_path: Path) -> None:
-        from grpo_cli.errors import OutputError
-        from grpo_cli.io import check_output_folder
+        from grpo_cli.core.errors import OutputError
+        from grpo_cli.io.atomic import check_output_folder
 
         (tmp_path / "out").mkdir()
         with pytest.raises(OutputError, match="already exists"):
@@ -522,8 +523,8 @@ class TestExclusiveRenames:
     (another run): exit 4 naming it, its own temporaries removed, the other's file kept."""
 
     def test_a_file_that_appears_meanwhile_is_kept(self, tmp_path: Path) -> None:
-        from grpo_cli.errors import OutputError
-        from grpo_cli.io import atomic_path
+        from grpo_cli.core.errors import OutputError
+        from grpo_cli.io.atomic import atomic_path
 
         target = tmp_path / "out.csv"
         with pytest.raises(OutputError) as caught, atomic_path(target) as tmp:
@@ -540,8 +541,8 @@ class TestExclusiveRenames:
         assert target.read_text() == "ours"
 
     def test_outputs_that_land_together_are_undone_together(self, tmp_path: Path) -> None:
-        from grpo_cli.errors import OutputError
-        from grpo_cli.io import atomic_writes
+        from grpo_cli.core.errors import OutputError
+        from grpo_cli.io.atomic import atomic_writes
 
         first, second = tmp_path / "a.csv", tmp_path / "b.csv"
         with pytest.raises(OutputError, match=r"b\.csv already exists"), atomic_writes() as stage:
@@ -552,8 +553,8 @@ class TestExclusiveRenames:
         assert second.read_text() == "the other run's"
 
     def test_a_folder_that_appears_meanwhile_is_kept(self, tmp_path: Path) -> None:
-        from grpo_cli.errors import OutputError
-        from grpo_cli.io import atomic_folder
+        from grpo_cli.core.errors import OutputError
+        from grpo_cli.io.atomic import atomic_folder
 
         target = tmp_path / "out"
         with pytest.raises(OutputError, match="already exists"), atomic_folder(target) as staged:
@@ -568,8 +569,8 @@ class TestExclusiveRenames:
     ) -> None:
         """Where renameat2 is missing: a hard link for a file, an exclusive mkdir for a
         folder; both refuse an existing target."""
-        import grpo_cli.io as gio
-        from grpo_cli.errors import OutputError
+        import grpo_cli.io.atomic as gio
+        from grpo_cli.core.errors import OutputError
 
         monkeypatch.setattr(gio, "_rename_noreplace", lambda source, target: False)
 
@@ -650,7 +651,7 @@ def test_a_signal_after_the_rename_decision_is_a_success(
 ) -> None:
     """A Ctrl-C that arrives while the outputs are being put in place cannot split them or
     be reported as "no output was written": the run ends with 0 and both outputs."""
-    import grpo_cli.io as gio
+    import grpo_cli.io.atomic as gio
 
     real = gio.publish
 

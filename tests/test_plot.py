@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.errors import OptionsError
-from grpo_cli.options import AdvantageOptions
-from grpo_cli.plot import (
+from grpo_cli.core.errors import OptionsError
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.report.plot import (
     PAGE_CSS,
     check_plot_path,
     dashboard_title,
@@ -29,7 +29,7 @@ from grpo_cli.plot import (
     step_ticks,
     zero_std_top,
 )
-from grpo_cli.report import Report, summarize
+from grpo_cli.report.summarize import Report, summarize
 from tests.conftest import SAMPLE_FILES
 
 FLAT_SHARE = 4 / 1000  # one flat group of 4 among the 1000 responses of step 3
@@ -159,7 +159,7 @@ class TestFigure:
         assert sizes == [(12.0, 11.0), (12.0, 9.0), (12.0, 6.2)]
 
     def test_compare_output_overlays_one_histogram_per_method(self, plt: Any) -> None:
-        from grpo_cli.compare import compare, methods_from
+        from grpo_cli.report.compare import compare, methods_from
 
         frame = pl.read_parquet(SAMPLE_FILES["parquet"])
         table = compare(frame, methods_from(["trl", "verl"], ["dr_grpo"]), {}).frame
@@ -280,7 +280,7 @@ class TestDefaultOutput:
 
 def test_matplotlib_is_imported_only_to_draw() -> None:
     code = (
-        "import sys, grpo_cli.plot, grpo_cli.cli.plot; "
+        "import sys, grpo_cli.report.plot, grpo_cli.cli.plot; "
         "assert 'matplotlib' not in sys.modules, 'imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.cli.params import flag_spelling
-from grpo_cli.errors import InputError, as_text
-from grpo_cli.explain import explain_one, filled
+from grpo_cli.core.errors import InputError, as_text
+from grpo_cli.report.explain import explain_one, filled
 from tests.conftest import SAMPLE_FILES, make_log
 
 MAGIC = {

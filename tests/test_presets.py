@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from grpo_cli.errors import OptionsError
-from grpo_cli.pipeline import annotate
-from grpo_cli.presets import PRESETS, get_preset, merge_options, presets_frame
+from grpo_cli.core.errors import OptionsError
+from grpo_cli.core.presets import PRESETS, get_preset, merge_options, presets_frame
+from grpo_cli.jobs.pipeline import annotate
 from tests import trainer_reference as ref
 
 # Group sizes 1 (singleton), 2, 3, 5, 8 and 16; rewards are multiples of 1/64 so that group

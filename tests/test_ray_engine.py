@@ -24,7 +24,7 @@ from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.pipeline import annotate
+from grpo_cli.jobs.pipeline import annotate
 
 ray = pytest.importorskip("ray", reason="--backend ray needs pip install 'grpo-adv[ray]'")
 
@@ -184,9 +184,10 @@ class TestSameAsPolars:
     def test_run_summary_and_group_table(self, tmp_path: Path) -> None:
         """The figures come from per-block partials merged on the driver; the per-group
         table (``--summary DIR``) is a folder of parts with the in-memory table's rows."""
-        from grpo_cli.engines import EngineOptions, FileJob, get_engine
-        from grpo_cli.options import AdvantageOptions
-        from grpo_cli.plan import make_plan
+        from grpo_cli.core.engine_options import EngineOptions
+        from grpo_cli.core.options import AdvantageOptions
+        from grpo_cli.core.plan import make_plan
+        from grpo_cli.engines import FileJob, get_engine
 
         log = reward_log()
         shards = write_shards(log, tmp_path / "in")
@@ -597,7 +598,7 @@ def test_leftovers_of_a_killed_watcher_are_reaped(tmp_path: Path) -> None:
     processes (found by the folder in their environment) and its folder; a live owner's
     folder and a folder without an owner file are left alone."""
     from grpo_cli.engines.ray_cluster import OWNER_ENV, TEMP_PREFIX, reap_leftovers
-    from grpo_cli.io import owner_tag
+    from grpo_cli.io.temporaries import owner_tag
 
     temp = _short_temp()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -13,8 +13,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.pipeline import annotate
-from grpo_cli.render import DelayedProgress
+from grpo_cli.cli.render import DelayedProgress
+from grpo_cli.jobs.pipeline import annotate
 from tests.conftest import SAMPLE_FILES
 
 

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from grpo_cli import compute_advantages
 from grpo_cli.cli import app
-from grpo_cli.errors import InputError, OptionsError
-from grpo_cli.options import AdvantageOptions
-from grpo_cli.report import histogram, summarize
+from grpo_cli.core.errors import InputError, OptionsError
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.report.summarize import histogram, summarize
 from tests.conftest import SAMPLE_FILES
 
 

@@ -17,16 +17,16 @@ from typer.testing import CliRunner
 
 from grpo_cli import compute_advantages
 from grpo_cli.cli import app
-from grpo_cli.options import AdvantageOptions
-from grpo_cli.presets import presets_frame
-from grpo_cli.render import (
+from grpo_cli.cli.render import (
     STEP_COLUMNS,
     _num,
     _value,
     histogram_lines,
     render_report,
 )
-from grpo_cli.report import Report, summarize
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.presets import presets_frame
+from grpo_cli.report.summarize import Report, summarize
 from tests.conftest import SAMPLE_FILES
 
 WIDTHS = (40, 60, 80, 120)

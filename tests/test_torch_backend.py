@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from grpo_cli import compute_advantages
 from grpo_cli.cli import app
-from grpo_cli.errors import OptionsError
-from grpo_cli.estimators import ESTIMATORS
-from grpo_cli.pipeline import annotate
-from grpo_cli.presets import PRESETS
+from grpo_cli.core.errors import OptionsError
+from grpo_cli.core.estimators import ESTIMATORS
+from grpo_cli.core.presets import PRESETS
+from grpo_cli.jobs.pipeline import annotate
 from tests.conftest import SAMPLE_FILES
 from tests.test_presets import hostile_log
 
@@ -188,9 +188,9 @@ def test_cli_torch_backend(runner: CliRunner) -> None:
 
 
 def test_a_hash_collision_falls_back_to_the_exact_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The one collision fallback (grpo_cli.plan.run_with_fallback) serves torch too."""
+    """The one collision fallback (grpo_cli.core.plan.run_with_fallback) serves torch too."""
+    import grpo_cli.core.plan as plan
     import grpo_cli.engines.torch as engine
-    import grpo_cli.plan as plan
 
     runs: list[bool] = []
     real_columns = engine.torch_columns
@@ -211,9 +211,9 @@ def test_a_hash_collision_falls_back_to_the_exact_key(monkeypatch: pytest.Monkey
 def test_a_new_estimator_is_one_entry_and_runs_on_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     """An estimator registered anywhere (here: half the Dr. GRPO advantage, over the
     group's maximum) runs on torch with no change to the engine."""
-    from grpo_cli.estimators import FormulaContext, Value, register_estimator
+    from grpo_cli.core.estimators import FormulaContext, Value, register_estimator
 
-    monkeypatch.setattr("grpo_cli.estimators.ESTIMATORS", dict(ESTIMATORS))
+    monkeypatch.setattr("grpo_cli.core.estimators.ESTIMATORS", dict(ESTIMATORS))
 
     @register_estimator("half_gap", "0.5 (r - mean_g) / max_g", "a test")
     def half_gap(ctx: FormulaContext) -> Value:

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from grpo_cli import compute_advantages
-from grpo_cli.errors import OptionsError
+from grpo_cli.core.errors import OptionsError
 from tests.conftest import ROOT, SAMPLE_FILES
 from tests.test_presets import hostile_log
 
 
 def test_polars_path_never_imports_torch() -> None:
     code = (
-        "import sys, polars as pl; from grpo_cli.pipeline import annotate; "
+        "import sys, polars as pl; from grpo_cli.jobs.pipeline import annotate; "
         f"annotate(pl.read_parquet({str(SAMPLE_FILES['parquet'])!r})); "
         "print('torch' in sys.modules)"
     )

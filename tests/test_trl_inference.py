@@ -1,5 +1,5 @@
 """TRL completions logs without ``--group-size``: num_generations inferred from the runs of
-consecutive rows with the same prompt within a step (grpo_cli.layouts.infer_group_size)."""
+consecutive rows with the same prompt within a step (grpo_cli.core.layouts.infer_group_size)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.cli.params import flag_spelling, parse_group_size
-from grpo_cli.errors import InputError, OptionsError, as_text
-from grpo_cli.layouts import PromptRun, infer_group_size, prompt_runs
-from grpo_cli.pipeline import annotate, resolve
-from grpo_cli.verify import verify_advantages
+from grpo_cli.core.errors import InputError, OptionsError, as_text
+from grpo_cli.core.layouts import PromptRun, infer_group_size, prompt_runs
+from grpo_cli.jobs.pipeline import annotate, resolve
+from grpo_cli.report.verify import verify_advantages
 from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"

@@ -1,7 +1,7 @@
 """Independent re-implementations of the trainers' published advantage code, in plain
 Python/numpy loops (no Polars, nothing shared with grpo_cli), used as test oracles.
 
-Each follows the trainer's code path as read in its source (see grpo_cli.presets for the
+Each follows the trainer's code path as read in its source (see grpo_cli.core.presets for the
 files and versions), generalised to variable group sizes the way the trainer's own
 statistics would treat them (TRL: NaN padding with nanmean/nanstd; verl: its dict keyed by
 uid; OpenRLHF: its per-group reshape). Computation is float64.

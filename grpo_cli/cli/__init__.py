@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from grpo_cli.errors import EXIT_INTERRUPTED  # a small module: no Polars, no typer
+from grpo_cli.core.errors import EXIT_INTERRUPTED  # a small module: no Polars, no typer
 
 try:
     from grpo_cli.cli.app import app, main

@@ -26,7 +26,7 @@ from grpo_cli.cli.presets import presets_cmd
 from grpo_cli.cli.summarize import summarize_cmd
 from grpo_cli.cli.typer_private import NoArgsIsHelpError, NoSuchOption, UsageError, completion
 from grpo_cli.cli.verify import verify_cmd
-from grpo_cli.errors import (
+from grpo_cli.core.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -69,7 +69,7 @@ class _Group(TyperGroup):
             exc.show()  # the help, as Click shows it
             sys.exit(EXIT_USAGE)
         except UsageError as exc:
-            from grpo_cli.render import print_error, stderr_console
+            from grpo_cli.cli.render import print_error, stderr_console
 
             print_error(stderr_console(), _usage_error(exc), flag_spelling)
             sys.exit(EXIT_USAGE)
@@ -111,7 +111,7 @@ def _shell_completion(args: Sequence[str]) -> None:
                 return  # Typer's flag: the detected shell
         shell = value.lower()
         if shell not in COMPLETION_SHELLS:
-            from grpo_cli.render import print_error, stderr_console
+            from grpo_cli.cli.render import print_error, stderr_console
 
             print_error(
                 stderr_console(),
@@ -213,8 +213,8 @@ def _silence_stdout() -> None:
 @contextlib.contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn core errors into one line plus a hint on stderr and the documented exit code."""
-    from grpo_cli import interrupts
-    from grpo_cli.render import print_error, stderr_console
+    from grpo_cli.cli.render import print_error, stderr_console
+    from grpo_cli.io import interrupts
 
     interrupts.reset()
     try:
@@ -227,7 +227,7 @@ def _user_errors() -> Iterator[None]:
     except (KeyboardInterrupt, Terminated) as exc:
         what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
         if interrupts.committed():  # the outputs are in place and complete: a success
-            from grpo_cli.render import print_warning
+            from grpo_cli.cli.render import print_warning
 
             print_warning(
                 stderr_console(),
@@ -256,8 +256,8 @@ def _disk_full_error() -> OutputError:
 
 
 def _internal_error(exc: BaseException) -> NoReturn:
-    from grpo_cli.errors import is_disk_full
-    from grpo_cli.render import print_error, stderr_console
+    from grpo_cli.cli.render import print_error, stderr_console
+    from grpo_cli.core.errors import is_disk_full
 
     if is_disk_full(exc):  # an output error, not a bug
         print_error(stderr_console(), _disk_full_error(), flag_spelling)

@@ -1,5 +1,5 @@
 """``grpo-adv compare``: one log's advantages under several methods side by side (the
-job is :func:`grpo_cli.compare.run_compare`; this module parses and prints)."""
+job is :func:`grpo_cli.report.compare.run_compare`; this module parses and prints)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from grpo_cli.cli.params import (
     flag_spelling,
     policy_options,
 )
-from grpo_cli.estimators import ESTIMATORS
-from grpo_cli.presets import PRESETS
+from grpo_cli.core.estimators import ESTIMATORS
+from grpo_cli.core.presets import PRESETS
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from grpo_cli.compare import Comparison
+    from grpo_cli.report.compare import Comparison
 
 
 # Options of compute's policy block that compare does not take: --estimator is its own
@@ -90,8 +90,8 @@ def compare_cmd(
     and reward options are compute's, with its defaults; a trainer dump is read with the
     layout of the first preset whose dump it is.
     """
-    from grpo_cli.compare import run_compare
-    from grpo_cli.render import print_warning, stderr_console
+    from grpo_cli.cli.render import print_warning, stderr_console
+    from grpo_cli.report.compare import run_compare
 
     result = run_compare(
         sources or [],
@@ -133,7 +133,7 @@ def render_comparison(console: Console, result: Comparison) -> None:
     """The per-method table, then the groups where the methods disagree most."""
     from rich.markup import escape
 
-    from grpo_cli.render import TableColumn, print_table
+    from grpo_cli.cli.render import TableColumn, print_table
 
     first = result.methods[0]
     columns = [

@@ -24,13 +24,13 @@ from grpo_cli.cli.params import (
     flag_spelling,
     policy_options,
 )
-from grpo_cli.errors import option
-from grpo_cli.outputs import sources_or_stdin
+from grpo_cli.core.errors import option
+from grpo_cli.jobs.outputs import sources_or_stdin
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from grpo_cli.job import JobResult
+    from grpo_cli.jobs.run import JobResult
 
 
 @policy_options()
@@ -88,8 +88,8 @@ def compute_cmd(
 
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
-    from grpo_cli.job import run_job
-    from grpo_cli.render import DelayedProgress, print_note, stderr_console
+    from grpo_cli.cli.render import DelayedProgress, print_note, stderr_console
+    from grpo_cli.jobs.run import run_job
 
     explicit = policy.explicit()
     if with_stats:
@@ -123,7 +123,7 @@ def compute_cmd(
 
 def _report(console: Console, result: JobResult, preset: str | None) -> None:
     """Warnings and the summary table on stderr."""
-    from grpo_cli.render import print_warning, render_run_summary
+    from grpo_cli.cli.render import print_warning, render_run_summary
 
     run, options, summary_path = result.run, result.options, result.summary_path
     for warning in result.warnings:

@@ -15,7 +15,7 @@ from grpo_cli.cli.params import (
     policy_options,
 )
 
-# --pick's choices (grpo_cli.explain.PICKS, which a test keeps equal; not imported here:
+# --pick's choices (grpo_cli.report.explain.PICKS, which a test keeps equal; not imported here:
 # it imports Polars, and --help must stay fast).
 PICK_HELP: Final = {
     "worst": "the group holding the largest |advantage| of the log (the first, on a tie)",
@@ -87,8 +87,8 @@ def explain_cmd(
     advantage as the formula with numbers, for the chosen estimator or preset, beside its
     input row (and its step and the start of its text, when the log has them).
     """
-    from grpo_cli.explain import run_explain
-    from grpo_cli.render import render_explanation, stderr_console
+    from grpo_cli.cli.render import render_explanation, stderr_console
+    from grpo_cli.report.explain import run_explain
 
     explanation = run_explain(
         sources or [],

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from grpo_cli.errors import Message
+    from grpo_cli.core.errors import Message
 
 
 def warner(*, quiet: bool) -> Callable[[Message], None] | None:
@@ -17,13 +17,13 @@ def warner(*, quiet: bool) -> Callable[[Message], None] | None:
     if quiet:
         return None
     from grpo_cli.cli.params import flag_spelling
-    from grpo_cli.render import print_warning, stderr_console
+    from grpo_cli.cli.render import print_warning, stderr_console
 
     return functools.partial(print_warning, stderr_console(), spell=flag_spelling)
 
 
 def remove_leftovers(targets: list[Path | None], *, quiet: bool) -> None:
-    """:func:`grpo_cli.outputs.remove_leftovers`, its line on stderr unless --quiet."""
-    from grpo_cli.outputs import remove_leftovers as remove
+    """:func:`grpo_cli.jobs.outputs.remove_leftovers`, its line on stderr unless --quiet."""
+    from grpo_cli.jobs.outputs import remove_leftovers as remove
 
     remove(targets, warner(quiet=quiet))

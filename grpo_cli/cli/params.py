@@ -23,17 +23,17 @@ from typing import Annotated, Any, Final, get_type_hints
 
 import typer
 
-from grpo_cli.errors import OptionRef, OptionsError, Verbatim
-from grpo_cli.estimators import ESTIMATORS
-from grpo_cli.job import BACKENDS, DEVICES
-from grpo_cli.options import (
+from grpo_cli.core.errors import OptionRef, OptionsError, Verbatim
+from grpo_cli.core.estimators import ESTIMATORS
+from grpo_cli.core.options import (
     AGGREGATIONS,
     CLIP_STAGES,
     EPS_MODES,
     NULL_POLICIES,
     SINGLETON_POLICIES,
 )
-from grpo_cli.presets import PRESETS
+from grpo_cli.core.presets import PRESETS
+from grpo_cli.jobs.run import BACKENDS, DEVICES
 
 Command = Callable[..., None]
 
@@ -59,13 +59,13 @@ def _completes(names: Callable[[], Collection[str]]) -> Callable[[str], list[str
 
 
 def _data_formats() -> Collection[str]:
-    from grpo_cli.io import DATA_FORMATS
+    from grpo_cli.io.formats import DATA_FORMATS
 
     return DATA_FORMATS
 
 
 def _table_formats() -> Collection[str]:
-    from grpo_cli.io import TABLE_FORMATS
+    from grpo_cli.io.formats import TABLE_FORMATS
 
     return TABLE_FORMATS
 
@@ -436,7 +436,7 @@ FLAGS: Final[dict[str, tuple[str, ...]]] = {
     "by": ("--by",),
 }
 """The command line's flags (long, then short) of each keyword a message can name: the
-one place where ``eps`` becomes ``--eps`` (see :mod:`grpo_cli.errors`)."""
+one place where ``eps`` becomes ``--eps`` (see :mod:`grpo_cli.core.errors`)."""
 
 REPEATED: Final = frozenset({"group_cols", "reward_cols", "by", "group"})
 """Options given once per value (``-g step -g prompt_id``); other tuples are comma-separated

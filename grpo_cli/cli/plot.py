@@ -20,7 +20,7 @@ from grpo_cli.cli.params import (
     flag_spelling,
     report_options,
 )
-from grpo_cli.estimators import ESTIMATORS
+from grpo_cli.core.estimators import ESTIMATORS
 
 
 @report_options(exclude={"ddof"})  # plot has never taken --ddof
@@ -71,8 +71,8 @@ def plot_cmd(
     PNG, SVG, PDF or HTML (the figure and the tables); without -o, <stem>.report.png
     beside the input. Needs the plot extra: pip install 'grpo-adv[plot]'.
     """
-    from grpo_cli.plot import run_plot
-    from grpo_cli.render import stderr_console
+    from grpo_cli.cli.render import stderr_console
+    from grpo_cli.report.plot import run_plot
 
     result = run_plot(
         sources or [],

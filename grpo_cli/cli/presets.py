@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.errors import OptionsError
+from grpo_cli.core.errors import OptionsError
 
 
 def presets_cmd(
@@ -21,8 +21,8 @@ def presets_cmd(
     ] = "table",
 ) -> None:
     """List the trainer presets and the conventions each one sets."""
-    from grpo_cli.presets import presets_frame
-    from grpo_cli.render import render_presets
+    from grpo_cli.cli.render import render_presets
+    from grpo_cli.core.presets import presets_frame
 
     if output_format == "table":
         from rich.console import Console
@@ -35,6 +35,6 @@ def presets_cmd(
         )
     from pathlib import Path
 
-    from grpo_cli.io import write_table
+    from grpo_cli.io.write import write_table
 
     write_table(presets_frame(), Path("-"), force=False, fmt=output_format)

@@ -80,8 +80,8 @@ def summarize_cmd(
 
     Works on raw and annotated logs (the advantage metrics need the advantage column).
     """
-    from grpo_cli.render import print_warning, render_report, stderr_console
-    from grpo_cli.report import run_summarize
+    from grpo_cli.cli.render import print_warning, render_report, stderr_console
+    from grpo_cli.report.summarize import run_summarize
 
     result = run_summarize(
         sources or [],

@@ -18,7 +18,7 @@ from grpo_cli.cli.params import (
     flag_spelling,
     policy_options,
 )
-from grpo_cli.errors import EXIT_DIFFERENT
+from grpo_cli.core.errors import EXIT_DIFFERENT
 
 
 @policy_options()
@@ -67,8 +67,8 @@ def verify_cmd(
 
     Exits 0 when every row agrees within --tol, 1 when some do not.
     """
-    from grpo_cli.render import print_warning, render_verify_report, stderr_console
-    from grpo_cli.verify import run_verify
+    from grpo_cli.cli.render import print_warning, render_verify_report, stderr_console
+    from grpo_cli.report.verify import run_verify
 
     result = run_verify(
         sources or [],

@@ -14,7 +14,7 @@ Three streaming passes over a Parquet log, spilling to a temporary folder beside
    group statistic and policy is the same; the advantages are spilled with their row index
    into one file per range of ``chunk_rows`` row indices (each partition adds its rows of
    every range, in input order), and the run's figures are kept as partial aggregates
-   (:mod:`grpo_cli.metrics`), merged on the way.
+   (:mod:`grpo_cli.core.metrics`), merged on the way.
 3. **Merge.** Each range's file holds every row of the range once: its advantages are put
    in input order by inverting their row index (no sort, no merge of sorted runs), a file
    per range; then a streaming horizontal concatenation of the input and those files
@@ -23,7 +23,7 @@ Three streaming passes over a Parquet log, spilling to a temporary folder beside
 Spill files are uncompressed Arrow IPC, each removed once read (the disk holds at most
 about 30 bytes a row).
 
-Checks. The plan is made on the file's schema only (:func:`grpo_cli.plan.parquet_plan`):
+Checks. The plan is made on the file's schema only (:func:`grpo_cli.core.plan.parquet_plan`):
 null keys and null, infinite or huge rewards are counted on the data itself, in each
 partition as it is computed (a null key is spilled as a null second hash), and refused
 after the compute pass with the in-memory path's messages and counts; never from the
@@ -40,7 +40,7 @@ tagged temporaries for the next run to remove.
 Peak memory is about one partition or one chunk, whichever is larger, whatever the log's
 size. Every group lies whole in one partition, so every group statistic is exact there.
 A formula that reads batch statistics (``scope="batch"`` estimators, GDPO) gets them from
-mergeable partials (:mod:`grpo_cli.batch_stats`, as the Ray engine does): before the
+mergeable partials (:mod:`grpo_cli.engines.batch_partials`, as the Ray engine does): before the
 compute pass, one more read of the partition spills computes each partition's partials of
 the values the formula whitens or scales by (a few numbers per batch value), merged into
 the batch statistics that the compute pass then joins onto each partition. Group-level
@@ -65,8 +65,18 @@ from typing import Any, Final
 
 import polars as pl
 
-from grpo_cli import metrics
-from grpo_cli.batch_stats import (
+from grpo_cli.core import metrics
+from grpo_cli.core.columns import PART_CHECK, PART_GROUP, PART_INDEX, PART_ROW
+from grpo_cli.core.engine_options import ENGINES, EngineInfo, EngineOptions
+from grpo_cli.core.errors import GrpoAdvError, InputError, Message, is_disk_full, option
+from grpo_cli.core.expressions import with_group_stats
+from grpo_cli.core.grouping import with_profile
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.plan import Plan, decide, hash_collision, parquet_plan, resolve_keys
+from grpo_cli.core.run_summary import RunSummary
+from grpo_cli.core.schema import refuse_values, value_checks
+from grpo_cli.engines import FileJob, check
+from grpo_cli.engines.batch_partials import (
     applied,
     grouped_partials,
     merged_partials,
@@ -74,16 +84,7 @@ from grpo_cli.batch_stats import (
     needs_batch_stats,
     with_batch_stats,
 )
-from grpo_cli.columns import PART_CHECK, PART_GROUP, PART_INDEX, PART_ROW
-from grpo_cli.engines import ENGINES, EngineInfo, EngineOptions, FileJob, check
 from grpo_cli.engines.polars import ENGINE as POLARS
-from grpo_cli.engines.polars import with_group_stats
-from grpo_cli.errors import GrpoAdvError, InputError, Message, is_disk_full, option
-from grpo_cli.grouping import with_profile
-from grpo_cli.options import AdvantageOptions
-from grpo_cli.plan import Plan, decide, hash_collision, parquet_plan, resolve_keys
-from grpo_cli.schema import refuse_values, value_checks
-from grpo_cli.summary import RunSummary
 
 ROW: Final = PART_ROW
 PART: Final = PART_INDEX
@@ -171,7 +172,7 @@ def run(
     at about one partition's whatever the log's size. Spills go to a new folder in
     ``spill_root`` (default: a tagged spill folder beside ``output``, removed at the end).
     """
-    from grpo_cli.io import make_spill_folder, remove_spill_folder, spill_parent
+    from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
 
     if partitions is None:
         import pyarrow.parquet as pq
@@ -196,7 +197,7 @@ def _reading(source: Path) -> Iterator[None]:
     """Report a failure to read ``source`` (a damaged page, a cut file: Polars' and
     Arrow's errors, or a panic of Polars' reader) as an input error naming it, with the
     cause in plain text. Our own errors, a full disk and interrupts pass unchanged."""
-    from grpo_cli.io import PARQUET_DAMAGED_HINT, unreadable_parquet
+    from grpo_cli.io.read import PARQUET_DAMAGED_HINT, unreadable_parquet
 
     try:
         yield
@@ -316,7 +317,7 @@ def _compute_partitions(
     its group key the spilled one (``group``); spill the advantages by range of row index
     (one file per ``chunk_rows`` input rows, each partition adding its rows of the range),
     keep the partials. The values of the keys and rewards are checked in the same pass
-    (:func:`grpo_cli.schema.value_checks`, counted over every partition): once one shows
+    (:func:`grpo_cli.core.schema.value_checks`, counted over every partition): once one shows
     something to refuse, the rest are only counted, and the run ends with the in-memory
     path's error; so does a group spanning batches (after the value checks, as there)."""
     import numpy as np
@@ -387,7 +388,7 @@ def _batch_stats(folder: Path, plan: Plan) -> pl.DataFrame:
     """The batch statistics the plan's formula reads, one row per batch value: each
     partition's mergeable partials (every group is whole in it, so its group statistics
     are exact), merged on the way every MERGE_EVERY partitions (see
-    :mod:`grpo_cli.batch_stats`). The spills stay for the compute pass. The values are
+    :mod:`grpo_cli.engines.batch_partials`). The spills stay for the compute pass. The values are
     checked there: a partition that will be refused only adds meaningless partials."""
     parts: list[pl.DataFrame] = []
     for paths in _partition_files(folder):
@@ -405,7 +406,7 @@ def _check_batch_spans(
     part: pl.DataFrame, options: AdvantageOptions, group: tuple[str, ...], *, uses_groups: bool
 ) -> None:
     """Refuse groups whose rows fall in several values of the batch column, as the in-memory
-    path does (:func:`grpo_cli.summary.check_batch_spans`); each group lies whole in one
+    path does (:func:`grpo_cli.core.run_summary.check_batch_spans`); each group lies whole in one
     partition, so the check runs per partition."""
     column = options.batch_col
     if column is None or column in options.group_cols:
@@ -430,7 +431,7 @@ def _accumulate(
 ) -> None:
     """Add the partials of the partition ``full`` to ``parts``, merged on the way every
     MERGE_EVERY partitions (every group lies whole in one partition; see
-    :mod:`grpo_cli.metrics`). Unreduced partials (``reduce=False``: one query per
+    :mod:`grpo_cli.core.metrics`). Unreduced partials (``reduce=False``: one query per
     partition) on the in-memory engine: a partition is small."""
     rows = with_profile(full.lazy(), group, options.ddof)
     parts.append(
@@ -486,7 +487,7 @@ def _merge(
             + option("backend", "partitioned", alias="alone")
             + ", and report this",
         )
-    from grpo_cli.io import PARQUET_ZSTD_LEVEL
+    from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL
 
     # One file per range: a single file's pages stayed mapped until the end, all counted in
     # the peak RSS (2.19 GiB on 200M rows, against 1.00 GiB with one file per range).
@@ -525,15 +526,15 @@ def run_isolated(
     chunk_rows: int = CHUNK_ROWS,
 ) -> RunSummary:
     """:func:`run` in a worker process, with signals deferred in this one
-    (:func:`grpo_cli.interrupts.deferred`): on Ctrl-C or SIGTERM the worker is killed
+    (:func:`grpo_cli.io.interrupts.deferred`): on Ctrl-C or SIGTERM the worker is killed
     (it writes nothing more), the spill folder removed, and the signal raised here, within
     about POLL_S seconds whatever the worker was doing. The worker's errors are raised
     here as they were raised there (input, output and usage errors; a full disk as an
     OSError, for the caller to name its path)."""
     import subprocess
 
-    from grpo_cli import interrupts
-    from grpo_cli.io import make_spill_folder, remove_spill_folder, spill_parent
+    from grpo_cli.io import interrupts
+    from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
 
     root = str(Path(__file__).resolve().parents[2])
     spill = make_spill_folder(spill_parent(output))
@@ -588,7 +589,7 @@ def _read_all(fd: int) -> bytes:
 
 def _outcome(spill: Path, code: int, data: bytes) -> RunSummary:
     """The worker's result (``data``, pickled), or its error raised here."""
-    from grpo_cli import errors
+    from grpo_cli.core import errors
 
     if not data:
         log = (spill / "worker.log").read_bytes().decode(errors="replace").strip()

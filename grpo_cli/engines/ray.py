@@ -11,11 +11,11 @@ a Ray cluster, with Ray Data.
 3. **Batch statistics** (batch-level estimators, GDPO): the shuffled blocks are kept
    (``materialize``), each block sends the mergeable partials of its batch statistics to
    the driver, which merges them (one small row per batch value) and hands them back to
-   every block (:mod:`grpo_cli.batch_stats`).
+   every block (:mod:`grpo_cli.engines.batch_partials`).
 4. **Annotate and write.** Each block is annotated by the Polars engine on the plan made
    once (the value checks run per block, the collision fallback per block), written as one
    Parquet part file, and its run figures are returned as partial aggregates
-   (:mod:`grpo_cli.metrics`); the driver merges them. The driver never collects the data.
+   (:mod:`grpo_cli.core.metrics`); the driver merges them. The driver never collects the data.
 
 Every input row is written exactly once with every input column and the added columns; the
 order of rows across parts is not kept (keep a row id column to restore it). Part files are
@@ -37,15 +37,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
-from grpo_cli import metrics
-from grpo_cli.batch_stats import merged_stats, needs_batch_stats
-from grpo_cli.engines import ENGINES, EngineInfo, FileJob
+from grpo_cli.core import metrics
+from grpo_cli.core.engine_options import ENGINES, EngineInfo
+from grpo_cli.core.errors import GrpoAdvError, InputError, Message, OptionsError, option
+from grpo_cli.core.run_summary import RunSummary
+from grpo_cli.engines import FileJob
+from grpo_cli.engines.batch_partials import merged_stats, needs_batch_stats
 from grpo_cli.engines.ray_cluster import first_line, import_ray, session
-from grpo_cli.errors import GrpoAdvError, InputError, Message, OptionsError, option
-from grpo_cli.summary import RunSummary
 
 if TYPE_CHECKING:
-    from grpo_cli.plan import Plan
+    from grpo_cli.core.plan import Plan
 
 READ_BATCH_ROWS: Final = 65_536  # rows per batch when an unreadable input is looked for
 BYTES_PER_PARTITION: Final = 64 << 20  # input bytes per shuffle partition
@@ -175,7 +176,8 @@ def _unreadable_input(job: FileJob) -> InputError | None:
     reads (the failure was something else). Read batch by batch (bounded memory); only
     on this error path. JSONL and CSV inputs are read by grpo-adv's reader on the
     cluster, which names the file itself."""
-    from grpo_cli.io import PARQUET_MAGIC, format_from_suffix, truncated_parquet, uncompressed_name
+    from grpo_cli.io.formats import PARQUET_MAGIC, format_from_suffix, uncompressed_name
+    from grpo_cli.io.read import truncated_parquet
 
     for path in job.sources:
         fmt = job.input_format or format_from_suffix(uncompressed_name(path))
@@ -212,7 +214,7 @@ def _partitions(ray: Any, sources: Sequence[Path]) -> int:
 
 def _read(ray: Any, job: FileJob) -> Any:
     """The inputs as one dataset, with the derived key columns."""
-    from grpo_cli.io import format_from_suffix, uncompressed_name
+    from grpo_cli.io.formats import format_from_suffix, uncompressed_name
 
     formats = {
         job.input_format or format_from_suffix(uncompressed_name(p)) or "" for p in job.sources

@@ -5,8 +5,8 @@
   (``/tmp/ray/ray_current_cluster``) is followed, so a run on a verl or OpenRLHF node never
   lands on the training cluster. Its temporary folder (Ray's session folder: sockets, logs,
   spilled objects) is the command's own, ``grpo-adv-ray.XXXXXXXX`` in the system's
-  temporary folder with an ``owner`` file (:func:`grpo_cli.io.owner_tag`), removed when the
-  run ends. Every process of that Ray carries the folder's path in its environment
+  temporary folder with an ``owner`` file (:func:`grpo_cli.io.temporaries.owner_tag`),
+  removed when the run ends. Every process of that Ray carries the folder's path in its environment
   (:data:`OWNER_ENV`): a small watcher process (``python -m grpo_cli.engines.ray_cluster``,
   the reaper) waits for the command to end, however it ends (``kill -9`` included), then
   stops those processes and removes the folder; the next run removes what a killed watcher
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from grpo_cli.errors import (
+from grpo_cli.core.errors import (
     EXIT_OUTPUT,
     ClusterError,
     Message,
@@ -244,7 +244,7 @@ def _private(env: _Environment, notes: Notes) -> Iterator[_Where]:
 def _make_folder() -> Path:
     """A new folder for Ray's session in the system's temporary folder (short: Ray puts
     Unix sockets in it), with this process's owner tag in its ``owner`` file."""
-    from grpo_cli.io import owner_tag
+    from grpo_cli.io.temporaries import owner_tag
 
     folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
     (folder / "owner").write_text(owner_tag() + "\n")
@@ -290,7 +290,7 @@ def reap(folder: Path, *, spare: Sequence[int] = ()) -> None:
 def reap_leftovers() -> list[Path]:
     """The private Rays of killed grpo-adv runs of this host (their watcher killed too):
     processes stopped, folders removed. Returns the folders removed."""
-    from grpo_cli.io import OWNER_PATTERN, owner_tag
+    from grpo_cli.io.temporaries import OWNER_PATTERN, owner_tag
 
     here = OWNER_PATTERN.search(owner_tag() + ".")
     assert here is not None

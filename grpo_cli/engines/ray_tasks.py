@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 from ray.data import Datasink
 
-from grpo_cli import metrics
-from grpo_cli.batch_stats import applied, piece_partials, with_batch_stats
-from grpo_cli.columns import PREFIX
+from grpo_cli.core import metrics
+from grpo_cli.core.columns import PREFIX
+from grpo_cli.core.plan import Plan, make_plan, run_with_fallback
+from grpo_cli.engines.batch_partials import applied, piece_partials, with_batch_stats
 from grpo_cli.engines.polars import ENGINE as POLARS
-from grpo_cli.io import PARQUET_ZSTD_LEVEL
-from grpo_cli.plan import Plan, make_plan, run_with_fallback
+from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,7 +34,7 @@ class Derive:
     names: tuple[str, ...]
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        from grpo_cli.layouts import derived_column
+        from grpo_cli.core.layouts import derived_column
 
         frame = _polars(table).with_columns([derived_column(n) for n in self.names])
         return frame.to_arrow()
@@ -49,8 +49,8 @@ class ReadText:
     derived: tuple[str, ...]
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        from grpo_cli.io import read_rewards
-        from grpo_cli.layouts import derived_column
+        from grpo_cli.core.layouts import derived_column
+        from grpo_cli.io.read import read_rewards
 
         path = Path(str(table.column("path")[0].as_py()))
         strings = [c for c in self.key_cols if not c.startswith(PREFIX)]
@@ -68,7 +68,7 @@ def _piece_plan(piece: pl.DataFrame, plan: Plan) -> Plan:
 
 @dataclass(frozen=True)
 class BatchPartials:
-    """One block's batch partials (see :mod:`grpo_cli.batch_stats`)."""
+    """One block's batch partials (see :mod:`grpo_cli.engines.batch_partials`)."""
 
     plan: Plan
 
@@ -145,8 +145,8 @@ class PartSink(Datasink[list[bytes]]):
 
     # -------------------------------------------------------------------------------
     def _annotate(self, piece: pl.DataFrame, name: str) -> pl.DataFrame:
-        from grpo_cli.grouping import with_profile
-        from grpo_cli.summary import check_batch_spans, group_table
+        from grpo_cli.core.grouping import with_profile
+        from grpo_cli.core.run_summary import check_batch_spans, group_table
 
         columns = [c for c in piece.columns if c not in self.derived]
         plan = _piece_plan(piece, self.plan)

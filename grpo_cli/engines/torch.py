@@ -3,7 +3,7 @@
 Polars finds the groups (dense integer codes of the group key, and of the batch key) and
 prepares the reward (aggregation, null policy); torch then evaluates the estimator's own
 formula (``plan.estimator.fn``, or GDPO's) on the chosen device, in float64, through
-:class:`TorchContext`: the formula context (:class:`grpo_cli.estimators.FormulaContext`)
+:class:`TorchContext`: the formula context (:class:`grpo_cli.core.estimators.FormulaContext`)
 implemented with segment operations (``index_add_``, ``scatter_reduce``) over the codes,
 NaN standing for null:
 
@@ -11,7 +11,7 @@ NaN standing for null:
 
 (``var_g`` exactly 0 when the group's valid rewards are all equal, as Polars' is). So every
 estimator and policy runs here; the shared policies are applied afterwards, as for every
-engine (:mod:`grpo_cli.policies`). Process supervision runs its formula here over the
+engine (:mod:`grpo_cli.core.policies`). Process supervision runs its formula here over the
 steps that Polars explodes from the list column (:func:`step_scores`). torch is imported
 here only, and only when this engine runs.
 """
@@ -24,15 +24,15 @@ from typing import Any, Final
 
 import polars as pl
 
-from grpo_cli.columns import CONSTANT_KEY, REWARD_KEY, SIZE_KEY, STEP_Z, VALID_KEY
-from grpo_cli.columns import TORCH_RAW as RAW
-from grpo_cli.engines import DEVICES, ENGINES, EngineInfo
-from grpo_cli.errors import Message, OptionsError, option
-from grpo_cli.estimators import FormulaContext, Value, gdpo
-from grpo_cli.grouping import stats_columns
-from grpo_cli.plan import Plan, collision_columns
-from grpo_cli.policies import apply_policies
-from grpo_cli.rewards import reward_expr
+from grpo_cli.core.columns import CONSTANT_KEY, REWARD_KEY, SIZE_KEY, STEP_Z, VALID_KEY
+from grpo_cli.core.columns import TORCH_RAW as RAW
+from grpo_cli.core.engine_options import DEVICES, ENGINES, EngineInfo
+from grpo_cli.core.errors import Message, OptionsError, option
+from grpo_cli.core.estimators import FormulaContext, Value, gdpo
+from grpo_cli.core.grouping import stats_columns
+from grpo_cli.core.plan import Plan, collision_columns
+from grpo_cli.core.policies import apply_policies
+from grpo_cli.core.rewards import reward_expr
 
 INSTALL_HINT: Final = "pip install 'grpo-adv[torch]'"
 
@@ -82,11 +82,11 @@ class TorchEngine:
     def annotate(self, frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
         """Polars prepares keys and rewards; torch does the arithmetic; Polars applies the
         policies (see :class:`grpo_cli.engines.FrameEngine`)."""
-        from grpo_cli.engines.polars import collect, prepare
+        from grpo_cli.core.expressions import collect, prepare
 
         options = plan.options
         if plan.estimator.unit == "step":
-            from grpo_cli.process import process_advantages
+            from grpo_cli.core.process_supervision import process_advantages
 
             return collect(process_advantages(prepare(frame, plan), plan, step_scores))
         # The collision check column comes from Polars, as on every engine.
@@ -126,9 +126,10 @@ def torch_columns(frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
 
 
 def step_scores(steps: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
-    """Process supervision's step z-scores (see :data:`grpo_cli.process.StepScores`): the
-    formula over the exploded steps, with torch."""
-    from grpo_cli.engines.polars import collect
+    """Process supervision's step z-scores (see
+    :data:`grpo_cli.core.process_supervision.StepScores`): the formula over the exploded
+    steps, with torch."""
+    from grpo_cli.core.expressions import collect
 
     frame = collect(steps, deterministic=True)
     torch = import_torch()
@@ -205,7 +206,7 @@ def formula_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> dict[
 
 @dataclass(frozen=True)
 class TorchContext(FormulaContext):
-    """The formula context (:class:`grpo_cli.estimators.FormulaContext`) on torch: every
+    """The formula context (:class:`grpo_cli.core.estimators.FormulaContext`) on torch: every
     value a float64 tensor (one entry per row, NaN for null), every statistic a segment
     reduction over dense codes (``group``, ``batch``: int64 tensors, 0..k-1, with k
     ``groups``, ``batches``) gathered back to the rows."""

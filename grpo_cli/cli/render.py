@@ -1,0 +1,704 @@
+"""Everything a human reads on stderr: Rich tables, warnings and error lines."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rich.cells import cell_len
+from rich.console import Console
+from rich.progress import TaskID
+from rich.table import Table
+
+from grpo_cli.core.columns import readable
+from grpo_cli.core.errors import as_text, option
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
+    from grpo_cli.core.errors import GrpoAdvError, Message, Spelling
+    from grpo_cli.core.options import AdvantageOptions
+    from grpo_cli.core.run_summary import RunSummary
+    from grpo_cli.report.explain import Explanation
+    from grpo_cli.report.summarize import Report
+    from grpo_cli.report.verify import VerifyReport
+
+
+def stderr_console() -> Console:
+    """A console on stderr that never wraps a message line."""
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_error(console: Console, error: GrpoAdvError, spell: Spelling) -> None:
+    """``error: <message>`` then ``hint: <hint>``, one line each, options named as
+    ``spell`` names them (the command line: its flags)."""
+    message, hint = error.render(spell)
+    console.print(f"[bold red]error:[/] {_escape(message)}", markup=True, emoji=False)
+    if hint:
+        console.print(f"[yellow]hint:[/] {_escape(hint)}", markup=True, emoji=False)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def print_warning(console: Console, message: Message, spell: Spelling) -> None:
+    """``warning: <message>`` on one line (control characters escaped), options named as
+    ``spell`` names them."""
+    from grpo_cli.core.errors import as_text, one_line
+
+    text = one_line(as_text(message).render(spell))
+    console.print(f"[yellow]warning:[/] {_escape(text)}", emoji=False)
+
+
+def print_note(console: Console, message: Message, spell: Spelling) -> None:
+    """``note: <message>`` on one line (control characters escaped), options named as
+    ``spell`` names them: what the user should know, nothing wrong."""
+    from grpo_cli.core.errors import as_text, one_line
+
+    text = one_line(as_text(message).render(spell))
+    console.print(f"[cyan]note:[/] {_escape(text)}", emoji=False)
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def count_text(count: int) -> str:
+    """A count as every human output writes one: thousands separated (``194,222``)."""
+    return f"{count:,}"
+
+
+def _share(count: int, total: int) -> str:
+    share = f" ({100 * count / total:.1f}%)" if total else ""
+    return count_text(count) + share
+
+
+# --------------------------------------------------------------------------- tables that fit
+
+# Rich's default table chrome: one space of padding each side of a cell and a border line
+# left of every column, plus the right edge.
+_CHROME_PER_COLUMN = 3
+# A text column need not be wider than this to keep its words whole: a longer word (an
+# identifier, a path, key=value) may fold onto the next line.
+_MAX_WORD_FLOOR = 20
+
+
+@dataclass(frozen=True)
+class TableColumn:
+    """One column of a table printed by :func:`print_table`.
+
+    ``wrap``: free text, whose cells may wrap on whitespace (never inside a word of up to
+    ``_MAX_WORD_FLOOR`` cells). Otherwise (numbers, names) each cell stays whole on one
+    line.
+    """
+
+    header: str
+    justify: JustifyMethod = "left"
+    style: str = ""
+    wrap: bool = False
+
+
+def print_table(
+    console: Console,
+    columns: Sequence[TableColumn],
+    rows: Sequence[Sequence[str]],
+    *,
+    keys: int = 1,
+    split: bool = True,
+    title: str | None = None,
+    show_header: bool = True,
+    show_lines: bool = False,
+    section: int = 0,
+    title_justify: JustifyMethod = "left",
+) -> None:
+    """Print ``rows`` (markup strings) as Rich tables no wider than ``console.width`` that
+    cut no number and no header: Rich's ellipsis never shows.
+
+    The rule, per column: its *need* is its widest cell (the header included when shown),
+    its *floor* the narrowest width that cuts nothing: the need for a one-line column, the
+    longest word (at most ``_MAX_WORD_FLOOR``) for a ``wrap`` column. Then:
+
+    * When every column fits at its need: one table at those widths, as Rich prints it.
+    * When every column fits at its floor: one table, the spare width given to the key
+      columns up to their need, then to the others, the narrowest first.
+    * Else, if ``split`` and the first ``keys`` columns fit beside any single other
+      column: the other columns are split, in order, into consecutive tables ("parts")
+      as wide as fit at their floors, each repeating the ``keys`` columns at its left, as
+      pandas wraps a wide frame; each part is headed by its title and ", part i of n".
+    * Else, with three columns or more: the vertical layout, one ``header  cell`` line per
+      cell, a rule between rows (:func:`_print_records`).
+    * Else (two columns): the text column is narrowed and its longest words fold onto the
+      next line, whole.
+
+    ``section``: a rule under every ``section`` rows (none when 0).
+    """
+    measured = [
+        _column_extent(
+            console,
+            ([column.header] if show_header else []) + [row[i] for row in rows],
+            wrap=column.wrap,
+        )
+        for i, column in enumerate(columns)
+    ]
+    floors = [floor for floor, _ in measured]
+    needs = [need for _, need in measured]
+    keys = min(keys, len(columns))
+    rest = list(range(keys, len(columns)))
+    width = console.width
+    if _fits(needs, width) or _fits(floors, width):
+        parts = [rest]
+    elif split and all(_fits([*floors[:keys], floors[i]], width) for i in rest):
+        parts = _split_columns(floors, keys, width)
+    elif len(columns) > 2:
+        _print_records(console, columns, rows, title=title, title_justify=title_justify)
+        return
+    else:
+        parts = [rest]
+    for number, part in enumerate(parts, start=1):
+        shown = [*range(keys), *part]
+        widths = _column_widths(
+            [floors[i] for i in shown],
+            [needs[i] for i in shown],
+            [columns[i].wrap for i in shown],
+            keys,
+            width - _CHROME_PER_COLUMN * len(shown) - 1,
+        )
+        table_title = title
+        if len(parts) > 1:
+            # a line of its own: a table's title wraps at the (narrower) table's width
+            heading = f"part {number} of {len(parts)}"
+            console.print(
+                f"{title}, {heading}" if title else heading,
+                style="table.title",
+                justify=None if title_justify == "left" else title_justify,  # no padding
+                markup=False,
+                emoji=False,
+            )
+            table_title = None
+        table = Table(
+            title=table_title,
+            title_justify=title_justify,
+            show_header=show_header,
+            show_lines=show_lines,
+        )
+        for i, column_width in zip(shown, widths, strict=True):
+            column = columns[i]
+            table.add_column(
+                column.header,
+                justify=column.justify,
+                style=column.style,
+                width=column_width,
+                overflow="fold",
+            )
+        for n, row in enumerate(rows, start=1):
+            table.add_row(*(row[i] for i in shown), end_section=section > 0 and n % section == 0)
+        console.print(table)
+
+
+def _print_records(
+    console: Console,
+    columns: Sequence[TableColumn],
+    rows: Sequence[Sequence[str]],
+    *,
+    title: str | None,
+    title_justify: JustifyMethod,
+) -> None:
+    """The vertical layout of a table too wide for the console: a two-column table of
+    ``header  cell`` lines, one per cell, a rule after each row's cells."""
+    fields = [TableColumn("field", style="bold", wrap=True), TableColumn("value", wrap=True)]
+    pairs = [(column.header, row[i]) for row in rows for i, column in enumerate(columns)]
+    print_table(
+        console,
+        fields,
+        pairs,
+        title=title,
+        show_header=False,
+        section=len(columns),
+        title_justify=title_justify,
+    )
+
+
+def _column_extent(console: Console, texts: Sequence[str], *, wrap: bool) -> tuple[int, int]:
+    """``(floor, need)`` of a column holding ``texts`` (see :func:`print_table`), in terminal
+    cells of the text as ``console`` renders it (markup applied)."""
+    floor = need = 1
+    for text in texts:
+        plain = console.render_str(text, highlight=False).plain
+        need = max(need, *(cell_len(line) for line in plain.splitlines() or [""]))
+        if wrap:
+            floor = max(floor, *(cell_len(word) for word in plain.split() or [""]))
+    return (min(floor, _MAX_WORD_FLOOR, need) if wrap else need), need
+
+
+def _fits(widths: Sequence[int], width: int) -> bool:
+    """Whether a table with columns ``widths`` wide (without padding) fits ``width``."""
+    return sum(widths) + _CHROME_PER_COLUMN * len(widths) + 1 <= width
+
+
+def _split_columns(floors: list[int], keys: int, width: int) -> list[list[int]]:
+    """The indices of the columns after the ``keys`` first, split into consecutive parts,
+    each of as many as fit ``width`` at their floors beside the key columns."""
+    parts: list[list[int]] = [[]]
+    for i in range(keys, len(floors)):
+        candidate = [*parts[-1], i]
+        if parts[-1] and not _fits([floors[j] for j in (*range(keys), *candidate)], width):
+            parts.append([i])
+        else:
+            parts[-1] = candidate
+    return parts
+
+
+def _column_widths(
+    floors: list[int], needs: list[int], wraps: list[bool], keys: int, budget: int
+) -> list[int]:
+    """Column widths (without padding) that sum to ``budget`` or less where possible: the
+    needs when they fit; else the floors, widened up to the needs, the key columns first,
+    then the others, the narrowest first; else the floors of the ``wrap`` columns
+    narrowed, the widest first, down to 1 (their long words fold)."""
+    if sum(needs) <= budget:
+        return list(needs)
+    widths = list(floors)
+    while sum(widths) > budget:
+        candidates = [i for i, w in enumerate(widths) if wraps[i] and w > 1]
+        if not candidates:
+            return widths
+        widths[max(candidates, key=lambda i: widths[i])] -= 1
+    for group in (range(keys), range(keys, len(widths))):
+        while sum(widths) < budget:
+            candidates = [i for i in group if widths[i] < needs[i]]
+            if not candidates:
+                break
+            widths[min(candidates, key=lambda i: widths[i])] += 1
+    return widths
+
+
+def render_run_summary(
+    console: Console,
+    summary: RunSummary,
+    options: AdvantageOptions,
+    *,
+    output: str,
+    group_table_path: str | None = None,
+    preset: str | None = None,
+    layout: str | None = None,
+    spell: Spelling,
+) -> None:
+    """The summary table of one ``compute`` run (a figure/value table that fits the
+    console: see :func:`print_figures`), options named as ``spell`` names them."""
+    grouping = (
+        f"runs of {options.group_size} rows"
+        if options.group_size
+        else ", ".join(readable(column) for column in options.group_cols)
+    )
+    batch = (
+        f"{summary.batches:,} (by {options.batch_col})"
+        if options.batch_col
+        else "the whole input is one batch"
+    )
+    method = f"{options.estimator} (ddof {options.ddof}, eps {options.eps:g} {options.eps_mode}"
+    if options.clip is not None:
+        method += f", clip [{options.clip[0]:g}, {options.clip[1]:g}]"
+    if len(options.reward_cols) > 1:
+        method += f", {len(options.reward_cols)} rewards {options.aggregation}"
+    rows = [
+        ("rows", f"{summary.rows:,}"),
+        ("groups", f"{summary.groups:,}  (by {_escape(grouping)})"),
+        ("batches", batch),
+        (
+            "group size min / median / max",
+            f"{summary.group_size_min:,} / {summary.group_size_median:,g} / "
+            f"{summary.group_size_max:,}",
+        ),
+        (
+            "zero-variance groups",
+            f"{_share(summary.zero_std_groups, summary.groups)}; "
+            f"frac_reward_zero_std {summary.frac_reward_zero_std:.4f}",
+        ),
+        (
+            "singleton groups",
+            f"{summary.singleton_groups:,} ({spell(option('singleton', options.singleton))})",
+        ),
+        ("null rewards", f"{summary.null_rewards:,} ({spell(option('nulls', options.nulls))})"),
+        ("reward mean / std", f"{_num(summary.reward_mean)} / {_num(summary.reward_std)}"),
+        (
+            "advantage min / max",
+            f"{_num(summary.advantage_min)} / {_num(summary.advantage_max)}",
+        ),
+        ("estimator", method + ")"),
+    ]
+    if preset is not None:
+        rows.append(("preset", preset + (f" (read as a {layout} dump)" if layout else "")))
+    rows.append(("output", _escape(output)))
+    if group_table_path is not None:
+        rows.append(("group table", _escape(group_table_path)))
+    print_figures(console, rows, title="grpo-adv compute")
+
+
+def print_figures(
+    console: Console, rows: Sequence[tuple[str, str]], *, title: str | None = None
+) -> None:
+    """A headerless two-column table, a bold figure name then its value, that fits the
+    console: both columns wrap on whitespace (the names are widened first), so a number
+    is never cut; only a word over ``_MAX_WORD_FLOOR`` cells (a long path) may fold."""
+    columns = [TableColumn("figure", style="bold", wrap=True), TableColumn("value", wrap=True)]
+    print_table(console, columns, rows, keys=1, title=title, show_header=False)
+
+
+def render_verify_report(
+    console: Console, report: VerifyReport, *, preset: str | None, source: str, spell: Spelling
+) -> None:
+    """The outcome of ``verify``: agreement figures, the worst groups and the report's
+    hints (``hint: ...``, one line each)."""
+    verdict = "[bold green]agree[/]" if report.agree else "[bold red]differ[/]"
+    console.print(
+        f"{_escape(source)} vs {preset or 'the given options'}: {verdict} "
+        f"(tolerance {report.tol:g})",
+        emoji=False,
+    )
+    figures = [
+        ("recomputed as", _escape(describe_method(report.options, report.layout))),
+        ("rows compared", f"{report.rows:,}"),
+        ("max |difference|", f"{report.max_abs_diff:.3g}"),
+        ("rows over tolerance", f"{report.rows_over:,}"),
+        ("groups over tolerance", f"{report.groups_over:,} of {report.groups:,}"),
+    ]
+    print_figures(console, figures)
+    worst = report.worst
+    if worst.height:
+        # the group key columns come first; they repeat in every part of a split table
+        keys = len([c for c in worst.columns if c not in ("size", "max_abs_diff")])
+        columns = [
+            TableColumn(
+                _escape(name),
+                justify="right" if dtype.is_numeric() else "left",
+                wrap=not dtype.is_numeric(),
+            )
+            for name, dtype in worst.schema.items()
+        ]
+        rows = [
+            [_escape(_cell(v, count=i >= keys)) for i, v in enumerate(row)]
+            for row in worst.iter_rows()
+        ]
+        print_table(console, columns, rows, keys=keys, title="worst groups")
+    for hint in report.hints:
+        shown = as_text(hint).render(spell)
+        console.print(f"[yellow]hint:[/] {_escape(shown)}", markup=True, emoji=False)
+
+
+def describe_method(options: AdvantageOptions, layout: str | None = None) -> str:
+    """One line saying how advantages were computed: estimator, rewards, groups, batches."""
+    rewards = ", ".join(options.reward_cols)
+    if options.reward_weights is not None:
+        rewards += " (weights " + ", ".join(f"{w:g}" for w in options.weights) + ")"
+    if options.group_size:
+        groups = f"runs of {options.group_size} rows"
+    else:
+        from grpo_cli.core.columns import UID_GROUP
+
+        shown = {UID_GROUP: "uid (without _session_index)"}
+        within = [c for c in options.group_cols if c != options.batch_col]
+        groups = ", ".join(shown.get(c, c) for c in within or options.group_cols)
+    text = (
+        f"{options.estimator}, ddof {options.ddof}, eps {options.eps:g} {options.eps_mode}, "
+        f"singleton {options.singleton}, nulls {options.nulls}; rewards {rewards}; "
+        f"groups by {groups}"
+    )
+    if options.batch_col:
+        text += f" within {options.batch_col}"
+    if layout:
+        text += f"; read as a {layout} dump"
+    return text
+
+
+def _cell(value: object, *, count: bool = False) -> str:
+    """A table cell: a float to 4 significant digits; an int as a count (thousands
+    separated) when ``count``, else as it is (a key: step 1000 stays 1000)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if count and isinstance(value, int) and not isinstance(value, bool):
+        return count_text(value)
+    return str(value)
+
+
+def render_presets(console: Console) -> None:
+    """``grpo-adv presets``: one row per preset, what it reproduces and its conventions
+    wrapped on whitespace to fit the console (see :func:`print_table`)."""
+    from grpo_cli.core.presets import presets_frame
+
+    rows: list[tuple[str, str, str]] = []
+    for row in presets_frame().iter_rows(named=True):
+        conventions = [
+            f"estimator {row['estimator']}",
+            f"ddof {row['ddof']}",
+            f"eps {row['eps']}",
+            f"singleton {row['singleton']}",
+            f"nulls {row['nulls']}",
+        ]
+        if row["clip"]:
+            conventions.append(f"clip {row['clip']}")
+        if row["token_weighted"]:
+            conventions.append("token-weighted")
+        if row["aggregation"] != "sum_then_normalize":
+            conventions.append(row["aggregation"])
+        if row["layout"]:
+            conventions.append(f"reads {row['layout']} dumps")
+        rows.append((row["preset"], _escape(row["reproduces"]), _escape(", ".join(conventions))))
+    columns = [
+        TableColumn("preset", style="bold"),
+        TableColumn("reproduces", wrap=True),
+        TableColumn("conventions", wrap=True),
+    ]
+    print_table(
+        console,
+        columns,
+        rows,
+        split=False,  # one row a preset reads best, its text wrapped (folded when narrow)
+        title="grpo-adv presets (explicit options override them)",
+        show_lines=True,
+        title_justify="center",
+    )
+
+
+class DelayedProgress:
+    """A transient Rich progress display on stderr that appears only when the work lasts
+    longer than ``delay`` seconds, and only when ``enabled`` (stderr is a terminal)."""
+
+    def __init__(self, console: Console, *, enabled: bool, delay: float = 1.5) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.enabled = enabled
+        self.delay = delay
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=console,
+            transient=True,
+        )
+        self._timer: threading.Timer | None = None
+
+    def __enter__(self) -> DelayedProgress:
+        if self.enabled:
+            self._timer = threading.Timer(self.delay, self.progress.start)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join()
+            self.progress.stop()
+
+    def add(self, description: str, total: int) -> TaskID:
+        """A new line of the display."""
+        return self.progress.add_task(description, total=total)
+
+    def advance(self, task: TaskID, steps: int = 1) -> None:
+        self.progress.advance(task, steps)
+
+
+# --------------------------------------------------------------------------- summarize
+
+SPARK_BARS = "▁▂▃▄▅▆▇█"
+STEP_COLUMNS = (
+    "responses",
+    "groups",
+    "group_size_median",
+    "reward",
+    "reward_std",
+    "frac_reward_zero_std",
+    "group_reward_std",
+    "pass_at_n",
+    "advantage_mean",
+    "frac_zero_advantage",
+)
+SPARK_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "group_size_median", "pass_at_n")
+
+
+def sparkline(values: list[float | None]) -> str:
+    """One block character per value, scaled between the smallest and largest (a gap for
+    a missing value)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return ""
+    lo, hi = min(present), max(present)
+    span = hi - lo
+    out = []
+    for v in values:
+        if v is None:
+            out.append(" ")
+        else:
+            level = 0 if span == 0 else round((v - lo) / span * (len(SPARK_BARS) - 1))
+            out.append(SPARK_BARS[level])
+    return "".join(out)
+
+
+HISTOGRAM_BAR_WIDTH = 40
+HISTOGRAM_LABEL_WIDTH = 33  # what comes before a histogram bar: ``lo .. hi count`` and 2 spaces
+
+
+def histogram_lines(
+    edges: list[float], counts: list[int], width: int = HISTOGRAM_BAR_WIDTH
+) -> list[str]:
+    """A horizontal bar per bin: ``[lo, hi)  count  ####``, the longest bar ``width``
+    characters (each line ``HISTOGRAM_LABEL_WIDTH`` more)."""
+    if not counts:
+        return ["(no values)"]
+    top = max(counts) or 1
+    lines = []
+    for i, count in enumerate(counts):
+        bar = "█" * round(count / top * width)
+        lines.append(f"{edges[i]:>9.3g} .. {edges[i + 1]:<9.3g} {count:>8,}  {bar}")
+    return lines
+
+
+def render_report(console: Console, report: Report, *, rows: int = 20, bins: int = 12) -> None:
+    """Overall figures, the per-step table (first and last ``rows`` // 2 steps when there
+    are more), per-step sparklines, and histograms of rewards and advantages.
+
+    Both tables fit ``console.width`` without cutting a number or a header: the per-step
+    table is split into parts that repeat the ``by`` columns (see :func:`print_table`),
+    and the histogram bars shrink to fit."""
+    import polars as pl
+
+    from grpo_cli.report.summarize import histogram
+
+    overall = report.overall.row(0, named=True)
+    print_figures(
+        console,
+        [(name, _value(value)) for name, value in overall.items()],
+        title="grpo-adv summarize: overall",
+    )
+    steps = report.steps
+    if report.by and steps.height:
+        from grpo_cli.core.metrics import logged_name
+
+        step_columns = [c for name in STEP_COLUMNS for c in logged_name(name)]
+        shown = list(dict.fromkeys(c for c in (*report.by, *step_columns) if c in steps.columns))
+        columns = [
+            TableColumn(
+                _escape(name),
+                justify="right",
+                wrap=name in report.by and not steps.schema[name].is_numeric(),
+            )
+            for name in shown
+        ]
+        half = max(rows // 2, 1)
+        picked = steps if steps.height <= rows else pl.concat([steps.head(half), steps.tail(half)])
+        cells: list[list[str]] = []
+        for i, record in enumerate(picked.select(shown).iter_rows()):
+            if steps.height > rows and i == half:
+                cells.append(["..." for _ in shown])
+            n_by = len(report.by)  # keys (a step) as they are; figures as figures
+            cells.append([_key(v) if i < n_by else _value(v) for i, v in enumerate(record)])
+        print_table(
+            console,
+            columns,
+            cells,
+            keys=len(report.by),
+            title=f"per {', '.join(report.by)} ({steps.height:,} values)",
+        )
+        from grpo_cli.core.metrics import logged_name
+
+        spark = [c for name in SPARK_METRICS for c in logged_name(name) if c in steps.columns]
+        for name in dict.fromkeys(spark):
+            if name in steps.columns:
+                series = steps[name].to_list()
+                line = sparkline(series)
+                present = [v for v in series if v is not None]
+                if present:
+                    console.print(
+                        f"{name:>22}  {line}  {_value(present[0])} → {_value(present[-1])}",
+                        emoji=False,
+                    )
+    for title, values in (("reward", report.rewards), ("advantage", report.advantages)):
+        if values is None:
+            continue
+        edges, counts = histogram(values, bins)
+        console.print(f"\n[bold]{title} histogram[/] ({values.len():,} values)")
+        bar_width = max(1, min(HISTOGRAM_BAR_WIDTH, console.width - HISTOGRAM_LABEL_WIDTH))
+        for line in histogram_lines(edges, counts, bar_width):
+            console.print(line, emoji=False, markup=False)
+
+
+def _key(value: object) -> str:
+    """A key's value (a step, a prompt id): as it is, never as a count (step 1000)."""
+    return "-" if value is None else _escape(_cell(value))
+
+
+def _value(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return _num(value, 4)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "-" if value is None else _escape(str(value))
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def render_explanation(console: Console, e: Explanation, spell: Spelling) -> None:
+    """One group, the formula filled in for every response (a table that fits the console,
+    its formulas and texts wrapped on whitespace, the ``row`` column repeated if it must be
+    split): each response's input row, its step and the start of its text when the log
+    has them."""
+    o = e.options
+    for warning in e.warnings:
+        print_warning(console, warning, spell)
+    key = ", ".join(f"{k}={v}" for k, v in e.key.items())
+    console.print(f"[bold]group {_escape(key)}[/]: {e.size:,} responses", emoji=False)
+    if e.chosen:
+        console.print(f"  {_escape(as_text(e.chosen).render(spell))}", emoji=False)
+    console.print(
+        f"estimator {o.estimator}: {_escape(e.estimator_summary)}  "
+        f"(ddof={o.ddof}, eps={o.eps:g}, eps_mode={o.eps_mode}, singleton={o.singleton}, "
+        f"nulls={o.nulls}{', clip=' + str(o.clip) if o.clip else ''})",
+        emoji=False,
+    )
+    for line in e.steps:
+        console.print(f"  {_escape(line)}", emoji=False)
+    if e.formula:
+        console.print(f"  [bold]{_escape(e.formula)}[/]", emoji=False)
+    for note in e.notes:
+        console.print(f"  [yellow]note:[/] {_escape(note)}", emoji=False)
+    numbered = any(row.row is not None for row in e.rows)  # else: within the group
+    columns = [TableColumn("row" if numbered else "#", justify="right")]
+    if e.step_col:
+        columns.append(TableColumn(e.step_col, justify="right"))
+    columns += [
+        TableColumn("reward", justify="right"),
+        TableColumn("with the numbers", wrap=True),
+        TableColumn("advantage", justify="right", style="bold"),
+    ]
+    if e.logged:
+        columns.append(TableColumn("logged", justify="right"))
+    if e.text_col:
+        columns.append(TableColumn(e.text_col, wrap=True))
+    rows: list[list[str]] = []
+    for i, row in enumerate(e.rows):
+        formula = row.formula
+        if row.value is not None and row.policy is None:
+            formula = f"{formula} = {row.value:.6g}"
+        if row.policy is not None:
+            policy = as_text(row.policy).render(spell)
+            formula = f"{formula}  [{policy}]" if row.formula != "-" else policy
+        cells = [str(row.row if numbered else i)]
+        if e.step_col:
+            cells.append("-" if row.step is None else _escape(str(row.step)))
+        cells += [_num(row.reward, 6), _escape(formula), _num(row.advantage, 6)]
+        if e.logged:
+            cells.append(_num(row.logged, 6))
+        if e.text_col:
+            cells.append("-" if row.text is None else _escape(row.text))
+        rows.append(cells)
+    print_table(console, columns, rows, keys=1)

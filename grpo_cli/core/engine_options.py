@@ -1,0 +1,151 @@
+"""Where a computation runs, apart from what it computes: the engines' registry (each
+engine's name, one-line summary, module and kind of input and output: :data:`ENGINES`) and
+:class:`EngineOptions` (backend, device, Ray address), validated like
+:class:`grpo_cli.core.options.AdvantageOptions`. Data only: the engines themselves are in
+:mod:`grpo_cli.engines`, imported when one runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Final
+
+from grpo_cli.core.errors import (
+    Message,
+    OptionRef,
+    OptionsError,
+    option,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """An engine's entry: its ``--backend`` name, a line for ``--help``, the module that
+    implements it, and what it reads and writes (``IO_KINDS``)."""
+
+    name: str
+    summary: str
+    module: str
+    io: str = "frame"
+
+    @property
+    def named(self) -> OptionRef:
+        """How messages name the engine: ``backend="partitioned"`` (on the command line
+        after its alias flag when it has one: ``--low-memory (--backend partitioned)``)."""
+        return option("backend", self.name, alias="explained")
+
+    @property
+    def reads_files(self) -> bool:
+        """Whether it reads its input and writes its output itself."""
+        return self.io != "frame"
+
+
+IO_KINDS: Final = ("frame", "file", "dataset")
+
+
+ENGINES: Final[dict[str, EngineInfo]] = {
+    info.name: info
+    for info in (
+        EngineInfo(
+            "polars",
+            "Polars window expressions, in memory or streaming (default)",
+            "grpo_cli.engines.polars",
+        ),
+        EngineInfo(
+            "partitioned",
+            "logs larger than memory (alias --low-memory): Parquet in, Parquet out, in "
+            "bounded memory, partitions spilled beside the output; group-level estimators",
+            "grpo_cli.engines.partitioned",
+            io="file",
+        ),
+        EngineInfo(
+            "torch",
+            "torch segment operations (index_add_, scatter_reduce) on --device; every estimator",
+            "grpo_cli.engines.torch",
+        ),
+        EngineInfo(
+            "ray",
+            "a Ray cluster (--ray-address; default a private local Ray): many Parquet, "
+            "JSONL or CSV files in, a folder of Parquet parts out (-o DIR); shuffled by the "
+            "group key, batch statistics merged across the cluster",
+            "grpo_cli.engines.ray",
+            io="dataset",
+        ),
+    )
+}
+
+
+BACKENDS: Final[dict[str, str]] = {name: info.summary for name, info in ENGINES.items()}
+DEVICES: Final[dict[str, str]] = {
+    "auto": "CUDA when torch sees it, else the CPU",
+    "cpu": "the CPU",
+    "cuda": "an NVIDIA GPU (an error when torch sees none)",
+}
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Where a computation runs: one frozen, validated dataclass, apart from what it
+    computes (:class:`grpo_cli.core.options.AdvantageOptions`).
+
+    Attributes:
+        backend: the engine (a name in :data:`ENGINES`): ``polars`` (default),
+            ``partitioned`` (logs larger than memory), ``torch`` (segment sums on
+            ``device``) or ``ray`` (a Ray cluster at ``ray_address``).
+        device: for torch: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        ray_address: for ray: None (a private local Ray), ``auto`` (the cluster this
+            machine belongs to), ``HOST:PORT`` or ``ray://HOST:PORT``.
+    """
+
+    backend: str = "polars"
+    device: str = "auto"
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        """Names spelled as the registry does (case and separators ignored); an unknown
+        one suggests the closest. ``ray_address`` only with the ray engine."""
+        from grpo_cli.core.names import match_name
+
+        choices: dict[str, tuple[Mapping[str, str], Message]] = {
+            "backend": (BACKENDS, option("backend") + " value"),
+            "device": (DEVICES, option("device") + " value"),
+        }
+        for name, (names, what) in choices.items():
+            object.__setattr__(self, name, match_name(getattr(self, name), names, what))
+        if self.ray_address is not None and self.backend != "ray":
+            raise OptionsError(
+                option("ray_address") + " is where " + option("backend", "ray") + " runs",
+                hint="add " + option("backend", "ray") + ", or drop it",
+                value=self.ray_address,
+            )
+
+    @classmethod
+    def of(cls, given: EngineOptions | Mapping[str, Any] | None) -> EngineOptions:
+        """``given`` as EngineOptions (a mapping of its fields; None: the defaults); an
+        unknown name raises OptionsError."""
+        if isinstance(given, EngineOptions):
+            return given
+        settings = dict(given or {})
+        unknown = sorted(set(settings) - set(ENGINE_SETTINGS))
+        if unknown:
+            raise OptionsError(
+                f"unknown engine setting(s): {', '.join(unknown)}",
+                hint=f"valid settings: {', '.join(ENGINE_SETTINGS)}",
+            )
+        return cls(**settings)
+
+
+ENGINE_SETTINGS: Final = tuple(f.name for f in fields(EngineOptions))
+"""The keywords that choose where a computation runs, not what it computes."""
+
+
+def split_engine(given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keywords of ``given`` split into the estimator's and the engine's
+    (:data:`ENGINE_SETTINGS`)."""
+    estimator = {k: v for k, v in given.items() if k not in ENGINE_SETTINGS}
+    engine = {k: v for k, v in given.items() if k in ENGINE_SETTINGS}
+    return estimator, engine

@@ -1,0 +1,587 @@
+"""The registry of advantage estimators.
+
+Every estimator is a pure function ``fn(ctx)`` that states its formula once, over the
+named statistics of a :class:`FormulaContext` (group and batch count, mean, variance, sum,
+extrema, the token-weighted forms; the eps placement in ``ctx.norm``). Each engine
+implements the context's few primitives: :class:`EstimatorContext` with Polars windows (the
+Polars, partitioned and Ray engines), :class:`grpo_cli.engines.torch.TorchContext` with torch
+segment operations, :class:`grpo_cli.report.explain_context.ExplainContext` with Python floats that
+remember how they were made (``explain``'s filled-in arithmetic and its formula line); so
+every estimator runs on every engine, and explain writes each one out. Policies shared by all
+estimators (null rewards, one-response groups, clipping) are applied by
+:mod:`grpo_cli.core.policies`, so an estimator states only its formula and its own edge cases.
+
+Batch statistics (of a value ``x`` over the response's batch) are read through one method,
+:meth:`EstimatorContext.batch_stat`, by name (``BATCH_STATS``): by default they are windows
+over the batch key; an engine that sees a log in pieces supplies them instead
+(:mod:`grpo_cli.engines.batch_partials`: partials per piece, merged, then applied).
+
+Notation: ``r`` the reward, ``g`` the response's group (one prompt), ``b`` its batch (the
+whole input, or one value of ``batch_col``), ``n_g`` the number of valid rewards in g.
+``norm(x, var)`` divides by the eps-stabilised spread: ``x / (sqrt(var) + eps)`` (eps_mode
+``std``), ``x / sqrt(var + eps)`` (``var``) or ``x / sqrt(max(var, eps))`` (``var_floor``).
+
+Polars is imported inside the functions: the CLI reads the registry (names and help) without
+paying for the Polars import, which keeps ``grpo-adv --help`` fast.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from grpo_cli.core.grouping import STAT_COLUMNS, zero_spread
+
+if TYPE_CHECKING:
+    import polars as pl
+
+
+# The batch statistics of a value x (see EstimatorContext.batch_stat).
+BATCH_STATS: Final = ("mean", "var", "count", "max", "min", "nonzero")
+SCOPES: Final = ("group", "batch")
+UNITS: Final = ("response", "step")
+
+
+class BatchStatSource(Protocol):
+    """Where an engine that sees a log in pieces takes batch statistics from (see
+    :mod:`grpo_cli.engines.batch_partials`)."""
+
+    def stat(self, ctx: EstimatorContext, x: pl.Expr, name: str) -> pl.Expr:
+        """The batch statistic ``name`` (one of ``BATCH_STATS``) of ``x``, per row."""
+        ...
+
+
+# A per-row column as an engine holds it: a Polars expression (the Polars, partitioned and
+# Ray engines) or a float64 torch tensor with NaN for null (the torch engine).
+Value = Any
+
+
+class FormulaContext(ABC):
+    """What an estimator's formula reads, for every engine: the statistics by name, written
+    once here over a few primitives that each engine implements (:class:`EstimatorContext`
+    with Polars windows; :class:`grpo_cli.engines.torch.TorchContext` with torch segment
+    operations).
+
+    A formula combines values with ``+ - * / **``, comparisons, ``& | ~``, ``.sqrt()`` and
+    ``.clip(lo, hi)`` (common to Polars expressions and torch tensors) and with the
+    primitives below; null propagates through arithmetic and is left out of every
+    statistic.
+
+    Attributes (set by each engine's context): ``reward`` (Float64, null marks a row left
+    out of every statistic), ``ddof``, ``eps`` and ``eps_mode`` (see the module docstring),
+    ``singleton_unit`` (a one-reward group has mean 0 and variance 1: verl), ``length``
+    (response lengths, or None), ``token_weighted`` (weight batch statistics by
+    ``length``), ``baseline`` (a per-row baseline reward, or None), ``shaped_clip`` (bounds
+    applied to a value before batch whitening, or None).
+    """
+
+    reward: Value
+    ddof: int
+    eps: float
+    eps_mode: str
+    singleton_unit: bool
+    length: Value | None
+    token_weighted: bool
+    baseline: Value | None
+    shaped_clip: tuple[float, float] | None
+
+    # ---------------------------------------------------------------- engine primitives
+    @abstractmethod
+    def where(
+        self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
+    ) -> Value:
+        """``then`` where ``cond`` holds, else ``otherwise`` (a null ``cond`` does not
+        hold); None stands for null."""
+
+    @abstractmethod
+    def is_null(self, x: Value) -> Value:
+        """Whether ``x`` is null, per row."""
+
+    @abstractmethod
+    def fill_null(self, x: Value, value: float) -> Value:
+        """``x`` with nulls replaced by ``value``."""
+
+    @abstractmethod
+    def maximum(self, x: Value, floor: float) -> Value:
+        """``max(x, floor)`` per row (``floor`` where ``x`` is null)."""
+
+    @abstractmethod
+    def to_float(self, x: Value) -> Value:
+        """``x`` as Float64 (a count, a length, a baseline)."""
+
+    @abstractmethod
+    def reward_stat(self, name: str) -> Value:
+        """The group's ``count`` (valid rewards), ``mean`` or ``var`` (with ``ddof``; null
+        when count <= ddof; exactly 0 when every valid reward is equal) of ``reward``."""
+
+    @abstractmethod
+    def group_agg(self, x: Value, op: str) -> Value:
+        """``sum`` (0 when every value is null), ``count`` (non-null) or ``max`` (null
+        when every value is null) of ``x`` over the row's group."""
+
+    @abstractmethod
+    def batch_agg(self, x: Value, op: str) -> Value:
+        """``sum``, ``count``, ``max``, ``min`` or ``nonzero`` (values other than 0) of
+        ``x`` over the row's batch (nulls left out, as in :meth:`group_agg`)."""
+
+    # ---------------------------------------------------------------- shared rules
+    def named(self, symbol: str, value: Value) -> Value:
+        """``value``, named ``symbol`` for ``explain`` (which shows it and states its
+        numbers); the engines compute it unchanged."""
+        return value
+
+    def zero_if_constant(self, value: Value) -> Value:
+        """Exactly 0 in a zero-variance group (:meth:`is_constant`), where rounding could
+        leave ``r - mean`` at 1e-17; else ``value``."""
+        return self.where(self.is_constant(), 0.0, value)
+
+    # ---------------------------------------------------------------- group statistics
+    def count(self) -> Value:
+        """``n_g``: valid rewards in the group."""
+        return self.reward_stat("count")
+
+    def is_singleton(self) -> Value:
+        """The group has exactly one valid reward."""
+        return self.count() == 1
+
+    def _unit_for_singletons(self, value: Value, unit: float) -> Value:
+        if not self.singleton_unit:
+            return value
+        return self.where(self.is_singleton(), unit, value)
+
+    def group_mean(self) -> Value:
+        """Mean of the group's valid rewards (0 for a singleton under ``singleton_unit``)."""
+        return self._unit_for_singletons(self.reward_stat("mean"), 0.0)
+
+    def group_sum(self) -> Value:
+        """Sum of the group's valid rewards."""
+        return self.group_agg(self.reward, "sum")
+
+    def group_var(self) -> Value:
+        """Variance with ``ddof`` (null when n_g <= ddof; 1 for a singleton under
+        ``singleton_unit``)."""
+        return self._unit_for_singletons(self.reward_stat("var"), 1.0)
+
+    def is_constant(self) -> Value:
+        """At least two valid rewards, all equal: the group carries no relative signal
+        (:func:`grpo_cli.core.grouping.zero_spread`)."""
+        return zero_spread(self.count(), self.reward_stat("var"))
+
+    def norm(self, centered: Value, var: Value) -> Value:
+        """``centered`` divided by the eps-stabilised spread of ``var`` (per eps_mode): the
+        one place eps is placed, for every estimator and engine."""
+        if self.eps_mode == "std":
+            return centered / (var.sqrt() + self.eps)
+        if self.eps_mode == "var":
+            return centered / (var + self.eps).sqrt()
+        return centered / self.maximum(var, self.eps).sqrt()
+
+    # ---------------------------------------------------------------- batch statistics
+    def batch_weight(self, x: Value) -> Value:
+        """Per row, the weight of ``x`` in batch means and variances: its length when
+        token_weighted, else 1; null where ``x`` is null."""
+        if self.token_weighted and self.length is not None:
+            return self.where(~self.is_null(x), self.to_float(self.length))
+        return self.where(~self.is_null(x), 1.0)
+
+    def batch_stat(self, x: Value, name: str) -> Value:
+        """A statistic of ``x`` over the row's batch, by name (``BATCH_STATS``), with
+        ``w = batch_weight(x)`` and ``W = sum w``:
+
+        - ``mean``: ``sum w x / W``; ``var``: ``sum w (x - mean)^2 / (W - ddof)`` (with
+          token weights, ``W`` is the batch's token count);
+        - ``count``: non-null values; ``max``, ``min``; ``nonzero``: values other than 0.
+
+        Every batch statistic an estimator reads goes through here (see the module
+        docstring)."""
+        w = self.batch_weight(x)
+        if name == "mean":
+            return self.batch_agg(x * w, "sum") / self.batch_agg(w, "sum")
+        if name == "var":
+            mean = self.batch_stat(x, "mean")
+            return self.batch_agg(w * (x - mean) ** 2, "sum") / (
+                self.batch_agg(w, "sum") - self.ddof
+            )
+        return self.batch_agg(x, name)
+
+    def batch_mean(self, x: Value) -> Value:
+        """Mean of ``x`` over the batch (length-weighted when token_weighted)."""
+        return self.batch_stat(x, "mean")
+
+    def batch_var(self, x: Value) -> Value:
+        """Variance of ``x`` over the batch with ``ddof``; token-weighted, it is
+        ``sum(L (x - m)^2) / (sum(L) - ddof)``, ``sum(L)`` being the token count."""
+        return self.batch_stat(x, "var")
+
+    def batch_zscore(self, x: Value) -> Value:
+        """``norm(x - batch_mean(x), batch_var(x))``: batch whitening (of ``x`` clipped to
+        ``shaped_clip`` first, when set).
+
+        A batch whose values are all equal, or with too few values for a variance
+        (count <= ddof), gives exactly 0: it carries no relative information.
+        """
+        if self.shaped_clip is not None:
+            x = x.clip(*self.shaped_clip)
+        flat = (self.batch_stat(x, "count") <= self.ddof) | (
+            self.batch_stat(x, "max") == self.batch_stat(x, "min")
+        )
+        whitened = self.norm(x - self.batch_mean(x), self.batch_var(x))
+        return self.where(flat, 0.0, whitened)
+
+
+@dataclass(frozen=True)
+class EstimatorContext(FormulaContext):
+    """The formula context of the Polars engines: every value a Polars expression, every
+    statistic a window over the group or batch key.
+
+    Attributes (beyond :class:`FormulaContext`'s):
+        group_keys: columns of the group key (for ``.over``).
+        batch_keys: columns of the batch key (a constant column when the input is one batch).
+        precomputed: the group count, mean and variance of ``reward`` are already
+            columns (see :func:`grpo_cli.core.grouping.group_stat_columns`): one window pass
+            computes them all.
+        batch_source: where batch statistics come from; None: windows over ``batch_keys``.
+    """
+
+    reward: pl.Expr
+    group_keys: tuple[str, ...]
+    batch_keys: tuple[str, ...]
+    ddof: int
+    eps: float
+    eps_mode: str
+    singleton_unit: bool = False
+    length: pl.Expr | None = None
+    token_weighted: bool = False
+    baseline: pl.Expr | None = None
+    shaped_clip: tuple[float, float] | None = None
+    precomputed: bool = False
+    batch_source: BatchStatSource | None = None
+
+    def in_group(self, expr: pl.Expr) -> pl.Expr:
+        """``expr`` evaluated over the row's group."""
+        return expr.over(list(self.group_keys))
+
+    def in_batch(self, expr: pl.Expr) -> pl.Expr:
+        """``expr`` evaluated over the row's batch."""
+        return expr.over(list(self.batch_keys))
+
+    def where(
+        self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
+    ) -> pl.Expr:
+        """See :meth:`FormulaContext.where`."""
+        import polars as pl
+
+        def lit(value: Value | float | None) -> pl.Expr:
+            return value if isinstance(value, pl.Expr) else pl.lit(value, dtype=pl.Float64)
+
+        return pl.when(cond).then(lit(then)).otherwise(lit(otherwise))
+
+    def is_null(self, x: Value) -> pl.Expr:
+        """See :meth:`FormulaContext.is_null`."""
+        return x.is_null()  # type: ignore[no-any-return]
+
+    def fill_null(self, x: Value, value: float) -> pl.Expr:
+        """See :meth:`FormulaContext.fill_null`."""
+        return x.fill_null(value)  # type: ignore[no-any-return]
+
+    def maximum(self, x: Value, floor: float) -> pl.Expr:
+        """See :meth:`FormulaContext.maximum`."""
+        import polars as pl
+
+        return pl.max_horizontal(x, pl.lit(floor))
+
+    def to_float(self, x: Value) -> pl.Expr:
+        """See :meth:`FormulaContext.to_float`."""
+        import polars as pl
+
+        return x.cast(pl.Float64)  # type: ignore[no-any-return]
+
+    def reward_stat(self, name: str) -> pl.Expr:
+        """See :meth:`FormulaContext.reward_stat` (Polars' Welford variance is exactly 0 on
+        equal values): a precomputed column, or a window."""
+        import polars as pl
+
+        if self.precomputed:
+            return pl.col(STAT_COLUMNS[name])
+        r = self.reward
+        return self.in_group(
+            {"count": r.count(), "mean": r.mean(), "var": r.var(ddof=self.ddof)}[name]
+        )
+
+    def group_agg(self, x: Value, op: str) -> pl.Expr:
+        """See :meth:`FormulaContext.group_agg`."""
+        return self.in_group({"sum": x.sum(), "count": x.count(), "max": x.max()}[op])
+
+    def batch_agg(self, x: Value, op: str) -> pl.Expr:
+        """See :meth:`FormulaContext.batch_agg`."""
+        aggregate = {
+            "sum": x.sum(),
+            "count": x.count(),
+            "max": x.max(),
+            "min": x.min(),
+            "nonzero": (x != 0).sum(),
+        }[op]
+        return self.in_batch(aggregate)
+
+    def batch_stat(self, x: Value, name: str) -> Value:
+        """See :meth:`FormulaContext.batch_stat`; ``batch_source`` supplies them when
+        set."""
+        if self.batch_source is not None:
+            return self.batch_source.stat(self, x, name)
+        return super().batch_stat(x, name)
+
+
+EstimatorFn = Callable[[FormulaContext], Value]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """A registered estimator and every fact the rest of grpo-adv needs about it.
+
+    Attributes:
+        name: the ``--estimator`` value.
+        summary: one line for ``--help``: the formula.
+        source: the paper or trainer file it reproduces.
+        fn: the formula.
+        uses_groups: whether it needs a group key (and so the singleton policy applies).
+        needs: extra columns it reads: ``length``, ``baseline``, ``step_rewards``.
+        whitens: whether it ends with a batch whitening (see ``clip_stage``).
+        scope: ``group`` when every statistic it reads lies within one group (a log can be
+            split along groups: partitioned and distributed engines), ``batch`` when it
+            reads whole-batch statistics.
+        unit: ``response`` (one advantage per row) or ``step`` (one per step reward of a
+            list column: process supervision).
+    """
+
+    name: str
+    summary: str
+    source: str
+    fn: EstimatorFn
+    uses_groups: bool = True
+    needs: frozenset[str] = frozenset()
+    whitens: bool = False
+    scope: str = "group"
+    unit: str = "response"
+
+
+ESTIMATORS: Final[dict[str, Estimator]] = {}
+
+
+def register_estimator(
+    name: str,
+    summary: str,
+    source: str,
+    *,
+    uses_groups: bool = True,
+    needs: frozenset[str] = frozenset(),
+    whitens: bool = False,
+    scope: str = "group",
+    unit: str = "response",
+) -> Callable[[EstimatorFn], EstimatorFn]:
+    """Register ``fn`` under ``name`` with its facts (see :class:`Estimator`); ``summary``
+    becomes its line in ``--help``. Adding an estimator is one decorated function."""
+    if scope not in SCOPES or unit not in UNITS:
+        raise ValueError(f"estimator {name!r}: scope {scope!r} / unit {unit!r}")
+
+    def decorate(fn: EstimatorFn) -> EstimatorFn:
+        if name in ESTIMATORS:
+            raise ValueError(f"estimator {name!r} registered twice")
+        ESTIMATORS[name] = Estimator(
+            name, summary, source, fn, uses_groups, needs, whitens, scope, unit
+        )
+        return fn
+
+    return decorate
+
+
+def get_estimator(name: str) -> Estimator:
+    """The estimator called ``name`` (case and separators ignored); an unknown name
+    suggests the closest and lists the valid ones."""
+    return _lookup(name)
+
+
+def _lookup(name: str) -> Estimator:
+    """The registry lookup itself (:func:`get_estimator`'s one body: the architecture test
+    counts calls here, whatever name a caller imported the function under)."""
+    from grpo_cli.core.names import match_name
+
+    return ESTIMATORS[match_name(name, ESTIMATORS, "estimator")]
+
+
+@register_estimator(
+    "grpo",
+    "group z-score (r - mean_g) / (std_g + eps)",
+    "DeepSeekMath (Shao et al. 2024) sec. 4.1.2; TRL grpo_trainer.py; verl core_algos.py "
+    "compute_grpo_outcome_advantage; OpenRLHF group_norm",
+)
+def grpo(ctx: FormulaContext) -> Value:
+    """GRPO outcome advantage: ``A = (r - mean_g) / (std_g + eps)`` (eps_mode std).
+
+    A zero-variance group gives exactly 0. Under ``singleton=verl`` a one-response group
+    has mean 0 and std 1: ``A = r / (1 + eps)``.
+    """
+    return ctx.zero_if_constant(ctx.norm(ctx.reward - ctx.group_mean(), ctx.group_var()))
+
+
+@register_estimator(
+    "dr_grpo",
+    "r - mean_g (no std)",
+    "Dr. GRPO (Liu et al. 2025, 'Understanding R1-Zero-Like Training'); verl grpo with "
+    "norm_adv_by_std_in_grpo=False; OpenRLHF dr_grpo; TRL scale_rewards='none'",
+)
+def dr_grpo(ctx: FormulaContext) -> Value:
+    """``A = r - mean_g``: the group baseline without the std division. Shift invariant."""
+    return ctx.zero_if_constant(ctx.reward - ctx.group_mean())
+
+
+@register_estimator(
+    "batch_std",
+    "(r - mean_g) / (std_b + eps): group mean, batch std",
+    "TRL grpo_trainer.py scale_rewards='batch' (PPO-Lite)",
+    scope="batch",
+)
+def batch_std(ctx: FormulaContext) -> Value:
+    """``A = norm(r - mean_g, var_b(r))``: centred in the group, scaled by the std of all
+    valid rewards of the batch."""
+    return ctx.zero_if_constant(ctx.norm(ctx.reward - ctx.group_mean(), ctx.batch_var(ctx.reward)))
+
+
+@register_estimator(
+    "rloo",
+    "r - mean of the other responses = n/(n-1) (r - mean_g)",
+    "RLOO (Ahmadian et al. 2024); verl compute_rloo_outcome_advantage; OpenRLHF rloo; "
+    "TRL rloo_trainer.py",
+)
+def rloo(ctx: FormulaContext) -> Value:
+    """Leave-one-out baseline: ``A_i = r_i - (sum_g - r_i) / (n_g - 1)``.
+
+    Sums to 0 over each group. A one-response group has no other response: its advantage is
+    the singleton policy's (verl leaves the raw reward: ``singleton=verl`` or ``raw``).
+    """
+    n = ctx.to_float(ctx.count())
+    loo = ctx.reward - (ctx.group_sum() - ctx.reward) / (n - 1.0)
+    return ctx.where(ctx.is_singleton(), ctx.reward - ctx.group_mean(), ctx.zero_if_constant(loo))
+
+
+@register_estimator(
+    "reinforce_pp_baseline",
+    "r - mean_g, then whitened over the batch",
+    "REINFORCE++-baseline (Hu et al. 2025); verl "
+    "compute_reinforce_plus_plus_baseline_outcome_advantage; OpenRLHF reinforce_baseline",
+    whitens=True,
+    scope="batch",
+)
+def reinforce_pp_baseline(ctx: FormulaContext) -> Value:
+    """``x = r - mean_g``; ``A = norm(x - mean_b(x), var_b(x))`` (length-weighted with
+    token_weighted). A zero-variance group has x = 0 exactly before whitening."""
+    return ctx.batch_zscore(ctx.named("x", ctx.zero_if_constant(ctx.reward - ctx.group_mean())))
+
+
+@register_estimator(
+    "reinforce_pp",
+    "batch z-score of the raw reward",
+    "REINFORCE++ (Hu et al. 2025); verl compute_reinforce_plus_plus_outcome_advantage "
+    "with gamma = 1",
+    uses_groups=False,
+    whitens=True,
+    scope="batch",
+)
+def reinforce_pp(ctx: FormulaContext) -> Value:
+    """``A = norm(r - mean_b, var_b)``: no group baseline (the outcome reward on the last
+    token with gamma 1 makes every token's return r)."""
+    return ctx.batch_zscore(ctx.reward)
+
+
+@register_estimator(
+    "opo",
+    "r - length-weighted mean_g",
+    "OPO (Hao et al. 2025, on-policy RL with optimal baseline); verl compute_opo_outcome_advantage",
+    needs=frozenset({"length"}),
+)
+def opo(ctx: FormulaContext) -> Value:
+    """``A = r - sum_g(L r) / sum_g(L)`` with L the response length (``length_col``).
+
+    Under ``singleton=verl`` a one-response group has baseline 0 (``A = r``).
+    """
+    assert ctx.length is not None
+    weight = ctx.where(~ctx.is_null(ctx.reward), ctx.to_float(ctx.length))
+    baseline = ctx.group_agg(weight * ctx.reward, "sum") / ctx.group_agg(weight, "sum")
+    baseline = ctx.named("baseline", ctx._unit_for_singletons(baseline, 0.0))
+    return ctx.zero_if_constant(ctx.reward - baseline)
+
+
+@register_estimator(
+    "gpg",
+    "alpha (r - mean_g), alpha = batch size / non-zero rewards in batch",
+    "GPG (Chu et al. 2025); verl compute_gpg_outcome_advantage",
+    scope="batch",
+)
+def gpg(ctx: FormulaContext) -> Value:
+    """``A = alpha (r - mean_g)`` with ``alpha = B / max(#{r != 0 in b}, 1)``, B the number of
+    valid rewards in the batch."""
+    r = ctx.reward
+    valid = ctx.to_float(ctx.batch_stat(r, "count"))
+    alpha = ctx.named("alpha", valid / ctx.maximum(ctx.to_float(ctx.batch_stat(r, "nonzero")), 1.0))
+    return alpha * ctx.zero_if_constant(r - ctx.group_mean())
+
+
+@register_estimator(
+    "grpo_passk",
+    "only a group's unique best gets norm(max - second max, var_g); others 0",
+    "Pass@k training (Chen et al. 2025, arXiv 2508.10751); verl "
+    "compute_grpo_passk_outcome_advantage",
+)
+def grpo_passk(ctx: FormulaContext) -> Value:
+    """The response with the group's maximum reward gets ``norm(r_max - r_2nd, var_g)``;
+    every other response 0. A tie for the maximum gives 0 to all (r_max = r_2nd)."""
+    r = ctx.reward
+    best = ctx.named("best", ctx.group_agg(r, "max"))
+    n_best = ctx.named("n_best", ctx.group_agg(ctx.where(r == best, 1.0, 0.0), "sum"))
+    second = ctx.named("second", ctx.group_agg(ctx.where(r < best, r), "max"))
+    gap = ctx.norm(best - second, ctx.group_var())
+    return ctx.where((r == best) & (n_best == 1), gap, 0.0)
+
+
+@register_estimator(
+    "remax",
+    "r - b, b the reward of a greedy response (--baseline-col)",
+    "ReMax (Li et al. 2023); verl compute_remax_outcome_advantage",
+    uses_groups=False,
+    needs=frozenset({"baseline"}),
+)
+def remax(ctx: FormulaContext) -> Value:
+    """``A = r - b`` with b from ``baseline_col`` (null b gives a null advantage)."""
+    assert ctx.baseline is not None
+    return ctx.reward - ctx.to_float(ctx.baseline)
+
+
+def gdpo(batch: FormulaContext, rewards: Sequence[tuple[FormulaContext, float]]) -> Value:
+    """GDPO (TRL ``multi_objective_aggregation='normalize_then_sum'``): each reward k (the
+    ``reward`` of ``rewards[k][0]``, weight ``rewards[k][1]``) is z-scored in its group by
+    :func:`grpo`, ``z_k = norm(r_k - mean_g, var_g)`` (null where fewer than two valid
+    values with ddof 1), ``s = sum_k w_k z_k`` with nulls as 0 (null when every reward is
+    null), then ``A = norm(s - mean_b(s), var_b(s))`` over ``batch``'s batches."""
+    summed = None
+    all_null = None
+    for ctx, weight in rewards:
+        z = ctx.fill_null(grpo(ctx) * weight, 0.0)
+        null = ctx.is_null(ctx.reward)
+        summed = z if summed is None else summed + z
+        all_null = null if all_null is None else all_null & null
+    return batch.batch_zscore(batch.named("s", batch.where(all_null, None, summed)))
+
+
+# Process supervision (DeepSeekMath sec. 4.1.3) runs GRPO's formula on the exploded step
+# rewards (one row per step, see :mod:`grpo_cli.core.process_supervision`):
+# ``z = norm(s - mean_g(s), var_g(s))`` over all step rewards of all responses of the
+# group; a step's advantage is the sum of z over that step and the later steps of the
+# same response (the reward-to-go).
+register_estimator(
+    "process",
+    "per step: suffix sum of step rewards z-scored over the whole group",
+    "DeepSeekMath (Shao et al. 2024) sec. 4.1.3, process supervision",
+    needs=frozenset({"step_rewards"}),
+    unit="step",
+)(grpo)

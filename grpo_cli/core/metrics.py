@@ -1,0 +1,636 @@
+"""Every run figure, defined once, as partial aggregates that merge.
+
+``compute``'s run summary, ``summarize``'s overall and per-step tables and the partitioned
+engine's totals all come from three functions:
+
+- :func:`partials`: per value of ``by`` (or one row overall), *partials* of a set of rows:
+  counts and sums, the reward's count, mean and sum of squared deviations, minima and
+  maxima, a histogram of group sizes and the distinct batch values.
+- :func:`merge`: the partials of several disjoint sets of rows in which every group lies
+  whole in one set (partitions of a log split along groups, size buckets, workers): counts
+  and sums add, minima and maxima combine, means and squared deviations merge with Chan et
+  al.'s parallel formula, histograms add size by size, batch values unite.
+- :func:`finish`: the figures, under the names the trainers log them.
+
+The rows carry their group's profile (defined in :mod:`grpo_cli.core.grouping`, which the
+engines add while annotating): ``REWARD_KEY`` (null: no valid reward), ``SIZE_KEY`` (rows in
+the group), ``VALID_KEY`` (valid rewards in the group), and the group's reward mean and
+variance with the run's ddof (``STAT_COLUMNS``). The figures (per value of ``by``, or overall):
+
+- ``responses``: rows. ``groups``: groups with a row there. ``group_size_min``,
+  ``group_size_median``, ``group_size_max``: rows per group (the median of the groups'
+  sizes, the mean of the two middle ones for an even count).
+- ``reward``: mean of the valid rewards (TRL ``reward``, OpenRLHF ``rollout/reward_mean``);
+  ``reward_std``: their std with ddof 1 (TRL ``reward_std``, OpenRLHF
+  ``rollout/reward_std``), null with fewer than two; ``reward_min``, ``reward_max``: their
+  extremes (verl ``critic/score/min``, ``critic/score/max``).
+- ``frac_reward_zero_std`` (TRL): the share of responses whose group std is ``isclose(std,
+  0)`` (atol 1e-8), the std with ddof 1 over the group's valid rewards whatever the run's
+  ddof (TRL's ``nanstd``; derived from the run's variance as ``var_d (n - d) / (n - 1)``).
+  A group with fewer than two valid rewards has no std (NaN) and never counts; a response
+  with a null reward counts like the others of its group (TRL repeats the group's std over
+  every response). Rewards 1.0 and 1.000000001 count; the exact zero_std_groups do not
+  count them.
+- ``group_reward_std`` (OpenRLHF): mean over responses of their group's std (ddof 1);
+  responses of groups with fewer than two valid rewards are left out.
+- ``zero_std_groups``: groups with at least two valid rewards, all exactly equal (variance
+  exactly 0; the advantage's zero-variance case); ``zero_std_group_share``: their share of
+  the groups. ``singleton_groups``: groups with exactly one valid reward. ``null_rewards``:
+  null or NaN rewards. ``batches``: distinct batch values (with ``batch``).
+- With ``pass_rates`` (binary rewards): ``zero_std_solved`` and ``zero_std_failed``, the
+  zero-variance groups split into all solved (every reward 1: too easy) and all failed
+  (every reward 0: too hard); ``pass_at_n``, the share of groups with a valid
+  reward that have a success (OpenRLHF ``pass{n}``; with 0/1 rewards, a group mean above
+  0), and ``pass_at_1``, the mean of those groups' means (OpenRLHF ``pass1``).
+- With ``advantage``: ``advantage_mean``, ``advantage_min``, ``advantage_max`` (NaN as
+  null) and ``frac_zero_advantage``, the share of responses whose advantage is exactly 0.
+
+Groups are counted from the rows when every group lies whole in the rows of one value of
+``by`` (a group of size s has s rows: the size histogram divides row counts by s exactly,
+and the other group counts sum 1/s per row, which rounds to the exact count), or, when
+groups may span values of ``by``, from a frame of one row per (value, group).
+
+The partial columns are plain names (``rows``, ``reward_m2``, ...): a partials frame holds
+only them and the ``by`` columns, and :func:`partials` refuses a ``by`` column of the same
+name as a partial or a figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+import polars as pl
+
+from grpo_cli.core.columns import REWARD_KEY, SIZE_KEY, VALID_KEY, batch_stat_column
+from grpo_cli.core.errors import OptionsError
+from grpo_cli.core.grouping import STAT_COLUMNS, zero_spread
+
+ZERO_STD_ATOL: Final = 1e-8  # torch.isclose's default atol, as TRL uses it
+GROUP_MEAN: Final = STAT_COLUMNS["mean"]
+GROUP_VAR: Final = STAT_COLUMNS["var"]
+
+# ------------------------------------------------------------------ partial columns
+ROWS: Final = "rows"
+NULL_REWARDS: Final = "null_rewards"
+REWARD_N: Final = "reward_n"
+REWARD_MEAN: Final = "reward_mean"
+REWARD_M2: Final = "reward_m2"  # sum of squared deviations from reward_mean
+REWARD_MIN: Final = "reward_min"
+REWARD_MAX: Final = "reward_max"
+ZERO_STD_ROWS: Final = "zero_std_rows"  # rows whose group std (ddof 1) is <= 1e-8
+STD_SUM: Final = "group_std_sum"  # sum over rows of their group std (ddof 1), where defined
+STD_ROWS: Final = "group_std_rows"  # rows whose group std is defined
+SIZE_MIN: Final = "size_min"
+SIZE_MAX: Final = "size_max"
+GROUPS: Final = "groups"
+ZERO_STD_GROUPS: Final = "zero_std_groups"
+SINGLETON_GROUPS: Final = "singleton_groups"
+SCORED_GROUPS: Final = "scored_groups"  # groups with a valid reward
+PASSING_GROUPS: Final = "passing_groups"  # ... and a success (group mean above 0)
+SOLVED_GROUPS: Final = "zero_std_solved"  # binary: zero-variance groups, every reward 1
+FAILED_GROUPS: Final = "zero_std_failed"  # binary: zero-variance groups, every reward 0
+GROUP_MEAN_SUM: Final = "group_mean_sum"  # sum of the scored groups' means
+ADV_N: Final = "advantage_n"
+ADV_MEAN: Final = "advantage_mean"
+ADV_MIN: Final = "advantage_min"
+ADV_MAX: Final = "advantage_max"
+ADV_ZERO: Final = "zero_advantages"
+BATCH_VALUES: Final = "batch_values"  # the distinct batch values, a list
+SIZE_HIST: Final = "size_hist"  # list of {size, groups}, sorted by size, one entry a size
+
+SUMS: Final = (
+    ROWS,
+    NULL_REWARDS,
+    ZERO_STD_ROWS,
+    STD_SUM,
+    STD_ROWS,
+    GROUPS,
+    ZERO_STD_GROUPS,
+    SINGLETON_GROUPS,
+    SCORED_GROUPS,
+    PASSING_GROUPS,
+    SOLVED_GROUPS,
+    FAILED_GROUPS,
+    GROUP_MEAN_SUM,
+    ADV_ZERO,
+)
+MINIMA: Final = (SIZE_MIN, ADV_MIN, REWARD_MIN)
+MAXIMA: Final = (SIZE_MAX, ADV_MAX, REWARD_MAX)
+MOMENTS: Final = (REWARD_N, REWARD_MEAN, REWARD_M2, ADV_N, ADV_MEAN)
+PARTIALS: Final = (*SUMS, *MINIMA, *MAXIMA, *MOMENTS, BATCH_VALUES, SIZE_HIST)
+# Partials counted per group (summarize's overall table takes them from one row per group).
+GROUP_PARTIALS: Final = (
+    GROUPS,
+    ZERO_STD_GROUPS,
+    SINGLETON_GROUPS,
+    SCORED_GROUPS,
+    PASSING_GROUPS,
+    SOLVED_GROUPS,
+    FAILED_GROUPS,
+    GROUP_MEAN_SUM,
+    SIZE_HIST,
+)
+
+# ------------------------------------------------------------------ finished figures
+FIGURES: Final = (
+    "responses",
+    "groups",
+    "group_size_min",
+    "group_size_median",
+    "group_size_max",
+    "reward",
+    "reward_std",
+    "reward_min",
+    "reward_max",
+    "frac_reward_zero_std",
+    "group_reward_std",
+    "zero_std_groups",
+    "zero_std_group_share",
+    "zero_std_solved",
+    "zero_std_failed",
+    "singleton_groups",
+    "null_rewards",
+    "batches",
+    "pass_at_n",
+    "pass_at_1",
+    "advantage_mean",
+    "advantage_min",
+    "advantage_max",
+    "frac_zero_advantage",
+)
+
+_SIZE: Final = "size"  # fields of a SIZE_HIST entry
+_COUNT: Final = "groups"
+
+
+# ------------------------------------------------------------------ per-row profile
+def group_std(ddof: int) -> pl.Expr:
+    """Per row, its group's reward std with ddof 1 (TRL's ``nanstd``), from the group's
+    valid count n and variance with the run's ``ddof`` d: ``var_d (n - d) / (n - 1)``;
+    null below two valid rewards (where TRL's is NaN)."""
+    n = pl.col(VALID_KEY)
+    var = pl.col(GROUP_VAR)
+    var1 = var if ddof == 1 else var * (n - ddof) / (n - 1)
+    return pl.when(n >= 2).then(var1.sqrt())
+
+
+def trl_zero_std(ddof: int) -> pl.Expr:
+    """Per row, TRL's ``isclose(std, 0)`` (atol 1e-8) for its group's std (ddof 1):
+    False below two valid rewards (``isclose(NaN, 0)`` is False)."""
+    return (group_std(ddof) <= ZERO_STD_ATOL).fill_null(False)
+
+
+def zero_variance() -> pl.Expr:
+    """Per row (or group), the group has at least two valid rewards, all exactly equal
+    (:func:`grpo_cli.core.grouping.zero_spread`, the one rule)."""
+    rule: pl.Expr = zero_spread(pl.col(VALID_KEY), pl.col(GROUP_VAR))
+    return rule
+
+
+# ------------------------------------------------------------------ partials
+def partials(
+    rows: pl.LazyFrame | pl.DataFrame,
+    by: Sequence[str] = (),
+    *,
+    ddof: int = 1,
+    groups: pl.LazyFrame | pl.DataFrame | None = None,
+    rewards: pl.LazyFrame | pl.DataFrame | None = None,
+    advantage: pl.Expr | None = None,
+    batch: Sequence[str] = (),
+    pass_rates: bool = False,
+    deterministic: bool = True,
+    reduce: bool = True,
+) -> pl.DataFrame:
+    """The partials of ``rows`` per value of ``by`` (one row when ``by`` is empty).
+
+    Args:
+        rows: one row per response, with its group's profile (see the module docstring)
+            and the ``by``, ``batch`` and advantage columns. Without ``groups``, every group
+            lies whole in the rows of one value of ``by``.
+        ddof: the ddof of the profile's group variance.
+        groups: one row per (value of ``by``, group) with the group's profile, when groups
+            may span values of ``by``: each is then counted in every value where it has rows.
+        rewards: one row per reward (``REWARD_KEY``), when a response has several
+            (process supervision's step rewards); the reward figures come from it.
+        advantage: the advantage (an expression over ``rows``; exploded for list columns).
+        batch: the batch key columns (the ``batches`` figure).
+        pass_rates: add the pass@n / pass@1 partials (binary rewards).
+        deterministic: collect with the in-memory engine (bit-for-bit repeatable).
+        reduce: merge to one row per value of ``by``. Without, the row figures come in
+            one row per value and the group figures in one row per (value, group size):
+            partials too (:func:`merge` takes any number of rows per value), for callers
+            that merge many parts anyway.
+    """
+    by = list(by)
+    clash = sorted(set(by) & {*PARTIALS, *FIGURES, _SIZE, SIZE_KEY})
+    if clash:
+        raise OptionsError(
+            f"cannot compute figures per {clash[0]!r}: it is the name of a figure",
+            hint="rename the column first",
+        )
+    aggs = _row_aggs(ddof, advantage, batch, grouped=bool(by))
+    if rewards is None:
+        aggs += _reward_aggs()
+    if groups is None:  # groups from the rows
+        aggs += _group_aggs(pass_rates, per_row=True)
+        parts = [_aggregate(rows.lazy(), by, aggs), _size_hist(rows.lazy(), by, per_row=True)]
+    else:
+        counted = _aggregate(groups.lazy(), by, _group_aggs(pass_rates, per_row=False))
+        hist = _size_hist(groups.lazy(), by, per_row=False)
+        parts = [_aggregate(rows.lazy(), by, aggs), counted, hist]
+    if rewards is not None:
+        parts.append(_aggregate(rewards.lazy(), by, _reward_aggs()))
+    both = pl.concat(parts, how="diagonal")
+    result = _merge(both, by) if reduce else both
+    return result.collect(engine="in-memory" if deterministic else "streaming")
+
+
+def group_partials(
+    groups: pl.LazyFrame | pl.DataFrame,
+    by: Sequence[str] = (),
+    *,
+    pass_rates: bool = False,
+) -> pl.DataFrame:
+    """The partials counted per group (``GROUP_PARTIALS``) of a frame of one row per
+    (value of ``by``, group) with the group's profile."""
+    lazy, keys = groups.lazy(), list(by)
+    counted = _aggregate(lazy, keys, _group_aggs(pass_rates, per_row=False))
+    both = pl.concat([counted, _size_hist(lazy, keys, per_row=False)], how="diagonal")
+    return _merge(both, keys).collect()
+
+
+def _aggregate(frame: pl.LazyFrame, by: list[str], aggs: list[pl.Expr]) -> pl.LazyFrame:
+    return frame.group_by(by).agg(aggs) if by else frame.select(aggs)
+
+
+def _row_aggs(
+    ddof: int, advantage: pl.Expr | None, batch: Sequence[str], *, grouped: bool
+) -> list[pl.Expr]:
+    std = group_std(ddof)
+    size = pl.col(SIZE_KEY).cast(pl.Int64)
+    aggs = [
+        pl.len().cast(pl.Int64).alias(ROWS),
+        trl_zero_std(ddof).sum().cast(pl.Int64).alias(ZERO_STD_ROWS),
+        std.sum().alias(STD_SUM),
+        std.count().cast(pl.Int64).alias(STD_ROWS),
+        size.min().alias(SIZE_MIN),
+        size.max().alias(SIZE_MAX),
+    ]
+    if advantage is not None:
+        a = advantage.cast(pl.Float64).fill_nan(None)
+        aggs += [
+            a.count().cast(pl.Int64).alias(ADV_N),
+            a.mean().alias(ADV_MEAN),
+            a.min().alias(ADV_MIN),
+            a.max().alias(ADV_MAX),
+            (a == 0.0).sum().cast(pl.Int64).alias(ADV_ZERO),
+        ]
+    if batch:
+        value = pl.col(batch[0]) if len(batch) == 1 else pl.struct(list(batch))
+        values = value.unique()
+        aggs.append((values if grouped else values.implode()).alias(BATCH_VALUES))
+    return aggs
+
+
+def _reward_aggs() -> list[pl.Expr]:
+    r = pl.col(REWARD_KEY)
+    n = r.count()
+    return [
+        n.cast(pl.Int64).alias(REWARD_N),
+        r.mean().alias(REWARD_MEAN),
+        (r.var(ddof=0) * n).fill_null(0.0).alias(REWARD_M2),
+        r.min().alias(REWARD_MIN),
+        r.max().alias(REWARD_MAX),
+        r.is_null().sum().cast(pl.Int64).alias(NULL_REWARDS),
+    ]
+
+
+def _group_aggs(pass_rates: bool, *, per_row: bool) -> list[pl.Expr]:
+    """The groups' counts. ``per_row``: over rows, each weighing 1/size (a group's rows add
+    up to 1; every group lies whole in the rows, so the sums round to exact counts); else
+    over one row per group."""
+    size = pl.col(SIZE_KEY).cast(pl.Float64)
+    valid = pl.col(VALID_KEY)
+
+    def groups(flag: pl.Expr) -> pl.Expr:
+        if not per_row:
+            return flag.sum().cast(pl.Int64)
+        return (flag.cast(pl.Float64) / size).sum().round().cast(pl.Int64)
+
+    aggs = [
+        groups(zero_variance()).alias(ZERO_STD_GROUPS),
+        groups(valid == 1).alias(SINGLETON_GROUPS),
+    ]
+    if pass_rates:
+        scored = valid >= 1
+        means = pl.col(GROUP_MEAN).filter(scored)
+        aggs += [
+            groups(scored).alias(SCORED_GROUPS),
+            groups(scored & (pl.col(GROUP_MEAN) > 0.0)).alias(PASSING_GROUPS),
+            groups(zero_variance() & (pl.col(GROUP_MEAN) == 1.0)).alias(SOLVED_GROUPS),
+            groups(zero_variance() & (pl.col(GROUP_MEAN) == 0.0)).alias(FAILED_GROUPS),
+            (means / size.filter(scored) if per_row else means).sum().alias(GROUP_MEAN_SUM),
+        ]
+    return aggs
+
+
+def _size_hist(frame: pl.LazyFrame, by: list[str], *, per_row: bool) -> pl.LazyFrame:
+    """Groups and their one-entry size histogram, per (value of ``by``, group size).
+    ``per_row``: a group of size s puts its s rows in the bucket of size s, so the count
+    of groups is an exact integer division; else one row per group."""
+    size = pl.col(SIZE_KEY).first().cast(pl.Int64)
+    count = pl.len().cast(pl.Int64)
+    groups = count // size if per_row else count
+    entry = pl.struct(size.alias(_SIZE), groups.alias(_COUNT)).implode()
+    bucket = frame.group_by([*by, SIZE_KEY]).agg(groups.alias(GROUPS), entry.alias(SIZE_HIST))
+    return bucket.drop(SIZE_KEY)
+
+
+# ------------------------------------------------------------------ merge
+def merge(parts: pl.DataFrame | Iterable[pl.DataFrame], by: Sequence[str] = ()) -> pl.DataFrame:
+    """The partials of the union of disjoint sets of rows, from theirs (one row per value
+    of ``by``). Every group must lie whole in one set; a figure missing from a part
+    (null) counts as empty there."""
+    frame = parts if isinstance(parts, pl.DataFrame) else pl.concat(parts, how="diagonal")
+    return _merge(frame.lazy(), list(by)).collect()
+
+
+def _merge(frame: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
+    names = frame.collect_schema().names()
+    grouped = bool(by)
+    aggs: list[pl.Expr] = []
+    for name in names:
+        column = pl.col(name)
+        if name in SUMS:
+            aggs.append(column.sum())
+        elif name in MINIMA:
+            aggs.append(column.min())
+        elif name in MAXIMA:
+            aggs.append(column.max())
+        elif name == BATCH_VALUES:
+            union = column.explode().drop_nulls().unique().sort()
+            aggs.append(union if grouped else union.implode())
+    if REWARD_N in names:
+        aggs += _chan(REWARD_N, REWARD_MEAN, REWARD_M2)
+    if ADV_N in names:
+        aggs += _chan(ADV_N, ADV_MEAN)
+    merged = _aggregate(frame, by, aggs)
+    if SIZE_HIST in names:
+        hist = _merge_hist(frame, by)
+        merged = (
+            merged.join(hist, on=by, how="left", nulls_equal=True)
+            if by
+            else merged.join(hist, how="cross")
+        )
+    return merged.sort(by) if by else merged
+
+
+def _chan(count: str, mean: str, m2: str | None = None) -> list[pl.Expr]:
+    """Count, mean (and sum of squared deviations) of the union: Chan et al.'s parallel
+    formula, k parts at once, about the first part's mean c (one part comes back exactly):
+    mean = c + sum n_i (mean_i - c) / n, M2 = sum M2_i + sum n_i (mean_i - mean)^2."""
+    n = pl.col(count).fill_null(0)
+    total = n.sum()
+    part_mean = pl.col(mean)
+    c = part_mean.filter(n > 0).first()
+    merged = c + (n * (part_mean - c)).filter(n > 0).sum() / total
+    out = [total.alias(count), pl.when(total > 0).then(merged).alias(mean)]
+    if m2 is not None:
+        spread = (n * (part_mean - merged) ** 2).filter(n > 0).sum()
+        moment = pl.col(m2).fill_null(0.0).sum() + spread
+        out.append(pl.when(total > 0).then(moment).otherwise(0.0).alias(m2))
+    return out
+
+
+def _merge_hist(frame: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
+    """Size histograms added size by size, sorted by size."""
+    entries = (
+        frame.select(*by, SIZE_HIST)
+        .explode(SIZE_HIST)
+        .drop_nulls(SIZE_HIST)
+        .unnest(SIZE_HIST)
+        .group_by([*by, _SIZE])
+        .agg(pl.col(_COUNT).sum())
+        .filter(pl.col(_COUNT) > 0)
+        .sort([*by, _SIZE])
+    )
+    entry = pl.struct(_SIZE, _COUNT)
+    if by:
+        return entries.group_by(by, maintain_order=True).agg(entry.alias(SIZE_HIST))
+    return entries.select(entry.implode().alias(SIZE_HIST))
+
+
+# ------------------------------------------------------------------ finish
+def finish(merged: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
+    """The figures (``FIGURES``, those the partials allow) of merged partials, one row
+    per row of ``merged``, after its ``by`` columns."""
+    names = merged.columns
+    rows = pl.col(ROWS)
+    groups = pl.col(GROUPS)
+    n = pl.col(REWARD_N)
+
+    def ratio(num: pl.Expr, den: pl.Expr) -> pl.Expr:
+        return pl.when(den > 0).then(num / den)
+
+    figures: dict[str, pl.Expr] = {
+        "responses": rows,
+        "groups": groups,
+        "group_size_min": pl.col(SIZE_MIN),
+        "group_size_median": _median(),
+        "group_size_max": pl.col(SIZE_MAX),
+        "reward": pl.when(n > 0).then(pl.col(REWARD_MEAN)),
+        "reward_std": pl.when(n > 1).then((pl.col(REWARD_M2) / (n - 1)).sqrt()),
+        "reward_min": pl.col(REWARD_MIN),
+        "reward_max": pl.col(REWARD_MAX),
+        "frac_reward_zero_std": ratio(pl.col(ZERO_STD_ROWS), rows),
+        "group_reward_std": ratio(pl.col(STD_SUM), pl.col(STD_ROWS)),
+        "zero_std_groups": pl.col(ZERO_STD_GROUPS),
+        "zero_std_group_share": ratio(pl.col(ZERO_STD_GROUPS), groups),
+        "singleton_groups": pl.col(SINGLETON_GROUPS),
+        "null_rewards": pl.col(NULL_REWARDS),
+    }
+    if BATCH_VALUES in names:
+        figures["batches"] = pl.col(BATCH_VALUES).list.len().cast(pl.Int64)
+    if SCORED_GROUPS in names:
+        figures["zero_std_solved"] = pl.col(SOLVED_GROUPS)
+        figures["zero_std_failed"] = pl.col(FAILED_GROUPS)
+        figures["pass_at_n"] = ratio(pl.col(PASSING_GROUPS), pl.col(SCORED_GROUPS))
+        figures["pass_at_1"] = ratio(pl.col(GROUP_MEAN_SUM), pl.col(SCORED_GROUPS))
+    if ADV_N in names:
+        figures["advantage_mean"] = pl.when(pl.col(ADV_N) > 0).then(pl.col(ADV_MEAN))
+        figures["advantage_min"] = pl.col(ADV_MIN)
+        figures["advantage_max"] = pl.col(ADV_MAX)
+        figures["frac_zero_advantage"] = ratio(pl.col(ADV_ZERO), rows)
+    return merged.select(*by, *(expr.alias(name) for name, expr in figures.items()))
+
+
+def _median() -> pl.Expr:
+    """The median group size from the size histogram: the mean of the sizes at the two
+    middle positions of the groups sorted by size (null without groups)."""
+    size = pl.element().struct.field(_SIZE)
+    count = pl.element().struct.field(_COUNT)
+    total, seen = count.sum(), count.cum_sum()
+    hist = pl.col(SIZE_HIST)
+    lo = hist.list.eval(size.filter(seen > (total - 1) // 2).first()).list.first()
+    hi = hist.list.eval(size.filter(seen > total // 2).first()).list.first()
+    return (lo + hi) / 2
+
+
+# ------------------------------------------------------------------ batch statistics
+# The partials of one batch input x with weights w (see EstimatorContext.batch_stat):
+# W = sum w, the weighted mean, the weighted sum of squared deviations, and the plain
+# count, extrema and non-zero count.
+_BATCH_PARTS: Final = ("weight", "mean", "m2", "count", "max", "min", "nonzero")
+
+
+def batch_partials(
+    frame: pl.LazyFrame | pl.DataFrame,
+    inputs: Sequence[tuple[pl.Expr, pl.Expr]],
+    by: Sequence[str],
+) -> pl.DataFrame:
+    """Per value of the batch key ``by``, the partials of each batch input ``(x, w)``
+    over the rows of ``frame``: for input k, the columns ``batch_stat_column(k, part)``
+    for part in weight (``W = sum w``), mean (``sum w x / W``), m2 (``sum w (x - mean)^2``),
+    count (non-null x), max, min and nonzero (x other than 0). Null x (and null w) count
+    nowhere. Partials of disjoint sets of rows merge with :func:`merge_batch_partials`."""
+    aggs: list[pl.Expr] = []
+    for k, (x, w) in enumerate(inputs):
+        weight = w.sum()
+        mean = (x * w).sum() / weight
+        col = {part: batch_stat_column(k, part) for part in _BATCH_PARTS}
+        aggs += [
+            weight.alias(col["weight"]),
+            pl.when(weight > 0).then(mean).alias(col["mean"]),
+            (w * (x - mean) ** 2).sum().alias(col["m2"]),
+            x.count().cast(pl.Int64).alias(col["count"]),
+            x.max().cast(pl.Float64).alias(col["max"]),
+            x.min().cast(pl.Float64).alias(col["min"]),
+            (x != 0).sum().cast(pl.Int64).alias(col["nonzero"]),
+        ]
+    return frame.lazy().group_by(list(by)).agg(aggs).collect()
+
+
+def merge_batch_partials(
+    parts: pl.DataFrame | Iterable[pl.DataFrame], by: Sequence[str], inputs: int
+) -> pl.DataFrame:
+    """The batch partials of the union of disjoint sets of rows, one row per value of
+    ``by``: weights, counts and non-zero counts add, extrema combine, means and squared
+    deviations merge with Chan et al.'s formula (as the reward's do)."""
+    frame = parts if isinstance(parts, pl.DataFrame) else pl.concat(parts, how="vertical")
+    aggs: list[pl.Expr] = []
+    for k in range(inputs):
+        col = {part: batch_stat_column(k, part) for part in _BATCH_PARTS}
+        aggs += _chan(col["weight"], col["mean"], col["m2"])
+        aggs += [
+            pl.col(col["count"]).sum(),
+            pl.col(col["max"]).max(),
+            pl.col(col["min"]).min(),
+            pl.col(col["nonzero"]).sum(),
+        ]
+    return frame.lazy().group_by(list(by)).agg(aggs).collect()
+
+
+def finish_batch_stats(
+    merged: pl.DataFrame, by: Sequence[str], inputs: int, ddof: int
+) -> pl.DataFrame:
+    """The batch statistics (``BATCH_STATS`` of :mod:`grpo_cli.core.estimators`) of merged
+    batch partials: per input k, ``batch_stat_column(k, name)`` for mean, var
+    (``m2 / (W - ddof)``), count, max, min and nonzero; one row per value of ``by``."""
+    columns: list[pl.Expr] = []
+    for k in range(inputs):
+        col = {part: batch_stat_column(k, part) for part in _BATCH_PARTS}
+        columns += [
+            pl.col(col["mean"]),
+            (pl.col(col["m2"]) / (pl.col(col["weight"]) - ddof)).alias(batch_stat_column(k, "var")),
+            pl.col(col["count"]),
+            pl.col(col["max"]),
+            pl.col(col["min"]),
+            pl.col(col["nonzero"]),
+        ]
+    return merged.select(*by, *columns)
+
+
+# ------------------------------------------------------------------ trainer log lines
+LENGTH_COLUMNS: Final = ("length", "completion_length", "response_length")
+
+
+def trainer_aggs(
+    columns: Sequence[str],
+    reward_cols: Sequence[str],
+    length_col: str | None,
+    advantage: str | None,
+) -> list[pl.Expr]:
+    """Figures TRL logs next to the reward, as aggregations over a set of rows (the rows
+    of a step, or all of them; not partials: :mod:`grpo_cli.report.summarize` evaluates them on the
+    whole log):
+
+    - with several reward columns, per reward function ``rewards/<col>/mean`` and
+      ``rewards/<col>/std`` (ddof 1, NaN as null: TRL's nanmean / nanstd);
+    - with a length column (``length_col``, else the first of ``LENGTH_COLUMNS`` present):
+      ``completions/mean_length``, ``completions/min_length``, ``completions/max_length``
+      (TRL), and with an advantage column ``length_advantage_corr``, Pearson's correlation
+      of length and advantage (null when either is constant).
+    """
+    aggs: list[pl.Expr] = []
+    if len(reward_cols) > 1:
+        for column in reward_cols:
+            value = pl.col(column).cast(pl.Float64).fill_nan(None)
+            aggs += [
+                value.mean().alias(f"rewards/{column}/mean"),
+                value.std(ddof=1).alias(f"rewards/{column}/std"),
+            ]
+    length = length_col or next((c for c in LENGTH_COLUMNS if c in columns), None)
+    if length is not None and length in columns:
+        value = pl.col(length).cast(pl.Float64)
+        aggs += [
+            value.mean().alias("completions/mean_length"),
+            value.min().alias("completions/min_length"),
+            value.max().alias("completions/max_length"),
+        ]
+        if advantage is not None:
+            a = pl.col(advantage).cast(pl.Float64).fill_nan(None)
+            aggs.append(pl.corr(value, a).alias("length_advantage_corr"))
+    return aggs
+
+
+# The names each trainer logs a figure under, where they differ from the figure's own (the
+# figures' own names are TRL's, or ours where TRL logs no such figure); a figure a trainer
+# does not log keeps its own name and meaning.
+# - verl 0.9 (verl/trainer/ppo/metric_utils.py compute_data_metrics): critic/score/mean,
+#   /min, /max over the sequences' scores; critic/advantages/min, /max; response_length/*.
+#   verl logs no score std; its critic/advantages/mean is a mean over response *tokens*,
+#   which a per-response log cannot give, so advantage_mean keeps its name.
+# - OpenRLHF 0.11 (openrlhf/trainer/ppo_trainer.py, the rollout statistics):
+#   rollout/reward_mean, rollout/reward_std (ddof 1), rollout/response_length_mean;
+#   group_reward_std is already its name.
+TRAINER_NAMES: Final[dict[str, dict[str, str]]] = {
+    "verl": {
+        "reward": "critic/score/mean",
+        "reward_min": "critic/score/min",
+        "reward_max": "critic/score/max",
+        "advantage_min": "critic/advantages/min",
+        "advantage_max": "critic/advantages/max",
+        "completions/mean_length": "response_length/mean",
+        "completions/min_length": "response_length/min",
+        "completions/max_length": "response_length/max",
+    },
+    "OpenRLHF": {
+        "reward": "rollout/reward_mean",
+        "reward_std": "rollout/reward_std",
+        "completions/mean_length": "rollout/response_length_mean",
+    },
+}
+
+
+def trainer_names(table: pl.DataFrame, trainer: str | None) -> pl.DataFrame:
+    """``table`` with its figures under ``trainer``'s names where they differ
+    (``TRAINER_NAMES``: ``verl``, ``OpenRLHF``); TRL's are the figures' own names."""
+    names = TRAINER_NAMES.get(trainer or "", {})
+    return table.rename({k: v for k, v in names.items() if k in table.columns})
+
+
+def logged_name(figure: str) -> list[str]:
+    """``figure``'s own name and every name a trainer logs it under."""
+    logged = (names[figure] for names in TRAINER_NAMES.values() if figure in names)
+    return list(dict.fromkeys([figure, *logged]))

@@ -1,0 +1,295 @@
+"""Options of an advantage computation: one frozen, validated dataclass.
+
+Every policy is an explicit field with a documented default. This module imports nothing
+heavy, so the CLI can build its help from it quickly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, Final
+
+from grpo_cli.core.errors import Message, OptionsError, Verbatim, option
+
+if TYPE_CHECKING:
+    from grpo_cli.core.estimators import Estimator
+
+SINGLETON_POLICIES: Final[dict[str, str]] = {
+    "zero": "advantage 0: one response carries no relative information (default)",
+    "raw": "advantage = the raw reward",
+    "null": "advantage null, like a null reward",
+    "drop": "the row is left out of the output and of every statistic",
+    "verl": "the estimator runs with group mean 0 and std 1, as verl does (grpo: r / (1 + eps))",
+    "formula": "no special case: the estimator's formula as it stands (null where undefined)",
+}
+CLIP_STAGES: Final[dict[str, str]] = {
+    "advantage": "clip the final advantage (default)",
+    "shaped": "clip the value before batch whitening, as OpenRLHF clamps its shaped reward "
+    "(the same as advantage for estimators without whitening)",
+}
+NULL_POLICIES: Final[dict[str, str]] = {
+    "exclude": "left out of every statistic; advantage null (default)",
+    "zero": "left out of every statistic; advantage 0 (TRL >= 1.6: unscorable completions)",
+    "fill_zero": "the reward counts as 0 (TRL < 1.6)",
+    "error": "refuse the input",
+}
+EPS_MODES: Final[dict[str, str]] = {
+    "std": "divide by (std + eps) (default; TRL, verl grpo, OpenRLHF group_norm)",
+    "var": "divide by sqrt(var + eps) (verl batch whitening)",
+    "var_floor": "divide by sqrt(max(var, eps)) (OpenRLHF batch whitening)",
+}
+AGGREGATIONS: Final[dict[str, str]] = {
+    "sum_then_normalize": "weighted sum of the rewards (nulls count 0), then the estimator "
+    "(TRL's default)",
+    "normalize_then_sum": "each reward z-scored in its group, weighted sum, then a batch "
+    "z-score (TRL's GDPO)",
+}
+STATS_COLUMNS: Final = ("group_size", "group_mean", "group_std")
+
+
+def _as_tuple(value: object) -> tuple[Any, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple):
+        return tuple(value)
+    raise OptionsError(f"expected a name or a list of names, got {value!r}")
+
+
+def _choices() -> dict[str, tuple[Collection[str], Message]]:
+    """The option fields whose value is one of a set of names, with that set and how an
+    unknown value is named (``unknown eps_mode value 'x'``)."""
+    from grpo_cli.core.estimators import ESTIMATORS
+
+    return {
+        "singleton": (SINGLETON_POLICIES, option("singleton") + " value"),
+        "nulls": (NULL_POLICIES, option("nulls") + " value"),
+        "eps_mode": (EPS_MODES, option("eps_mode") + " value"),
+        "aggregation": (AGGREGATIONS, option("aggregation") + " value"),
+        "clip_stage": (CLIP_STAGES, option("clip_stage") + " value"),
+        "estimator": (ESTIMATORS, "estimator"),
+    }
+
+
+@dataclass(frozen=True)
+class AdvantageOptions:
+    """How advantages are computed.
+
+    Attributes:
+        group_cols: columns whose values together identify a group (one prompt).
+        reward_cols: reward column(s); several are combined per ``aggregation``.
+        reward_weights: one weight per reward column (default 1 each).
+        aggregation: how several rewards combine (see AGGREGATIONS).
+        estimator: a name in :data:`grpo_cli.core.estimators.ESTIMATORS`.
+        ddof: delta degrees of freedom of every std and variance: 1 = sample (torch's
+            default, TRL, verl), 0 = population.
+        eps: the stabiliser, placed per ``eps_mode``.
+        eps_mode: where eps goes (see EPS_MODES).
+        singleton: a group with exactly one valid reward (see SINGLETON_POLICIES).
+        nulls: null or NaN rewards (see NULL_POLICIES).
+        clip: ``(lo, hi)`` bounds applied to the advantage after the estimator.
+        clip_stage: where ``clip`` applies (see CLIP_STAGES).
+        batch_col: batch statistics are per value of this column (e.g. ``step``); None
+            makes the whole input one batch.
+        group_size: positional groups: consecutive runs of this many rows (within each
+            batch) form a group; replaces group_cols.
+        length_col: response lengths in tokens (OPO weights, token-weighted statistics).
+        token_weighted: weight batch statistics by ``length_col``.
+        baseline_col: a per-row baseline reward (ReMax).
+        step_rewards_col: a list column of per-step rewards (process supervision).
+        with_stats: also output ``group_size``, ``group_mean`` and ``group_std``.
+        advantage_col: name of the output column.
+        deterministic: bit-for-bit repeatable results (Polars' in-memory engine, about 2x
+            slower on large logs); by default the streaming engine's parallel sums may
+            differ in the last bit (about 1e-16 relative) from one run to the next.
+
+    Where the computation runs (the engine, its device, the Ray cluster) is no option of
+    the estimator: see :class:`grpo_cli.core.engine_options.EngineOptions`.
+    """
+
+    group_cols: tuple[str, ...] = ("prompt_id",)
+    reward_cols: tuple[str, ...] = ("reward",)
+    reward_weights: tuple[float, ...] | None = None
+    aggregation: str = "sum_then_normalize"
+    estimator: str = "grpo"
+    ddof: int = 1
+    eps: float = 1e-8
+    eps_mode: str = "std"
+    singleton: str = "zero"
+    nulls: str = "exclude"
+    clip: tuple[float, float] | None = None
+    clip_stage: str = "advantage"
+    batch_col: str | None = None
+    group_size: int | None = None
+    length_col: str | None = None
+    token_weighted: bool = False
+    baseline_col: str | None = None
+    step_rewards_col: str | None = None
+    with_stats: bool = False
+    advantage_col: str = "advantage"
+    deterministic: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "group_cols", _as_tuple(self.group_cols))
+        object.__setattr__(self, "reward_cols", _as_tuple(self.reward_cols))
+        if self.reward_weights is not None:
+            weights = tuple(float(w) for w in _as_tuple(self.reward_weights))
+            object.__setattr__(self, "reward_weights", weights)
+        if self.clip is not None:
+            object.__setattr__(self, "clip", tuple(float(c) for c in self.clip))
+        self._check_columns()
+        self._check_numbers()
+        self._check_choices()
+
+    def check_estimator_needs(self, estimator: Estimator) -> None:
+        """What the chosen ``estimator`` (looked up once, by the plan: see
+        :func:`grpo_cli.core.plan.decide`) needs of the other options: its columns
+        (``length_col`` for opo...), a length column for ``token_weighted``, grpo for
+        ``aggregation="normalize_then_sum"``, one reward column for process supervision."""
+        for need, column, named in (
+            ("length", self.length_col, option("length_col")),
+            ("baseline", self.baseline_col, option("baseline_col")),
+            ("step_rewards", self.step_rewards_col, option("step_rewards_col")),
+        ):
+            if need in estimator.needs and column is None:
+                raise OptionsError(
+                    f"estimator {estimator.name} needs " + named,
+                    hint="name the column with " + replace(named, value="COL"),
+                )
+        if self.token_weighted and self.length_col is None:
+            raise OptionsError(
+                option("token_weighted") + " needs " + option("length_col"),
+                hint="name the length column",
+            )
+        if self.aggregation == "normalize_then_sum" and self.estimator != "grpo":
+            raise OptionsError(
+                option("aggregation", "normalize_then_sum")
+                + " works with "
+                + option("estimator", "grpo")
+                + f", not {self.estimator}",
+                hint="use " + option("aggregation", "sum_then_normalize") + " with this estimator",
+            )
+        if estimator.unit == "step" and len(self.reward_cols) > 1:
+            raise OptionsError(
+                "estimator process takes its rewards from " + option("step_rewards_col")
+            )
+
+    def _check_columns(self) -> None:
+        if not self.group_cols and self.group_size is None:
+            raise OptionsError(
+                "no group column given",
+                hint="pass " + option("group_cols", ("COL",)) + " (e.g. prompt_id)",
+            )
+        if len(set(self.group_cols)) != len(self.group_cols):
+            raise OptionsError(
+                f"group column repeated: {', '.join(self.group_cols)}",
+                hint="give each " + option("group_cols") + " once",
+                value=self.group_cols,
+            )
+        if not self.reward_cols:
+            raise OptionsError(
+                "no reward column given", hint="pass " + option("reward_cols", ("COL",))
+            )
+        if len(set(self.reward_cols)) != len(self.reward_cols):
+            raise OptionsError(
+                f"reward column repeated: {', '.join(self.reward_cols)}",
+                hint="give each " + option("reward_cols") + " once",
+                value=self.reward_cols,
+            )
+        both = set(self.reward_cols) & set(self.group_cols)
+        if both:
+            raise OptionsError(
+                f"{sorted(both)[0]!r} is both a reward and a group column",
+                hint="check " + option("reward_cols") + " and " + option("group_cols"),
+                column=sorted(both)[0],
+            )
+        added = self.added_columns()
+        taken = set(self.reward_cols) | set(self.group_cols)
+        clash = set(added) & taken
+        if clash or len(set(added)) != len(added):
+            raise OptionsError(
+                f"output column name clashes with an input role: {', '.join(sorted(clash))}",
+                hint="choose another name with " + option("advantage_col"),
+                value=self.advantage_col,
+            )
+
+    def _check_numbers(self) -> None:
+        if self.ddof not in (0, 1):
+            raise OptionsError(
+                option("ddof") + f" must be 0 or 1, got {self.ddof}",
+                hint="1 = sample std (TRL, verl, the lessons), 0 = population std",
+                value=self.ddof,
+            )
+        if not (math.isfinite(self.eps) and self.eps >= 0):
+            raise OptionsError(
+                option("eps") + f" must be a finite number >= 0, got {self.eps}",
+                hint="e.g. " + option("eps", Verbatim("1e-8")),
+                value=self.eps,
+            )
+        weights = self.reward_weights
+        if weights is not None:
+            if len(weights) != len(self.reward_cols):
+                columns = self.reward_cols
+                named = option("reward_cols", columns[: len(weights)], short=True)
+                raise OptionsError(
+                    f"{len(weights)} reward weight(s) for {len(columns)} reward column(s): "
+                    + ", ".join(columns),
+                    hint="give one weight per reward column, or name the rewards: " + named
+                    if len(weights) < len(columns)
+                    else "give one weight per "
+                    + option("reward_cols")
+                    + ", e.g. "
+                    + option("reward_weights", (1, 0.5)),
+                    value=weights,
+                )
+            if not all(math.isfinite(w) for w in weights):
+                raise OptionsError("reward weights must be finite numbers", value=weights)
+        if self.clip is not None:
+            lo, hi = self.clip
+            if not (len(self.clip) == 2 and lo < hi):
+                raise OptionsError(
+                    option("clip") + f" needs LO,HI with LO < HI, got {self.clip}",
+                    hint="e.g. " + option("clip", (-10, 10)),
+                    value=self.clip,
+                )
+        if self.group_size is not None and self.group_size < 1:
+            raise OptionsError(
+                option("group_size") + f" must be at least 1, got {self.group_size}",
+                hint="the number of responses sampled per prompt (num_generations)",
+                value=self.group_size,
+            )
+
+    def _check_choices(self) -> None:
+        """Every named choice spelled as the registry does (case and separators ignored:
+        ``-e RLOO`` is rloo); an unknown one suggests the closest."""
+        from grpo_cli.core.names import match_name
+
+        for field, (choices, what) in _choices().items():
+            value = match_name(getattr(self, field), choices, what)
+            object.__setattr__(self, field, value)
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        """The reward weights, 1.0 each unless given."""
+        return self.reward_weights or tuple(1.0 for _ in self.reward_cols)
+
+    def added_columns(self) -> tuple[str, ...]:
+        """The columns the computation appends, in order."""
+        return (self.advantage_col, *(STATS_COLUMNS if self.with_stats else ()))
+
+    def with_overrides(self, **overrides: Any) -> AdvantageOptions:
+        """A copy with some fields changed (unknown names raise OptionsError).
+
+        ``reward_col="score"`` is accepted for ``reward_cols=("score",)``.
+        """
+        if "reward_col" in overrides:
+            overrides["reward_cols"] = _as_tuple(overrides.pop("reward_col"))
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise OptionsError(
+                f"unknown option(s): {', '.join(unknown)}",
+                hint=f"valid options: {', '.join(sorted(known))}",
+            )
+        return replace(self, **overrides)

@@ -1,0 +1,384 @@
+"""Summary tables of a reward log, as Polars frames and plain dataclasses (no Rich here).
+
+Definitions (the README repeats them). The reward is the one the estimator saw (the
+weighted sum of several reward columns; for ``process``, every step reward).
+
+- ``size``: rows (responses) in the group; ``n_null``: null or NaN rewards.
+- ``mean``, ``std`` (with the run's ddof), ``min``, ``max``: over the valid rewards.
+- ``zero_std``: the group has at least two valid rewards and they are all equal (its
+  variance is exactly 0; see ``EstimatorContext.is_constant``).
+- a singleton group has exactly one valid reward.
+
+The run's figures (:class:`RunSummary`) are defined once, in :mod:`grpo_cli.core.metrics`:
+``frac_reward_zero_std`` is TRL's (the share of responses whose group std, ddof 1, is
+``isclose(std, 0)`` with atol 1e-8: rewards 1.0 and 1.000000001 count, a one-reward group
+does not), so it can count groups that are not exactly zero_std.
+
+Groups that span steps: a group key without the step (or batch) column pools a prompt
+sampled again in a later step into one group. :func:`check_batch_spans` refuses that for a
+batch column; :func:`span_warnings` warns about it for a step-like column. With hashed keys
+both cost one pass over the already-computed key hash (about 0.3 s per 10M rows); grouping
+the key to count and name the spanning groups happens only when there are some.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import polars as pl
+
+from grpo_cli.core import metrics
+from grpo_cli.core.columns import (
+    GROUP_HASH,
+    POSITION_KEY,
+    REWARD_KEY,
+    ROW_KEY,
+    SIZE_KEY,
+    SPAN_ROW,
+    SPAN_VALUES,
+    STAT_MEAN,
+    STAT_VAR,
+    STEP_COLUMNS,
+    UID_GROUP,
+    VALID_KEY,
+    readable,
+    span_flag_column,
+)
+from grpo_cli.core.errors import InputError, Message, option
+from grpo_cli.core.expressions import collect
+from grpo_cli.core.grouping import profile_aggregations, with_profile, zero_spread
+from grpo_cli.core.plan import Keys, Plan, keyed_groups, step_column
+from grpo_cli.core.rewards import reward_expr
+
+GROUP_TABLE_COLUMNS: Final = ("size", "n_null", "mean", "std", "min", "max", "zero_std")
+DISPLAY_NAMES: Final = {POSITION_KEY: "group_index", UID_GROUP: "group"}
+
+
+def reward_units(frame: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
+    """One row per reward the estimator saw, with ROW_KEY (the response) and REWARD_KEY."""
+    options = plan.options
+    if plan.estimator.unit == "step" and options.step_rewards_col:
+        column = options.step_rewards_col
+        return (
+            frame.with_row_index(ROW_KEY)
+            .explode(column)
+            .with_columns(reward_expr(column, options.nulls).alias(REWARD_KEY))
+        )
+    return frame.with_row_index(ROW_KEY)
+
+
+def group_table(annotated: pl.LazyFrame, plan: Plan, extra: Sequence[pl.Expr] = ()) -> pl.DataFrame:
+    """One row per group, in order of first appearance: keys, then GROUP_TABLE_COLUMNS, then
+    the ``extra`` aggregations (named expressions) in the same grouping.
+
+    ``annotated`` is :func:`grpo_cli.core.expressions.annotate_lazy`'s frame (with its key
+    columns), ``plan`` the plan that made it. The size, mean, std and zero_std are the
+    group's profile (:mod:`grpo_cli.core.grouping`). Temporary key columns get readable names
+    (``group_index``, ``group``).
+    """
+    options, keys = plan.options, plan.keys
+    r = pl.col(REWARD_KEY)
+    firsts = [pl.col(c).first() for c in keys.exact] if keys.hashed else []
+    process = plan.estimator.unit == "step"
+    size = pl.col(ROW_KEY).n_unique() if process else None
+    units = reward_units(annotated, plan) if process else annotated
+    table = (
+        units.group_by(list(keys.group), maintain_order=True)
+        .agg(
+            *firsts,
+            *profile_aggregations(options.ddof, size=size),
+            r.is_null().sum().cast(pl.Int64).alias("n_null"),
+            r.min().alias("min"),
+            r.max().alias("max"),
+            *extra,
+        )
+        .with_columns(
+            pl.col(SIZE_KEY).alias("size"),
+            pl.col(STAT_MEAN).alias("mean"),
+            pl.col(STAT_VAR).sqrt().alias("std"),
+            zero_spread(pl.col(VALID_KEY), pl.col(STAT_VAR)).alias("zero_std"),
+        )
+        .select(*keys.exact, *GROUP_TABLE_COLUMNS, *(e.meta.output_name() for e in extra))
+    )
+    renames = {k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES}
+    return collect(table.rename(renames), deterministic=options.deterministic)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Figures of one computation, for the terminal summary (see :mod:`grpo_cli.core.metrics`
+    for their definitions)."""
+
+    rows: int
+    groups: int
+    batches: int
+    group_size_min: int
+    group_size_median: float
+    group_size_max: int
+    zero_std_groups: int
+    zero_std_group_share: float
+    frac_reward_zero_std: float
+    singleton_groups: int
+    null_rewards: int
+    reward_mean: float | None
+    reward_std: float | None
+    advantage_min: float | None
+    advantage_max: float | None
+
+    @classmethod
+    def from_partials(cls, merged: pl.DataFrame) -> RunSummary:
+        """The figures of one row of merged partials (:func:`grpo_cli.core.metrics.merge`)."""
+        f = metrics.finish(merged).row(0, named=True)
+        return cls(
+            rows=int(f["responses"]),
+            groups=int(f["groups"]),
+            batches=int(f.get("batches") or 1),
+            group_size_min=int(f["group_size_min"] or 0),
+            group_size_median=float(f["group_size_median"] or 0.0),
+            group_size_max=int(f["group_size_max"] or 0),
+            zero_std_groups=int(f["zero_std_groups"]),
+            zero_std_group_share=float(f["zero_std_group_share"] or 0.0),
+            frac_reward_zero_std=float(f["frac_reward_zero_std"] or 0.0),
+            singleton_groups=int(f["singleton_groups"]),
+            null_rewards=int(f["null_rewards"]),
+            reward_mean=f["reward"],
+            reward_std=f["reward_std"],
+            advantage_min=f.get("advantage_min"),
+            advantage_max=f.get("advantage_max"),
+        )
+
+
+def summarize_run(annotated: pl.LazyFrame, plan: Plan) -> RunSummary:
+    """Overall figures of an annotated frame (with its key and group profile columns; made
+    by ``plan``), from :func:`grpo_cli.core.metrics.partials`: one pass of aggregates and one
+    grouping of the rows by group size, none of the key. ``reward_std`` is the std of all
+    valid rewards with ddof 1, as TRL logs ``reward_std``."""
+    options, keys = plan.options, plan.keys
+    schema = annotated.collect_schema()
+    if SIZE_KEY not in schema:
+        return _summarize_process(annotated, plan)
+    merged = metrics.partials(
+        with_profile(annotated, keys.group, options.ddof),
+        ddof=options.ddof,
+        advantage=pl.col(options.advantage_col),
+        batch=keys.batch,
+        deterministic=options.deterministic,
+    )
+    return RunSummary.from_partials(merged)
+
+
+def _summarize_process(annotated: pl.LazyFrame, plan: Plan) -> RunSummary:
+    """Process supervision: the rows are the responses, each with the profile of its
+    group's step rewards (size: responses; valid, mean, variance: over the step rewards);
+    the reward figures are over the step rewards, the advantages over every step."""
+    options, keys = plan.options, plan.keys
+    units = reward_units(annotated, plan)
+    group = list(keys.group)
+    profile = units.group_by(group).agg(
+        profile_aggregations(options.ddof, size=pl.col(ROW_KEY).n_unique())
+    )
+    rows = annotated.join(profile, on=group, how="left", nulls_equal=True)
+    merged = metrics.partials(
+        rows,
+        ddof=options.ddof,
+        rewards=units,
+        advantage=pl.col(options.advantage_col).explode(),
+        batch=keys.batch,
+        deterministic=options.deterministic,
+    )
+    return RunSummary.from_partials(merged)
+
+
+@dataclass(frozen=True)
+class GroupSpans:
+    """Groups whose rows fall in several values of ``column``.
+
+    Attributes:
+        count: how many groups do.
+        column: the step or batch column.
+        key: the group key, as shown (``prompt_id``; ``step, input``).
+        example: the first such group in input order and its values of ``column``
+            (``prompt_id='p7' in step 1, 2 and 7``).
+        fix: the options that group within each value of ``column`` (``-g step -g
+            prompt_id``).
+    """
+
+    count: int
+    column: str
+    key: str
+    example: str
+    fix: Message
+
+    def describe(self) -> str:
+        """``12 groups (by prompt_id) span several values of step``."""
+        plural = "s" if self.count != 1 else ""
+        verb = "span" if self.count != 1 else "spans"
+        return (
+            f"{self.count:,} group{plural} (by {self.key}) {verb} several values of {self.column}"
+        )
+
+
+def group_spans(
+    frame: pl.DataFrame, keys: Keys, column: str, size_col: str = SIZE_KEY
+) -> GroupSpans | None:
+    """The groups of ``frame`` (with the columns of ``keys``) whose rows hold several values
+    of ``column``, or None when every group stays within one value.
+
+    First one cheap pass: over the engine's per-row flag when it added one
+    (:func:`grpo_cli.core.plan.span_flag`; ``column`` without nulls), else with hashed
+    keys :func:`_pairs_outnumber_groups`; then, only when some group spans, one grouping
+    of the key with the distinct count of ``column`` and a few passes for the example.
+    """
+    flag = span_flag_column(column)
+    if flag in frame.columns:  # the engine's flag: one cheap pass
+        if not frame.get_column(flag).any():
+            return None
+    elif keys.hashed and not _pairs_outnumber_groups(frame, column, size_col):
+        return None
+    group = list(keys.group)
+    spanning = (
+        frame.lazy()
+        .group_by(group)
+        .agg(pl.col(column).n_unique().alias(SPAN_VALUES))
+        .filter(pl.col(SPAN_VALUES) > 1)
+        .select(group)
+        .collect(engine="streaming")
+    )
+    if spanning.height == 0:
+        return None
+    rows = frame.lazy().with_row_index(SPAN_ROW)
+    first = collect(
+        rows.join(spanning.lazy(), on=group, how="semi").select(pl.col(SPAN_ROW).min())
+    ).item()
+    one = frame.slice(first, 1)
+    values = (
+        collect(
+            frame.lazy()
+            .join(one.lazy().select(group), on=group, how="semi")
+            .select(pl.col(column).unique())
+        )
+        .get_column(column)
+        .sort(nulls_last=True)
+        .to_list()
+    )
+    names = [DISPLAY_NAMES.get(c, c) for c in keys.exact]
+    example = ", ".join(
+        f"{name}={one.get_column(c)[0]!r}" for name, c in zip(names, keys.exact, strict=True)
+    )
+    if any(c.startswith("__grpo_") for c in keys.exact):
+        fix = option("batch_col", column)  # a derived key (verl's uid group): the layout adds it
+    else:
+        fix = option("group_cols", (column, *keys.exact), short=True)
+    return GroupSpans(
+        count=spanning.height,
+        column=column,
+        key=", ".join(names),
+        example=f"{example} in {column} {_value_list(values)}",
+        fix=fix,
+    )
+
+
+def _pairs_outnumber_groups(frame: pl.DataFrame, column: str, size_col: str) -> bool:
+    """Whether some group holds several values of ``column``: the distinct (group hash,
+    value) pairs, as one 64-bit hash each, outnumber the groups (counted from each row's
+    group size in ``size_col``: a group of s rows adds 1/s per row; without it, distinct
+    hashes). One pass, 2x cheaper than grouping the key; a false "no" needs two pairs to
+    share a 64-bit hash (about 1e-8 for a million pairs)."""
+    group = pl.col(GROUP_HASH)
+    pairs = (group ^ pl.col(column).hash(seed=7)).n_unique()
+    if size_col in frame.columns:
+        groups = (1.0 / pl.col(size_col).cast(pl.Float64)).sum()
+    else:
+        groups = group.n_unique().cast(pl.Float64)
+    counts = frame.lazy().select(pairs=pairs, groups=groups).collect(engine="streaming")
+    return int(counts["pairs"][0]) > round(float(counts["groups"][0]))
+
+
+def _value_list(values: list[object]) -> str:
+    """``1, 2 and 7``; ``1, 2, 3, ... and 40 (12 values)`` for more than five."""
+    shown = [repr(v) if isinstance(v, str) else str(v) for v in values]
+    if len(shown) > 5:
+        return f"{', '.join(shown[:3])}, ... and {shown[-1]} ({len(shown)} values)"
+    return f"{', '.join(shown[:-1])} and {shown[-1]}"
+
+
+def check_batch_spans(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY) -> None:
+    """Refuse groups whose rows fall in several values of the batch column: batch statistics
+    are per batch value, so such a group would be pooled across batches. Positional groups
+    are within batches already; a group key holding the batch column cannot span it."""
+    column, keys = plan.options.batch_col, plan.keys
+    if column is None or column in keys.exact or not keyed_groups(plan):
+        return
+    spans = group_spans(frame, keys, column, size_col)
+    if spans is not None:
+        raise InputError(
+            f"{spans.describe()} (batch column); first: {spans.example}",
+            hint="group within each batch: " + spans.fix,
+        )
+
+
+def span_warnings(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY) -> tuple[Message, ...]:
+    """Warning lines: groups that span several values of the log's step-like column (a
+    prompt sampled again in a later step pooled into one group); and a batch-level
+    estimator without a batch column on a log with a step-like column (every step pooled
+    into one batch); and more than half of the groups holding one response (a wrong
+    group key)."""
+    return (
+        *_batch_warnings(frame.columns, plan),
+        *_span_warning(frame, plan, size_col),
+        *_singleton_warning(frame, plan, size_col),
+    )
+
+
+def _singleton_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[Message, ...]:
+    """More than half of the groups hold one response: the group key is probably wrong
+    (a response id rather than a prompt id). Groups are counted from the rows (a group of
+    s rows adds s times 1/s)."""
+    if not keyed_groups(plan) or size_col not in frame.columns or frame.height == 0:
+        return ()
+    size = pl.col(size_col).cast(pl.Float64)
+    groups, singletons = frame.select(
+        (1.0 / size).sum().round().cast(pl.Int64), (size == 1).sum().cast(pl.Int64)
+    ).row(0)
+    if not groups or singletons * 2 <= groups:
+        return ()
+    key = ", ".join(readable(c) for c in plan.options.group_cols)
+    return (
+        f"{singletons:,} of {groups:,} groups (by {key}) hold a single response: the group "
+        "key is probably wrong (a group is one prompt's responses; name it with "
+        + option("group_cols")
+        + ")",
+    )
+
+
+def _batch_warnings(columns: Sequence[str], plan: Plan) -> tuple[Message, ...]:
+    options = plan.options
+    batch_level = plan.estimator.scope == "batch"
+    if options.batch_col is not None or not (
+        batch_level or options.aggregation == "normalize_then_sum"
+    ):
+        return ()
+    column = next((c for c in STEP_COLUMNS if c in columns), None)
+    if column is None:
+        return ()
+    return (
+        f"{options.estimator} reads batch statistics and no "
+        + option("batch_col")
+        + " is given: the whole "
+        f"log is one batch; {column!r} looks like the batch (a trainer computes per step): "
+        + option("batch_col", column),
+    )
+
+
+def _span_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[Message, ...]:
+    column = step_column(frame.columns, plan)
+    spans = None if column is None else group_spans(frame, plan.keys, column, size_col)
+    if spans is None:
+        return ()
+    pooled = "is" if spans.count == 1 else "are"
+    return (
+        f"{spans.describe()} and {pooled} pooled across them (first: {spans.example}); "
+        f"to group within each {spans.column}: " + spans.fix,
+    )

@@ -1,0 +1,139 @@
+"""Batch statistics from partials: batch-level estimators on a log seen in pieces.
+
+An estimator reads every batch statistic through one method,
+:meth:`grpo_cli.core.estimators.EstimatorContext.batch_stat` (``batch_stat(x, name)``: the mean,
+variance, count, maximum, minimum or non-zero count of a value ``x`` over the row's batch).
+When a log is split along groups into pieces (every group whole in one piece, as after a
+shuffle by the group key), each ``x`` is computable piece by piece (it reads the row and its
+group's statistics only) but its batch statistics are not. So an engine that sees the log in
+pieces (the Ray and partitioned engines) runs a batch-level estimator in two passes:
+
+1. :func:`batch_inputs`: the distinct values ``x`` (each with its weight ``w``, see
+   :meth:`~grpo_cli.core.estimators.EstimatorContext.batch_weight`) the plan's formula asks batch
+   statistics of, found by building the formula once with a :class:`Recorder` source;
+2. :func:`piece_partials`: per piece and batch value, the mergeable partials of each ``x``
+   (:func:`grpo_cli.core.metrics.batch_partials`); the driver merges them
+   (:func:`grpo_cli.core.metrics.merge_batch_partials`) and finishes them
+   (:func:`grpo_cli.core.metrics.finish_batch_stats`): one small row per batch value;
+3. :func:`applied`: the plan whose formula reads those statistics (a :class:`Given` source)
+   from columns joined onto each piece by the batch key (:func:`with_batch_stats`). Values
+   are matched by the order the formula asks about them, the same on any key (hashed or
+   exact), so each piece may fall back to its exact key on a hash collision.
+
+The formula is the estimator's own, unchanged: only where its batch statistics come from
+differs. Merged partials equal the single-pass statistics up to rounding (about 1e-16
+relative).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import polars as pl
+
+from grpo_cli.core import metrics
+from grpo_cli.core.columns import batch_stat_column
+from grpo_cli.core.estimators import EstimatorContext
+from grpo_cli.core.plan import Plan
+
+
+def _index_of(inputs: Sequence[tuple[pl.Expr, pl.Expr]], x: pl.Expr) -> int | None:
+    return next((k for k, (seen, _) in enumerate(inputs) if seen.meta.eq(x)), None)
+
+
+@dataclass
+class Recorder:
+    """A batch statistics source that notes each distinct value asked about (with its
+    weight) and answers a placeholder: the formula it builds is never evaluated."""
+
+    inputs: list[tuple[pl.Expr, pl.Expr]] = field(default_factory=list)
+
+    def stat(self, ctx: EstimatorContext, x: pl.Expr, name: str) -> pl.Expr:
+        """Note ``x``; a placeholder."""
+        if _index_of(self.inputs, x) is None:
+            self.inputs.append((x, ctx.batch_weight(x)))
+        return pl.lit(0.0)
+
+
+@dataclass(frozen=True)
+class Given:
+    """A batch statistics source that reads each statistic from its column (see
+    :func:`grpo_cli.core.columns.batch_stat_column`), joined onto the rows beforehand."""
+
+    inputs: tuple[tuple[pl.Expr, pl.Expr], ...]
+
+    def stat(self, ctx: EstimatorContext, x: pl.Expr, name: str) -> pl.Expr:
+        """The column of ``x``'s statistic ``name``."""
+        k = _index_of(self.inputs, x)
+        if k is None:
+            raise RuntimeError(f"batch statistic of an unrecorded value: {x}")
+        return pl.col(batch_stat_column(k, name))
+
+
+def needs_batch_stats(plan: Plan) -> bool:
+    """Whether the plan's formula reads batch statistics."""
+    return plan.estimator.scope == "batch" or plan.options.aggregation == "normalize_then_sum"
+
+
+def batch_inputs(plan: Plan) -> tuple[tuple[pl.Expr, pl.Expr], ...]:
+    """The values (and weights) the plan's formula asks batch statistics of, as
+    expressions over a frame with the group statistics (see
+    :func:`grpo_cli.core.expressions.with_group_stats`)."""
+    from grpo_cli.core.expressions import advantage_expr
+
+    recorder = Recorder()
+    advantage_expr(replace(plan, batch_source=recorder), precomputed=True)
+    return tuple(recorder.inputs)
+
+
+def piece_partials(piece: pl.DataFrame, plan: Plan) -> pl.DataFrame:
+    """The batch partials of one piece of the log (every group whole in it), per value of
+    the batch key; on the exact key if two of the piece's keys share a hash."""
+    from grpo_cli.core.expressions import with_group_stats
+    from grpo_cli.core.plan import hash_collision
+
+    grouped = with_group_stats(piece, plan).collect()
+    if hash_collision(grouped, plan.keys):
+        plan = plan.exact()
+        grouped = with_group_stats(piece, plan).collect()
+    return grouped_partials(grouped, plan)
+
+
+def grouped_partials(grouped: pl.DataFrame, plan: Plan) -> pl.DataFrame:
+    """The batch partials of ``grouped``, a piece of the log with its group statistics
+    (:func:`grpo_cli.core.expressions.with_group_stats`), per value of the batch key: for an
+    engine that handles a hash collision itself (the partitioned engine starts again)."""
+    return metrics.batch_partials(grouped, batch_inputs(plan), plan.keys.batch)
+
+
+def merged_partials(parts: Sequence[pl.DataFrame], plan: Plan) -> pl.DataFrame:
+    """Pieces' partials merged into the partials of their union (one row per batch value;
+    merged again with other pieces' partials, it gives the same statistics)."""
+    return metrics.merge_batch_partials(parts, plan.keys.batch, len(batch_inputs(plan)))
+
+
+def merged_stats(parts: Sequence[pl.DataFrame], plan: Plan) -> pl.DataFrame:
+    """The batch statistics of the whole log, one row per batch value, from every piece's
+    partials."""
+    by, inputs = plan.keys.batch, len(batch_inputs(plan))
+    merged = metrics.merge_batch_partials(parts, by, inputs)
+    return metrics.finish_batch_stats(merged, by, inputs, plan.options.ddof)
+
+
+def applied(plan: Plan) -> Plan:
+    """``plan`` reading its batch statistics from the joined columns (the k-th value its
+    formula asks about reads the k-th statistics: the formula asks in the same order on
+    any keys)."""
+    return replace(plan, batch_source=Given(batch_inputs(plan)))
+
+
+def with_batch_stats(piece: pl.DataFrame, plan: Plan, stats: pl.DataFrame) -> pl.DataFrame:
+    """``piece`` with its batch's statistics as columns, rows in their order. Without a
+    batch column the log is one batch (``stats`` has one row)."""
+    from grpo_cli.core.plan import with_keys
+
+    keys = list(plan.keys.batch)
+    keyed = with_keys(piece.lazy(), plan.options).collect()
+    joined = keyed.join(stats, on=keys, how="left", maintain_order="left", nulls_equal=True)
+    return joined.drop([k for k in keys if k not in piece.columns])

@@ -1,0 +1,302 @@
+"""Outputs that land whole or not at all.
+
+The data goes to a hidden temporary file in the target folder, renamed over the target only
+once complete, so a failed or interrupted run leaves no partial file and an existing file is
+never half-overwritten; several outputs of one run land together (:func:`atomic_writes`).
+A stream (see :func:`grpo_cli.io.formats.is_stream`) is written to in place: no temporary
+file, no rename, no ``force`` needed, never replaced or removed. An output named with a
+compression suffix is compressed. A full disk is an output error naming the path (exit 4)
+and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Final
+
+from grpo_cli.core.errors import (
+    OutputError,
+    is_disk_full,
+)
+from grpo_cli.io.formats import compressed, compression_for, is_stream
+from grpo_cli.io.read import FORCE, OUTPUT
+from grpo_cli.io.temporaries import owner_tag
+
+
+def _disk_full(path: Path) -> OutputError:
+    return OutputError(
+        f"no space left on the device of {path}; nothing was written",
+        hint=f"free some space on it (df -h {path.parent}), or write elsewhere with " + OUTPUT,
+    )
+
+
+def _stream_disk_full(path: Path) -> OutputError:
+    return OutputError(
+        f"no space left on device writing {path}",
+        hint="free some space where it goes, or write elsewhere with " + OUTPUT,
+    )
+
+
+def _temporary_file(path: Path) -> Path:
+    """A new empty hidden file beside ``path``, tagged with this process."""
+    try:
+        fd, tmp_name = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part"
+        )
+    except OSError as exc:
+        raise _staging_error(path, exc) from None
+    os.close(fd)
+    return Path(tmp_name)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path, *, force: bool = False) -> Iterator[Path]:
+    """A temporary path beside ``path``, put in place at ``path`` when the block succeeds
+    (:func:`commit`: without ``force``, only if nothing appeared at ``path`` meanwhile).
+
+    On any failure (an exception, Ctrl-C) the temporary file is removed and ``path`` is
+    left as it was; a full disk becomes an :class:`OutputError` naming ``path``. A stream
+    (see :func:`is_stream`) is yielded itself: written in place, never renamed or removed.
+    """
+    if is_stream(path):
+        try:
+            yield path
+        except Exception as exc:
+            if is_disk_full(exc):
+                raise _stream_disk_full(path) from None
+            raise
+        return
+    tmp = _temporary_file(path)
+    try:
+        yield tmp
+        commit([(tmp, path)], force=force)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        if isinstance(exc, Exception) and is_disk_full(exc):
+            raise _disk_full(path) from None
+        raise
+
+
+def commit(staged: Sequence[tuple[Path, Path]], *, force: bool) -> None:
+    """Put every staged temporary ``(tmp, target)`` in place, all or none, as one decision
+    that a signal cannot split (:func:`grpo_cli.io.interrupts.deferred`): a Ctrl-C or SIGTERM
+    recorded before it raises there and nothing lands; one arriving after the decision is
+    dropped, and the run ends as a success. Without ``force`` each rename is exclusive
+    (:func:`publish`): if a target appeared meanwhile (another run), the run fails with an
+    OutputError naming it and the targets it had already put in place are removed again.
+    With ``force`` each target is replaced atomically."""
+    from grpo_cli.io import interrupts
+
+    mode = 0o666 & ~_umask()
+    for tmp, _ in staged:
+        tmp.chmod(mode)
+    with interrupts.deferred():
+        interrupts.check()  # the last moment to give up: nothing has landed
+        landed: list[Path] = []
+        try:
+            for tmp, target in staged:
+                publish(tmp, target, replace=force)
+                landed.append(target)
+        except BaseException:
+            if not force:  # these are ours, made a moment ago
+                for target in landed:
+                    with contextlib.suppress(OSError):
+                        target.unlink()
+            raise
+        interrupts.mark_committed()
+
+
+def _appeared(path: Path) -> OutputError:
+    return OutputError(
+        f"{path} already exists: another run wrote it while this one ran; this run wrote nothing",
+        hint="pass " + FORCE + " to overwrite it, or choose another output path",
+        path=path,
+    )
+
+
+_AT_FDCWD: Final = -100
+_RENAME_NOREPLACE: Final = 1
+
+
+def _rename_noreplace(source: Path, target: Path) -> bool:
+    """``rename(source, target)`` that fails if ``target`` exists (Linux ``renameat2``
+    with RENAME_NOREPLACE, files and folders alike). False when the system or the file
+    system does not offer it; FileExistsError when ``target`` exists."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    done = renameat2(
+        _AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE
+    )
+    if done == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EPERM):
+        return False  # not offered here: the fallback below
+    raise OSError(code, os.strerror(code), str(target))
+
+
+def publish(tmp: Path, target: Path, *, replace: bool) -> None:
+    """Rename ``tmp`` (a file or a folder) to ``target``. ``replace``: atomically over
+    whatever is there. Otherwise exclusively: an OutputError if ``target`` exists, also
+    when it appeared a moment ago (``renameat2`` RENAME_NOREPLACE; where that is missing,
+    a hard link, which fails on an existing name, then removing ``tmp``; for a folder, an
+    exclusive ``mkdir`` of ``target`` claims the name and the rename replaces that empty
+    folder)."""
+    if replace:
+        tmp.replace(target)
+        return
+    try:
+        if _rename_noreplace(tmp, target):
+            return
+        if tmp.is_dir():
+            target.mkdir()  # the claim: fails if anything has the name
+            tmp.replace(target)
+            return
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here: claim the name, then replace the claim
+            os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            tmp.replace(target)
+            return
+        tmp.unlink()
+    except FileExistsError:
+        raise _appeared(target) from None
+
+
+def check_output_folder(path: Path, *, force: bool, protected: Sequence[Path] = ()) -> None:
+    """Refuse to write a folder of part files over an input (ever), or over an existing
+    folder or file (without ``force``), or where its parent is missing."""
+    for original in protected:
+        resolved = path.resolve()
+        if resolved == original.resolve() or original.resolve().is_relative_to(resolved):
+            raise OutputError(
+                f"refusing to overwrite the input {original}",
+                hint="choose another output folder with " + OUTPUT,
+            )
+    if (path.exists() or path.is_symlink()) and not force:
+        raise OutputError(
+            f"{path} already exists",
+            hint="pass " + FORCE + " to replace it, or choose another " + OUTPUT,
+            path=path,
+        )
+    if not path.parent.is_dir():
+        raise OutputError(
+            f"folder {path.parent} does not exist",
+            hint="create it first, or choose another " + OUTPUT,
+            path=path,
+        )
+
+
+@contextlib.contextmanager
+def atomic_folder(path: Path, *, force: bool = False) -> Iterator[Path]:
+    """A new hidden folder beside ``path`` (tagged with this process, see
+    :func:`owner_tag`), renamed to ``path`` when the block succeeds, as one decision a
+    signal cannot split (see :func:`commit`). Without ``force`` the rename is exclusive
+    (:func:`publish`: an OutputError if ``path`` appeared meanwhile); with ``force``, what
+    was at ``path`` is removed only once the new folder is in place. On any failure the
+    folder is removed and ``path`` is left as it was: a failed or interrupted run leaves
+    no partial dataset."""
+    from grpo_cli.io import interrupts
+
+    try:
+        tmp = Path(
+            tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part")
+        )
+    except OSError as exc:
+        raise _staging_error(path, exc) from None
+    try:
+        yield tmp
+        tmp.chmod(0o777 & ~_umask())
+        with interrupts.deferred():
+            interrupts.check()
+            if force and (path.exists() or path.is_symlink()):
+                old = Path(
+                    tempfile.mkdtemp(
+                        dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".old"
+                    )
+                )
+                path.replace(old / path.name)
+                tmp.replace(path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                publish(tmp, path, replace=False)
+            interrupts.mark_committed()
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, Exception) and is_disk_full(exc):
+            raise _disk_full(path) from None
+        raise
+
+
+def _staging_error(path: Path, exc: OSError) -> OutputError:
+    """Why the temporary file or folder beside ``path`` could not be made."""
+    if is_disk_full(exc):
+        return _disk_full(path)
+    return OutputError(
+        f"cannot write to {path.parent}: {exc.strerror or exc}",
+        hint="check the folder's permissions, or choose another " + OUTPUT,
+    )
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def atomic_write(path: Path, write: Callable[[IO[bytes]], None], *, force: bool = False) -> None:
+    """Call ``write`` on a temporary file beside ``path``, then put it in place (see
+    :func:`commit`; ``force``: replacing what is there); compressed when ``path`` ends in
+    a compression suffix."""
+    with atomic_writes(force=force) as stage:
+        stage(path, write)
+
+
+Stage = Callable[[Path, Callable[[IO[bytes]], None]], None]
+
+
+@contextlib.contextmanager
+def atomic_writes(*, force: bool = False) -> Iterator[Stage]:
+    """Several outputs that land together: ``stage(path, write)`` writes each one to its
+    temporary file (compressed by its name's suffix), and only when the block ends without
+    error are they all put in place, as one decision (:func:`commit`; ``force``: replacing
+    what is there, else exclusively). If one fails (a full disk, Ctrl-C, a target that
+    appeared meanwhile), none of the targets is touched and every temporary file is
+    removed. A stream (:func:`is_stream`) is written at once, in place."""
+    staged: list[tuple[Path, Path]] = []
+
+    def stage(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+        streamed = is_stream(path)
+        if not streamed:
+            staged.append((_temporary_file(path), path))
+        where = path if streamed else staged[-1][0]
+        try:
+            with where.open("wb") as handle, compressed(handle, compression_for(path)) as sink:
+                write(sink)
+        except Exception as exc:
+            if is_disk_full(exc):
+                raise (_stream_disk_full(path) if streamed else _disk_full(path)) from None
+            raise
+
+    try:
+        yield stage
+        commit(staged, force=force)
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        raise

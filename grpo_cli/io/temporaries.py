@@ -1,0 +1,97 @@
+"""What runs leave while they work: temporary names that carry their owner
+(``grpo-adv.<pid>@<host>``), so that a later run removes what a killed run left
+(:func:`remove_stale_temporaries`) without touching a live run's files; and the spill
+folders of the engines that see a log in pieces.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Final
+
+from grpo_cli.io.formats import is_stream
+
+OWNER_PATTERN: Final = re.compile(r"grpo-adv\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]+)\.")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "localhost"
+
+
+def owner_tag() -> str:
+    """``grpo-adv.<pid>@<host>``: marks this process's temporary files and folders."""
+    return f"grpo-adv.{os.getpid()}@{_host()}"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
+def remove_stale_temporaries(folder: Path) -> tuple[list[Path], int]:
+    """Remove the temporary files and spill folders that killed grpo-adv runs (``kill -9``,
+    the OOM killer) left in ``folder``: hidden entries whose owner tag names a process of
+    this host that no longer exists. A live run's files, another host's, and anything
+    without a tag are left alone. Returns the removed paths and their size in bytes."""
+    removed: list[Path] = []
+    size = 0
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed, size
+    host = _host()
+    for entry in entries:
+        match = OWNER_PATTERN.search(entry.name)
+        if not entry.name.startswith(".") or match is None or match["host"] != host:
+            continue
+        if _alive(int(match["pid"])):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                size += sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+                shutil.rmtree(entry)
+            else:
+                size += entry.lstat().st_size
+                entry.unlink()
+        except OSError:
+            continue
+        removed.append(entry)
+    return removed, size
+
+
+def spill_parent(target: Path) -> Path:
+    """Where a run's spill folder goes: beside ``target``, or the system's temporary folder
+    when ``target`` is a stream (never a folder in /dev)."""
+    return Path(tempfile.gettempdir()) if is_stream(target) else target.parent
+
+
+def make_spill_folder(parent: Path) -> Path:
+    """A new hidden folder in ``parent`` tagged with this process (see :func:`owner_tag`)."""
+    return Path(tempfile.mkdtemp(prefix=f".{owner_tag()}.", suffix=".spill", dir=parent))
+
+
+def remove_spill_folder(folder: Path, *, settle_s: float = 2.0) -> None:
+    """Remove ``folder`` and everything in it. Polars' partitioned sink can still be
+    finishing a file on another thread when its error reaches us (a full disk), and it
+    creates missing folders: removal is retried until the folder stays gone (at most
+    ``settle_s`` seconds)."""
+    import time
+
+    deadline = time.monotonic() + settle_s
+    while True:
+        shutil.rmtree(folder, ignore_errors=True)
+        time.sleep(0.05)  # gone, and still gone a moment later
+        if not folder.exists() or time.monotonic() > deadline:
+            return

@@ -1,0 +1,137 @@
+"""Writing frames and tables: Parquet (zstd level 1), CSV, JSONL, JSON and markdown, to a
+file (atomically, see :mod:`grpo_cli.io.atomic`) or standard output, after checking that
+the target may be written (it exists without ``force``, or it is an input: refused).
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+import polars as pl
+
+from grpo_cli.core.errors import (
+    Message,
+    OptionsError,
+    OutputError,
+    is_disk_full,
+    option,
+)
+from grpo_cli.io.atomic import Stage, atomic_write
+from grpo_cli.io.formats import (
+    PARQUET_ZSTD_LEVEL,
+    _first_line,
+    is_same_file,
+    is_stream,
+    table_format,
+)
+from grpo_cli.io.read import FORCE, OUTPUT
+
+
+def frame_to_markdown(frame: pl.DataFrame, float_format: str = "{:.6g}") -> str:
+    """A GitHub-flavoured Markdown table of ``frame`` (floats to 6 significant digits)."""
+
+    def cell(value: object) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, float):
+            return float_format.format(value)
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = [
+        "| " + " | ".join(frame.columns) + " |",
+        "|" + "|".join("---" for _ in frame.columns) + "|",
+    ]
+    lines.extend("| " + " | ".join(cell(v) for v in row) + " |" for row in frame.iter_rows())
+    return "\n".join(lines) + "\n"
+
+
+def write_frame(frame: pl.DataFrame, sink: IO[bytes], fmt: str) -> None:
+    """Write ``frame`` to an open binary stream in ``fmt``."""
+    try:
+        if fmt == "parquet":
+            frame.write_parquet(sink, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
+        elif fmt == "csv":
+            frame.write_csv(sink)
+        elif fmt == "jsonl":
+            frame.write_ndjson(sink)
+        elif fmt == "json":
+            sink.write(frame.write_json().encode())
+        elif fmt == "markdown":
+            sink.write(frame_to_markdown(frame).encode())
+        else:
+            raise OptionsError(f"unknown format {fmt!r}")
+    except pl.exceptions.PolarsError as exc:
+        if "broken pipe" in str(exc).lower():
+            # The reader closed the pipe (``| head``): not a failure of ours.
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe") from None
+        if is_disk_full(exc):
+            raise OSError(errno.ENOSPC, "No space left on device") from None
+        nested = any(isinstance(t, pl.List | pl.Struct | pl.Array) for t in frame.dtypes)
+        hint: Message = (
+            "nested columns need " + option("output_format", "parquet") + " or jsonl"
+            if nested and fmt == "csv"
+            else "check the output path and its device; Parquet and JSONL write any column"
+        )
+        raise OutputError(f"cannot write {fmt}: {_first_line(str(exc))}", hint=hint) from None
+
+
+def check_output_path(
+    path: Path, *, force: bool, protected: Sequence[Path] = (), flag: Message = OUTPUT
+) -> None:
+    """Refuse to write over an input (ever) or over an existing file (without ``force``);
+    a stream (see :func:`is_stream`) needs no ``force``."""
+    if is_stream(path):
+        return
+    for original in protected:
+        if is_same_file(path, original) or path.resolve() == original.resolve():
+            raise OutputError(
+                f"refusing to overwrite the input {original}",
+                hint="choose another output path with " + OUTPUT,
+            )
+    if path.is_dir():
+        raise OutputError(
+            f"{path} is a directory", hint="give a file path with " + OUTPUT, path=path
+        )
+    if path.exists() and not force:
+        raise OutputError(
+            f"{path} already exists",
+            hint="pass " + FORCE + " to overwrite it, or choose another " + flag,
+            path=path,
+        )
+    if not path.parent.is_dir():
+        raise OutputError(
+            f"folder {path.parent} does not exist",
+            hint="create it first, or choose another " + OUTPUT,
+            path=path,
+        )
+
+
+def write_table(
+    frame: pl.DataFrame,
+    path: Path,
+    *,
+    force: bool,
+    protected: Sequence[Path] = (),
+    stage: Stage | None = None,
+    fmt: str | None = None,
+    flag: Message = OUTPUT,
+) -> str:
+    """Write a (summary) table to ``path`` (``-``: standard output), in ``fmt`` or the
+    format of its suffix; returns the format. With ``stage`` (see :func:`atomic_writes`),
+    it lands together with the other outputs."""
+    fmt = table_format(path, fmt)
+    if str(path) == "-":
+        sink = sys.stdout.buffer
+        write_frame(frame, sink, fmt)
+        sink.flush()
+        return fmt
+    check_output_path(path, force=force, protected=protected, flag=flag)
+    if stage is None:
+        atomic_write(path, lambda sink: write_frame(frame, sink, fmt), force=force)
+    else:
+        stage(path, lambda sink: write_frame(frame, sink, fmt))
+    return fmt

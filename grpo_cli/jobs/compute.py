@@ -1,0 +1,126 @@
+"""``compute_advantages``: the one entry point that annotates a reward log.
+
+The flow is the same whatever the engine: checks and a plan (:func:`grpo_cli.core.plan.make_plan`:
+keys, hashing, the reward, every temporary column), then the engine chosen by ``backend``
+(:class:`grpo_cli.core.engine_options.EngineOptions`), which runs the estimator's formula
+(:mod:`grpo_cli.core.estimators`) and the shared policies (:mod:`grpo_cli.core.policies`), with the
+one collision fallback (:func:`grpo_cli.core.plan.run_with_fallback`). This module names no
+engine.
+
+Rows keep their input order (dropped singletons aside), every input column is returned
+unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar, cast
+
+import polars as pl
+
+from grpo_cli.core.engine_options import EngineOptions, split_engine
+from grpo_cli.core.errors import OptionsError, option
+from grpo_cli.core.estimators import Estimator
+from grpo_cli.core.layouts import within_steps
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.plan import Plan, make_plan, run_with_fallback
+from grpo_cli.engines import FrameEngine, check, get_engine
+
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
+
+
+def compute_advantages(
+    frame: FrameT,
+    options: AdvantageOptions | None = None,
+    *,
+    engine: EngineOptions | Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> FrameT:
+    """Annotate a reward log with group-relative advantages.
+
+    Args:
+        frame: a Polars DataFrame or LazyFrame with the columns the options name.
+        options: the computation's options, taken as they are (defaults: GRPO, ddof 1,
+            eps 1e-8). Without them, groups form within each step: on a frame with a
+            step column (``step``, ``global_step``, ...) and no ``group_cols`` override,
+            the key is (step, prompt_id), as every trainer groups.
+        engine: where it runs (:class:`grpo_cli.core.engine_options.EngineOptions` or a mapping of
+            its fields); default the Polars engine.
+        **overrides: option fields to change, e.g. ``ddof=0, group_cols=("step", "prompt_id")``;
+            the engine's (``backend="torch", device="cpu"``) are accepted here too.
+
+    Returns:
+        The same kind of frame: every input row in input order (but for dropped singleton
+        groups), every input column unchanged, plus ``advantage`` (Float64; a list of
+        Float64 for ``process``) and, with ``with_stats``, ``group_size`` (rows in the
+        group), ``group_mean`` and ``group_std`` (over the valid rewards). A LazyFrame is
+        annotated lazily, on the Polars engine, through the exact key.
+
+    Raises:
+        OptionsError: invalid options, or options the chosen engine cannot compute.
+        InputError: a missing column, non-numeric rewards, a null key, a bad group size.
+    """
+    overrides, settings = split_engine(overrides)
+    where = EngineOptions.of({**_fields(engine), **settings})
+    columns: list[str] = frame.collect_schema().names()
+    if options is None:  # the default key groups within each step (layouts.within_steps)
+        overrides = within_steps(columns, overrides, overrides.keys())
+    chosen: AdvantageOptions = (options or AdvantageOptions()).with_overrides(**overrides)
+    names: list[str] = [*columns, *chosen.added_columns()]
+    if isinstance(frame, pl.LazyFrame):
+        from grpo_cli.core.expressions import annotate_lazy
+
+        plan = make_plan(frame, chosen, hashed=False, engine=where)
+        return annotate_lazy(frame, plan).select(names)
+    full, _ = annotate_frame(frame, chosen, where)
+    return pick_columns(full, names)
+
+
+def _fields(engine: EngineOptions | Mapping[str, Any] | None) -> dict[str, Any]:
+    if isinstance(engine, EngineOptions):
+        return {
+            "backend": engine.backend,
+            "device": engine.device,
+            "ray_address": engine.ray_address,
+        }
+    return dict(engine or {})
+
+
+def annotate_frame(
+    frame: pl.DataFrame,
+    options: AdvantageOptions,
+    engine: EngineOptions | None = None,
+    *,
+    span_check: bool = True,
+    estimator: Estimator | None = None,
+) -> tuple[pl.DataFrame, Plan]:
+    """The annotated frame *with* the plan's temporary key, reward and group-profile
+    columns (for callers that also build tables: :mod:`grpo_cli.jobs.pipeline`), and the plan
+    that made it (its keys: those the groups were found by; its estimator: for the tables
+    and warnings, which look nothing up again). ``engine``: where it runs (default the
+    Polars engine); ``span_check``: see :func:`grpo_cli.core.plan.make_plan`; ``estimator``:
+    the options' estimator, when the caller looked it up already."""
+    plan = make_plan(frame, options, span_check=span_check, engine=engine, estimator=estimator)
+    chosen_engine = frame_engine(plan)
+    return run_with_fallback(lambda chosen: chosen_engine.annotate(frame, chosen), plan)
+
+
+def frame_engine(plan: Plan) -> FrameEngine:
+    """The engine ``plan.engine.backend`` names, checked against the plan; it must
+    annotate frames (a file engine is run by :func:`grpo_cli.jobs.run.run_job` on files)."""
+    engine = get_engine(plan.engine.backend)
+    check(engine, plan)
+    if engine.info.io != "frame":
+        name = engine.info.name
+        raise OptionsError(
+            option("backend", name) + " reads and writes files, not an in-memory frame",
+            hint="run it on files with grpo_cli.run_job (the command line's compute), or "
+            "choose " + option("backend", "polars"),
+        )
+    return cast(FrameEngine, engine)
+
+
+def pick_columns(frame: pl.DataFrame, names: Iterable[str]) -> pl.DataFrame:
+    """The columns ``names`` of ``frame``, as they are (zero-copy). ``DataFrame.select`` runs
+    a query that copies the chunked columns a streaming collect leaves."""
+    return pl.DataFrame([frame.get_column(name) for name in names])

@@ -1,0 +1,244 @@
+"""Where the data comes from and where it goes: reading the inputs (or standard input),
+choosing the output targets, refusing to overwrite the inputs, writing the outputs (or
+standard output), and removing what killed runs left behind.
+
+Polars is imported inside the functions, so ``grpo-adv --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from grpo_cli.core.columns import SOURCE_KEY
+from grpo_cli.core.errors import OptionsError, OutputError, Verbatim, option
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from grpo_cli.io.atomic import Stage
+    from grpo_cli.io.read import RewardLog
+
+
+def _stdout_binary() -> IO[bytes]:
+    return sys.stdout.buffer
+
+
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def _stdin_is_terminal() -> bool:
+    return sys.stdin is None or sys.stdin.isatty()
+
+
+def normalized_format(fmt: str | None) -> str | None:
+    """A format name as the core spells it, or None when not given."""
+    from grpo_cli.io.formats import normalize_format
+
+    return normalize_format(fmt) if fmt else None
+
+
+def read_input(sources: list[str], fmt: str | None, group_cols: tuple[str, ...]) -> RewardLog:
+    """Read the inputs as one log (``-``: standard input, never a terminal)."""
+    from grpo_cli.io.formats import normalize_format
+    from grpo_cli.io.read import read_many, read_rewards
+
+    fmt = normalize_format(fmt) if fmt else None
+    if sources == ["-"]:
+        if _stdin_is_terminal():
+            raise OptionsError(
+                "no data on standard input (it is a terminal)",
+                hint="pipe a log in, e.g. cat rewards.jsonl | grpo-adv compute -",
+            )
+        return read_rewards(sys.stdin.buffer, fmt, string_cols=group_cols)
+    return read_many(sources, fmt, string_cols=group_cols)
+
+
+def protected_inputs(sources: list[str]) -> list[Path]:
+    """The input files, which no output may overwrite."""
+    if sources == ["-"]:
+        return []
+    from grpo_cli.io.read import expand_sources
+
+    return expand_sources(sources)
+
+
+def output_target(
+    sources: list[str], output: str | None, output_format: str | None, input_format: str
+) -> tuple[Path | None, str]:
+    """Where the data goes (None: standard output) and in which format."""
+    from grpo_cli.io.formats import default_output_path, normalize_format, output_format_for
+
+    requested = normalize_format(output_format) if output_format else None
+    if output == "-" or (output is None and sources == ["-"]):
+        return None, requested or input_format
+    if output is not None:
+        path = Path(output)
+        return path, output_format_for(path, requested, input_format)
+    if len(sources) != 1 or Path(sources[0]).is_dir():
+        raise OptionsError(
+            "several inputs are read as one log: say where it goes",
+            hint="give -o PATH (or -o - for standard output)",
+        )
+    fmt = requested or input_format
+    return default_output_path(Path(sources[0]), input_format, fmt), fmt
+
+
+def output_targets(
+    paths: list[Path],
+    input_format: str,
+    output: str | None,
+    output_format: str | None,
+    out_dir: Path | None,
+    sources: list[str],
+) -> dict[int | None, tuple[Path | None, str]]:
+    """Where each part of the output goes: {input index or None (all): (path or None
+    for standard output, format)}."""
+    from grpo_cli.io.formats import default_output_path, format_from_suffix
+
+    if out_dir is None:
+        return {None: output_target(sources, output, output_format, input_format)}
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputError(
+            option("out_dir", Verbatim(str(out_dir))) + " is not a folder",
+            hint="choose a folder",
+            path=out_dir,
+        )
+    if not out_dir.exists():
+        try:
+            out_dir.mkdir(parents=True)  # as mkdir -p: a missing folder is created
+        except OSError as exc:
+            raise OutputError(
+                "cannot create "
+                + option("out_dir", Verbatim(str(out_dir)))
+                + f": {exc.strerror or exc}",
+                hint="check the parent folder's permissions, or choose another folder",
+                path=out_dir,
+            ) from None
+    targets: dict[int | None, tuple[Path | None, str]] = {}
+    seen: set[Path] = set()
+    for index, path in enumerate(paths):
+        own = format_from_suffix(path) or input_format
+        fmt = normalized_format(output_format) or own
+        target = out_dir / default_output_path(path, own, fmt).name
+        if target in seen:
+            raise OutputError(
+                f"two inputs would both be written to {target}",
+                hint="inputs with the same name need separate runs",
+            )
+        seen.add(target)
+        targets[index] = (target, fmt)
+    return targets
+
+
+def write_stdout(frame: pl.DataFrame, fmt: str) -> None:
+    """Write ``frame`` to standard output (never Parquet to a terminal)."""
+    from grpo_cli.io.write import write_frame
+
+    if fmt == "parquet" and _stdout_is_terminal():
+        raise OptionsError(
+            "refusing to write Parquet to a terminal",
+            hint="redirect it (> out.parquet), pipe it, or give -o FILE",
+        )
+    sink = _stdout_binary()
+    write_frame(frame, sink, fmt)
+    sink.flush()
+
+
+def write_outputs(
+    frame: pl.DataFrame,
+    targets: dict[int | None, tuple[Path | None, str]],
+    stage: Stage,
+    on_written: Callable[[], None],
+) -> str:
+    """Write the whole frame, or each input's rows to its own file (staged: see
+    :func:`grpo_cli.io.atomic.atomic_writes`); return what to show."""
+    import polars as pl
+
+    shown = []
+    for index, (path, fmt) in targets.items():
+        part = frame if index is None else frame.filter(pl.col(SOURCE_KEY) == index)
+        if SOURCE_KEY in part.columns:
+            part = part.drop(SOURCE_KEY)
+        if path is None:
+            write_stdout(part, fmt)
+            shown.append("standard output")
+        else:
+            stage(path, functools.partial(_write_part, part, fmt))
+            shown.append(f"{path} ({fmt})")
+        on_written()
+    if len(shown) > 2:
+        return f"{len(shown)} files: {shown[0]} ... {shown[-1]}"
+    return "; ".join(shown)
+
+
+def _write_part(frame: pl.DataFrame, fmt: str, sink: IO[bytes]) -> None:
+    from grpo_cli.io.write import write_frame
+
+    write_frame(frame, sink, fmt)
+
+
+def remove_leftovers(targets: list[Path | None], warn: Callable[[str], None] | None) -> None:
+    """Remove what killed runs left beside the outputs (their temporary files and spill
+    folders; see :func:`grpo_cli.io.temporaries.remove_stale_temporaries`) and say so in one line to
+    ``warn`` (None: silently)."""
+    from grpo_cli.io.temporaries import remove_stale_temporaries, spill_parent
+
+    folders = dict.fromkeys(spill_parent(path) for path in targets if path is not None)
+    for folder in folders:
+        removed, size = remove_stale_temporaries(folder)
+        if removed and warn is not None:
+            names = ", ".join(path.name for path in removed[:3])
+            more = f" and {len(removed) - 3} more" if len(removed) > 3 else ""
+            warn(
+                f"removed {len(removed)} leftover(s) of killed grpo-adv runs in {folder} "
+                f"({_size_text(size)}): {names}{more}"
+            )
+
+
+def _size_text(size: int) -> str:
+    """Bytes for people: ``512 B``, ``3.4 kB``, ``212.0 MB``, ``1.5 GB``."""
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def refuse_file_engines(backend: str | None, command: str) -> None:
+    """``command`` reads the log into memory on this machine: an engine that reads and
+    writes files itself (``--backend partitioned``, ``ray``) is refused before any input
+    is read."""
+    from grpo_cli.core.engine_options import ENGINES
+
+    if backend is None or backend not in ENGINES or not ENGINES[backend].reads_files:
+        return
+    able = [name for name, info in ENGINES.items() if not info.reads_files]
+    others = "".join(f" or {name}" for name in able[1:])
+    raise OptionsError(
+        f"{command} reads the log on this machine: it does not take " + option("backend", backend),
+        hint="use "
+        + option("backend", able[0])
+        + others
+        + "; for logs too large for one machine, grpo-adv compute "
+        + option("backend", backend)
+        + " writes the advantages",
+        value=backend,
+    )
+
+
+def sources_or_stdin(sources: list[str] | None) -> list[str]:
+    """The INPUT arguments; none given reads standard input when it is a pipe or a file
+    (as jq and xsv do), and is a usage error at a terminal."""
+    if sources:
+        return sources
+    if sys.stdin is None or sys.stdin.isatty():
+        raise OptionsError(
+            "no INPUT given", hint="give a reward log, or pipe one in: cat log.jsonl | grpo-adv ..."
+        )
+    return ["-"]

@@ -1,0 +1,670 @@
+"""The filled-in arithmetic of ``explain``: the estimator's own formula evaluated over one
+batch's numbers in plain Python floats, each value remembering how it was made.
+
+:class:`ExplainContext` is the third formula context (beside the Polars and torch ones, see
+:class:`grpo_cli.core.estimators.FormulaContext`): an estimator's ``fn(ctx)`` runs on it
+unchanged, so the eps placement, the leave-one-out sum, the token weights, the clip before
+a whitening and every other detail are stated once, in :mod:`grpo_cli.core.estimators`. Each
+value is a :class:`Term`: its numbers (one per row evaluated; None for null) and the
+operation that made it, which renders
+
+- in symbols (``(r - mean) / (std + eps)``): the formula line of ``explain``;
+- with one row's numbers (``(1 - 0.5) / (0.57735 + 1e-08)``): that response's line.
+
+Rendering rules: a named statistic (``mean``, ``var``, ``n``, ``sum``, the batch's
+``mean_b``, ``var_b``, ...) and a value the formula names (``ctx.named``: GPG's ``alpha``,
+OPO's ``baseline``) show as their number; so does any part computed from group or batch
+numbers alone, unless it holds eps or a named value (``n - 1`` shows ``3``,
+``sqrt(var) + eps`` stays ``0.57735 + 1e-08``); ``sqrt`` of a variance is its std. A
+choice (``where``) shows the branch taken for the row (in symbols: the general one); the
+zero-variance rule shows the formula it overrides (explain states the policy beside).
+Named values and batch statistics add lines to the steps above the table
+(``alpha = n_b / max(nonzero_b, 1) = 8 / 4 = 2``).
+
+Arithmetic follows the engines': null propagates and is left out of every statistic, a
+division by zero gives inf or NaN, and a group's variance is exactly 0 when its valid
+rewards are all equal. A test checks every filled-in value against ``compute``'s advantage
+(within 1e-12).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from grpo_cli.core.estimators import FormulaContext, Value
+
+if TYPE_CHECKING:
+    from grpo_cli.core.estimators import Estimator
+    from grpo_cli.core.options import AdvantageOptions
+
+Number = float | bool | None
+
+
+def fmt(x: float | None) -> str:
+    """Six significant digits, the way the lessons print them."""
+    if x is None:
+        return "null"
+    return f"{x:.6g}"
+
+
+def signed_sum(values: list[float]) -> str:
+    """``values`` written as a sum, a negative term with its minus sign as the operator:
+    ``[1, -1.5, 2]`` -> ``1 - 1.5 + 2`` (never ``1 + -1.5``)."""
+    parts: list[str] = []
+    for x in values:
+        if not parts:
+            parts.append(fmt(x))
+        elif math.copysign(1.0, x) < 0:
+            parts.append(f"- {fmt(-x)}")
+        else:
+            parts.append(f"+ {fmt(x)}")
+    return " ".join(parts)
+
+
+def mean_var(values: list[float], ddof: int) -> tuple[float, float | None]:
+    """Mean and variance with ``ddof`` (None with too few values) of non-empty ``values``;
+    exactly the value and 0 when every value is equal (as the engines give)."""
+    if max(values) == min(values):
+        return values[0], (0.0 if len(values) > ddof else None)
+    m = math.fsum(values) / len(values)
+    if len(values) <= ddof:
+        return m, None
+    return m, math.fsum((v - m) ** 2 for v in values) / (len(values) - ddof)
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def _div(a: float, b: float) -> float:
+    """IEEE division, as the engines': x / 0 is inf (or NaN for 0 / 0)."""
+    if b == 0:
+        if a == 0 or math.isnan(a):
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return a / b
+
+
+def _sqrt(a: float) -> float:
+    return math.sqrt(a) if a >= 0 else math.nan
+
+
+_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": _div,
+    "**": lambda a, b: a**b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+# Binding strength of each operation, for parentheses.
+_PRECEDENCE = {
+    "or": 1,
+    "and": 2,
+    "not": 3,
+    "==": 4,
+    "!=": 4,
+    "<": 4,
+    "<=": 4,
+    ">": 4,
+    ">=": 4,
+    "+": 5,
+    "-": 5,
+    "*": 6,
+    "/": 6,
+    "**": 7,
+}
+_SHOWN_OP = {"==": "=", "*": "x"}
+ATOM = 10
+
+
+@dataclass(eq=False)
+class Term:
+    """A value of a formula evaluated by :class:`ExplainContext`: its numbers, one per row
+    (None: null), and how it was made (``op`` over ``args``), for rendering.
+
+    ``op`` is ``leaf`` (a named input or statistic: ``symbol``), ``lit`` (a number),
+    ``eps``, an arithmetic or logical operator, ``sqrt``, ``max``, ``clip``, ``where``,
+    ``is_null``, ``fill_null``, ``named`` (a value the formula names) or ``shown`` (a value
+    shown as another, ``args[0]``). ``varies``: differs between the rows of a group;
+    ``unfolded``: eps or a named value is part of it (then it is never shown folded into
+    its number: ``(best - second) / (std + eps)`` keeps its parts)."""
+
+    values: list[Number]
+    op: str
+    args: tuple[Any, ...] = ()
+    symbol: str = ""
+    varies: bool = False
+    unfolded: bool = False
+
+    # ------------------------------------------------------------------ operators
+    def _binary(self, other: Any, op: str, swap: bool = False) -> Term:
+        other = _term(other, len(self.values))
+        left, right = (other, self) if swap else (self, other)
+        fn = _ARITHMETIC[op]
+        values = [
+            None if a is None or b is None else fn(a, b)
+            for a, b in zip(left.values, right.values, strict=True)
+        ]
+        return _made(values, op, (left, right))
+
+    def __add__(self, other: Any) -> Term:
+        return self._binary(other, "+")
+
+    def __radd__(self, other: Any) -> Term:
+        return self._binary(other, "+", swap=True)
+
+    def __sub__(self, other: Any) -> Term:
+        return self._binary(other, "-")
+
+    def __rsub__(self, other: Any) -> Term:
+        return self._binary(other, "-", swap=True)
+
+    def __mul__(self, other: Any) -> Term:
+        return self._binary(other, "*")
+
+    def __rmul__(self, other: Any) -> Term:
+        return self._binary(other, "*", swap=True)
+
+    def __truediv__(self, other: Any) -> Term:
+        return self._binary(other, "/")
+
+    def __rtruediv__(self, other: Any) -> Term:
+        return self._binary(other, "/", swap=True)
+
+    def __pow__(self, other: Any) -> Term:
+        return self._binary(other, "**")
+
+    def __eq__(self, other: object) -> Term:  # type: ignore[override]
+        return self._binary(other, "==")
+
+    def __ne__(self, other: object) -> Term:  # type: ignore[override]
+        return self._binary(other, "!=")
+
+    def __lt__(self, other: Any) -> Term:
+        return self._binary(other, "<")
+
+    def __le__(self, other: Any) -> Term:
+        return self._binary(other, "<=")
+
+    def __gt__(self, other: Any) -> Term:
+        return self._binary(other, ">")
+
+    def __ge__(self, other: Any) -> Term:
+        return self._binary(other, ">=")
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __and__(self, other: Any) -> Term:
+        other = _term(other, len(self.values))
+        values = [_kleene_and(a, b) for a, b in zip(self.values, other.values, strict=True)]
+        return _made(values, "and", (self, other))
+
+    def __or__(self, other: Any) -> Term:
+        other = _term(other, len(self.values))
+        values = [
+            _not(_kleene_and(_not(a), _not(b)))
+            for a, b in zip(self.values, other.values, strict=True)
+        ]
+        return _made(values, "or", (self, other))
+
+    def __invert__(self) -> Term:
+        return _made([_not(a) for a in self.values], "not", (self,))
+
+    def sqrt(self) -> Term:
+        """The square root; of a named variance, its std (``var`` -> ``std``)."""
+        values = [None if a is None else _sqrt(float(a)) for a in self.values]
+        if self.op == "leaf" and self.symbol.startswith("var"):
+            return replace_leaf(self, values, "std" + self.symbol[3:])
+        return _made(values, "sqrt", (self,))
+
+    def clip(self, lo: float, hi: float) -> Term:
+        """Bounded to ``[lo, hi]``."""
+        values = [None if a is None else min(max(float(a), lo), hi) for a in self.values]
+        return _made(values, "clip", (self, _lit(lo, len(values)), _lit(hi, len(values))))
+
+
+def _not(a: Number) -> Number:
+    return None if a is None else not a
+
+
+def _kleene_and(a: Number, b: Number) -> Number:
+    if a is False or b is False:
+        return False
+    if a is None or b is None:
+        return None
+    return bool(a) and bool(b)
+
+
+def _lit(value: float | None, n: int) -> Term:
+    return Term([value] * n, "lit", (value,))
+
+
+def _term(value: Any, n: int) -> Term:
+    return value if isinstance(value, Term) else _lit(None if value is None else value, n)
+
+
+def _made(values: Sequence[Number], op: str, args: tuple[Term, ...]) -> Term:
+    return Term(
+        list(values),
+        op,
+        args,
+        varies=any(a.varies for a in args),
+        unfolded=any(a.unfolded for a in args),
+    )
+
+
+def replace_leaf(term: Term, values: list[Number], symbol: str) -> Term:
+    """A named leaf like ``term`` (as varying) with other numbers."""
+    return Term(values, "leaf", (), symbol, term.varies, term.unfolded)
+
+
+def _leaf(values: list[Number], symbol: str, *, varies: bool = False) -> Term:
+    return Term(values, "leaf", (), symbol, varies=varies)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _precedence(term: Term) -> int:
+    return _PRECEDENCE.get(term.op, ATOM)
+
+
+def _is_literal(term: Term) -> bool:
+    return term.op == "lit"
+
+
+def render(term: Term, row: int | None) -> str:
+    """``term`` in symbols (``row`` None) or with row ``row``'s numbers (see the module
+    docstring)."""
+    text, _ = _render(term, row)
+    return text
+
+
+def _render(term: Term, row: int | None) -> tuple[str, int]:
+    """The text and its binding strength."""
+    op = term.op
+    if op == "lit":
+        return fmt(term.args[0]), ATOM
+    if op == "eps":
+        return (f"{term.args[0]:g}" if row is not None else "eps"), ATOM
+    if op in ("leaf", "named"):
+        if row is None:
+            return term.symbol, ATOM
+        value = term.values[row]
+        if value is None:
+            return f"undefined {term.symbol}", ATOM
+        return fmt(float(value)), ATOM
+    if row is not None and not term.varies and not term.unfolded:
+        value = term.values[row]
+        return ("null" if value is None else fmt(float(value))), ATOM
+    return _render_node(term, row)
+
+
+def _render_node(term: Term, row: int | None) -> tuple[str, int]:
+    """``term``'s operation over its arguments' texts (see :func:`_render`)."""
+    op, args = term.op, term.args
+    numeric = row is not None
+    if op == "shown":
+        return _render(args[0], row)
+    if op == "where":
+        return _render_where(term, row)
+    if op == "fill_null":
+        x, value = args
+        if numeric and x.values[row] is None:
+            return fmt(value), ATOM
+        return _render(x, row)
+    if op == "is_null":
+        return f"{_wrap(args[0], row, ATOM)} is null", _PRECEDENCE["=="]
+    if op == "not" and args[0].op == "is_null":
+        return f"{_wrap(args[0].args[0], row, ATOM)} is not null", _PRECEDENCE["=="]
+    if op == "not":
+        return f"not {_wrap(args[0], row, _PRECEDENCE['not'])}", _PRECEDENCE["not"]
+    if op in ("sqrt", "max", "clip"):
+        inner = ", ".join(render(a, row) for a in args)
+        return f"{op}({inner})", ATOM
+    strength = _PRECEDENCE[op]
+    left, right = args
+    if op == "*" and not numeric and _is_literal(left) is False and _is_literal(right) is False:
+        # symbols side by side: ``L r``, ``alpha (r - mean)``
+        return f"{_wrap(left, row, strength)} {_wrap(right, row, strength)}", strength
+    # a right operand of - or / binds tighter than the operator (a - (b - c), a / (b x c))
+    right_strength = strength + 1 if op in ("-", "/", "**") else strength
+    shown = _SHOWN_OP.get(op, op)
+    return f"{_wrap(left, row, strength)} {shown} {_wrap(right, row, right_strength)}", strength
+
+
+def _wrap(term: Term, row: int | None, at_least: int) -> str:
+    text, strength = _render(term, row)
+    return text if strength >= at_least else f"({text})"
+
+
+def _render_where(term: Term, row: int | None) -> tuple[str, int]:
+    """A choice: with numbers, the branch taken (a constant taken against the general
+    branch says why); in symbols, the general branch."""
+    cond, then, otherwise = term.args
+    if row is None:
+        if cond.op == "not" and cond.args[0].op == "is_null":
+            return _render(then, row)  # a validity mask
+        if _is_literal(otherwise) and otherwise.args[0] is None and not _is_literal(then):
+            return f"{_wrap(then, row, ATOM)} if {render(cond, row)}", 0
+        if _is_literal(then) and _is_literal(otherwise):
+            return f"[{render(cond, row)}]", ATOM
+        return _render(then if _is_literal(otherwise) else otherwise, row)
+    taken, general = (then, otherwise) if cond.values[row] else (otherwise, then)
+    if _is_literal(taken) and not _is_literal(general):
+        why = render(cond, None) if cond.values[row] else f"not {_wrap(cond, None, ATOM)}"
+        return f"{render(taken, row)}  ({why})", 0
+    return _render(taken, row)
+
+
+# --------------------------------------------------------------------------- the context
+
+
+@dataclass
+class ExplainContext(FormulaContext):
+    """The formula context of ``explain``: every value a :class:`Term` over the rows of
+    one batch (or of one group, for an estimator that reads no batch statistic), in
+    Python floats (see the module docstring).
+
+    Attributes (beyond :class:`FormulaContext`'s): ``groups``, each row's group (an index);
+    ``steps``, the lines the evaluation adds (named values, batch statistics), in order;
+    ``row_named``, the named values that differ per row (written in the formula line).
+    """
+
+    reward: Term
+    groups: list[int]
+    ddof: int
+    eps: float
+    eps_mode: str
+    singleton_unit: bool = False
+    length: Term | None = None
+    token_weighted: bool = False
+    baseline: Term | None = None
+    shaped_clip: tuple[float, float] | None = None
+    steps: list[str] = field(default_factory=list)
+    row_named: list[Term] = field(default_factory=list)
+    _batch: dict[int, tuple[Term, dict[str, Term]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.groups)
+        self.eps = Term([self.eps] * n, "eps", (self.eps,), unfolded=True)  # type: ignore[assignment]
+
+    @property
+    def size(self) -> int:
+        """The number of rows evaluated."""
+        return len(self.groups)
+
+    def with_reward(self, reward: Term) -> ExplainContext:
+        """The same rows, another reward (GDPO's reward columns)."""
+        return ExplainContext(
+            reward,
+            self.groups,
+            self.ddof,
+            self.eps.args[0],  # type: ignore[attr-defined]
+            self.eps_mode,
+            self.singleton_unit,
+            self.length,
+            self.token_weighted,
+            self.baseline,
+            self.shaped_clip,
+            self.steps,
+            self.row_named,
+            self._batch,
+        )
+
+    # ---------------------------------------------------------------- primitives
+    def where(
+        self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
+    ) -> Term:
+        """See :meth:`FormulaContext.where`."""
+        n = self.size
+        c, a, b = _term(cond, n), _term(then, n), _term(otherwise, n)
+        values = [x if k else y for k, x, y in zip(c.values, a.values, b.values, strict=True)]
+        return _made(values, "where", (c, a, b))
+
+    def is_null(self, x: Value) -> Term:
+        """See :meth:`FormulaContext.is_null`."""
+        return _made([v is None for v in x.values], "is_null", (x,))
+
+    def fill_null(self, x: Value, value: float) -> Term:
+        """See :meth:`FormulaContext.fill_null`."""
+        values = [value if v is None else v for v in x.values]
+        term = _made(values, "fill_null", (x,))
+        term.args = (x, value)
+        return term
+
+    def maximum(self, x: Value, floor: float) -> Term:
+        """See :meth:`FormulaContext.maximum`."""
+        f = _term(floor, self.size)
+        values = [
+            lo if v is None else max(float(v), float(lo))
+            for v, lo in zip(x.values, f.values, strict=True)
+            if lo is not None
+        ]
+        return _made(values, "max", (x, f))
+
+    def to_float(self, x: Value) -> Term:
+        """See :meth:`FormulaContext.to_float`: the same term."""
+        return x  # type: ignore[no-any-return]
+
+    def _per_group(self, x: Term) -> dict[int, list[float]]:
+        by: dict[int, list[float]] = {}
+        for g, v in zip(self.groups, x.values, strict=True):
+            if v is not None:
+                by.setdefault(g, []).append(float(v))
+        return by
+
+    def reward_stat(self, name: str) -> Term:
+        """See :meth:`FormulaContext.reward_stat`: ``n``, ``mean`` and ``var`` of each
+        group's valid rewards (exactly the reward and 0 when they are all equal)."""
+        stats: dict[int, Number] = {}
+        for g, values in self._per_group(self.reward).items():
+            if name == "count":
+                stats[g] = float(len(values))
+                continue
+            mean, var = mean_var(values, self.ddof)
+            stats[g] = mean if name == "mean" else var
+        default = 0.0 if name == "count" else None
+        symbol = {"count": "n", "mean": "mean", "var": "var"}[name]
+        return _leaf([stats.get(g, default) for g in self.groups], symbol)
+
+    def group_agg(self, x: Value, op: str) -> Term:
+        """See :meth:`FormulaContext.group_agg`: a named statistic (``sum`` of the reward,
+        ``sum(L r)``, ``max(r)``)."""
+        by = self._per_group(x)
+        aggregate: dict[str, Callable[[list[float]], Number]] = {
+            "sum": math.fsum,
+            "count": lambda v: float(len(v)),
+            "max": lambda v: max(v) if v else None,
+        }
+        empty = {"sum": 0.0, "count": 0.0, "max": None}[op]
+        values = [aggregate[op](by[g]) if g in by else empty for g in self.groups]
+        symbol = "sum" if x is self.reward and op == "sum" else f"{op}({render(x, None)})"
+        return _leaf(values, symbol)
+
+    def batch_agg(self, x: Value, op: str) -> Term:
+        """See :meth:`FormulaContext.batch_agg`: over every row evaluated (one batch)."""
+        valid = [float(v) for v in x.values if v is not None]
+        value: Number
+        if op == "sum":
+            value = math.fsum(valid)
+        elif op == "count":
+            value = float(len(valid))
+        elif op == "nonzero":
+            value = float(sum(1 for v in valid if v != 0))
+        else:
+            value = (max if op == "max" else min)(valid) if valid else None
+        return _leaf([value] * self.size, f"{op}_b")
+
+    # ---------------------------------------------------------------- named values
+    def named(self, symbol: str, value: Value) -> Term:
+        """``value`` shown as ``symbol``; a line of the steps states it (one per group
+        value), or the formula line when it differs per row."""
+        term = Term(value.values, "named", (value,), symbol, value.varies, unfolded=True)
+        if term.varies:
+            self.row_named.append(term)
+        else:
+            self.steps.append(_definition(term))
+        return term
+
+    def zero_if_constant(self, value: Value) -> Value:
+        """See :meth:`FormulaContext.zero_if_constant`: 0 in a zero-variance group, shown
+        as the formula it overrides (explain states the rule beside)."""
+        chosen = super().zero_if_constant(value)
+        return Term(chosen.values, "shown", (value,), "", value.varies, value.unfolded)
+
+    def batch_stat(self, x: Value, name: str) -> Term:
+        """See :meth:`FormulaContext.batch_stat` (its definition, evaluated here), shown
+        as ``mean_b``, ``var_b``, ...; a line of the steps states the batch statistics of
+        each value asked about."""
+        _, stats = self._batch.setdefault(id(x), (x, {}))
+        if name not in stats:
+            value = super().batch_stat(x, name)
+            symbol = {"count": "n", "nonzero": "nonzero"}.get(name, name) + "_b"
+            stats[name] = _leaf(value.values, symbol)
+        return stats[name]
+
+    def batch_lines(self) -> list[str]:
+        """One line per value whose batch statistics the formula read."""
+        lines = []
+        weighted = " (token-weighted)" if self.token_weighted and self.length is not None else ""
+        for x, stats in self._batch.values():
+            count = sum(1 for v in x.values if v is not None)
+            parts = []
+            for name, term in stats.items():
+                label = f"{term.symbol} (ddof={self.ddof})" if name == "var" else term.symbol
+                parts.append(f"{label} = {fmt(_first(term))}")
+            lines.append(
+                f"over the batch's {count} values of {render(x, None)}{weighted}: "
+                + ", ".join(parts)
+            )
+        return lines
+
+
+def _first(term: Term) -> float | None:
+    value = term.values[0] if term.values else None
+    return None if value is None else float(value)
+
+
+def _definition(term: Term) -> str:
+    """``name = its formula = with the numbers = value`` (equal parts once), for a value
+    the same on every row of the group (row 0 stands for them)."""
+    (value,) = term.args
+    parts = [term.symbol, render(value, None)]
+    if value.op not in ("leaf", "named"):
+        parts.append(_render_node(value, 0)[0] if not _folded_leafless(value) else "")
+    parts.append(fmt(_first(term)))
+    shown: list[str] = []
+    for part in parts:
+        if part and part not in shown:
+            shown.append(part)
+    return " = ".join(shown)
+
+
+def _folded_leafless(term: Term) -> bool:
+    return term.op in ("lit", "eps")
+
+
+# --------------------------------------------------------------------------- explain's use
+
+
+@dataclass(frozen=True)
+class FilledIn:
+    """One group's filled-in formula: the formula line in symbols, the lines stating the
+    numbers it shares (named values, batch statistics), and per shown row the formula
+    with its numbers and its value (None where undefined)."""
+
+    formula: str
+    steps: tuple[str, ...]
+    rows: tuple[tuple[str, float | None], ...]
+
+
+def context(
+    options: AdvantageOptions,
+    rewards: Sequence[float | None],
+    groups: Sequence[int],
+    lengths: Sequence[float | None] | None = None,
+) -> ExplainContext:
+    """The explain context of ``options`` over rows with these rewards, group indices and
+    lengths (see :func:`grpo_cli.core.plan.estimator_context` for the engines')."""
+    length = None if lengths is None else _leaf(list(lengths), "L", varies=True)
+    return ExplainContext(
+        reward=_leaf(list(rewards), "r", varies=True),
+        groups=list(groups),
+        ddof=options.ddof,
+        eps=options.eps,
+        eps_mode=options.eps_mode,
+        singleton_unit=options.singleton == "verl",
+        length=length,
+        token_weighted=options.token_weighted,
+        shaped_clip=options.clip if options.clip_stage == "shaped" else None,
+    )
+
+
+def fill_in(
+    estimator: Estimator,
+    options: AdvantageOptions,
+    rewards: Sequence[float | None],
+    groups: Sequence[int],
+    shown: Sequence[int],
+    lengths: Sequence[float | None] | None = None,
+) -> FilledIn:
+    """The estimator's formula over these rows (one batch: each row's reward, group index
+    and length), filled in for the rows at positions ``shown`` (one group)."""
+    ctx = context(options, rewards, groups, lengths)
+    result = _term(estimator.fn(ctx), ctx.size)
+    formula = (
+        "; ".join([*(f"{t.symbol} = {render(t.args[0], None)}" for t in ctx.row_named), ""])
+        + f"A = {render(result, None)}"
+    )
+    steps = tuple(_unique([*ctx.steps, *ctx.batch_lines()]))
+    rows = []
+    for i in shown:
+        value = result.values[i]
+        number = None if value is None or math.isnan(float(value)) else float(value)
+        prefix = "".join(f"{t.symbol} = {_row_text(t.args[0], i)}; " for t in ctx.row_named)
+        rows.append((prefix + render(result, i), number))
+    return FilledIn(formula, steps, tuple(rows))
+
+
+def _row_text(term: Term, row: int) -> str:
+    text = render(term, row)
+    value = term.values[row]
+    number = fmt(None if value is None else float(value))
+    return text if text == number else f"{text} = {number}"
+
+
+def _unique(lines: list[str]) -> list[str]:
+    return list(dict.fromkeys(lines))
+
+
+def symbolic(estimator: Estimator, options: AdvantageOptions) -> str:
+    """The estimator's formula in symbols, with the eps placement of ``options`` (from
+    evaluating it on a two-reward group)."""
+    return fill_in(estimator, options, [0.0, 1.0], [0, 0], [], [1.0, 1.0]).formula
+
+
+def norm_filled(options: AdvantageOptions, var: float) -> tuple[str, float]:
+    """The eps-stabilised spread of ``var`` (:meth:`FormulaContext.norm` of 1): its text
+    with the numbers (the denominator) and its value."""
+    ctx = context(options, [None], [0])
+    spread = _leaf([var], "var")
+    term = ctx.norm(_lit(1.0, 1), spread)
+    denominator: Term = term.args[1]
+    return _wrap(denominator, 0, ATOM), float(denominator.values[0] or 0.0)
+
+
+def spread_symbol(options: AdvantageOptions, batch: str = "") -> str:
+    """The eps-stabilised spread in symbols (``(std + eps)``, ``sqrt(var + eps)``, ...),
+    of the batch's spread with ``batch`` as the suffix (``_b``)."""
+    ctx = context(options, [None], [0])
+    term = ctx.norm(_lit(1.0, 1), _leaf([1.0], f"var{batch}"))
+    return _wrap(term.args[1], None, ATOM)

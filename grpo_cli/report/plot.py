@@ -1,0 +1,551 @@
+"""``plot``: a dashboard of a :class:`grpo_cli.report.summarize.Report` as PNG, SVG, PDF or HTML.
+
+The panels, top to bottom: the advantage histogram (annotated logs; else the per-group
+reward std) beside the reward histogram; then, when the report has a per-step table, full
+width and sharing the step axis: the reward mean with its std band, the share of zero-std
+responses (``frac_reward_zero_std``, on its own axis scaled to its values, so that 0.3% is
+as visible as 30%), and the group size min / median / max. The group-size panel is drawn
+only when group sizes vary (a histogram of them without a per-step table); when every
+group has the same size, the title's second line says that size. Legends sit to the right
+of their axes, never over a line. The title names the inputs and the preset or estimator.
+A ``compare`` output (two or more ``advantage_<method>`` columns, see
+:func:`method_advantages`) gets one step histogram per method, on shared bins, with a
+legend, in place of the advantage histogram.
+
+HTML embeds the SVG and the overall and per-step tables, styled to fit the page (fixed
+table layout at the page's width, long names wrapped, a horizontal scroll bar rather than
+an overflowing page when there are many columns).
+
+matplotlib is an optional extra (``pip install 'grpo-adv[plot]'``), imported only here and
+only when a plot is drawn, with the non-interactive Agg backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import io
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final
+
+from grpo_cli.core.errors import OptionsError, Spelling, Verbatim, keyword_spelling, option
+from grpo_cli.report.summarize import Report
+
+PLOT_FORMATS: Final = {
+    ".png": "png",
+    ".svg": "svg",
+    ".pdf": "pdf",
+    ".html": "html",
+    ".htm": "html",
+}
+INSTALL_HINT: Final = "pip install 'grpo-adv[plot]' (matplotlib)"
+DEFAULT_SUFFIX: Final = ".report.png"
+DPI: Final = 110
+WIDTH_IN: Final = 12.0
+# Panel heights (inches): the histogram row, the reward curve, each smaller curve.
+_HIST_IN: Final = 3.4
+_REWARD_IN: Final = 2.8
+_SMALL_IN: Final = 2.0
+_TITLE_IN: Final = 0.8
+# Legends: outside the axes, to the right of the top corner.
+_LEGEND: Final[dict[str, Any]] = {
+    "loc": "upper left",
+    "bbox_to_anchor": (1.01, 1.0),
+    "borderaxespad": 0.0,
+    "fontsize": 8,
+    "frameon": False,
+}
+_GREEN, _RED, _BLUE, _ORANGE, _BROWN, _PURPLE = (
+    "#55A868",
+    "#C44E52",
+    "#4C72B0",
+    "#DD8452",
+    "#937860",
+    "#8172B2",
+)
+_SAVE_METADATA: Final[dict[str, dict[str, None]]] = {
+    # No creation date: the same report gives the same bytes.
+    "svg": {"Date": None},
+    "pdf": {"CreationDate": None},
+}
+
+
+@dataclass(frozen=True)
+class PlotResult:
+    """What :func:`run_plot` did: the dashboard's ``path`` and the ``report`` it draws."""
+
+    path: Path
+    report: Report
+
+
+def run_plot(
+    inputs: Sequence[str | Path],
+    output: str | Path | None = None,
+    *,
+    preset: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    by: Sequence[str] | None = None,
+    estimator: str | None = None,
+    input_format: str | None = None,
+    force: bool = False,
+    warn: Callable[[str], None] | None = None,
+    spell: Spelling = keyword_spelling,
+) -> PlotResult:
+    """Draw the dashboard of the log in ``inputs`` (what ``grpo-adv plot`` runs): the path
+    and its format checked, an unknown ``estimator`` refused and the output checked before
+    any input is read; the report (:func:`grpo_cli.report.summarize.read_report`) drawn atomically.
+
+    Args:
+        inputs: the log's files, folders or globs; empty: standard input when it is a pipe
+            or a file.
+        output: the dashboard (.png, .svg, .pdf or .html); None: ``<stem>.report.png``
+            beside the one input (:func:`default_plot_path`).
+        preset, options, by: as for :func:`grpo_cli.report.summarize.run_summarize`.
+        estimator: the estimator the advantages came from, named in the title only.
+        input_format: the inputs' format when the suffixes do not say.
+        force: overwrite an existing dashboard (never an input).
+        warn: where removed leftovers of killed runs are reported, or None.
+        spell: how the dashboard's text names options (the caller's: the command line's
+            flags for ``grpo-adv plot``).
+    """
+    from grpo_cli.core.estimators import get_estimator
+    from grpo_cli.io.write import check_output_path
+    from grpo_cli.jobs.outputs import protected_inputs, remove_leftovers, sources_or_stdin
+    from grpo_cli.report.summarize import read_report
+
+    sources = sources_or_stdin([str(source) for source in inputs])
+    path = default_plot_path(sources) if output is None else Path(output)
+    fmt = check_plot_path(path)
+    if estimator is not None:
+        get_estimator(estimator)  # an unknown name fails before any input is read
+    remove_leftovers([path], warn)  # whatever this run's fate
+    check_output_path(path, force=force, protected=protected_inputs(sources))
+    preload_pyplot()  # while the log is read and summarized
+    report = read_report(sources, preset, dict(options or {}), input_format, by)
+    title = dashboard_title(sources, preset=preset, estimator=estimator)
+    write_dashboard(
+        report, path, fmt, title=title, methods=report.methods or None, force=force, spell=spell
+    )
+    return PlotResult(path, report)
+
+
+def check_plot_path(path: Path) -> str:
+    """The dashboard format (png, svg, pdf or html) from the suffix of ``path``; an
+    OptionsError for any other suffix."""
+    fmt = PLOT_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise OptionsError(
+            f"cannot tell the plot format of {path}",
+            hint="end the file name with .png, .svg, .pdf or .html",
+        )
+    return fmt
+
+
+def default_plot_path(sources: Sequence[str]) -> Path:
+    """Where ``plot`` without ``-o`` writes: ``<stem>.report.png`` beside the one input
+    (``runs/r.adv.parquet`` -> ``runs/r.adv.report.png``; a compression suffix goes too:
+    ``r.jsonl.gz`` -> ``r.report.png``; a folder ``runs/logs`` -> ``runs/logs.report.png``).
+    Standard input, a glob or several inputs have no such name: an OptionsError asks for
+    ``-o``."""
+    from grpo_cli.io.formats import uncompressed_name
+
+    if len(sources) != 1 or sources[0] == "-" or not Path(sources[0]).exists():
+        raise OptionsError(
+            "plot needs -o PATH here: the dashboard is named after a single input file",
+            hint="give -o report.png (or .svg, .pdf, .html)",
+        )
+    source = Path(sources[0])
+    if source.is_dir():
+        return source.resolve().with_name(source.resolve().name + DEFAULT_SUFFIX)
+    return source.with_name(uncompressed_name(source).stem + DEFAULT_SUFFIX)
+
+
+def dashboard_title(
+    sources: Sequence[str], *, preset: str | None = None, estimator: str | None = None
+) -> str:
+    """The dashboard's title: the inputs' file names (three at most, then a count) and the
+    preset and/or estimator, e.g. ``grpo-adv: rewards.adv.parquet (preset trl)``; with
+    neither, the default estimator: ``(estimator grpo)``."""
+    names = ["standard input" if s == "-" else (Path(s).name or s) for s in sources]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    run = [f"preset {preset}"] if preset else []
+    if estimator or not preset:
+        run.append(f"estimator {estimator or _default_estimator()}")
+    return f"grpo-adv: {shown} ({', '.join(run)})"
+
+
+def _default_estimator() -> str:
+    """The estimator ``compute`` uses when neither a preset nor ``--estimator`` names one."""
+    from dataclasses import fields
+
+    from grpo_cli.core.options import AdvantageOptions
+
+    return next(str(f.default) for f in fields(AdvantageOptions) if f.name == "estimator")
+
+
+def preload_pyplot() -> None:
+    """Import matplotlib's pyplot in a background thread, while the log is read and
+    summarized (Polars releases the interpreter lock): its 0.5 to 0.7 s of imports then
+    overlap the reading. A missing matplotlib is left for :func:`_pyplot` to report."""
+    import threading
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            _pyplot()
+
+    threading.Thread(target=load, name="grpo-adv-pyplot", daemon=True).start()
+
+
+def _hist(ax: Any, values: Any, bins: int, color: str) -> None:
+    """``ax.hist`` of ``values`` (a Polars Series), its bins counted by Polars
+    (:func:`grpo_cli.report.summarize.histogram`): numpy's histogram of 10M values costs 0.2 s."""
+    from grpo_cli.report.summarize import histogram
+
+    edges, counts = histogram(values, bins)
+    if counts:
+        ax.hist(edges[:-1], bins=edges, weights=counts, color=color)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise OptionsError(
+            "plot needs matplotlib, which is not installed", hint=INSTALL_HINT
+        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def sizes_vary(report: Report) -> bool:
+    """Whether the log's groups differ in size (rows per group); the group-size panel is
+    drawn only then."""
+    overall = report.overall
+    if overall.height and {"group_size_min", "group_size_max"} <= set(overall.columns):
+        return bool(overall["group_size_min"][0] != overall["group_size_max"][0])
+    return report.group_sizes["size"].n_unique() > 1
+
+
+def method_advantages(frame: Any) -> dict[str, Any]:
+    """The advantages of a ``compare`` output by method: every numeric column named
+    ``advantage_<method>``, as a float array without nulls and NaNs, keyed by
+    ``<method>``, when there are two or more such columns; else empty (one advantage
+    column is the ordinary histogram)."""
+    import polars as pl
+
+    prefix = "advantage_"
+    found = {
+        name.removeprefix(prefix): frame[name].cast(pl.Float64).drop_nulls().drop_nans().to_numpy()
+        for name in frame.columns
+        if name.startswith(prefix) and len(name) > len(prefix) and frame[name].dtype.is_numeric()
+    }
+    return found if len(found) >= 2 else {}
+
+
+def figure(
+    report: Report,
+    title: str = "grpo-adv",
+    *,
+    methods: Mapping[str, Any] | None = None,
+    spell: Spelling = keyword_spelling,
+) -> Any:
+    """The dashboard as a matplotlib Figure (see the module docstring for its panels);
+    ``title`` is its first title line, as :func:`dashboard_title` makes it; ``methods``
+    (see :func:`method_advantages`): two or more methods' advantages, overlaid; ``spell``:
+    how its hint names an option (the command line's: its flags)."""
+    plt = _pyplot()
+    per_step = bool(report.by) and report.steps.height > 0
+    vary = sizes_vary(report)
+    rows = [_HIST_IN]
+    if per_step:
+        rows += [_REWARD_IN, _SMALL_IN] + ([_SMALL_IN] if vary else [])
+    elif vary:
+        rows.append(_SMALL_IN)
+    fig = plt.figure(figsize=(WIDTH_IN, sum(rows) + _TITLE_IN), layout="constrained", dpi=DPI)
+    fig.suptitle(f"{title}\n{_overview(report, spell)}", fontsize=12)
+    grid = fig.add_gridspec(len(rows), 2, height_ratios=rows)
+    ax_adv, ax_reward = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+    _histograms(report, ax_adv, ax_reward, methods or {})
+    if per_step:
+        _per_step(report, fig, grid, vary)
+    elif vary:
+        _size_histogram(report, fig.add_subplot(grid[1, :]))
+    return fig
+
+
+def _overview(report: Report, spell: Spelling) -> str:
+    """The title's second line: responses, groups and their size(s); a hint when there is
+    no per-step table."""
+    overall = report.overall.row(0, named=True) if report.overall.height else {}
+    responses, groups = overall.get("responses", 0), overall.get("groups", 0)
+    lo, hi = overall.get("group_size_min"), overall.get("group_size_max")
+    if lo is None or hi is None:
+        sizes = ""
+    elif lo == hi:
+        sizes = f", all of size {_num(lo)}"
+    else:
+        sizes = f" of size {_num(lo)} to {_num(hi)}"
+    line = f"{responses:,} responses in {groups:,} groups{sizes}"
+    if not (report.by and report.steps.height):
+        by = option("by", (Verbatim("COL"),))
+        line += "; no per-step column (give " + spell(by) + " for per-step curves)"
+    return line
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3g}"
+
+
+def _histograms(report: Report, ax_adv: Any, ax_reward: Any, methods: Mapping[str, Any]) -> None:
+    """The advantage histogram (one per method given two or more ``methods``; else the
+    group reward std's) and the reward histogram."""
+    if len(methods) >= 2:
+        _method_histograms(methods, ax_adv)
+    elif report.advantages is not None and report.advantages.len():
+        _hist(ax_adv, report.advantages, 50, _BLUE)
+        ax_adv.set_title(f"advantage ({report.advantages.len():,} responses)")
+        ax_adv.set_xlabel("advantage")
+    else:
+        stds = report.group_sizes["std"].drop_nulls().drop_nans().to_numpy()
+        ax_adv.hist(stds, bins=30, color=_PURPLE)
+        ax_adv.set_title(f"group reward std ({len(stds):,} groups; the log has no advantage)")
+        ax_adv.set_xlabel("std of the group's rewards")
+    ax_adv.set_ylabel("count")
+    _hist(ax_reward, report.rewards, 50, _GREEN)
+    ax_reward.set_title(f"reward ({report.rewards.len():,} valid)")
+    ax_reward.set_xlabel("reward")
+    ax_reward.set_ylabel("count")
+
+
+def _method_histograms(methods: Mapping[str, Any], ax: Any) -> None:
+    """One step histogram per method on the same 50 bins (over all methods' values)."""
+    import numpy as np
+
+    arrays = [np.asarray(v, dtype=float) for v in methods.values()]
+    edges = np.histogram_bin_edges(np.concatenate(arrays), bins=50)
+    colors = (_BLUE, _ORANGE, _GREEN, _RED, _PURPLE, _BROWN)
+    for i, (name, values) in enumerate(zip(methods, arrays, strict=True)):
+        ax.hist(values, bins=edges, histtype="step", color=colors[i % len(colors)], label=name)
+    ax.set_title(f"advantage by method ({len(methods)} methods)")
+    ax.set_xlabel("advantage")
+    ax.set_ylabel("count")
+    ax.legend(**_LEGEND)
+
+
+def _per_step(report: Report, fig: Any, grid: Any, vary: bool) -> None:
+    """The full-width per-step panels, sharing the step axis (its labels on the lowest)."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    steps = report.steps
+    x = list(range(steps.height)) if len(report.by) > 1 else steps[report.by[0]].to_numpy()
+    label = ", ".join(report.by) + (" (row number)" if len(report.by) > 1 else "")
+    marker = "o" if steps.height <= 60 else None
+    ax_reward = fig.add_subplot(grid[1, :])
+    ax_zero = fig.add_subplot(grid[2, :], sharex=ax_reward)
+    axes = [ax_reward, ax_zero]
+
+    mean = steps["reward"].cast(float).to_numpy()
+    std = steps["reward_std"].cast(float).fill_null(0.0).to_numpy()
+    ax_reward.fill_between(
+        x, mean - std, mean + std, color=_GREEN, alpha=0.2, linewidth=0, label="± reward_std"
+    )
+    ax_reward.plot(x, mean, color=_GREEN, marker=marker, markersize=3, label="reward (mean)")
+    ax_reward.set_ylabel("reward")
+    ax_reward.set_title(f"reward per {', '.join(report.by)}", loc="left", fontsize=10)
+    ax_reward.legend(**_LEGEND)
+
+    zero = steps["frac_reward_zero_std"].cast(float).to_numpy()
+    ax_zero.plot(x, zero, color=_RED, marker=marker, markersize=3, label="frac_reward_zero_std")
+    top = zero_std_top(zero)
+    ax_zero.set_ylim(0.0, top)
+    ax_zero.yaxis.set_major_formatter(FuncFormatter(_percent))
+    ax_zero.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+    finite = [v for v in zero if math.isfinite(v)]
+    peak = max(finite) if finite else 0.0
+    note = f"max {peak:.3g} = {peak * 100:.3g}%" if peak > 0 else "0 at every step"
+    ax_zero.set_title(
+        f"frac_reward_zero_std: share of responses in zero-std groups ({note})",
+        loc="left",
+        fontsize=10,
+    )
+    ax_zero.set_ylabel("share")
+    ax_zero.legend(**_LEGEND)
+
+    if vary:
+        ax_sizes = fig.add_subplot(grid[3, :], sharex=ax_reward)
+        axes.append(ax_sizes)
+        lo = steps["group_size_min"].cast(float).to_numpy()
+        hi = steps["group_size_max"].cast(float).to_numpy()
+        ax_sizes.fill_between(x, lo, hi, color=_BLUE, alpha=0.15, linewidth=0, label="min to max")
+        for name, color in (
+            ("group_size_max", _ORANGE),
+            ("group_size_median", _BLUE),
+            ("group_size_min", _BROWN),
+        ):
+            values = steps[name].cast(float).to_numpy()
+            ax_sizes.plot(x, values, color=color, marker=marker, markersize=3, label=name)
+        ax_sizes.set_ylabel("responses per group")
+        ax_sizes.set_title(f"group sizes per {', '.join(report.by)}", loc="left", fontsize=10)
+        ax_sizes.legend(**_LEGEND)
+
+    for ax in axes[:-1]:
+        ax.tick_params(labelbottom=False)
+    axes[-1].set_xlabel(label)
+    if len(report.by) > 1:
+        axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    elif steps.schema[report.by[0]].is_numeric():
+        from matplotlib.ticker import FixedLocator
+
+        axes[-1].xaxis.set_major_locator(FixedLocator(step_ticks(x)))
+    for ax in axes:
+        ax.grid(axis="y", color="#dddddd", linewidth=0.6)
+        ax.set_axisbelow(True)
+
+
+MAX_STEP_TICKS: Final = 12
+
+
+def step_ticks(steps: Any, most: int = MAX_STEP_TICKS) -> list[float]:
+    """The ticks of the step axis: the logged step values (5, 10, 15 are drawn as 5, 10,
+    15, never 6, 8, ... 14), every k-th of them from the first when there are more than
+    ``most`` (k the smallest that leaves at most ``most``)."""
+    values = [float(v) for v in steps]
+    k = max(1, math.ceil(len(values) / most))
+    return values[::k]
+
+
+def _percent(value: float, _position: object = None) -> str:
+    """A share as a percentage without trailing zeros (0.004 -> 0.4%)."""
+    return f"{value * 100:.3g}%"
+
+
+def zero_std_top(values: Any) -> float:
+    """The top of the ``frac_reward_zero_std`` axis (its bottom is 0): 15% above the
+    largest value, at most 1.05; 0.05 when every value is 0 or missing."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    peak = max(finite, default=0.0)
+    return min(peak * 1.15, 1.05) if peak > 0 else 0.05
+
+
+def _size_histogram(report: Report, ax: Any) -> None:
+    """Histogram of the group sizes (logs without a per-step table)."""
+    from matplotlib.ticker import MaxNLocator
+
+    sizes = report.group_sizes["size"].to_numpy()
+    lo, hi = int(sizes.min()), int(sizes.max())
+    # One bar per size when there are few sizes, else 50 bins.
+    bins: Any = [v - 0.5 for v in range(lo, hi + 2)] if hi - lo <= 60 else 50
+    ax.hist(sizes, bins=bins, color=_BLUE, edgecolor="white", linewidth=0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"group sizes ({len(sizes):,} groups)", loc="left", fontsize=10)
+    ax.set_xlabel("responses per group")
+    ax.set_ylabel("groups")
+
+
+def write_dashboard(
+    report: Report,
+    path: Path,
+    fmt: str,
+    *,
+    title: str = "grpo-adv",
+    methods: Mapping[str, Any] | None = None,
+    force: bool = False,
+    spell: Spelling = keyword_spelling,
+) -> None:
+    """Draw the dashboard into ``path`` as ``fmt`` (png, svg, pdf or html), atomically:
+    nothing is left on failure; ``methods``, ``spell``: as for :func:`figure`; ``force``:
+    replace what is at ``path`` (else it must not appear meanwhile:
+    :func:`grpo_cli.io.atomic.commit`)."""
+    from grpo_cli.io.atomic import atomic_write
+
+    fig = figure(report, title, methods=methods, spell=spell)
+    plt = _pyplot()
+    try:
+        if fmt == "html":
+            svg = io.StringIO()
+            fig.savefig(svg, format="svg", metadata=_SAVE_METADATA["svg"])
+            page = html_page(report, svg.getvalue(), title)
+
+            def write(sink: IO[bytes]) -> None:
+                sink.write(page.encode())
+
+            atomic_write(path, write, force=force)
+        else:
+
+            def draw(sink: IO[bytes]) -> None:
+                fig.savefig(sink, format=fmt, dpi=DPI, metadata=_SAVE_METADATA.get(fmt))
+
+            atomic_write(path, draw, force=force)
+    finally:
+        plt.close(fig)
+
+
+def _html_table(frame: Any, css_class: str) -> str:
+    """``frame`` as an HTML table in a horizontally scrolling wrapper; headers may break
+    after their underscores."""
+    head = "".join(f"<th>{html.escape(c).replace('_', '_<wbr>')}</th>" for c in frame.columns)
+    rows = []
+    for record in frame.iter_rows():
+        cells = "".join(f"<td>{html.escape(_cell(v))}</td>" for v in record)
+        rows.append(f"<tr>{cells}</tr>")
+    # Below about 6em a column would break its numbers: scroll instead.
+    width = f' style="min-width:{6 * len(frame.columns)}em"' if css_class == "wide" else ""
+    return (
+        f'<div class="table-wrap"><table class="{css_class}"{width}>'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else str(value)
+
+
+PAGE_CSS: Final = """
+body { font-family: sans-serif; margin: 2em auto; max-width: 1400px; padding: 0 1em; }
+svg { max-width: 100%; height: auto; }
+.table-wrap { max-width: 100%; overflow-x: auto; margin-bottom: 1.5em; }
+table { border-collapse: collapse; font-size: 13px; max-width: 100%; }
+table.wide { table-layout: fixed; width: 100%; max-width: none; }
+td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: right;
+         overflow-wrap: anywhere; word-break: break-word; }
+th { background: #f4f4f4; vertical-align: bottom; }
+table.pairs td:first-child { text-align: left; }
+"""
+
+
+def html_page(report: Report, svg: str, title: str) -> str:
+    """The HTML dashboard: ``title``, the SVG figure, the overall metrics (one row per
+    metric) and the per-step table, with :data:`PAGE_CSS` so the tables fit the page."""
+    import polars as pl
+
+    svg = svg[svg.find("<svg") :]
+    overall = report.overall
+    pairs = pl.DataFrame(
+        {
+            "metric": overall.columns,
+            "value": [_cell(overall[c][0]) if overall.height else "" for c in overall.columns],
+        }
+    )
+    steps = ""
+    if report.by and report.steps.height:
+        steps = f"<h2>per {html.escape(', '.join(report.by))}</h2>" + _html_table(
+            report.steps, "wide"
+        )
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>{PAGE_CSS}</style></head>
+<body><h1>{html.escape(title)}</h1>
+{svg}
+<h2>overall</h2>{_html_table(pairs, "pairs")}
+{steps}
+</body></html>
+"""

@@ -1,0 +1,457 @@
+"""``summarize``: metrics of a reward log per group, per batch value (e.g. per step) and
+overall, under the names the trainers log them (no Rich here; see :mod:`grpo_cli.cli.render`).
+
+Every metric is over the reward the estimator sees (the weighted sum of the reward columns,
+NaN as null), with groups as ``compute`` forms them. Per batch value (``by``) and overall,
+the figures of :mod:`grpo_cli.core.metrics` (defined there once, shared with ``compute``'s run
+summary): ``responses``, ``groups``, ``group_size_min`` / ``_median`` / ``_max``,
+``reward``, ``reward_std``, ``frac_reward_zero_std`` (TRL), ``group_reward_std``
+(OpenRLHF), ``zero_std_groups``, ``singleton_groups``, ``null_rewards``; for binary rewards
+(every valid reward is 0 or 1) ``pass_at_n`` and ``pass_at_1`` (OpenRLHF); on annotated
+input (it has the advantage column) ``advantage_mean``, ``advantage_min``,
+``advantage_max`` and ``frac_zero_advantage``.
+
+A group is counted in every batch value where it has rows; its statistics are over all of
+its rows (a group spans batch values only when the group key does not include the batch).
+Groups that span the batch column are refused, and groups that span the log's step column
+give a warning (see :func:`grpo_cli.core.run_summary.span_warnings`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Final
+
+import polars as pl
+
+from grpo_cli.core import metrics
+from grpo_cli.core.columns import REWARD_KEY, SIZE_KEY, UNUSED_OUTPUT, VALID_KEY, span_flag_column
+from grpo_cli.core.errors import InputError, Message, OptionsError, Verbatim, option
+from grpo_cli.core.estimators import Estimator
+from grpo_cli.core.grouping import PROFILE_COLUMNS, profile_windows
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.plan import (
+    Keys,
+    Plan,
+    collision_columns,
+    hash_columns,
+    make_plan,
+    run_with_fallback,
+    span_flag,
+    with_keys,
+)
+from grpo_cli.core.rewards import combined_reward
+from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, group_table, span_warnings
+
+LEVELS: Final = ("step", "group", "overall")
+# The tables' columns, after the ``by`` columns: the metrics module's figures but the two
+# that only compute's run summary shows (pass and advantage figures when present).
+TABLE_COLUMNS: Final = tuple(
+    name for name in metrics.FIGURES if name not in ("zero_std_group_share", "batches")
+)
+# The group profile every row carries (variance with ddof 1: the trainers' group std).
+_PROFILE: Final = PROFILE_COLUMNS
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ``summarize`` shows: the three tables and how they were made.
+
+    Attributes:
+        overall: one row of metrics over the whole log.
+        steps: one row of metrics per value of ``by`` (empty without ``by``).
+        group_rows: makes the ``groups`` table, on first use (one more grouping of the key,
+            which only ``--level group`` needs).
+        group_sizes: ``size`` and ``std`` of every group (what ``plot`` draws).
+        by: the batch columns of ``steps``.
+        binary: every valid reward is 0 or 1 (the pass metrics are present).
+        annotated: the input has the advantage column (the advantage metrics are present).
+        rewards: the valid rewards, for histograms; advantages: likewise (or None).
+        warnings: what the user should know (groups that span steps), one line each.
+    """
+
+    overall: pl.DataFrame
+    steps: pl.DataFrame
+    group_rows: Callable[[], pl.DataFrame]
+    group_sizes: pl.DataFrame
+    by: tuple[str, ...]
+    binary: bool
+    annotated: bool
+    rewards: pl.Series
+    advantages: pl.Series | None
+    warnings: tuple[Message, ...] = ()
+    methods: dict[str, pl.Series] = field(default_factory=dict)
+
+    @cached_property
+    def groups(self) -> pl.DataFrame:
+        """One row per group: key, batch values, size, n_null, mean, std, min, max,
+        zero_std (and advantage_mean on annotated input)."""
+        return self.group_rows()
+
+    def table(self, level: str) -> pl.DataFrame:
+        """The table of ``level`` (step, group or overall)."""
+        if level not in LEVELS:
+            raise OptionsError(
+                "unknown " + option("level") + f" {level!r}",
+                hint=f"choose {', '.join(LEVELS)}",
+                value=level,
+            )
+        if level == "step" and not self.by:
+            raise OptionsError(
+                option("level", "step") + " needs a batch column",
+                hint="give "
+                + option("by", (Verbatim("COL"),))
+                + " (e.g. "
+                + option("by", ("step",))
+                + ")",
+            )
+        return {"step": self.steps, "group": self.groups, "overall": self.overall}[level]
+
+
+@dataclass(frozen=True)
+class SummaryResult:
+    """What :func:`run_summarize` did.
+
+    Attributes:
+        report: the report, its figures under the preset's trainer's names.
+        level: the level of ``table`` (``--level``, else step with a per-step column, else
+            overall).
+        table: that level's table, when it was written or asked for; else None.
+        written: where the table went (``standard output`` or the path), or None.
+    """
+
+    report: Report
+    level: str
+    table: pl.DataFrame | None
+    written: str | None
+
+
+def run_summarize(
+    inputs: Sequence[str | Path],
+    output: str | Path | None = None,
+    *,
+    preset: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    by: Sequence[str] | None = None,
+    level: str | None = None,
+    input_format: str | None = None,
+    output_format: str | None = None,
+    force: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> SummaryResult:
+    """Summarize the log in ``inputs`` (what ``grpo-adv summarize`` runs): read, resolve
+    the preset and its dump layout, the :class:`Report` under the trainer's names, and
+    with ``output`` the ``level`` table written (checked before any input is read).
+
+    Args:
+        inputs: the log's files, folders or globs, read as one log; empty: standard input
+            when it is a pipe or a file.
+        output: where the ``level`` table goes (``"-"``: standard output), or None.
+        preset: a trainer preset, or None.
+        options: the options as the CLI's keywords (``group_cols``, ``ddof``,
+            ``advantage_col``: None detects it, ...), over the preset's.
+        by: the per-step columns; None: the batch column, else ``step``.
+        level: step, group or overall; None: step with a per-step column, else overall.
+        input_format, output_format: formats when the suffixes do not say.
+        force: overwrite an existing ``output`` (never an input).
+        warn: where removed leftovers of killed runs are reported, or None.
+    """
+    from grpo_cli.io.formats import table_format
+    from grpo_cli.io.write import write_table
+    from grpo_cli.jobs.outputs import protected_inputs, remove_leftovers, sources_or_stdin
+
+    sources = sources_or_stdin([str(source) for source in inputs])
+    target = None if output is None else Path(output)
+    to_stdout = target is not None and str(target) == "-"
+    if target is not None:
+        table_format(target, output_format)  # before any input is read
+    report = under_trainer_names(
+        read_report(sources, preset, dict(options or {}), input_format, by), preset
+    )
+    chosen = level or ("step" if report.by else "overall")
+    table = report.table(chosen) if target is not None or level is not None else None
+    written = None
+    if target is not None:
+        assert table is not None
+        if not to_stdout:
+            remove_leftovers([target], warn)
+        write_table(
+            table, target, force=force, protected=protected_inputs(sources), fmt=output_format
+        )
+        written = "standard output" if to_stdout else str(target)
+    return SummaryResult(report, chosen, table, written)
+
+
+def read_report(
+    sources: list[str],
+    preset: str | None,
+    explicit: Mapping[str, Any],
+    input_format: str | None,
+    by: Sequence[str] | None,
+) -> Report:
+    """Read the inputs and build their report (``summarize`` and ``plot``): the preset and
+    the explicit options resolved on the log, a dump logged once per generation read once
+    (:func:`grpo_cli.core.layouts.once_per_generation`), the advantage column detected when
+    ``explicit`` names none (:func:`grpo_cli.core.columns.logged_advantage`)."""
+    from grpo_cli.core.columns import logged_advantage
+    from grpo_cli.core.layouts import once_per_generation
+    from grpo_cli.core.presets import get_preset
+    from grpo_cli.jobs.outputs import read_input
+    from grpo_cli.jobs.pipeline import resolve
+
+    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    log = read_input(sources, input_format, key_cols)
+    given = explicit.get("advantage_col")
+    fields = {**explicit, "advantage_col": logged_advantage(log.frame.columns, given)}
+    layout = get_preset(preset).layout if preset else None
+    frame, repeated = once_per_generation(log.frame, layout)
+    resolved = resolve(frame, preset, fields)
+    report = summarize(
+        resolved.frame, resolved.options, tuple(by) if by else None, estimator=resolved.estimator
+    )
+    once = [repeated] if repeated else []
+    return replace(report, warnings=(*resolved.warnings, *once, *report.warnings))
+
+
+def under_trainer_names(report: Report, preset: str | None) -> Report:
+    """``report``'s tables under the names the preset's trainer logs its figures (verl:
+    ``critic/score/mean``...; see :func:`grpo_cli.core.metrics.trainer_names`)."""
+    from grpo_cli.core.presets import get_preset
+
+    trainer = get_preset(preset).trainer.split()[0] if preset else None
+    return replace(
+        report,
+        overall=metrics.trainer_names(report.overall, trainer),
+        steps=metrics.trainer_names(report.steps, trainer),
+    )
+
+
+def default_by(columns: list[str], options: AdvantageOptions) -> tuple[str, ...]:
+    """The per-step column when the user names none: the batch column, else ``step``."""
+    if options.batch_col:
+        return (options.batch_col,)
+    return ("step",) if "step" in columns else ()
+
+
+def summarize(
+    frame: pl.DataFrame,
+    options: AdvantageOptions,
+    by: tuple[str, ...] | None = None,
+    *,
+    estimator: Estimator | None = None,
+) -> Report:
+    """The :class:`Report` of a raw or annotated reward log (see the module docstring);
+    ``estimator``: the options' estimator, when the caller looked it up already."""
+    if options.aggregation != "sum_then_normalize" or options.step_rewards_col is not None:
+        raise OptionsError(
+            "summarize works on outcome rewards combined by a weighted sum",
+            hint="drop "
+            + option("estimator", "process")
+            + " / "
+            + option("aggregation", "normalize_then_sum"),
+        )
+    by = default_by(frame.columns, options) if by is None else by
+    missing = [c for c in by if c not in frame.columns]
+    if missing:
+        raise InputError(
+            f"no column {missing[0]!r} to summarize by",
+            hint=f"columns are: {', '.join(frame.columns[:12])}",
+        )
+    annotated = options.advantage_col in frame.columns
+    plan = make_plan(
+        frame, options.with_overrides(advantage_col=UNUSED_OUTPUT), estimator=estimator
+    )
+    flagged = _flagged_columns(frame, plan, by)
+    prepared, used = run_with_fallback(lambda chosen: _prepare(frame, chosen, flagged), plan)
+    keys = used.keys
+    check_batch_spans(prepared, used)
+    rewards = prepared[REWARD_KEY].drop_nulls()
+    binary = rewards.len() > 0 and bool(rewards.is_in([0.0, 1.0]).all())
+    adv = options.advantage_col if annotated else None
+    if adv is not None and not prepared.schema[adv].is_numeric():
+        raise InputError(
+            f"column {adv!r} is {prepared.schema[adv]}, not numbers",
+            hint=option("advantage_col") + " names the logged advantage column",
+            column=adv,
+        )
+    overall, steps, profiles = _tables(prepared, keys, by, binary, adv, options.deterministic)
+    extra = metrics.trainer_aggs(frame.columns, options.reward_cols, options.length_col, adv)
+    if extra:
+        overall = pl.concat([overall, prepared.select(extra)], how="horizontal")
+        if by:
+            per_step = prepared.group_by(list(by)).agg(extra)
+            steps = steps.join(per_step, on=list(by), how="left", maintain_order="left")
+    return Report(
+        overall=overall,
+        steps=steps,
+        group_rows=lambda: _group_rows(prepared, used, by, adv),
+        group_sizes=_sizes_and_stds(profiles, options.ddof),
+        by=by,
+        binary=binary,
+        annotated=annotated,
+        rewards=rewards,
+        advantages=prepared[adv].cast(pl.Float64).drop_nulls().drop_nans() if adv else None,
+        warnings=span_warnings(prepared, used),
+        methods=compared_advantages(frame),
+    )
+
+
+def compared_advantages(frame: pl.DataFrame) -> dict[str, pl.Series]:
+    """The advantages of a ``compare`` output by method (its numeric ``advantage_<method>``
+    columns, nulls and NaNs left out), when it has two or more; else empty."""
+    prefix = "advantage_"
+    columns = [
+        c for c, dtype in frame.schema.items() if c.startswith(prefix) and dtype.is_numeric()
+    ]
+    if len(columns) < 2:
+        return {}
+    return {
+        c.removeprefix(prefix): frame[c].cast(pl.Float64).drop_nulls().drop_nans() for c in columns
+    }
+
+
+def _flagged_columns(frame: pl.DataFrame, plan: Plan, by: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns :func:`_prepare` flags groups spanning: the one ``by`` column and
+    the step column (span checks, and :func:`_one_row_per_group`), when without nulls."""
+    wanted = [*by[:1], *([plan.span_col] if plan.span_col else [])]
+    if len(by) > 1 or not wanted:
+        return ()
+    nulls = frame.select(pl.col(c).null_count() for c in dict.fromkeys(wanted)).row(0)
+    return tuple(c for c, n in zip(dict.fromkeys(wanted), nulls, strict=True) if not n)
+
+
+def _prepare(frame: pl.DataFrame, plan: Plan, flagged: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Every row with its reward and its group's figures, groups found by the plan's keys
+    (a 64-bit hash of the key unless the plan is exact), as in ``compute``; and whether
+    its group spans each ``flagged`` column (:func:`grpo_cli.core.plan.span_flag`), in the
+    same grouping pass."""
+    keys = plan.keys
+    rows = with_keys(frame.lazy(), plan.options).with_columns(
+        *hash_columns(keys), combined_reward(plan.options).alias(REWARD_KEY)
+    )
+    size = pl.len().over(list(keys.group))  # the profile's SIZE_KEY window
+    schema = frame.collect_schema()
+    flags = [
+        span_flag(column, keys.group, size if schema[column].is_integer() else None)
+        for column in flagged
+    ]
+    profile = profile_windows(keys.group, ddof=1)  # the trainers' group std (ddof 1)
+    rows = rows.with_columns(*profile, *collision_columns(keys), *flags)
+    return rows.collect()
+
+
+def _one_row_per_group(
+    prepared: pl.DataFrame, keys: Keys, by: tuple[str, ...], columns: list[str]
+) -> pl.DataFrame | None:
+    """One row per (value of ``by``, group) with ``columns``: when no group spans the one
+    ``by`` column (by its span flag), the first row of each group (one
+    hash-set pass, 6x cheaper than grouping by both); None when that does not hold."""
+    if len(by) > 1:
+        return None
+    if by:
+        flag = span_flag_column(by[0])
+        if flag not in prepared.columns or prepared.get_column(flag).any():
+            return None
+    first = (
+        pl.struct(list(keys.group)).is_first_distinct()
+        if len(keys.group) > 1
+        else (pl.col(keys.group[0]).is_first_distinct())
+    )
+    rest = [g for g in keys.group if g not in by]
+    return prepared.lazy().filter(first).select(*by, *rest, *columns).collect()
+
+
+def _sizes_and_stds(profiles: pl.DataFrame, ddof: int) -> pl.DataFrame:
+    """``size`` and ``std`` (of the valid rewards, with ``ddof``; null below ddof + 1 of
+    them) of every group, from one row per group with its profile (variance with ddof 1):
+    ``var_d = var_1 (n - 1) / (n - d)``, and 0 for one reward with ddof 0."""
+    n = pl.col(VALID_KEY)
+    var1 = pl.col(metrics.GROUP_VAR)
+    var = var1 if ddof == 1 else pl.when(n == 1).then(0.0).otherwise(var1 * (n - 1) / (n - ddof))
+    return profiles.select(
+        pl.col(SIZE_KEY).alias("size"), pl.when(n > ddof).then(var.sqrt()).alias("std")
+    )
+
+
+def _group_rows(
+    prepared: pl.DataFrame, plan: Plan, by: tuple[str, ...], adv: str | None
+) -> pl.DataFrame:
+    """The group table, with each group's batch values (first seen) and mean advantage."""
+    exact = list(plan.keys.exact)
+    batch = [c for c in by if c not in exact]
+    extra = [pl.col(c).first() for c in batch]
+    if adv is not None:
+        extra.append(pl.col(adv).cast(pl.Float64).mean().alias("advantage_mean"))
+    table = group_table(prepared.lazy(), plan, extra)
+    shown = [DISPLAY_NAMES.get(k, k) for k in exact]
+    rest = [c for c in table.columns if c not in shown and c not in batch]
+    return table.select(*shown, *batch, *rest)
+
+
+def _tables(
+    prepared: pl.DataFrame,
+    keys: Keys,
+    by: tuple[str, ...],
+    binary: bool,
+    adv: str | None,
+    deterministic: bool,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The overall table, the per-``by`` table (empty without ``by``), from the partials
+    of :mod:`grpo_cli.core.metrics`, and one row per group with its profile.
+
+    A group is counted in every value of ``by`` where it has rows (one row per (``by``,
+    group) with the group's profile), and once overall (its whole key: positional keys
+    hold the batch column, which ``group`` leaves out). The overall row figures merge
+    those of the ``by`` values (disjoint rows); its group figures come from one row per
+    group."""
+    group = [g for g in keys.group if g not in by]
+    per_group = _one_row_per_group(prepared, keys, by, list(_PROFILE))
+    if per_group is None:
+        per_group = prepared.lazy().group_by([*by, *group]).agg(pl.col(*_PROFILE).first()).collect()
+    advantage = pl.col(adv) if adv is not None else None
+    per_by = metrics.partials(
+        prepared.lazy(),
+        by,
+        groups=per_group.lazy(),
+        advantage=advantage,
+        pass_rates=binary,
+        deterministic=deterministic,
+    )
+    if not by:
+        return _table(per_by, ()), pl.DataFrame(), per_group
+    one_per_group = per_group.unique(subset=list(keys.group), keep="first")
+    rows = metrics.merge(per_by.drop(metrics.GROUP_PARTIALS, strict=False))
+    groups = metrics.group_partials(one_per_group, pass_rates=binary)
+    overall = pl.concat([rows, groups], how="horizontal")
+    return _table(overall, ()), _table(per_by, by), one_per_group
+
+
+def _table(merged: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
+    """The figures of merged partials, in the tables' order."""
+    finished = metrics.finish(merged, by)
+    return finished.select(*by, *(c for c in TABLE_COLUMNS if c in finished.columns))
+
+
+def histogram(values: pl.Series, bins: int = 20) -> tuple[list[float], list[int]]:
+    """Equal-width histogram of ``values`` (nulls, NaN and infinities left out): ``bins + 1``
+    edges and ``bins`` counts (one bin around the value when all values are equal; no bins
+    for no values). A value goes in bin ``floor((v - lo) / width)``, the largest in the
+    last (as numpy's ``histogram``, up to rounding at an edge; one Polars pass, where
+    converting 10M values to numpy alone costs more)."""
+    v = pl.col(values.name).cast(pl.Float64)
+    data = values.to_frame().lazy().filter(v.is_finite())
+    lo, hi = data.select(v.min(), v.max().alias("hi")).collect().row(0)
+    if lo is None:
+        return [], []
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    width = (hi - lo) / bins
+    edges = [lo + width * i for i in range(bins)] + [hi]
+    index = ((v - lo) / width).floor().cast(pl.Int64).clip(0, bins - 1).alias("bin")
+    counts = [0] * bins
+    for i, n in data.select(index).group_by("bin").len().collect().iter_rows():
+        counts[i] = n
+    return edges, counts
