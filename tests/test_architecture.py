@@ -498,6 +498,33 @@ def test_a_whole_command_looks_its_estimator_up_once(
     assert len(looked_up) == 1, looked_up
 
 
+@pytest.mark.parametrize(
+    ("args", "methods"),
+    [
+        (["explain", "--row", "0"], 1),
+        (["explain", "--row", "0", "-e", "rloo"], 1),
+        (["explain", "--row", "0", "-e", "reinforce_pp_baseline", "--batch-col", "step"], 1),
+        (["compare", "-e", "grpo", "-e", "rloo"], 2),
+        (["compare", "--preset", "trl", "--preset", "verl", "-e", "dr_grpo"], 3),
+    ],
+)
+def test_explain_and_compare_look_each_estimator_up_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: list[str], methods: int
+) -> None:
+    """explain looks its estimator up once; compare once per method (the plan of each
+    method's options check carries it to that method's computation)."""
+    from typer.testing import CliRunner
+
+    from grpo_cli.cli.app import app
+
+    log = tmp_path / "log.parquet"
+    hostile_log(with_nulls=True).write_parquet(log)
+    looked_up = _count_lookups(monkeypatch)
+    result = CliRunner().invoke(app, [args[0], str(log), *args[1:]])
+    assert result.exit_code == 0, result.output
+    assert len(looked_up) == methods, looked_up
+
+
 def test_a_hash_collision_reruns_on_the_exact_key(monkeypatch: pytest.MonkeyPatch) -> None:
     import grpo_cli.core.plan as plan
 

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from grpo_cli import compute_advantages
+from grpo_cli import __version__, compute_advantages
 from grpo_cli.cli import app
 from tests.conftest import ROOT, SAMPLE_FILES
 
@@ -405,7 +405,6 @@ def test_version_and_module_entry_point() -> None:
         check=True,
         timeout=60,
     )
-    from grpo_cli import __version__
 
     assert done.stdout == f"grpo-adv {__version__}\n"
 
@@ -454,3 +453,28 @@ def test_the_process_exits_at_once_with_every_output_flushed(tmp_path: Path) -> 
     failed = subprocess.run(missing, capture_output=True, text=True, env=_cli_env(), check=False)
     assert failed.returncode == 3
     assert failed.stderr.startswith("error: no such file")
+
+
+def test_opo_takes_the_logs_length_column(tmp_path: Path) -> None:
+    out, explicit = tmp_path / "auto.parquet", tmp_path / "named.parquet"
+    base = ["compute", "sample_data/rewards.parquet", "-e", "opo", "--deterministic"]
+    auto = CliRunner().invoke(app, [*base, "-o", str(out)], env={"COLUMNS": "300"})
+    assert auto.exit_code == 0, auto.output
+    assert auto.output.splitlines()[0] == (
+        "warning: using the length column 'length' (--length-col names another)"
+    )
+    named = CliRunner().invoke(app, [*base, "--length-col", "length", "-o", str(explicit), "-q"])
+    assert named.exit_code == 0
+    assert pl.read_parquet(out).equals(pl.read_parquet(explicit))
+    source = tmp_path / "no_length.csv"
+    pl.DataFrame({"prompt_id": ["a", "a"], "reward": [1.0, 0.0]}).write_csv(source)
+    missing = CliRunner().invoke(
+        app, ["compute", str(source), "-e", "opo", "-o", str(tmp_path / "x.csv")]
+    )
+    assert missing.exit_code == 2
+    assert missing.output.splitlines()[0] == "error: estimator opo needs --length-col"
+    weighted = CliRunner().invoke(
+        app, ["compute", str(source), "--preset", "openrlhf-reinforce-baseline", "-o", "-"]
+    )
+    assert weighted.exit_code == 2
+    assert weighted.output.splitlines()[0] == "error: --token-weighted needs --length-col"

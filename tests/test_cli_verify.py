@@ -398,3 +398,27 @@ class TestComputeWithPresets:
             if not line.endswith(",")
         ]
         assert max(values) == 0.5 and min(values) == -0.5
+
+
+class TestVerifyWithoutAdvantages:
+    def test_a_verl_dump_without_advantages_is_not_told_to_use_its_score(
+        self, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "dump.jsonl"
+        pl.read_ndjson("sample_data/verl_dump/1.jsonl").drop("advantage").write_ndjson(source)
+        result = CliRunner().invoke(app, ["verify", str(source), "--preset", "verl"])
+        assert result.exit_code == 3
+        assert result.output.splitlines()[-1] == (
+            "hint: this log holds no advantages to check: grpo-adv compute writes them"
+        )
+
+    def test_a_float_column_that_is_no_input_is_suggested(self, tmp_path: Path) -> None:
+        source = tmp_path / "log.csv"
+        log = pl.read_csv("sample_data/rewards.csv").with_columns(adv_logged=pl.col("reward"))
+        log.write_csv(source)
+        result = CliRunner().invoke(app, ["verify", str(source)])
+        assert result.exit_code == 3
+        assert result.output.splitlines()[-1] == (
+            "hint: name the logged advantage column with --advantage-col, e.g. --advantage-col "
+            "adv_logged"
+        )

@@ -1,6 +1,6 @@
-"""Shell completion: ``--install-completion SHELL`` installs that shell's completion, not the
-detected one's (issue 19, point 10). Each run gets a temporary HOME: nothing of the user's
-is touched."""
+"""Shell completion: the candidates a shell gets (Click's and Typer's spellings of the
+completion variable), and ``--install-completion SHELL`` installs that shell's completion,
+not the detected one's. Each run gets a temporary HOME: nothing of the user's is touched."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from grpo_cli.cli import app
 from tests.conftest import ROOT
 
 
@@ -59,3 +61,42 @@ def test_unknown_shell_is_a_usage_error(tmp_path: Path) -> None:
         "hint: choose one of: bash, zsh, fish, powershell, pwsh",
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+GRPO_ADV = str(Path(sys.executable).with_name("grpo-adv"))
+
+
+def complete(line: str) -> list[str]:
+    """What bash completion offers for the last word of ``line``."""
+    words = line.split(" ")
+    env = {
+        **os.environ,
+        "_GRPO_ADV_COMPLETE": "complete_bash",
+        "COMP_WORDS": line,
+        "COMP_CWORD": str(len(words) - 1),
+    }
+    done = subprocess.run([GRPO_ADV], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+class TestCompletion:
+    def test_preset_names(self) -> None:
+        assert complete("grpo-adv compute log.parquet --preset trl") == [
+            "trl", "trl-batch", "trl-none", "trl-gdpo",
+        ]  # fmt: skip
+
+    def test_estimator_backend_and_format_names(self) -> None:
+        assert complete("grpo-adv compute x -e rl") == ["rloo"]
+        assert complete("grpo-adv verify x --backend p") == ["polars", "partitioned"]
+        assert complete("grpo-adv compute x --format j") == ["jsonl", "json"]
+        assert complete("grpo-adv compute x --singleton v") == ["verl"]
+
+    def test_commands_and_scripts(self) -> None:
+        assert complete("grpo-adv ex") == ["explain"]
+        for spelling in ("source_bash", "bash_source"):  # Typer's and Click's
+            env = {**os.environ, "_GRPO_ADV_COMPLETE": spelling}
+            done = subprocess.run([GRPO_ADV], capture_output=True, text=True, env=env, timeout=60)
+            assert "complete -o default -F _grpo_adv_completion grpo-adv" in done.stdout
+        shown = CliRunner().invoke(app, ["--help"])
+        assert "--install-completion" in shown.output and "--show-completion" in shown.output

@@ -1,5 +1,6 @@
 """Help that teaches: every command's help has option panels, one way to show defaults, a
-readable usage line and 3-5 examples, and every example runs."""
+readable usage line and 3-5 examples, and every example runs; the main help keeps whole
+command summaries, and ``-V`` prints the version."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from grpo_cli import __version__
 from grpo_cli.cli import app
 from grpo_cli.cli.help import EXAMPLES
 from tests.conftest import run_example
@@ -56,3 +58,18 @@ EXAMPLE_LINES = [line for examples in EXAMPLES.values() for line, _ in examples]
 def test_every_example_runs(example: str, tmp_path: Path) -> None:
     done = run_example(example, tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+def test_version_short_flag() -> None:
+    result = CliRunner().invoke(app, ["-V"])
+    assert result.exit_code == 0
+    assert result.output == f"grpo-adv {__version__}\n"
+
+
+def test_main_help_keeps_whole_summaries() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    commands = result.output.split("Commands:")[1]
+    assert "..." not in commands
+    assert "Recompute advantages and compare them with a logged advantage column." in (
+        " ".join(commands.split())
+    )

@@ -1,5 +1,6 @@
-"""`plot`'s dashboard: the panels it draws (checked on the matplotlib Figure), legends off
-the data, the title, PDF output, the HTML page's CSS and the default output path."""
+"""`plot`'s dashboard: files of the right format, the install hint, the panels it draws
+(checked on the matplotlib Figure), legends off the data, the title, PDF output, the HTML
+page's CSS, the default output path, and a compare table's methods overlaid."""
 
 from __future__ import annotations
 
@@ -307,3 +308,85 @@ class TestStepTicks:
         assert list(zero.get_xticks()) == [float(s) for s in steps[::3]]
         assert step_ticks(range(1, 13)) == [float(s) for s in range(1, 13)]  # 12: all
         assert step_ticks(range(1, 14)) == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0, 13.0]
+
+
+def test_plot_of_a_compare_table_overlays_the_methods(tmp_path: Path) -> None:
+    from grpo_cli.report.summarize import read_report
+
+    both = tmp_path / "both.parquet"
+    args = ["compare", "sample_data/rewards.parquet", "-e", "grpo", "-e", "dr_grpo", "-q"]
+    assert CliRunner().invoke(app, [*args, "-o", str(both)]).exit_code == 0
+    report = read_report([str(both)], None, {"advantage_col": "advantage_grpo"}, None, None)
+    assert list(report.methods) == ["grpo", "dr_grpo"]
+    written = pl.read_parquet(both)
+    assert report.methods["dr_grpo"].len() == written["advantage_dr_grpo"].drop_nulls().len()
+    result = CliRunner().invoke(app, ["plot", str(both), "-o", str(tmp_path / "p.png")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+MAGIC = {
+    ".png": b"\x89PNG\r\n\x1a\n",
+    ".svg": b"<?xml",
+    ".pdf": b"%PDF-",
+    ".html": b"<!doctype html>",
+}
+
+
+class TestPlot:
+    @pytest.mark.parametrize("suffix", [".png", ".svg", ".pdf", ".html"])
+    def test_dashboard_file(self, runner: CliRunner, tmp_path: Path, suffix: str) -> None:
+        pytest.importorskip("matplotlib")
+        annotated = tmp_path / "annotated.parquet"
+        assert (
+            runner.invoke(
+                app, ["compute", str(SAMPLE_FILES["parquet"]), "-o", str(annotated), "-q"]
+            ).exit_code
+            == 0
+        )
+        out = tmp_path / f"report{suffix}"
+        result = runner.invoke(app, ["plot", str(annotated), "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        data = out.read_bytes()
+        assert data.startswith(MAGIC[suffix])
+        assert len(data) > 20_000  # five panels, not an empty canvas
+        if suffix == ".html":
+            text = data.decode()
+            assert "<svg" in text and "frac_reward_zero_std" in text
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+    def test_png_size(self, runner: CliRunner, tmp_path: Path) -> None:
+        pytest.importorskip("matplotlib")
+        import struct
+
+        out = tmp_path / "r.png"
+        assert runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)]).exit_code == 0
+        width, height = struct.unpack(">II", out.read_bytes()[16:24])
+        assert (width, height) == (1320, 1210)  # five panels: 12 x 11 inches at 110 dpi
+
+    def test_bad_suffix(self, runner: CliRunner, tmp_path: Path) -> None:
+        result = runner.invoke(
+            app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(tmp_path / "r.gif")]
+        )
+        assert result.exit_code == 2
+        assert "cannot tell the plot format" in result.output
+        assert ".png, .svg, .pdf or .html" in result.output
+        assert not (tmp_path / "r.gif").exists()
+
+    def test_missing_matplotlib_says_how_to_install(
+        self, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
+        out = tmp_path / "r.png"
+        result = runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)])
+        assert result.exit_code == 2
+        assert "plot needs matplotlib" in result.output
+        assert "pip install 'grpo-adv[plot]'" in result.output
+        assert not out.exists()
+
+    def test_existing_output_needs_force(self, runner: CliRunner, tmp_path: Path) -> None:
+        out = tmp_path / "r.svg"
+        out.write_text("mine")
+        result = runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)])
+        assert result.exit_code == 4
+        assert out.read_text() == "mine"

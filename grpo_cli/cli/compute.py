@@ -25,7 +25,6 @@ from grpo_cli.cli.params import (
     policy_options,
 )
 from grpo_cli.core.errors import option
-from grpo_cli.jobs.outputs import sources_or_stdin
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -89,6 +88,7 @@ def compute_cmd(
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
     from grpo_cli.cli.render import DelayedProgress, print_note, stderr_console
+    from grpo_cli.jobs.outputs import sources_or_stdin
     from grpo_cli.jobs.run import run_job
 
     explicit = policy.explicit()

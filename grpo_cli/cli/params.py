@@ -23,6 +23,7 @@ from typing import Annotated, Any, Final, get_type_hints
 
 import typer
 
+from grpo_cli.core.engine_options import BACKENDS, DEVICES
 from grpo_cli.core.errors import OptionRef, OptionsError, Verbatim
 from grpo_cli.core.estimators import ESTIMATORS
 from grpo_cli.core.options import (
@@ -33,7 +34,6 @@ from grpo_cli.core.options import (
     SINGLETON_POLICIES,
 )
 from grpo_cli.core.presets import PRESETS
-from grpo_cli.jobs.run import BACKENDS, DEVICES
 
 Command = Callable[..., None]
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from grpo_cli.core.columns import SOURCE_KEY
-from grpo_cli.core.engine_options import BACKENDS, DEVICES, EngineOptions
+from grpo_cli.core.engine_options import EngineOptions
 from grpo_cli.core.errors import (
     Message,
     OptionsError,
@@ -50,9 +50,7 @@ if TYPE_CHECKING:
     from grpo_cli.jobs.pipeline import Resolved
 
 
-__all__ = ["BACKENDS", "DEVICES", "EngineOptions", "JobResult", "run_job"]
-"""``BACKENDS`` and ``DEVICES``: the choices of ``engine=`` (for the command line's help,
-which names no engine module)."""
+__all__ = ["EngineOptions", "JobResult", "run_job"]
 
 
 class Progress(Protocol):
@@ -408,13 +406,17 @@ def _run_frame(
 
 
 def check_options(
-    preset: str | None, explicit: dict[str, Any], engine: EngineOptions | None = None
+    preset: str | None,
+    explicit: dict[str, Any],
+    engine: EngineOptions | None = None,
+    estimator: Estimator | None = None,
 ) -> Plan:
     """The plan the options of a preset and the explicit choices make (on ``engine``),
     checked before any file is read or any output path looked at (an unknown estimator is
     a usage error, whatever the output): the estimator looked up (once: the job hands it
-    on), what it needs of the options checked. The count of ``reward_weights`` is checked
-    once a dump layout has named the reward columns."""
+    on; ``estimator``: the caller looked it up already), what it needs of the options
+    checked. The count of ``reward_weights`` is checked once a dump layout has named the
+    reward columns."""
     from grpo_cli.core.estimators import get_estimator
     from grpo_cli.core.options import AdvantageOptions
     from grpo_cli.core.plan import decide
@@ -424,7 +426,8 @@ def check_options(
     fields = merge_options(preset, explicit)
     if "reward_cols" not in explicit:
         fields.pop("reward_weights", None)
-    estimator = get_estimator(str(fields.get("estimator", "grpo")))
+    if estimator is None:
+        estimator = get_estimator(str(fields.get("estimator", "grpo")))
     if needs_length(fields, estimator):  # the log may hold one (pipeline.length_from_columns)
         fields["length_col"] = "length"
     options = AdvantageOptions(**fields)

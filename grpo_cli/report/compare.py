@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -49,7 +49,7 @@ import polars as pl
 
 from grpo_cli.core.columns import REWARD_KEY, readable
 from grpo_cli.core.errors import Message, OptionsError, OutputError, Verbatim, option
-from grpo_cli.core.estimators import get_estimator
+from grpo_cli.core.estimators import Estimator, get_estimator
 from grpo_cli.core.layouts import apply_layout, detect_layout
 from grpo_cli.core.presets import get_preset
 from grpo_cli.jobs.pipeline import Annotation, annotate
@@ -60,10 +60,12 @@ DEFAULT_TOP: Final = 5
 
 @dataclass(frozen=True)
 class Method:
-    """A preset or an estimator, by its canonical name."""
+    """A preset or an estimator, by its canonical name (an estimator's registry entry
+    with it: looked up once, when the name was matched)."""
 
     name: str
     kind: Literal["preset", "estimator"]
+    estimator: Estimator | None = field(default=None, compare=False, repr=False)
 
     @property
     def column(self) -> str:
@@ -81,7 +83,7 @@ def methods_from(presets: Sequence[str], estimators: Sequence[str]) -> tuple[Met
     by canonical name (an unknown name is an OptionsError with a did-you-mean). Fewer
     than two methods, or two with the same output column, are an OptionsError."""
     methods = [Method(get_preset(p).name, "preset") for p in presets]
-    methods += [Method(get_estimator(e).name, "estimator") for e in estimators]
+    methods += [Method(e.name, "estimator", e) for e in map(get_estimator, estimators)]
     if len(methods) < 2:
         raise OptionsError(
             f"compare needs at least two methods, got {len(methods)}",
@@ -196,11 +198,13 @@ def run_compare(
 
     methods = methods_from(presets, estimators)
     explicit = dict(options or {})
-    for method in methods:  # every option checked before any file is read
+    plans = {}  # every option checked before any file is read; each estimator looked up once
+    for method in methods:
         if method.kind == "preset":
-            check_options(method.name, explicit)
+            plans[method] = check_options(method.name, explicit)
         else:
-            check_options(None, {**explicit, "estimator": method.name})
+            fields = {**explicit, "estimator": method.name}
+            plans[method] = check_options(None, fields, estimator=method.estimator)
     if output_format is not None:
         normalize_format(output_format)
     sources = sources_or_stdin([str(source) for source in inputs])
@@ -221,19 +225,26 @@ def run_compare(
     fmt = None
     if target is not None:
         _, fmt = output_target(sources, str(target), output_format, log.format)
-    result = compare(log.frame, methods, explicit, top=top)
+    looked_up = {method: plan.estimator for method, plan in plans.items()}
+    result = compare(log.frame, methods, explicit, top=top, looked_up=looked_up)
     if target is None:
         return result
     write_table(result.frame, target, force=force, protected=protected, fmt=fmt)
     return replace(result, written="standard output" if to_stdout else f"{target} ({fmt})")
 
 
-def annotate_method(frame: pl.DataFrame, method: Method, explicit: Mapping[str, Any]) -> Annotation:
-    """``frame`` annotated by ``method`` (column :attr:`Method.column`), deterministically."""
+def annotate_method(
+    frame: pl.DataFrame,
+    method: Method,
+    explicit: Mapping[str, Any],
+    looked_up: Estimator | None = None,
+) -> Annotation:
+    """``frame`` annotated by ``method`` (column :attr:`Method.column`), deterministically;
+    ``looked_up``: its estimator, when the caller looked it up already."""
     fields = {**explicit, "deterministic": True, "advantage_col": method.column}
     if method.kind == "preset":
-        return annotate(frame, method.name, **fields)
-    return annotate(frame, None, **{**fields, "estimator": method.name})
+        return annotate(frame, method.name, looked_up=looked_up, **fields)
+    return annotate(frame, None, looked_up=looked_up, **{**fields, "estimator": method.name})
 
 
 def shared_layout(frame: pl.DataFrame, methods: Sequence[Method]) -> tuple[str, str] | None:
@@ -255,9 +266,11 @@ def compare(
     explicit: Mapping[str, Any],
     *,
     top: int = DEFAULT_TOP,
+    looked_up: Mapping[Method, Estimator] | None = None,
 ) -> Comparison:
     """Every method's advantages on ``frame`` with the shared ``explicit`` options, their
-    figures and the ``top`` groups where they disagree most (see the module docstring)."""
+    figures and the ``top`` groups where they disagree most (see the module docstring).
+    ``looked_up``: each method's estimator, when the caller looked them up already."""
     if top < 0:
         raise OptionsError(
             option("top") + f" must be 0 or more, got {top}",
@@ -269,7 +282,8 @@ def compare(
     laid, fields, _ = apply_layout(
         frame, shared[0] if shared else None, dict(explicit), explicit.keys(), layout_warnings
     )
-    annotations = [annotate_method(laid, m, fields) for m in methods]
+    found = looked_up or {}
+    annotations = [annotate_method(laid, m, fields, found.get(m)) for m in methods]
     out = frame.with_columns(a.frame[m.column] for a, m in zip(annotations, methods, strict=True))
     values = [_values(out[m.column]) for m in methods]
     stats = [_own_stats(methods[0], values[0])]

@@ -53,6 +53,7 @@ from grpo_cli.core.errors import (
     one_line,
     option,
 )
+from grpo_cli.core.estimators import Estimator
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Keys
 from grpo_cli.core.rewards import reward_expr
@@ -449,7 +450,7 @@ def cut(value: Any, width: int = TEXT_WIDTH) -> str | None:
 def explain_group(
     group_rows: pl.DataFrame,
     options: AdvantageOptions,
-    estimator_summary: str,
+    estimator: Estimator,
     batch: pl.DataFrame | None = None,
     logged: pl.Series | None = None,
     key: dict[str, Any] | None = None,
@@ -463,11 +464,10 @@ def explain_group(
     ``logged``: the advantages the input carried for these rows, shown beside ours;
     ``key``: the group's key as shown (default: its ``group_cols`` values); ``gdpo``: the
     per-reward values and the batch's ``s`` under ``aggregation=normalize_then_sum``;
-    ``chosen``: how the group was found. Each response's input row (ROW_KEY), step
-    (STEP_COL, unless it is part of the key) and the start of its text (the first of
-    TEXT_COLS) come along when ``group_rows`` has them."""
-    from grpo_cli.core.estimators import get_estimator
-
+    ``chosen``: how the group was found; ``estimator``: the options' estimator, looked up
+    by the caller (the plan's). Each response's input row (ROW_KEY), step (STEP_COL,
+    unless it is part of the key) and the start of its text (the first of TEXT_COLS) come
+    along when ``group_rows`` has them."""
     rewards = [_float(v) for v in group_rows[REWARD_KEY].to_list()]
     advantages = [_float(v) for v in group_rows[options.advantage_col].to_list()]
     logged_values = (
@@ -497,7 +497,7 @@ def explain_group(
             *gdpo_steps,
         )
     else:
-        filled = _fill_in(group_rows, batch, group_keys or options.group_cols, options)
+        filled = _fill_in(group_rows, batch, group_keys or options.group_cols, options, estimator)
         steps += filled.steps
         constant = n >= 2 and max(valid) == min(valid)
         if constant:
@@ -506,7 +506,7 @@ def explain_group(
             ("-", None) if r is None else row for r, row in zip(rewards, filled.rows, strict=True)
         ]
     # compute clips the final advantage unless a whitening clipped its input (clip_stage).
-    whitened = gdpo is not None or get_estimator(options.estimator).whitens
+    whitened = gdpo is not None or estimator.whitens
     clips_final = options.clip is not None and (options.clip_stage == "advantage" or not whitened)
     if key is None:
         key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
@@ -532,7 +532,7 @@ def explain_group(
     return Explanation(
         key=key,
         options=options,
-        estimator_summary=estimator_summary,
+        estimator_summary=estimator.summary,
         formula=gdpo_formula(options) if gdpo is not None else filled.formula,
         size=group_rows.height,
         n=n,
@@ -724,12 +724,11 @@ def _fill_in(
     batch: pl.DataFrame | None,
     group_keys: tuple[str, ...],
     options: AdvantageOptions,
+    estimator: Estimator,
 ) -> FilledIn:
     """The estimator's formula filled in for ``group_rows`` (see
     :mod:`grpo_cli.report.explain_context`), evaluated over ``batch`` (the rows of its
     batch) when given, else over the group."""
-    from grpo_cli.core.estimators import get_estimator
-
     rows = group_rows if batch is None else batch
     if batch is None:
         shown = list(range(group_rows.height))
@@ -744,7 +743,6 @@ def _fill_in(
     if options.length_col and options.length_col in rows.columns:
         lengths = [_float(v) for v in rows[options.length_col].to_list()]
     rewards = [_float(v) for v in rows[REWARD_KEY].to_list()]
-    estimator = get_estimator(options.estimator)
     return fill_in(estimator, options, rewards, groups, shown, lengths)
 
 
@@ -881,11 +879,10 @@ def explain_one(
     gdpo = None
     if options.aggregation == "normalize_then_sum":
         gdpo = _gdpo_view(full, rows, keys, options)
-    summary = estimator.summary
     logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
     shown = {name: rows[c][0] for c, name in zip(keys.exact, names, strict=True)}
     explained = explain_group(
-        rows, options, summary, batch, logged, shown, gdpo, chosen, group_keys=keys.exact
+        rows, options, plan.estimator, batch, logged, shown, gdpo, chosen, group_keys=keys.exact
     )
     return replace(explained, warnings=resolved.warnings)
 

@@ -1,10 +1,9 @@
-"""`plot` (files of the right format, the install hint) and `explain` (the filled-in
-formulas reproduce the advantages `compute` writes)."""
+"""`explain`: the filled-in formulas reproduce the advantages `compute` writes, for every
+estimator and policy, and the texts users read."""
 
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -16,73 +15,6 @@ from grpo_cli.cli.params import flag_spelling
 from grpo_cli.core.errors import InputError, as_text
 from grpo_cli.report.explain import explain_one, filled
 from tests.conftest import SAMPLE_FILES, make_log
-
-MAGIC = {
-    ".png": b"\x89PNG\r\n\x1a\n",
-    ".svg": b"<?xml",
-    ".pdf": b"%PDF-",
-    ".html": b"<!doctype html>",
-}
-
-
-class TestPlot:
-    @pytest.mark.parametrize("suffix", [".png", ".svg", ".pdf", ".html"])
-    def test_dashboard_file(self, runner: CliRunner, tmp_path: Path, suffix: str) -> None:
-        pytest.importorskip("matplotlib")
-        annotated = tmp_path / "annotated.parquet"
-        assert (
-            runner.invoke(
-                app, ["compute", str(SAMPLE_FILES["parquet"]), "-o", str(annotated), "-q"]
-            ).exit_code
-            == 0
-        )
-        out = tmp_path / f"report{suffix}"
-        result = runner.invoke(app, ["plot", str(annotated), "-o", str(out)])
-        assert result.exit_code == 0, result.output
-        data = out.read_bytes()
-        assert data.startswith(MAGIC[suffix])
-        assert len(data) > 20_000  # five panels, not an empty canvas
-        if suffix == ".html":
-            text = data.decode()
-            assert "<svg" in text and "frac_reward_zero_std" in text
-        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
-
-    def test_png_size(self, runner: CliRunner, tmp_path: Path) -> None:
-        pytest.importorskip("matplotlib")
-        import struct
-
-        out = tmp_path / "r.png"
-        assert runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)]).exit_code == 0
-        width, height = struct.unpack(">II", out.read_bytes()[16:24])
-        assert (width, height) == (1320, 1210)  # five panels: 12 x 11 inches at 110 dpi
-
-    def test_bad_suffix(self, runner: CliRunner, tmp_path: Path) -> None:
-        result = runner.invoke(
-            app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(tmp_path / "r.gif")]
-        )
-        assert result.exit_code == 2
-        assert "cannot tell the plot format" in result.output
-        assert ".png, .svg, .pdf or .html" in result.output
-        assert not (tmp_path / "r.gif").exists()
-
-    def test_missing_matplotlib_says_how_to_install(
-        self, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        monkeypatch.setitem(sys.modules, "matplotlib", None)
-        out = tmp_path / "r.png"
-        result = runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)])
-        assert result.exit_code == 2
-        assert "plot needs matplotlib" in result.output
-        assert "pip install 'grpo-adv[plot]'" in result.output
-        assert not out.exists()
-
-    def test_existing_output_needs_force(self, runner: CliRunner, tmp_path: Path) -> None:
-        out = tmp_path / "r.svg"
-        out.write_text("mine")
-        result = runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)])
-        assert result.exit_code == 4
-        assert out.read_text() == "mine"
-
 
 LESSON = make_log({"g1": [1.0, 0.0, 0.0, 1.0], "g2": [0.0, 0.0, 1.0, 1.0]})
 
