@@ -138,8 +138,10 @@ def annotate_to_parquet(
     on_step: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Annotate the Parquet log ``source`` into the Parquet file ``output`` in bounded
-    memory (see the module docstring) and return the run's figures: the Python API of the
-    engine (checks the log and makes the plan first)."""
+    memory (see the module docstring) and return the run's figures (checks the log and
+    makes the plan first). The engine's own entry, with its partitioning knobs for tests
+    and benchmarks; users run a whole job with :func:`grpo_cli.jobs.run.run_job`
+    (``engine={"backend": "partitioned"}``), which also writes atomically."""
     engine = EngineOptions(backend="partitioned")
     check(ENGINE, decide(options, hashed=False, engine=engine))
     return run(

@@ -239,19 +239,3 @@ def _read(ray: Any, job: FileJob) -> Any:
     return files.map_batches(
         ReadText(fmt, job.plan.keys.exact, job.derived), batch_size=1, batch_format="pyarrow"
     )
-
-
-def annotate_dataset(
-    sources: Sequence[Path],
-    output: Path,
-    plan: Plan,
-    *,
-    input_format: str | None = None,
-    derived: Sequence[str] = (),
-    groups: Path | None = None,
-    partitions: int | None = None,
-) -> RunSummary:
-    """The Python API of the engine: annotate ``sources`` into the (existing, empty)
-    folder ``output`` on the plan (see the module docstring)."""
-    job = FileJob(tuple(sources), output, plan, input_format, tuple(derived), groups)
-    return run(job, partitions=partitions)
