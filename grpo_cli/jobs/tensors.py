@@ -17,6 +17,10 @@ and ``nulls="error"`` counts the NaN rewards to refuse them (one sync).
 The arithmetic is float64 whatever the input (exact: within 1e-12 of the Polars engine);
 the result is cast to the rewards' floating dtype (float32 in, float32 out: the float64
 result rounded once, within 6e-8 relative), float64 for integer rewards.
+
+Its errors name its arguments as Python keywords, in plain text: the function has no
+command line, so they have no other spelling (the options' own checks, run by
+:class:`AdvantageOptions`, name options as everywhere).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any, Final
 
-from grpo_cli.core.errors import InputError, Message, OptionsError, option
+from grpo_cli.core.errors import InputError, OptionsError
 from grpo_cli.core.estimators import Estimator, gdpo, get_estimator
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.policies import policy_value
@@ -178,14 +182,8 @@ def tensor_options(
     for name in overrides:
         if name in COLUMN_OPTIONS:
             argument = COLUMN_OPTIONS[name]
-            hint: Message = (
-                "pass the tensor as " + option(argument)
-                if argument
-                else "it has no meaning for tensors"
-            )
-            raise OptionsError(
-                option(name) + " names a column; group_advantages takes tensors", hint=hint
-            )
+            hint = f"pass the tensor as {argument}" if argument else "it has no meaning for tensors"
+            raise OptionsError(f"{name} names a column; group_advantages takes tensors", hint=hint)
     explicit = dict(overrides)
     if weights is not None:
         explicit["reward_weights"] = tuple(weights)
@@ -220,7 +218,7 @@ def _check_needs(
     if estimator.unit == "step":
         raise OptionsError(
             f"estimator {estimator.name} works on lists of step rewards, not on a tensor",
-            hint="use grpo_cli.compute_advantages with " + option("step_rewards_col"),
+            hint="use grpo_cli.compute_advantages with step_rewards_col",
         )
     for need, given, argument, what in (
         ("length", lengths, "lengths", "the response lengths in tokens"),
@@ -228,12 +226,12 @@ def _check_needs(
     ):
         if need in estimator.needs and given is None:
             raise OptionsError(
-                f"estimator {estimator.name} needs " + option(argument),
+                f"estimator {estimator.name} needs {argument}",
                 hint=f"pass {what}, a tensor of shape (N,)",
             )
     if options.token_weighted and lengths is None:
         raise OptionsError(
-            option("token_weighted") + " needs " + option("lengths"),
+            "token_weighted needs lengths",
             hint="pass the response lengths in tokens, a tensor of shape (N,)",
         )
     options.check_estimator_needs(estimator)
@@ -258,8 +256,7 @@ def _index(torch: Any, rewards: Any, index: Any, name: str) -> Any:
     if not isinstance(index, torch.Tensor):
         raise InputError(
             f"{name} must be an integer tensor, got {type(index).__name__}",
-            hint="pass torch.as_tensor(...), or prompt ids (any hashable values) as "
-            + option("prompt_ids")
+            hint="pass torch.as_tensor(...), or prompt ids (any hashable values) as prompt_ids"
             if name == "groups"
             else "pass torch.as_tensor(...)",
         )
@@ -328,7 +325,7 @@ def _group_codes(
     ]
     if len(given) > 1:
         raise OptionsError(
-            option(given[0]) + " and " + option(given[1]) + " both give the groups",
+            f"{given[0]} and {given[1]} both give the groups",
             hint="pass one of them",
         )
     if isinstance(prompt_ids, torch.Tensor):
@@ -340,23 +337,15 @@ def _group_codes(
     if options.group_size is not None:
         if n % options.group_size:
             raise InputError(
-                f"the rewards have {n} rows, not a multiple of "
-                + option("group_size", options.group_size),
-                hint="positional groups are consecutive runs of "
-                + option("group_size")
-                + " rows; check the value (the trainer's num_generations) or pass "
-                + option("groups"),
+                f"the rewards have {n} rows, not a multiple of group_size={options.group_size}",
+                hint="positional groups are consecutive runs of group_size rows; check the "
+                "value (the trainer's num_generations) or pass groups",
                 value=options.group_size,
             )
         return torch.arange(n, device=device) // options.group_size
     if estimator.uses_groups:
         raise OptionsError(
-            f"estimator {estimator.name} needs the groups: "
-            + option("groups")
-            + ", "
-            + option("prompt_ids")
-            + " or "
-            + option("group_size"),
+            f"estimator {estimator.name} needs the groups: groups, prompt_ids or group_size",
             hint="equal values mark the responses of one prompt",
         )
     return torch.zeros(n, dtype=torch.int64, device=device)
@@ -376,7 +365,7 @@ def _code_prompts(torch: Any, rewards: Any, prompt_ids: Collection[Hashable]) ->
     except TypeError:
         raise InputError(
             "prompt ids must be hashable (strings, numbers, tuples)",
-            hint="or pass an integer tensor as " + option("groups"),
+            hint="or pass an integer tensor as groups",
         ) from None
     if None in codes:
         raise InputError(
@@ -417,6 +406,6 @@ def _refuse_nulls(torch: Any, parts: Sequence[Any]) -> None:
     count = int(null.sum())
     if count:
         raise InputError(
-            f"{count} row(s) have a NaN reward (" + option("nulls", "error") + ")",
-            hint="choose " + option("nulls", "exclude") + ", zero or fill_zero to accept them",
+            f'{count} row(s) have a NaN reward (nulls="error")',
+            hint='choose nulls="exclude", zero or fill_zero to accept them',
         )
