@@ -19,6 +19,11 @@ Python API::
 
     agree = run_verify(["out.parquet"], preset="verl").report.agree
 
+    # inside a training step: tensors in, tensors out, on their device (needs torch)
+    from grpo_cli import group_advantages
+
+    advantages = group_advantages(rewards, groups, preset="trl")
+
 Attributes are loaded on first use, so importing the package (and ``grpo-adv --help``)
 does not import Polars.
 """
@@ -35,6 +40,7 @@ __all__ = [
     "GrpoAdvError",
     "__version__",
     "compute_advantages",
+    "group_advantages",
     "group_table",
     "read_rewards",
     "run_compare",
@@ -53,6 +59,7 @@ if TYPE_CHECKING:
     from grpo_cli.io.read import read_rewards
     from grpo_cli.jobs.compute import compute_advantages
     from grpo_cli.jobs.run import run_job
+    from grpo_cli.jobs.tensors import group_advantages
     from grpo_cli.report.compare import run_compare
     from grpo_cli.report.explain import run_explain
     from grpo_cli.report.plot import run_plot
@@ -61,6 +68,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "compute_advantages": "grpo_cli.jobs.compute",
+    "group_advantages": "grpo_cli.jobs.tensors",
     "GrpoAdvError": "grpo_cli.core.errors",
     "ESTIMATORS": "grpo_cli.core.estimators",
     "read_rewards": "grpo_cli.io.read",

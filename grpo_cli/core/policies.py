@@ -12,6 +12,10 @@ In order:
    ``clip_stage=shaped`` the clip happened before the whitening, inside the formula.
 
 A zero-variance group's exact 0 is part of each formula (see the estimators), not a policy.
+
+The rules are written once (:func:`policy_value`) over the formula context's primitives
+(``where``, ``is_null``), so they run on every engine's values: Polars expressions
+(:func:`apply_policies`) and torch tensors (:mod:`grpo_cli.jobs.tensors`).
 """
 
 from __future__ import annotations
@@ -21,28 +25,45 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 if TYPE_CHECKING:
+    from grpo_cli.core.estimators import Estimator, FormulaContext, Value
+    from grpo_cli.core.options import AdvantageOptions
     from grpo_cli.core.plan import Plan
+
+# The singleton policies that replace the formula's value in one-reward groups (the others
+# keep it: verl, formula; drop removed the rows before).
+SINGLETON_FILLS = ("zero", "raw", "null")
+
+
+def policy_value(
+    ctx: FormulaContext,
+    raw: Value,
+    options: AdvantageOptions,
+    estimator: Estimator,
+    *,
+    singleton: Value | None,
+) -> Value:
+    """``raw`` (the formula's value) with the policies of ``options`` applied (see the
+    module docstring), in ``ctx``'s values: ``ctx.reward`` is null where the reward is,
+    ``singleton`` true in one-reward groups (None: the unit has no singleton policy)."""
+    value = raw
+    if singleton is not None and estimator.uses_groups and options.singleton in SINGLETON_FILLS:
+        fill = {"zero": 0.0, "raw": ctx.reward, "null": None}[options.singleton]
+        value = ctx.where(singleton, fill, value)
+    null_value = 0.0 if options.nulls == "zero" else None
+    result = ctx.where(ctx.is_null(ctx.reward), null_value, value)
+    whitened = options.aggregation == "normalize_then_sum" or estimator.whitens
+    if options.clip is not None and (options.clip_stage == "advantage" or not whitened):
+        result = result.clip(*options.clip)
+    return result
 
 
 def apply_policies(
     raw: pl.Expr, plan: Plan, *, reward: pl.Expr, singleton: pl.Expr | None
 ) -> pl.Expr:
-    """``raw`` (the formula's value) with the policies of ``plan`` applied (see the module
-    docstring); ``reward`` is null where the reward is, ``singleton`` true in one-reward
-    groups (None: the unit has no singleton policy)."""
-    options = plan.options
-    value = raw
-    if singleton is not None and plan.estimator.uses_groups:
-        fill = {
-            "zero": pl.lit(0.0),
-            "raw": reward,
-            "null": pl.lit(None, dtype=pl.Float64),
-        }.get(options.singleton)
-        if fill is not None:
-            value = pl.when(singleton).then(fill).otherwise(value)
-    null_value = pl.lit(0.0) if options.nulls == "zero" else pl.lit(None, dtype=pl.Float64)
-    result = pl.when(reward.is_null()).then(null_value).otherwise(value).cast(pl.Float64)
-    whitened = options.aggregation == "normalize_then_sum" or plan.estimator.whitens
-    if options.clip is not None and (options.clip_stage == "advantage" or not whitened):
-        result = result.clip(*options.clip)
-    return result
+    """:func:`policy_value` as a Polars expression: ``reward`` is null where the reward is,
+    ``singleton`` true in one-reward groups (None: the unit has no singleton policy)."""
+    from grpo_cli.core.plan import estimator_context
+
+    ctx = estimator_context(plan, reward)
+    value = policy_value(ctx, raw, plan.options, plan.estimator, singleton=singleton)
+    return value.cast(pl.Float64)  # type: ignore[no-any-return]

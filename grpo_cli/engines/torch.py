@@ -239,7 +239,8 @@ class TorchContext(FormulaContext):
         if isinstance(value, self.torch.Tensor):
             return value
         scalar = float("nan") if value is None else value
-        return self.torch.tensor(scalar, dtype=self.torch.float64, device=self.device)
+        # a fill on the device (torch.tensor would copy from the host, a sync on CUDA)
+        return self.torch.full((), scalar, dtype=self.torch.float64, device=self.device)
 
     def where(
         self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None

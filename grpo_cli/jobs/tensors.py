@@ -1,0 +1,411 @@
+"""Advantages of tensors, inside a training step: :func:`group_advantages`.
+
+A trainer holds its rewards as a tensor on its device; this computes their advantages there,
+with the same formulas (:mod:`grpo_cli.core.estimators`, through
+:class:`grpo_cli.engines.torch.TorchContext`) and the same policies
+(:func:`grpo_cli.core.policies.policy_value`) as :func:`grpo_cli.compute_advantages` on a
+frame, and returns a tensor of the rewards' shape ``(N,)`` on the rewards' device.
+
+No host copy on the path: the group and batch indices are made dense on the device by a
+sort (:func:`dense_index`, the codes ``torch.unique(return_inverse=True)`` gives, without
+the sync its data-dependent size needs), every segment buffer has N entries (an upper bound
+of the number of groups: shapes depend on N only, which suits ``torch.compile``), and
+scalars are filled on the device. What does reach the host: prompt ids given as Python
+values are coded there once and copied in (pass an integer ``groups`` tensor to avoid it),
+and ``nulls="error"`` counts the NaN rewards to refuse them (one sync).
+
+The arithmetic is float64 whatever the input (exact: within 1e-12 of the Polars engine);
+the result is cast to the rewards' floating dtype (float32 in, float32 out: the float64
+result rounded once, within 6e-8 relative), float64 for integer rewards.
+
+Its errors name its arguments as Python keywords, in plain text: the function has no
+command line, so they have no other spelling (the options' own checks, run by
+:class:`AdvantageOptions`, name options as everywhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from typing import Any, Final
+
+from grpo_cli.core.errors import InputError, OptionsError
+from grpo_cli.core.estimators import Estimator, gdpo, get_estimator
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.policies import policy_value
+from grpo_cli.core.presets import merge_options
+from grpo_cli.engines.torch import TorchContext
+
+# Options that name columns of a frame, and the argument that stands for them here (None:
+# no meaning for tensors).
+COLUMN_OPTIONS: Final[Mapping[str, str | None]] = {
+    "group_cols": "groups",
+    "reward_cols": "rewards",
+    "reward_col": "rewards",
+    "length_col": "lengths",
+    "baseline_col": "baseline",
+    "batch_col": "batch",
+    "step_rewards_col": None,
+    "with_stats": None,
+    "advantage_col": None,
+    "deterministic": None,
+}
+
+
+def group_advantages(
+    rewards: Any,
+    groups: Any = None,
+    *,
+    prompt_ids: Collection[Hashable] | None = None,
+    batch: Any = None,
+    lengths: Any = None,
+    baseline: Any = None,
+    weights: Sequence[float] | None = None,
+    preset: str | None = None,
+    options: AdvantageOptions | None = None,
+    **overrides: Any,
+) -> Any:
+    """The advantages of ``rewards``, per group, on the rewards' device.
+
+    Args:
+        rewards: a tensor ``(N,)``, or ``(N, K)`` with one column per reward function,
+            combined as the options say: weighted sum with NaN counting 0 (NaN when all K
+            are NaN; ``aggregation="sum_then_normalize"``) or GDPO
+            (``"normalize_then_sum"``). NaN is a null reward (the ``nulls`` policy applies).
+        groups: an integer tensor ``(N,)``, equal values for the responses of one prompt
+            (any values: TRL's ``arange(B).repeat_interleave(G)``, hashed uids...).
+        prompt_ids: instead of ``groups``, N hashable prompt ids (verl's ``uid`` array,
+            strings): coded on the host, copied to the device once.
+        batch: an integer tensor ``(N,)``: batch statistics (whitening, ``batch_std``,
+            ``gpg``) per value; default the whole tensor is one batch.
+        lengths: response lengths in tokens ``(N,)`` (``opo``, ``token_weighted``).
+        baseline: a per-response baseline reward ``(N,)`` (``remax``; NaN for null).
+        weights: one weight per reward function (the K columns), default 1 each.
+        preset: a trainer preset (``"trl"``, ``"verl"``, ``"openrlhf-rloo"``...); the
+            ``overrides`` win over it.
+        options: an :class:`AdvantageOptions` to start from (its column names are not
+            read: the tensors stand for them).
+        **overrides: option fields: ``estimator``, ``ddof``, ``eps``, ``eps_mode``,
+            ``singleton``, ``nulls``, ``clip``, ``clip_stage``, ``aggregation``,
+            ``token_weighted``, ``reward_weights``; ``group_size=G`` makes consecutive runs
+            of G rows the groups (instead of ``groups``).
+
+    Returns:
+        A tensor ``(N,)`` on the rewards' device, in the rewards' floating dtype (float64
+        for integer rewards): the advantage, NaN where it is null (a null reward under
+        ``nulls="exclude"``, ``singleton="null"``). ``singleton="drop"`` keeps the shape:
+        those rows are NaN and left out of every statistic.
+
+    Raises:
+        OptionsError: unknown or conflicting options, a missing ``groups``/``lengths``/
+            ``baseline`` the estimator needs, ``estimator="process"`` (step-reward lists:
+            use :func:`grpo_cli.compute_advantages`).
+        InputError: tensors of the wrong shape, dtype or device; NaN rewards under
+            ``nulls="error"``; a None prompt id.
+
+    Infinite rewards are not refused (that would need a host sync): they give NaN or
+    infinite advantages in their group.
+    """
+    import torch
+
+    rewards = _rewards(torch, rewards)
+    n, k = rewards.shape[0], 1 if rewards.dim() == 1 else rewards.shape[1]
+    chosen = tensor_options(
+        k,
+        preset,
+        options,
+        overrides,
+        weights=weights,
+        lengths=lengths is not None,
+        baseline=baseline is not None,
+        batch=batch is not None,
+    )
+    estimator = get_estimator(chosen.estimator)
+    _check_needs(chosen, estimator, lengths=lengths, baseline=baseline)
+    group = _group_codes(torch, rewards, groups, prompt_ids, chosen, estimator)
+    if batch is None:
+        batch_codes = torch.zeros(n, dtype=torch.int64, device=rewards.device)
+    else:
+        batch_codes = dense_index(torch, _index(torch, rewards, batch, "batch"))
+    parts = _reward_parts(torch, rewards, chosen.nulls)
+    if chosen.nulls == "error":
+        _refuse_nulls(torch, parts)
+    reward = combined(torch, parts, chosen.weights)
+    ctx = TorchContext(
+        torch=torch,
+        group=group,
+        groups=n,
+        batch=batch_codes,
+        batches=n,
+        reward=reward,
+        ddof=chosen.ddof,
+        eps=chosen.eps,
+        eps_mode=chosen.eps_mode,
+        singleton_unit=chosen.singleton == "verl",
+        length=None if lengths is None else _column(torch, rewards, lengths, "lengths"),
+        token_weighted=chosen.token_weighted,
+        baseline=None if baseline is None else _column(torch, rewards, baseline, "baseline"),
+        shaped_clip=chosen.clip if chosen.clip_stage == "shaped" else None,
+    )
+    dropped = None
+    if chosen.singleton == "drop" and estimator.uses_groups:
+        dropped = ctx.is_singleton()
+        parts = [torch.where(dropped, float("nan"), part) for part in parts]
+        ctx = ctx.with_reward(torch.where(dropped, float("nan"), reward))
+    if chosen.aggregation == "normalize_then_sum":
+        raw = gdpo(
+            ctx, [(ctx.with_reward(p), w) for p, w in zip(parts, chosen.weights, strict=True)]
+        )
+    else:
+        raw = estimator.fn(ctx)
+    singleton = ctx.is_singleton() if estimator.uses_groups else None
+    value = policy_value(ctx, torch.broadcast_to(raw, (n,)), chosen, estimator, singleton=singleton)
+    if dropped is not None:
+        value = torch.where(dropped, float("nan"), value)
+    dtype = rewards.dtype if rewards.is_floating_point() else torch.float64
+    return value.to(dtype)
+
+
+def tensor_options(
+    k: int,
+    preset: str | None,
+    options: AdvantageOptions | None,
+    overrides: Mapping[str, Any],
+    *,
+    weights: Sequence[float] | None,
+    lengths: bool,
+    baseline: bool,
+    batch: bool,
+) -> AdvantageOptions:
+    """The options of one call: ``options`` (default the defaults), the preset's, then the
+    ``overrides``; the column options named after the tensors given (so that the options'
+    own checks run), none of them accepted from the caller."""
+    for name in overrides:
+        if name in COLUMN_OPTIONS:
+            argument = COLUMN_OPTIONS[name]
+            hint = f"pass the tensor as {argument}" if argument else "it has no meaning for tensors"
+            raise OptionsError(f"{name} names a column; group_advantages takes tensors", hint=hint)
+    explicit = dict(overrides)
+    if weights is not None:
+        explicit["reward_weights"] = tuple(weights)
+    merged = merge_options(preset, explicit)
+    base = options or AdvantageOptions()
+    given = merged.get("reward_weights", base.reward_weights)
+    if given is not None and len(tuple(given)) != k:
+        raise OptionsError(
+            f"{len(tuple(given))} reward weight(s) for {k} reward function(s) "
+            "(the columns of rewards)",
+            hint="give one weight per column of rewards",
+            value=given,
+        )
+    names = ("reward",) if k == 1 else tuple(f"reward_{j}" for j in range(k))
+    return base.with_overrides(
+        **merged,
+        group_cols=("group",),
+        reward_cols=names,
+        length_col="lengths" if lengths else None,
+        baseline_col="baseline" if baseline else None,
+        batch_col="batch" if batch else None,
+        step_rewards_col=None,
+        with_stats=False,
+    )
+
+
+def _check_needs(
+    options: AdvantageOptions, estimator: Estimator, *, lengths: Any, baseline: Any
+) -> None:
+    """What the estimator needs, named by this function's arguments (then the options'
+    own checks: GDPO is GRPO's)."""
+    if estimator.unit == "step":
+        raise OptionsError(
+            f"estimator {estimator.name} works on lists of step rewards, not on a tensor",
+            hint="use grpo_cli.compute_advantages with step_rewards_col",
+        )
+    for need, given, argument, what in (
+        ("length", lengths, "lengths", "the response lengths in tokens"),
+        ("baseline", baseline, "baseline", "the baseline rewards"),
+    ):
+        if need in estimator.needs and given is None:
+            raise OptionsError(
+                f"estimator {estimator.name} needs {argument}",
+                hint=f"pass {what}, a tensor of shape (N,)",
+            )
+    if options.token_weighted and lengths is None:
+        raise OptionsError(
+            "token_weighted needs lengths",
+            hint="pass the response lengths in tokens, a tensor of shape (N,)",
+        )
+    options.check_estimator_needs(estimator)
+
+
+def _rewards(torch: Any, rewards: Any) -> Any:
+    if not isinstance(rewards, torch.Tensor):
+        raise InputError(
+            f"rewards must be a torch tensor, got {type(rewards).__name__}",
+            hint="wrap them with torch.as_tensor(rewards)",
+        )
+    if rewards.dim() not in (1, 2) or rewards.is_complex():
+        raise InputError(
+            f"rewards must be a real tensor of shape (N,) or (N, K), got {tuple(rewards.shape)}",
+            hint="one row per response; K columns for K reward functions",
+        )
+    return rewards
+
+
+def _index(torch: Any, rewards: Any, index: Any, name: str) -> Any:
+    """``index`` checked: an integer (or bool) tensor of shape (N,) on the rewards' device."""
+    if not isinstance(index, torch.Tensor):
+        raise InputError(
+            f"{name} must be an integer tensor, got {type(index).__name__}",
+            hint="pass torch.as_tensor(...), or prompt ids (any hashable values) as prompt_ids"
+            if name == "groups"
+            else "pass torch.as_tensor(...)",
+        )
+    if index.is_floating_point() or index.is_complex():
+        raise InputError(
+            f"{name} must hold integers, got {index.dtype}",
+            hint="equal values mark one group; convert with .long()",
+        )
+    return _same_rows(rewards, index, name)
+
+
+def _column(torch: Any, rewards: Any, values: Any, name: str) -> Any:
+    """A per-response float64 column (lengths, baseline), NaN for null."""
+    if not isinstance(values, torch.Tensor):
+        raise InputError(
+            f"{name} must be a tensor, got {type(values).__name__}",
+            hint="pass torch.as_tensor(...)",
+        )
+    return _same_rows(rewards, values, name).to(torch.float64)
+
+
+def _same_rows(rewards: Any, tensor: Any, name: str) -> Any:
+    if tuple(tensor.shape) != (rewards.shape[0],):
+        raise InputError(
+            f"{name} has shape {tuple(tensor.shape)}, the rewards {rewards.shape[0]} rows",
+            hint=f"give one value per response: shape ({rewards.shape[0]},)",
+        )
+    if tensor.device != rewards.device:
+        raise InputError(
+            f"{name} is on {tensor.device}, the rewards on {rewards.device}",
+            hint="move it with .to(rewards.device)",
+        )
+    return tensor
+
+
+def dense_index(torch: Any, index: Any) -> Any:
+    """0..k-1 codes of the integer tensor ``index`` (equal values, equal codes, in the
+    order of the values: ``torch.unique(index, return_inverse=True)[1]``) on its device,
+    with no host sync: a sort, a running count of the first of each run of equal values,
+    scattered back to the rows."""
+    values, order = torch.sort(index)
+    first = torch.ones_like(values, dtype=torch.int64)
+    first[1:] = (values[1:] != values[:-1]).to(torch.int64)
+    return torch.empty_like(order).scatter_(0, order, torch.cumsum(first, 0) - 1)
+
+
+def _group_codes(
+    torch: Any,
+    rewards: Any,
+    groups: Any,
+    prompt_ids: Collection[Hashable] | None,
+    options: AdvantageOptions,
+    estimator: Estimator,
+) -> Any:
+    """The dense group codes, from ``groups``, ``prompt_ids`` or ``group_size`` (one of
+    them for estimators with groups; for the others, one group)."""
+    n, device = rewards.shape[0], rewards.device
+    given = [
+        name
+        for name, value in (
+            ("groups", groups),
+            ("prompt_ids", prompt_ids),
+            ("group_size", options.group_size),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise OptionsError(
+            f"{given[0]} and {given[1]} both give the groups",
+            hint="pass one of them",
+        )
+    if isinstance(prompt_ids, torch.Tensor):
+        groups, prompt_ids = prompt_ids, None
+    if groups is not None:
+        return dense_index(torch, _index(torch, rewards, groups, "groups"))
+    if prompt_ids is not None:
+        return _code_prompts(torch, rewards, prompt_ids)
+    if options.group_size is not None:
+        if n % options.group_size:
+            raise InputError(
+                f"the rewards have {n} rows, not a multiple of group_size={options.group_size}",
+                hint="positional groups are consecutive runs of group_size rows; check the "
+                "value (the trainer's num_generations) or pass groups",
+                value=options.group_size,
+            )
+        return torch.arange(n, device=device) // options.group_size
+    if estimator.uses_groups:
+        raise OptionsError(
+            f"estimator {estimator.name} needs the groups: groups, prompt_ids or group_size",
+            hint="equal values mark the responses of one prompt",
+        )
+    return torch.zeros(n, dtype=torch.int64, device=device)
+
+
+def _code_prompts(torch: Any, rewards: Any, prompt_ids: Collection[Hashable]) -> Any:
+    """Prompt ids coded on the host (first appearance order), copied to the device once."""
+    if isinstance(prompt_ids, str | bytes) or len(prompt_ids) != rewards.shape[0]:
+        count = 1 if isinstance(prompt_ids, str | bytes) else len(prompt_ids)
+        raise InputError(
+            f"{count} prompt id(s) for {rewards.shape[0]} rewards",
+            hint="give one prompt id per response",
+        )
+    codes: dict[Hashable, int] = {}
+    try:
+        index = [codes.setdefault(p, len(codes)) for p in prompt_ids]
+    except TypeError:
+        raise InputError(
+            "prompt ids must be hashable (strings, numbers, tuples)",
+            hint="or pass an integer tensor as groups",
+        ) from None
+    if None in codes:
+        raise InputError(
+            f"prompt id {list(prompt_ids).index(None)} is None",
+            hint="every response needs the id of its prompt",
+        )
+    return torch.tensor(index, dtype=torch.int64, device=rewards.device)
+
+
+def _reward_parts(torch: Any, rewards: Any, nulls: str) -> list[Any]:
+    """Each reward function's column as float64, NaN for null (``fill_zero``: 0)."""
+    values = rewards.to(torch.float64)
+    parts = [values] if values.dim() == 1 else list(values.unbind(1))
+    if nulls == "fill_zero":
+        parts = [torch.where(torch.isnan(p), 0.0, p) for p in parts]
+    return parts
+
+
+def combined(torch: Any, parts: Sequence[Any], weights: Sequence[float]) -> Any:
+    """The one reward the estimator sees (:func:`grpo_cli.core.rewards.combined_reward`):
+    ``sum_k w_k r_k`` with NaN counting 0, NaN where every ``r_k`` is."""
+    if len(parts) == 1 and tuple(weights) == (1.0,):
+        return parts[0]
+    total, all_null = None, None
+    for part, weight in zip(parts, weights, strict=True):
+        null = torch.isnan(part)
+        term = torch.where(null, 0.0, part * weight)
+        total = term if total is None else total + term
+        all_null = null if all_null is None else all_null & null
+    return torch.where(all_null, float("nan"), total)
+
+
+def _refuse_nulls(torch: Any, parts: Sequence[Any]) -> None:
+    """``nulls="error"``: NaN rewards refused (the one host sync of the path)."""
+    null = torch.zeros_like(parts[0], dtype=torch.bool)
+    for part in parts:
+        null = null | torch.isnan(part)
+    count = int(null.sum())
+    if count:
+        raise InputError(
+            f'{count} row(s) have a NaN reward (nulls="error")',
+            hint='choose nulls="exclude", zero or fill_zero to accept them',
+        )

@@ -1,0 +1,450 @@
+"""``group_advantages``: tensors in, advantages out on their device; the same numbers as
+``compute_advantages`` on a frame and as the trainers' own formulas."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from grpo_cli import compute_advantages, group_advantages
+from grpo_cli.core.errors import InputError, OptionsError
+from grpo_cli.core.estimators import ESTIMATORS
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.presets import PRESETS
+from tests import trainer_reference as ref
+from tests.test_presets import hostile_log
+
+torch = pytest.importorskip("torch")
+
+# The estimators on a tensor: all but process supervision (lists of step rewards).
+RESPONSE_ESTIMATORS = [name for name, e in ESTIMATORS.items() if e.unit == "response"]
+
+# Policies alone and where two meet; the column options name the log's columns (the test
+# turns them into tensors: reward_cols -> (N, K) rewards, batch_col -> batch).
+POLICIES: list[dict[str, Any]] = [
+    {},
+    {"ddof": 0},
+    {"eps_mode": "var", "eps": 1e-3},
+    {"eps_mode": "var_floor", "eps": 0.5, "singleton": "formula"},
+    {"singleton": "raw"},
+    {"singleton": "null"},
+    {"singleton": "verl", "eps": 1e-6},
+    {"singleton": "formula", "ddof": 0},
+    {"singleton": "drop"},
+    {"singleton": "drop", "batch_col": "step", "nulls": "zero"},
+    {"nulls": "zero"},
+    {"nulls": "fill_zero"},
+    {"clip": (-0.5, 0.5)},
+    {"clip": (-0.5, 0.5), "clip_stage": "shaped"},
+    {"token_weighted": True},
+    {"token_weighted": True, "ddof": 0, "batch_col": "step"},
+    {"batch_col": "step"},
+    {"reward_cols": ("reward", "format_reward"), "reward_weights": (1.0, 0.5)},
+    {"aggregation": "normalize_then_sum", "reward_cols": ("reward", "format_reward")},
+    {
+        "aggregation": "normalize_then_sum",
+        "reward_cols": ("reward", "format_reward"),
+        "reward_weights": (2.0, -0.5),
+        "batch_col": "step",
+    },
+]
+
+
+def parity_log() -> pl.DataFrame:
+    """The hostile log (a singleton, a zero-variance group, a tie for the maximum, null
+    rewards; groups in two steps) with a row index, a baseline (one null) and two null
+    format rewards (one on a row whose reward is null too)."""
+    log = hostile_log(with_nulls=True).with_row_index("row")
+    baseline = [None if i == 2 else 0.25 * (i % 4) for i in range(log.height)]
+    return log.with_columns(
+        pl.Series("baseline", baseline, dtype=pl.Float64),
+        pl.when(pl.col("row").is_in([3, 8]))
+        .then(None)
+        .otherwise(pl.col("format_reward"))
+        .alias("format_reward"),
+    )
+
+
+def as_tensor(series: pl.Series, dtype: Any = None) -> Any:
+    """A column as a tensor, null as NaN (float columns)."""
+    if series.dtype.is_float():
+        return torch.tensor(series.fill_null(float("nan")).to_numpy(), dtype=dtype)
+    return torch.tensor(series.to_numpy(), dtype=dtype)
+
+
+def group_ids(log: pl.DataFrame) -> Any:
+    """The prompt ids as scattered integers (negative, large, unsorted): the dense codes
+    are the API's job."""
+    codes = {
+        p: (i * 7_919_993 - 40) * (-1) ** i for i, p in enumerate(sorted(set(log["prompt_id"])))
+    }
+    return torch.tensor([codes[p] for p in log["prompt_id"]], dtype=torch.int64)
+
+
+def tensor_call(
+    log: pl.DataFrame, estimator: str, policy: dict[str, Any], dtype: Any = torch.float64
+) -> dict[str, Any]:
+    """The arguments of group_advantages for ``policy`` over ``log``."""
+    options = dict(policy)
+    columns = options.pop("reward_cols", ("reward",))
+    batch_col = options.pop("batch_col", None)
+    rewards = torch.stack([as_tensor(log[c], dtype) for c in columns], dim=1)
+    call: dict[str, Any] = {
+        "rewards": rewards if len(columns) > 1 else rewards[:, 0],
+        "groups": group_ids(log),
+        "estimator": estimator,
+        **options,
+    }
+    if batch_col:
+        call["batch"] = as_tensor(log[batch_col])
+    needs = ESTIMATORS[estimator].needs
+    if "length" in needs or policy.get("token_weighted"):
+        call["lengths"] = as_tensor(log["length"])
+    if "baseline" in needs:
+        call["baseline"] = as_tensor(log["baseline"], torch.float64)
+    return call
+
+
+def frame_call(estimator: str, policy: dict[str, Any]) -> dict[str, Any]:
+    """The same options for compute_advantages (columns named, groups by prompt only)."""
+    needs = ESTIMATORS[estimator].needs
+    columns = {"length_col": "length"} if "length" in needs or policy.get("token_weighted") else {}
+    if "baseline" in needs:
+        columns["baseline_col"] = "baseline"
+    return {"estimator": estimator, "group_cols": ("prompt_id",), **columns, **policy}
+
+
+def expected_tensor(log: pl.DataFrame, annotated: pl.DataFrame) -> Any:
+    """The frame's advantages by row index (rows it dropped: NaN, as the API gives)."""
+    out = torch.full((log.height,), float("nan"), dtype=torch.float64)
+    rows = torch.tensor(annotated["row"].to_numpy().astype(np.int64))
+    out[rows] = as_tensor(annotated["advantage"], torch.float64)
+    return out
+
+
+def f64(values: Any) -> Any:
+    """A trainer reference's list as a float64 tensor."""
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def assert_same(got: Any, expected: Any, tol: float = 1e-12) -> None:
+    """Equal NaN positions, at most ``tol`` apart elsewhere."""
+    assert got.shape == expected.shape
+    assert torch.equal(torch.isnan(got), torch.isnan(expected))
+    diff = (got - expected).abs().nan_to_num(0.0).max().item() if got.numel() else 0.0
+    assert diff <= tol, diff
+
+
+@pytest.mark.parametrize("estimator", RESPONSE_ESTIMATORS)
+def test_every_estimator_and_policy_matches_compute_advantages(estimator: str) -> None:
+    """Every estimator x policies: the tensor API equals the Polars engine to 1e-12 in
+    float64 (NaN where it is null), or refuses the same options with the same message."""
+    log = parity_log()
+    computed = 0
+    for policy in POLICIES:
+        try:
+            annotated = compute_advantages(log, **frame_call(estimator, policy), deterministic=True)
+        except OptionsError as frame_error:
+            with pytest.raises(OptionsError) as info:
+                group_advantages(**tensor_call(log, estimator, policy))
+            assert info.value.message == frame_error.message
+            continue
+        got = group_advantages(**tensor_call(log, estimator, policy))
+        assert got.dtype == torch.float64
+        assert_same(got, expected_tensor(log, annotated))
+        computed += 1
+    # only GDPO's refusals of other estimators than grpo
+    assert computed == len(POLICIES) - (2 if estimator != "grpo" else 0)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_matches_compute_advantages(preset: str) -> None:
+    """``preset=`` sets the same options as on a frame (two reward columns for GDPO)."""
+    log = parity_log()
+    options = PRESETS[preset].options
+    policy: dict[str, Any] = (
+        {"reward_cols": ("reward", "format_reward")}
+        if options.get("aggregation") == "normalize_then_sum"
+        else {}
+    )
+    estimator = options["estimator"]
+    annotated = compute_advantages(
+        log, **frame_call(estimator, {**options, **policy}), deterministic=True
+    )
+    call = tensor_call(log, estimator, {**options, **policy})
+    got = group_advantages(**{k: v for k, v in call.items() if k not in options}, preset=preset)
+    assert_same(got, expected_tensor(log, annotated))
+
+
+@pytest.mark.parametrize("estimator", RESPONSE_ESTIMATORS)
+def test_float32_is_the_float64_result_rounded(estimator: str) -> None:
+    """float32 rewards give float32 advantages within 1e-6 relative of the float64 ones
+    (the rewards are multiples of 1/64: the same values in both dtypes)."""
+    log = parity_log()
+    for policy in ({}, {"batch_col": "step", "nulls": "zero"}, {"singleton": "verl"}):
+        exact = group_advantages(**tensor_call(log, estimator, policy))
+        single = group_advantages(**tensor_call(log, estimator, policy, torch.float32))
+        assert single.dtype == torch.float32
+        assert torch.equal(torch.isnan(single), torch.isnan(exact))
+        valid = ~torch.isnan(exact)
+        error = (single.double() - exact)[valid].abs() / exact[valid].abs().clamp(min=1e-300)
+        assert error.max().item() <= 1e-6
+
+
+def test_the_result_stays_on_the_device_with_the_input_dtype() -> None:
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.25], dtype=torch.float64)
+    groups = torch.tensor([3, 3, 8, 8])
+    for dtype in (torch.float64, torch.float32):
+        got = group_advantages(rewards.to(dtype), groups)
+        assert (got.dtype, got.device, got.shape) == (dtype, rewards.device, (4,))
+    integer = group_advantages(torch.tensor([1, 0, 2, 0]), groups, estimator="dr_grpo")
+    assert integer.dtype == torch.float64
+    assert integer.tolist() == [0.5, -0.5, 1.0, -1.0]
+
+
+def test_prompt_ids_and_integer_groups_give_the_same() -> None:
+    log = parity_log()
+    call = tensor_call(log, "grpo", {"batch_col": "step"})
+    by_codes = group_advantages(**call)
+    call.pop("groups")
+    by_ids = group_advantages(**call, prompt_ids=log["prompt_id"].to_list())
+    by_array = group_advantages(**call, prompt_ids=log["prompt_id"].to_numpy())
+    assert_same(by_ids, by_codes, tol=0.0)
+    assert_same(by_array, by_codes, tol=0.0)
+
+
+def test_dense_index_is_torch_unique_inverse() -> None:
+    from grpo_cli.jobs.tensors import dense_index
+
+    index = torch.tensor([7, -3, 7, 10**12, -3, 0, 7])
+    assert torch.equal(dense_index(torch, index), torch.unique(index, return_inverse=True)[1])
+    assert dense_index(torch, torch.tensor([], dtype=torch.int64)).tolist() == []
+
+
+def test_group_size_makes_consecutive_groups() -> None:
+    """``group_size=G``: consecutive runs of G rows, as on a frame (TRL's num_generations)."""
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.25, 0.75, 0.5, 0.5, 0.0], dtype=torch.float64)
+    frame = pl.DataFrame({"reward": rewards.tolist()})
+    expected = compute_advantages(frame, group_size=3)["advantage"].to_list()
+    assert group_advantages(rewards, group_size=3).tolist() == pytest.approx(expected, abs=1e-15)
+    same = group_advantages(rewards, torch.arange(3).repeat_interleave(3))
+    assert_same(group_advantages(rewards, group_size=3), same, tol=0.0)
+    with pytest.raises(InputError) as info:
+        group_advantages(rewards[:8], group_size=3)
+    assert info.value.message == "the rewards have 8 rows, not a multiple of group_size=3"
+
+
+def test_options_object_and_overrides() -> None:
+    """``options=`` is the starting point (its column names ignored), overrides win."""
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.25], dtype=torch.float64)
+    groups = torch.tensor([0, 0, 1, 1])
+    base = AdvantageOptions(estimator="dr_grpo", group_cols=("q",), reward_cols=("score",))
+    assert group_advantages(rewards, groups, options=base).tolist() == [0.5, -0.5, 0.125, -0.125]
+    scaled = group_advantages(rewards, groups, options=base, estimator="rloo")
+    assert scaled.tolist() == [1.0, -1.0, 0.25, -0.25]
+    weighted = group_advantages(
+        torch.stack([rewards, rewards], 1), groups, weights=(1.0, 1.0), estimator="dr_grpo"
+    )
+    assert weighted.tolist() == [1.0, -1.0, 0.25, -0.25]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def error_of(kind: type[Exception], **call: Any) -> tuple[str, str | None]:
+    with pytest.raises(kind) as info:
+        group_advantages(**call)
+    return info.value.message, info.value.hint  # type: ignore[attr-defined]
+
+
+REWARDS = torch.tensor([1.0, 0.0, float("nan"), 0.5], dtype=torch.float64)
+GROUPS = torch.tensor([0, 0, 1, 1])
+
+
+@pytest.mark.parametrize(
+    ("kind", "call", "message"),
+    [
+        (
+            OptionsError,
+            {"estimator": "grpo"},
+            "estimator grpo needs the groups: groups, prompt_ids or group_size",
+        ),
+        (OptionsError, {"groups": GROUPS, "estimator": "opo"}, "estimator opo needs lengths"),
+        (OptionsError, {"groups": GROUPS, "estimator": "remax"}, "estimator remax needs baseline"),
+        (
+            OptionsError,
+            {"groups": GROUPS, "estimator": "process"},
+            "estimator process works on lists of step rewards, not on a tensor",
+        ),
+        (OptionsError, {"groups": GROUPS, "token_weighted": True}, "token_weighted needs lengths"),
+        (
+            OptionsError,
+            {"groups": GROUPS, "length_col": "length"},
+            "length_col names a column; group_advantages takes tensors",
+        ),
+        (
+            OptionsError,
+            {"groups": GROUPS, "prompt_ids": ["a", "a", "b", "b"]},
+            "groups and prompt_ids both give the groups",
+        ),
+        (
+            OptionsError,
+            {"groups": GROUPS, "weights": (1.0, 2.0)},
+            "2 reward weight(s) for 1 reward function(s) (the columns of rewards)",
+        ),
+        (OptionsError, {"groups": GROUPS, "ddof": 2}, "ddof must be 0 or 1, got 2"),
+        (
+            InputError,
+            {"groups": GROUPS, "nulls": "error"},
+            '1 row(s) have a NaN reward (nulls="error")',
+        ),
+        (InputError, {"groups": GROUPS.double()}, "groups must hold integers, got torch.float64"),
+        (InputError, {"groups": GROUPS[:3]}, "groups has shape (3,), the rewards 4 rows"),
+        (InputError, {"groups": [0, 0, 1, 1]}, "groups must be an integer tensor, got list"),
+        (InputError, {"prompt_ids": ["a", None, "b", "b"]}, "prompt id 1 is None"),
+        (InputError, {"prompt_ids": ["a", "b"]}, "2 prompt id(s) for 4 rewards"),
+        (
+            InputError,
+            {"groups": GROUPS, "lengths": torch.ones(4, 1)},
+            "lengths has shape (4, 1), the rewards 4 rows",
+        ),
+    ],
+)
+def test_bad_calls_are_clear_errors(
+    kind: type[Exception], call: dict[str, Any], message: str
+) -> None:
+    got, hint = error_of(kind, rewards=REWARDS, **call)
+    assert got == message
+    assert hint
+
+
+def test_rewards_must_be_a_one_or_two_dimensional_tensor() -> None:
+    assert error_of(InputError, rewards=[1.0, 2.0])[0] == "rewards must be a torch tensor, got list"
+    message, _ = error_of(InputError, rewards=torch.zeros(2, 2, 2))
+    assert message == "rewards must be a real tensor of shape (N,) or (N, K), got (2, 2, 2)"
+
+
+# --------------------------------------------------------------------------- trainers
+
+
+def trl_rewards(log: pl.DataFrame) -> np.ndarray:
+    return np.array(
+        [
+            [math.nan if r is None else r, math.nan if f is None else f]
+            for r, f in zip(log["reward"], log["format_reward"], strict=True)
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("preset", "scale"), [("trl", "group"), ("trl-batch", "batch"), ("trl-none", "none")]
+)
+def test_trl_formulas(preset: str, scale: str) -> None:
+    """TRL's GRPOTrainer (tests/trainer_reference.py), one and two reward functions."""
+    log = parity_log()
+    matrix = trl_rewards(log)
+    keys = log["prompt_id"].to_list()
+    one = group_advantages(torch.tensor(matrix[:, :1]), prompt_ids=keys, preset=preset)
+    assert_same(one, f64(ref.trl_grpo(matrix[:, :1], keys, scale_rewards=scale)))
+    two = group_advantages(torch.tensor(matrix), prompt_ids=keys, preset=preset, weights=(1, 0.5))
+    expected = ref.trl_grpo(matrix, keys, weights=[1.0, 0.5], scale_rewards=scale)
+    assert_same(two, f64(expected))
+
+
+def test_trl_gdpo_formula() -> None:
+    log = parity_log()
+    matrix, keys = trl_rewards(log), log["prompt_id"].to_list()
+    got = group_advantages(
+        torch.tensor(matrix), prompt_ids=keys, preset="trl-gdpo", weights=(1, 0.5)
+    )
+    expected = ref.trl_grpo(matrix, keys, weights=[1.0, 0.5], aggregation="normalize_then_sum")
+    assert_same(got, f64(expected))
+
+
+def test_trl_training_step_in_float32() -> None:
+    """TRL's step: B prompts x G generations, rewards float32 (B*G,), groups
+    ``arange(B).repeat_interleave(G)``: within float32 rounding of TRL's formula."""
+    b, g = 16, 8
+    rng = np.random.default_rng(3)
+    rewards = rng.integers(0, 5, b * g).astype(np.float32) / 4
+    rewards[:g] = 0.5  # a zero-variance group
+    groups = torch.arange(b).repeat_interleave(g)
+    got = group_advantages(torch.tensor(rewards), groups, preset="trl")
+    assert got.dtype == torch.float32
+    expected = f64(ref.trl_grpo(rewards.astype(np.float64)[:, None], groups.tolist()))
+    assert torch.equal(got[:g], torch.zeros(g))
+    assert torch.allclose(got.double(), expected, rtol=1e-6, atol=1e-7)
+
+
+VERL_CASES = [
+    ("verl", lambda s, k, n: ref.verl_grpo(s, k)),
+    ("verl-dr-grpo", lambda s, k, n: ref.verl_grpo(s, k, norm_by_std=False)),
+    ("verl-rloo", lambda s, k, n: ref.verl_rloo(s, k)),
+    ("verl-gpg", lambda s, k, n: ref.verl_gpg(s, k)),
+    ("verl-reinforce-pp-baseline", lambda s, k, n: ref.verl_reinforce_pp_baseline(s, k, n)),
+]
+
+
+@pytest.mark.parametrize(("preset", "formula"), VERL_CASES, ids=[c[0] for c in VERL_CASES])
+def test_verl_formulas(preset: str, formula: Any) -> None:
+    """verl's core_algos (index = uid, singletons included), from its uid strings."""
+    log = hostile_log()
+    scores, uid, lengths = log["reward"].to_list(), log["prompt_id"].to_list(), log["length"]
+    got = group_advantages(
+        torch.tensor(scores, dtype=torch.float64),
+        prompt_ids=np.array(uid, dtype=object),
+        lengths=as_tensor(lengths),
+        preset=preset,
+    )
+    assert_same(got, f64(formula(scores, uid, lengths.to_list())))
+
+
+def test_verl_grpo_passk_formula() -> None:
+    log = hostile_log().filter(pl.col("prompt_id") != "a")  # verl raises on a singleton
+    scores, uid = log["reward"].to_list(), log["prompt_id"].to_list()
+    got = group_advantages(
+        torch.tensor(scores, dtype=torch.float64), prompt_ids=uid, preset="verl-grpo-passk"
+    )
+    assert_same(got, f64(ref.verl_grpo_passk(scores, uid)))
+
+
+@pytest.mark.parametrize(
+    ("preset", "estimator"),
+    [
+        ("openrlhf-group-norm", "group_norm"),
+        ("openrlhf-rloo", "rloo"),
+        ("openrlhf-dr-grpo", "dr_grpo"),
+    ],
+)
+def test_openrlhf_formulas(preset: str, estimator: str) -> None:
+    log = hostile_log().filter(pl.col("prompt_id") != "a").with_columns(pl.col("reward") * 40)
+    scores, keys = log["reward"].to_list(), log["prompt_id"].to_list()
+    got = group_advantages(
+        torch.tensor(scores, dtype=torch.float64), prompt_ids=keys, preset=preset
+    )
+    assert_same(got, f64(ref.openrlhf(scores, keys, estimator)))
+
+
+# --------------------------------------------------------------------------- devices
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_no_host_sync_and_parity() -> None:
+    """On CUDA: no host sync on the path (torch's sync debug mode raises on one), the
+    result on the device, the CPU's numbers."""
+    log = parity_log()
+    for estimator in RESPONSE_ESTIMATORS:
+        call = tensor_call(log, estimator, {"batch_col": "step"})
+        on_cpu = group_advantages(**call)
+        moved = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in call.items()}
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            on_gpu = group_advantages(**moved)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert on_gpu.device.type == "cuda"
+        assert_same(on_gpu.cpu(), on_cpu)
