@@ -287,14 +287,18 @@ def formula_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> dict[
         raw = gdpo(ctx, rewards)
     else:
         raw = plan.estimator.fn(ctx)
-    sizes = torch.bincount(ctx.group, minlength=ctx.groups).index_select(0, ctx.group)
+    valid = ctx.count().to(torch.int64)  # the reward's statistics: computed once
+    if plan.has_nulls:
+        sizes = torch.bincount(ctx.group, minlength=ctx.groups).index_select(0, ctx.group)
+    else:  # every reward valid: the group's rows are its valid rewards
+        sizes = valid
     out = {
         RAW: torch.broadcast_to(raw, ctx.reward.shape),
         SIZE_KEY: sizes,
         CONSTANT_KEY: ctx.is_constant(),
     }
     if plan.has_nulls:
-        out[VALID_KEY] = ctx.count().to(torch.int64)
+        out[VALID_KEY] = valid
     if plan.keys.check is not None:
         check = key_tensor(torch, frame, (plan.keys.check,), ctx.device)
         out[COLLISION] = hash_collides(ctx, check)
@@ -420,15 +424,15 @@ class TorchContext(FormulaContext):
         torch = self.torch
         x = self.to_float(x)
         valid = ~torch.isnan(x)
+        if op in ("sum", "nonzero"):  # no count needed: one segment sum
+            values = torch.where(valid, x, 0.0) if op == "sum" else (valid & (x != 0)).double()
+            sums = torch.zeros(size, dtype=torch.float64, device=x.device)
+            return sums.index_add_(0, codes, values).index_select(0, codes)
         count = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(
             0, codes, valid.to(torch.float64)
         )
         if op == "count":
             return count.index_select(0, codes)
-        if op in ("sum", "nonzero"):
-            values = torch.where(valid, x, 0.0) if op == "sum" else (valid & (x != 0)).double()
-            sums = torch.zeros(size, dtype=torch.float64, device=x.device)
-            return sums.index_add_(0, codes, values).index_select(0, codes)
         fill = -torch.inf if op == "max" else torch.inf
         start = torch.full((size,), fill, dtype=torch.float64, device=x.device)
         reduced = start.scatter_reduce(
