@@ -1,8 +1,10 @@
 """The optional torch engine (``--backend torch``): the same contract as the Polars engine.
 
-Polars finds the groups (dense integer codes of the group key, and of the batch key) and
-prepares the reward (aggregation, null policy); torch then evaluates the estimator's own
-formula (``plan.estimator.fn``, or GDPO's) on the chosen device, in float64, through
+Polars hashes the group key (the plan's 64-bit hash) and prepares the reward
+(aggregation, null policy), row-wise; only the columns the formula reads cross to the
+device, where ``torch.unique`` codes the keys (:func:`key_codes`: no sort on the host) and
+the plan's collision check runs (:func:`hash_collides`); torch then evaluates the
+estimator's own formula (``plan.estimator.fn``, or GDPO's) on the chosen device, in float64, through
 :class:`TorchContext`: the formula context (:class:`grpo_cli.core.estimators.FormulaContext`)
 implemented with segment operations (``index_add_``, ``scatter_reduce``) over the codes,
 NaN standing for null:
@@ -13,7 +15,8 @@ NaN standing for null:
 estimator and policy runs here; the shared policies are applied afterwards, as for every
 engine (:mod:`grpo_cli.core.policies`). Process supervision runs its formula here over the
 steps that Polars explodes from the list column (:func:`step_scores`). torch is imported
-here only, and only when this engine runs.
+here only, and only when this engine runs: in a background thread from the moment the job
+picks the engine (:func:`start_import`), so that it loads while the log is read.
 """
 
 from __future__ import annotations
