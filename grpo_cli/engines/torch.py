@@ -406,7 +406,16 @@ class TorchContext(FormulaContext):
         mean = self.group_agg(r, "sum") / n
         centred = self.fill_null(r - mean, 0.0)
         var = self.group_agg(centred * centred, "sum") / (n - self.ddof)
-        equal = self.group_agg(r, "max") == self._segment(self.group, self.groups, r, "min")
+        # all valid rewards equal: the group's largest is its smallest (compared per group,
+        # one gather; a group without valid rewards is not equal, as NaN == NaN is not)
+        valid = ~torch.isnan(r)
+        ends = [
+            torch.full((self.groups,), fill, dtype=torch.float64, device=r.device).scatter_reduce(
+                0, self.group, torch.where(valid, r, fill), op
+            )
+            for fill, op in ((-torch.inf, "amax"), (torch.inf, "amin"))
+        ]
+        equal = (ends[0] == ends[1]).index_select(0, self.group)
         var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
         return {"count": n, "mean": mean, "var": var}
 
