@@ -1,11 +1,27 @@
-"""Time the torch path: the segment kernel alone, and ``grpo-adv compute`` end to end.
+"""Time the torch path stage by stage, and ``grpo-adv compute`` end to end against Polars.
 
-    python benchmarks/gpu.py --device cuda --rows 10000000
+    python benchmarks/gpu.py --device cuda                 # 10M and 100M rows
+    python benchmarks/gpu.py --device cpu --rows 1000000   # any sizes
 
-The kernel time excludes host-device copies and group coding (Polars); it is the median of
-``--rounds`` runs after a warm-up, with ``torch.cuda.synchronize`` around each on CUDA. The
-end-to-end time runs ``grpo-adv compute IN -o OUT --backend torch --device D`` as a fresh
-process, next to the Polars backend on the same file.
+For each size, on a shuffled numeric log (:func:`datasets.write_log`, GRPO, groups by
+(step, prompt_id) as the command line forms them), in one process with torch loaded:
+
+- read: the Parquet file into memory (Polars);
+- keys: the plan and the prepared frame (Polars: the 64-bit key hashes and the reward);
+- transfer in: what the formula reads (the key hash, its check hash, the reward) to the
+  device;
+- codes: the group codes on the device (``torch.unique(return_inverse=True)``);
+- kernel: the formula, the group profile and the collision check (the engine's
+  :func:`grpo_cli.engines.torch.formula_columns`);
+- transfer out: the tensors back as Polars columns (:func:`host_columns`);
+- policies: the shared policies and the output frame (Polars);
+- write: the annotated log to Parquet.
+
+Each stage is the median of ``--rounds`` runs after a warm-up, synchronised on CUDA.
+Then end to end, fresh processes, interleaved: ``grpo-adv compute IN -o OUT -f -q
+--backend torch --device D`` and the same on the Polars engine (medians of ``--rounds``),
+their ratio, and the ratio with torch's import (and CUDA's start) left out, measured in
+fresh processes too.
 """
 
 from __future__ import annotations
@@ -16,84 +32,162 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from datasets import write_log
 
+from grpo_cli.core.columns import REWARD_KEY, TORCH_RAW, VALID_KEY
 from grpo_cli.core.engine_options import EngineOptions
-from grpo_cli.core.expressions import annotate_lazy, collect, prepare
+from grpo_cli.core.expressions import collect, prepare
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import make_plan
-from grpo_cli.engines.torch import formula_columns, import_torch, resolve_device, torch_context
+from grpo_cli.core.policies import apply_policies
+from grpo_cli.engines.torch import (
+    float_column,
+    formula_columns,
+    host_columns,
+    import_torch,
+    key_tensor,
+    resolve_device,
+    torch_context,
+)
+
+OPTIONS = AdvantageOptions(group_cols=("step", "prompt_id"))
 
 
-def kernel_seconds(path: Path, device_name: str, rounds: int) -> tuple[float, str]:
+def median_seconds(run: Callable[[], Any], rounds: int, sync: Callable[[], None]) -> float:
+    """The median time of ``run`` over ``rounds`` runs after one warm-up."""
+    run()
+    sync()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        run()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def stage_seconds(path: Path, device_name: str, rounds: int) -> tuple[dict[str, float], str]:
+    """The seconds of each stage (see the module docstring), and where they ran."""
     torch = import_torch()
     device = resolve_device(torch, device_name)
-    options = AdvantageOptions()
-    frame = pl.read_parquet(path)
-    plan = make_plan(frame, options, engine=EngineOptions(backend="torch", device=device_name))
-    prepared = collect(prepare(frame, plan))
-    ctx = torch_context(torch, prepared, plan, device)
-
-    def kernel() -> None:  # a fresh context: its group statistics are computed again
-        formula_columns(replace(ctx), prepared, plan)
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    kernel()  # warm-up
-    sync()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        kernel()
-        sync()
-        times.append(time.perf_counter() - start)
-    # The same arithmetic on Polars, for scale (in-memory frame, streaming engine).
-    polars_times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        lazy = annotate_lazy(frame, make_plan(frame, AdvantageOptions()))
-        collect(lazy, deterministic=False)
-        polars_times.append(time.perf_counter() - start)
+    engine = EngineOptions(backend="torch", device=device_name)
+    frame = pl.read_parquet(path)
+    plan = make_plan(frame, OPTIONS, engine=engine)
+    prepared = collect(prepare(frame, plan), deterministic=False)
+    ctx = torch_context(torch, prepared, plan, device)
+    check = plan.keys.check
+    key = key_tensor(torch, prepared, plan.keys.group, device)
+    out = formula_columns(ctx, prepared, plan)
+    host = host_columns(out, prepared, plan)
+    advantage = apply_policies(
+        pl.col(TORCH_RAW).fill_nan(None),
+        plan,
+        reward=pl.col(REWARD_KEY),
+        singleton=pl.col(VALID_KEY) == 1,
+    )
+
+    def policies() -> pl.DataFrame:
+        full = prepared.hstack(host)
+        return full.with_columns(advantage.alias(OPTIONS.advantage_col))
+
+    annotated = policies().select([*frame.columns, OPTIONS.advantage_col])
+    written = Path(tempfile.mkdtemp()) / "out.parquet"
+    seconds = {
+        "read": median_seconds(lambda: pl.read_parquet(path), rounds, sync),
+        "keys": median_seconds(
+            lambda: collect(
+                prepare(frame, make_plan(frame, OPTIONS, engine=engine)), deterministic=False
+            ),
+            rounds,
+            sync,
+        ),
+        "transfer in": median_seconds(
+            lambda: (
+                key_tensor(torch, prepared, plan.keys.group, device),
+                check and key_tensor(torch, prepared, (check,), device),
+                float_column(torch, prepared, pl.col(REWARD_KEY), device),
+            ),
+            rounds,
+            sync,
+        ),
+        "codes": median_seconds(lambda: torch.unique(key, return_inverse=True), rounds, sync),
+        "kernel": median_seconds(
+            lambda: formula_columns(replace(ctx), prepared, plan), rounds, sync
+        ),
+        "transfer out": median_seconds(lambda: host_columns(out, prepared, plan), rounds, sync),
+        "policies": median_seconds(policies, rounds, sync),
+        "write": median_seconds(lambda: annotated.write_parquet(written), rounds, sync),
+    }
     label = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
-    return statistics.median(
-        times
-    ), f"{label}; Polars compute {statistics.median(polars_times):.3f} s"
+    return seconds, f"{label}, torch {torch.__version__}, Polars {pl.__version__}"
 
 
-def end_to_end(path: Path, args: list[str], rounds: int) -> float:
-    cli = str(Path(sys.executable).with_name("grpo-adv"))
-    out = Path(tempfile.mkdtemp()) / "out.parquet"
-    times = []
+def fresh_seconds(command: list[str]) -> float:
+    """The wall time of ``command`` as a fresh process."""
+    start = time.perf_counter()
+    subprocess.run(command, check=True)
+    return time.perf_counter() - start
+
+
+def import_seconds(device: str, rounds: int) -> float:
+    """The median time of ``import torch`` (and CUDA's start on a GPU) in a fresh process,
+    less a bare interpreter's start."""
+    start_cuda = "; torch.zeros(1, device='cuda')" if device == "cuda" else ""
+    loaded = [
+        fresh_seconds([sys.executable, "-c", "import torch" + start_cuda]) for _ in range(rounds)
+    ]
+    bare = [fresh_seconds([sys.executable, "-c", "pass"]) for _ in range(rounds)]
+    return statistics.median(loaded) - statistics.median(bare)
+
+
+def end_to_end(path: Path, device: str, rounds: int) -> tuple[float, float]:
+    """Median seconds of ``compute`` on torch and on Polars, fresh processes, interleaved."""
+    cli = [sys.executable, "-m", "grpo_cli", "compute", str(path), "-f", "-q", "-o"]
+    out = Path(tempfile.mkdtemp())
+    torch_times, polars_times = [], []
     for _ in range(rounds):
-        start = time.perf_counter()
-        subprocess.run([cli, "compute", str(path), "-o", str(out), "-f", "-q", *args], check=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        torch_args = ["--backend", "torch", "--device", device]
+        torch_times.append(fresh_seconds([*cli, str(out / "torch.parquet"), *torch_args]))
+        polars_times.append(fresh_seconds([*cli, str(out / "polars.parquet")]))
+    return statistics.median(torch_times), statistics.median(polars_times)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument(
+        "--rows", type=int, nargs="+", help="log sizes (default: 10M, and 100M on CUDA)"
+    )
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench")
     args = parser.parse_args()
-    path = write_log(args.data / f"shuffled_{args.rows}.parquet", args.rows)
-    kernel, where = kernel_seconds(path, args.device, args.rounds)
-    torch_e2e = end_to_end(path, ["--backend", "torch", "--device", args.device], args.rounds)
-    polars_e2e = end_to_end(path, [], args.rounds)
-    print(f"{args.rows:,} rows on {where}")
-    print(f"torch kernel alone:       {kernel:.4f} s ({args.rows / kernel / 1e6:.0f} M rows/s)")
-    print(f"end to end, --backend torch:  {torch_e2e:.2f} s")
-    print(f"end to end, --backend polars: {polars_e2e:.2f} s")
+    sizes = args.rows or ([10_000_000, 100_000_000] if args.device == "cuda" else [10_000_000])
+    loading = import_seconds(args.device, args.rounds)
+    for rows in sizes:
+        path = write_log(args.data / f"shuffled_{rows}.parquet", rows)
+        seconds, where = stage_seconds(path, args.device, args.rounds)
+        torch_e2e, polars_e2e = end_to_end(path, args.device, args.rounds)
+        print(f"{rows:,} rows on {where} (medians of {args.rounds})")
+        for name, value in seconds.items():
+            print(f"  {name:<13} {value:8.3f} s")
+        print(f"  {'stages':<13} {sum(seconds.values()):8.3f} s")
+        print(f"  import torch  {loading:8.3f} s (fresh process)")
+        print(f"end to end: torch {torch_e2e:.2f} s, Polars {polars_e2e:.2f} s")
+        print(f"  torch / Polars: {torch_e2e / polars_e2e:.2f}")
+        print(f"  without the import: {(torch_e2e - loading) / polars_e2e:.2f}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import polars as pl
@@ -14,7 +17,7 @@ from grpo_cli.core.errors import OptionsError
 from grpo_cli.core.estimators import ESTIMATORS
 from grpo_cli.core.presets import PRESETS
 from grpo_cli.jobs.pipeline import annotate
-from tests.conftest import SAMPLE_FILES
+from tests.conftest import ROOT, SAMPLE_FILES
 from tests.test_presets import hostile_log
 
 torch = pytest.importorskip("torch")
@@ -222,3 +225,76 @@ def test_a_new_estimator_is_one_entry_and_runs_on_torch(monkeypatch: pytest.Monk
     log = pl.DataFrame({"prompt_id": ["a", "a", "b", "b"], "reward": [1.0, 3.0, 2.0, 4.0]})
     got = compute_advantages(log, estimator="half_gap", backend="torch", device="cpu")
     assert got["advantage"].to_list() == [-1 / 6, 1 / 6, -0.125, 0.125]
+
+
+def test_group_codes_come_from_torch_unique_not_a_polars_sort(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plan's 64-bit key hash is coded on the device (no Polars rank): the codes
+    match the dense rank's up to relabeling, and the count is the number of keys. A key
+    that is not one integer column (the exact fallback of a string key) keeps Polars'."""
+    import grpo_cli.engines.torch as engine
+
+    hashes = pl.Series("h", [2**63 + 5, 7, 2**63 + 5, 2**64 - 1, 7, 0], dtype=pl.UInt64)
+    frame = pl.DataFrame([hashes, pl.Series("s", ["b", "a", "b", "c", "a", "d"])])
+    dense = engine.dense_codes(frame, ("h",)).to_list()
+
+    def no_sort(frame: pl.DataFrame, columns: tuple[str, ...]) -> pl.Series:
+        raise AssertionError(f"Polars coded {columns}")
+
+    monkeypatch.setattr(engine, "dense_codes", no_sort)
+    codes, count = engine.key_codes(torch, frame, ("h",), torch.device("cpu"))
+    assert count == 4
+    relabel = dict(zip(codes.tolist(), dense, strict=True))
+    assert len(relabel) == 4 and [relabel[c] for c in codes.tolist()] == dense
+    with pytest.raises(AssertionError, match="Polars coded"):
+        engine.key_codes(torch, frame, ("s",), torch.device("cpu"))
+
+
+def test_a_real_hash_collision_is_detected_on_the_device() -> None:
+    """Two prompts forced onto one group hash (their second hashes differ): the device's
+    check marks it (CHECK_MAX differs from the second hash on some row) and the plan's
+    fallback then reruns on the exact key; without the forced clash nothing is marked."""
+    import grpo_cli.engines.torch as engine
+    from grpo_cli.core.columns import CHECK_MAX, GROUP_HASH
+    from grpo_cli.core.engine_options import EngineOptions
+    from grpo_cli.core.expressions import collect, prepare
+    from grpo_cli.core.options import AdvantageOptions
+    from grpo_cli.core.plan import hash_collision, make_plan
+
+    log = pl.DataFrame({"prompt_id": ["a", "a", "b", "b"], "reward": [1.0, 3.0, 2.0, 6.0]})
+    plan = make_plan(log, AdvantageOptions(), engine=EngineOptions(backend="torch"))
+    prepared = collect(prepare(log, plan))
+    clean = engine.torch_columns(prepared, plan)
+    assert not hash_collision(prepared.hstack(clean), plan.keys)
+    forced = prepared.with_columns(pl.lit(42, dtype=pl.UInt64).alias(GROUP_HASH))
+    clashing = engine.torch_columns(forced, plan)
+    assert clashing[CHECK_MAX].n_unique() == 1  # the one group's largest second hash
+    assert hash_collision(forced.hstack(clashing), plan.keys)
+
+
+def test_the_torch_engine_imports_torch_while_the_log_is_read() -> None:
+    """A torch run starts torch's import (a background thread) before the log is read;
+    a Polars run and ``--help`` never import it."""
+    code = (
+        "import sys, threading; import grpo_cli.io.read as read; real = read.read_many\n"
+        "def spy(*a, **k):\n"
+        "    print('reading', [t.name for t in threading.enumerate() if 'torch' in t.name])\n"
+        "    return real(*a, **k)\n"
+        "read.read_many = spy\n"
+        "from grpo_cli.jobs.run import run_job\n"
+        f"run_job([{str(SAMPLE_FILES['parquet'])!r}], '-', output_format='jsonl',"
+        " engine={'backend': sys.argv[1], 'device': 'cpu'})\n"
+        "print('torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run(backend: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", code, backend], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        return [line for line in done.stdout.splitlines() if not line.startswith("{")]
+
+    assert run("torch") == ["reading ['grpo-import-torch']", "True"]
+    assert run("polars") == ["reading []", "False"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from grpo_cli.core.engine_options import ENGINES, EngineInfo
 from grpo_cli.core.errors import (
@@ -114,6 +114,22 @@ def get_engine(name: str) -> Engine:
         )
     engine: Engine = importlib.import_module(info.module).ENGINE
     return engine
+
+
+@runtime_checkable
+class Preloading(Protocol):
+    """An engine whose optional package takes long to import (torch: seconds)."""
+
+    def start_loading(self) -> None:
+        """Start importing it in the background (errors are for its first use to raise)."""
+
+
+def start_loading(name: str) -> None:
+    """Let the engine called ``name`` start importing what it needs while the caller
+    reads the input (an engine that needs nothing slow does nothing)."""
+    engine = get_engine(name)
+    if isinstance(engine, Preloading):
+        engine.start_loading()
 
 
 def check(engine: Engine, plan: Plan) -> None:

@@ -1,8 +1,10 @@
 """The optional torch engine (``--backend torch``): the same contract as the Polars engine.
 
-Polars finds the groups (dense integer codes of the group key, and of the batch key) and
-prepares the reward (aggregation, null policy); torch then evaluates the estimator's own
-formula (``plan.estimator.fn``, or GDPO's) on the chosen device, in float64, through
+Polars hashes the group key (the plan's 64-bit hash) and prepares the reward
+(aggregation, null policy), row-wise; only the columns the formula reads cross to the
+device, where ``torch.unique`` codes the keys (:func:`key_codes`: no sort on the host) and
+the plan's collision check runs (:func:`hash_collides`); torch then evaluates the
+estimator's own formula (``plan.estimator.fn``, or GDPO's) on the chosen device, in float64, through
 :class:`TorchContext`: the formula context (:class:`grpo_cli.core.estimators.FormulaContext`)
 implemented with segment operations (``index_add_``, ``scatter_reduce``) over the codes,
 NaN standing for null:
@@ -13,18 +15,30 @@ NaN standing for null:
 estimator and policy runs here; the shared policies are applied afterwards, as for every
 engine (:mod:`grpo_cli.core.policies`). Process supervision runs its formula here over the
 steps that Polars explodes from the list column (:func:`step_scores`). torch is imported
-here only, and only when this engine runs.
+here only, and only when this engine runs: in a background thread from the moment the job
+picks the engine (:func:`start_import`), so that it loads while the log is read.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import warnings
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, Final
 
 import polars as pl
 
-from grpo_cli.core.columns import CONSTANT_KEY, REWARD_KEY, SIZE_KEY, STEP_Z, VALID_KEY
+from grpo_cli.core.columns import (
+    BATCH_KEY,
+    CHECK_MAX,
+    CONSTANT_KEY,
+    REWARD_KEY,
+    SIZE_KEY,
+    STEP_Z,
+    VALID_KEY,
+)
 from grpo_cli.core.columns import TORCH_RAW as RAW
 from grpo_cli.core.engine_options import DEVICES, ENGINES, EngineInfo
 from grpo_cli.core.errors import Message, OptionsError, option
@@ -37,8 +51,32 @@ from grpo_cli.core.rewards import reward_expr
 INSTALL_HINT: Final = "pip install 'grpo-adv[torch]'"
 
 
+_IMPORT: dict[str, threading.Thread] = {}  # the background import, once started
+
+
+def start_import() -> None:
+    """Start importing torch in a background thread (the caller then reads its input while
+    torch loads: ``import torch`` takes seconds, reading a large log too); once per
+    process. A missing torch is reported by :func:`import_torch`, not here. The thread is
+    not a daemon: an early exit waits for the import rather than stop it half-way."""
+    if "torch" in _IMPORT:
+        return
+
+    def load() -> None:
+        with contextlib.suppress(ImportError):
+            import torch  # noqa: F401
+
+    thread = threading.Thread(target=load, name="grpo-import-torch")
+    _IMPORT["torch"] = thread
+    thread.start()
+
+
 def import_torch() -> Any:
-    """torch, or an OptionsError saying how to install it."""
+    """torch (joining the background import when :func:`start_import` started one), or an
+    OptionsError saying how to install it."""
+    started = _IMPORT.get("torch")
+    if started is not None:
+        started.join()
     try:
         import torch
     except ImportError:
@@ -79,9 +117,15 @@ class TorchEngine:
         """Nothing: every estimator's formula and every policy runs on torch."""
         return None
 
+    def start_loading(self) -> None:
+        """Start importing torch while the caller reads the log (:func:`start_import`)."""
+        start_import()
+
     def annotate(self, frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
-        """Polars prepares keys and rewards; torch does the arithmetic; Polars applies the
-        policies (see :class:`grpo_cli.engines.FrameEngine`)."""
+        """Polars hashes the key and prepares the reward (row-wise: the streaming engine,
+        whose result is the in-memory one's); torch finds the groups and does the
+        arithmetic (:func:`torch_columns`); Polars applies the policies (see
+        :class:`grpo_cli.engines.FrameEngine`)."""
         from grpo_cli.core.expressions import collect, prepare
 
         options = plan.options
@@ -89,12 +133,13 @@ class TorchEngine:
             from grpo_cli.core.process_supervision import process_advantages
 
             return collect(process_advantages(prepare(frame, plan), plan, step_scores))
-        # The collision check column comes from Polars, as on every engine.
-        lazy = prepare(frame, plan).with_columns(collision_columns(plan.keys))
-        prepared = collect(lazy, deterministic=True)
+        prepared = collect(prepare(frame, plan), deterministic=False)
         full = prepared.hstack(torch_columns(prepared, plan))
         advantage = apply_policies(
-            pl.col(RAW), plan, reward=pl.col(REWARD_KEY), singleton=pl.col(VALID_KEY) == 1
+            pl.col(RAW).fill_nan(None),
+            plan,
+            reward=pl.col(REWARD_KEY),
+            singleton=pl.col(VALID_KEY) == 1,
         )
         full = full.with_columns(advantage.alias(options.advantage_col)).drop(RAW)
         if options.with_stats:
@@ -108,21 +153,24 @@ ENGINE = TorchEngine(ENGINES["torch"])
 
 
 def dense_codes(frame: pl.DataFrame, columns: tuple[str, ...]) -> pl.Series:
-    """0..k-1 codes of the key ``columns``: equal keys, equal codes (exact: the plan's key
-    is already one 64-bit hash column unless it is the exact fallback)."""
+    """0..k-1 codes of the key ``columns`` by Polars (a sort): equal keys, equal codes. Only
+    for keys that are not one integer column (the exact fallback of a string or composite
+    key; a string batch column); see :func:`key_codes`."""
     key = pl.col(columns[0]) if len(columns) == 1 else pl.struct(list(columns))
     return frame.select((key.rank("dense") - 1).cast(pl.Int64)).to_series()
 
 
 def torch_columns(frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
-    """The formula's value (RAW, before the policies) and the per-row group profile
-    (SIZE_KEY, VALID_KEY, CONSTANT_KEY), computed with torch. ``frame`` holds the prepared
-    reward (REWARD_KEY), the key columns and the columns the estimator reads."""
+    """The formula's value (RAW, before the policies; NaN for null), the per-row group
+    profile (SIZE_KEY, VALID_KEY, CONSTANT_KEY) and, when the plan's key is hashed,
+    CHECK_MAX (see :func:`grpo_cli.core.plan.hash_collision`), computed with torch.
+    ``frame`` holds the prepared reward (REWARD_KEY), the key columns and the columns the
+    estimator reads. Only those columns cross to the device (:func:`torch_context`); RAW,
+    SIZE_KEY and CONSTANT_KEY come back (VALID_KEY is SIZE_KEY when the reward has no
+    nulls)."""
     torch = import_torch()
     ctx = torch_context(torch, frame, plan, resolve_device(torch, plan.engine.device))
-    out = formula_columns(ctx, frame, plan)
-    columns = {name: tensor.cpu().numpy() for name, tensor in out.items()}
-    return pl.DataFrame(columns).with_columns(pl.col(RAW).fill_nan(None))
+    return host_columns(formula_columns(ctx, frame, plan), frame, plan)
 
 
 def step_scores(steps: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
@@ -139,27 +187,28 @@ def step_scores(steps: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
 
 
 def torch_context(torch: Any, frame: pl.DataFrame, plan: Plan, device: Any) -> TorchContext:
-    """The formula context of ``plan`` over the prepared ``frame``, its columns copied to
-    ``device`` (see :func:`torch_columns`)."""
+    """The formula context of ``plan`` over the prepared ``frame``: the group and batch
+    codes made on ``device`` (:func:`key_codes`), the columns the formula reads copied to
+    it."""
     options, keys = plan.options, plan.keys
-
-    def codes(columns: tuple[str, ...]) -> Any:
-        return torch.as_tensor(dense_codes(frame, columns).to_numpy(writable=True), device=device)
-
-    def count(columns: tuple[str, ...]) -> int:  # the number of distinct keys, on the host
-        return frame.select(pl.struct(list(columns)).n_unique()).item() if frame.height else 0
 
     def column(name: str | None) -> Any:  # absent from process supervision's steps
         if name is None or name not in frame.columns:
             return None
         return float_column(torch, frame, pl.col(name), device)
 
+    group, groups = key_codes(torch, frame, keys.group, device)
+    if keys.batch == (BATCH_KEY,):  # one constant batch: no codes to find
+        batch = torch.zeros(frame.height, dtype=torch.int64, device=device)
+        batches = min(frame.height, 1)
+    else:
+        batch, batches = key_codes(torch, frame, keys.batch, device)
     return TorchContext(
         torch=torch,
-        group=codes(keys.group),
-        groups=count(keys.group),
-        batch=codes(keys.batch),
-        batches=count(keys.batch),
+        group=group,
+        groups=groups,
+        batch=batch,
+        batches=batches,
         reward=column(REWARD_KEY),
         ddof=options.ddof,
         eps=options.eps,
@@ -172,16 +221,61 @@ def torch_context(torch: Any, frame: pl.DataFrame, plan: Plan, device: Any) -> T
     )
 
 
+def key_codes(
+    torch: Any, frame: pl.DataFrame, columns: tuple[str, ...], device: Any
+) -> tuple[Any, int]:
+    """0..k-1 codes of the key ``columns`` as an int64 tensor on ``device`` (equal keys,
+    equal codes), and k. One integer column without nulls (the plan's 64-bit key hash, a
+    positional key, an integer batch column) is copied in and coded there by
+    ``torch.unique(return_inverse=True)`` (a UInt64 hash as its int64 bits: equality is
+    kept); any other key (the exact fallback of a string or composite key) is coded by
+    Polars (:func:`dense_codes`). k is known from the unique values' count, one
+    synchronisation."""
+    key = key_tensor(torch, frame, columns, device)
+    if key is None:
+        codes = to_device(torch, dense_codes(frame, columns).to_numpy(), device)
+        return codes, int(codes.max()) + 1 if frame.height else 0
+    uniques, codes = torch.unique(key, return_inverse=True)
+    return codes, int(uniques.numel())
+
+
+def key_tensor(torch: Any, frame: pl.DataFrame, columns: tuple[str, ...], device: Any) -> Any:
+    """The key ``columns`` as one int64 tensor on ``device`` when they are one integer
+    column without nulls (UInt64 reinterpreted bit for bit), else None."""
+    if len(columns) != 1:
+        return None
+    series = frame.get_column(columns[0])
+    if not series.dtype.is_integer() or series.null_count():
+        return None
+    if series.dtype == pl.UInt64:
+        values = series.to_numpy().view("int64")
+    else:
+        values = series.cast(pl.Int64).to_numpy()
+    return to_device(torch, values, device)
+
+
+def to_device(torch: Any, values: Any, device: Any) -> Any:
+    """The NumPy array ``values`` as a tensor on ``device``: shared with ``values`` on the
+    CPU (a read-only array too: torch's tensors of the inputs are never written), one copy
+    to a GPU."""
+    with warnings.catch_warnings():  # a read-only array: shared, never written
+        warnings.simplefilter("ignore", UserWarning)
+        tensor = torch.from_numpy(values)
+    return tensor.to(device)
+
+
 def float_column(torch: Any, frame: pl.DataFrame, expr: pl.Expr, device: Any) -> Any:
     """``expr`` over ``frame`` as a float64 tensor on ``device``, null as NaN."""
-    values = frame.select(expr.cast(pl.Float64)).to_series().to_numpy(writable=True)
-    return torch.as_tensor(values, dtype=torch.float64, device=device)
+    values = frame.select(expr.cast(pl.Float64)).to_series().to_numpy()
+    return to_device(torch, values, device)
 
 
 def formula_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> dict[str, Any]:
-    """The tensors of :func:`torch_columns`: the estimator's formula (GDPO's with
-    ``aggregation=normalize_then_sum``, each reward column's context sharing the codes) and
-    the group profile."""
+    """The tensors of :func:`torch_columns`, on the device: the estimator's formula
+    (GDPO's with ``aggregation=normalize_then_sum``, each reward column's context sharing
+    the codes), the group profile (VALID_KEY only when the reward has nulls: else it is
+    SIZE_KEY) and, when the plan's key is hashed, whether two keys share a hash
+    (COLLISION: a 0-d bool tensor; see :func:`hash_collides`)."""
     torch, options = ctx.torch, plan.options
     if options.aggregation == "normalize_then_sum":
         rewards = [
@@ -196,12 +290,54 @@ def formula_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> dict[
         raw = gdpo(ctx, rewards)
     else:
         raw = plan.estimator.fn(ctx)
-    return {
+    valid = ctx.count().to(torch.int64)  # the reward's statistics: computed once
+    if plan.has_nulls:
+        sizes = torch.bincount(ctx.group, minlength=ctx.groups).index_select(0, ctx.group)
+    else:  # every reward valid: the group's rows are its valid rewards
+        sizes = valid
+    out = {
         RAW: torch.broadcast_to(raw, ctx.reward.shape),
-        SIZE_KEY: ctx.group_agg(torch.ones_like(ctx.reward), "count").to(torch.int64),
-        VALID_KEY: ctx.count().to(torch.int64),
+        SIZE_KEY: sizes,
         CONSTANT_KEY: ctx.is_constant(),
     }
+    if plan.has_nulls:
+        out[VALID_KEY] = valid
+    if plan.keys.check is not None:
+        check = key_tensor(torch, frame, (plan.keys.check,), ctx.device)
+        out[COLLISION] = hash_collides(ctx, check)
+    return out
+
+
+COLLISION: Final = "collision"  # formula_columns' flag: two keys share the group hash
+
+
+def hash_collides(ctx: TorchContext, check: Any) -> Any:
+    """Whether two different keys share a group hash: their second hashes (``check``, as
+    int64) differ within one group, so some row's is not its group's largest (the plan's
+    check, :func:`grpo_cli.core.plan.hash_collision`, made over the device's codes)."""
+    torch = ctx.torch
+    start = torch.full((ctx.groups,), torch.iinfo(torch.int64).min, device=check.device)
+    largest = start.scatter_reduce(0, ctx.group, check, "amax")
+    return (largest.index_select(0, ctx.group) != check).any()
+
+
+def host_columns(out: dict[str, Any], frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
+    """The tensors of :func:`formula_columns` as Polars columns on the host (one copy each
+    from a GPU): VALID_KEY is SIZE_KEY when the reward has no nulls; CHECK_MAX (what
+    :func:`grpo_cli.core.plan.hash_collision` reads) is the second hash itself when no
+    two keys share a group hash (every row's is then its group's largest), else Polars'
+    window (:func:`grpo_cli.core.plan.collision_columns`)."""
+    columns = {name: tensor.cpu().numpy() for name, tensor in out.items() if name != COLLISION}
+    host = pl.DataFrame(columns)
+    if VALID_KEY not in columns:
+        host = host.with_columns(pl.col(SIZE_KEY).alias(VALID_KEY))
+    if COLLISION in out and plan.keys.check is not None:
+        if bool(out[COLLISION]):
+            check_max = frame.select(collision_columns(plan.keys)).to_series()
+        else:
+            check_max = frame.get_column(plan.keys.check).alias(CHECK_MAX)
+        host = host.with_columns(check_max)
+    return host
 
 
 @dataclass(frozen=True)
@@ -271,7 +407,16 @@ class TorchContext(FormulaContext):
         mean = self.group_agg(r, "sum") / n
         centred = self.fill_null(r - mean, 0.0)
         var = self.group_agg(centred * centred, "sum") / (n - self.ddof)
-        equal = self.group_agg(r, "max") == self._segment(self.group, self.groups, r, "min")
+        # all valid rewards equal: the group's largest is its smallest (compared per group,
+        # one gather; a group without valid rewards is not equal, as NaN == NaN is not)
+        valid = ~torch.isnan(r)
+        ends = [
+            torch.full((self.groups,), fill, dtype=torch.float64, device=r.device).scatter_reduce(
+                0, self.group, torch.where(valid, r, fill), op
+            )
+            for fill, op in ((-torch.inf, "amax"), (torch.inf, "amin"))
+        ]
+        equal = (ends[0] == ends[1]).index_select(0, self.group)
         var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
         return {"count": n, "mean": mean, "var": var}
 
@@ -292,18 +437,18 @@ class TorchContext(FormulaContext):
         torch = self.torch
         x = self.to_float(x)
         valid = ~torch.isnan(x)
+        if op in ("sum", "nonzero"):  # no count needed: one segment sum
+            values = torch.where(valid, x, 0.0) if op == "sum" else (valid & (x != 0)).double()
+            sums = torch.zeros(size, dtype=torch.float64, device=x.device)
+            return sums.index_add_(0, codes, values).index_select(0, codes)
         count = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(
             0, codes, valid.to(torch.float64)
         )
         if op == "count":
-            return count[codes]
-        if op in ("sum", "nonzero"):
-            values = torch.where(valid, x, 0.0) if op == "sum" else (valid & (x != 0)).double()
-            sums = torch.zeros(size, dtype=torch.float64, device=x.device)
-            return sums.index_add_(0, codes, values)[codes]
+            return count.index_select(0, codes)
         fill = -torch.inf if op == "max" else torch.inf
         start = torch.full((size,), fill, dtype=torch.float64, device=x.device)
         reduced = start.scatter_reduce(
             0, codes, torch.where(valid, x, fill), "amax" if op == "max" else "amin"
         )
-        return torch.where(count > 0, reduced, float("nan"))[codes]
+        return torch.where(count > 0, reduced, float("nan")).index_select(0, codes)

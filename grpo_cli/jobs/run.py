@@ -306,6 +306,7 @@ def _run_frame(
     warn: Callable[[Message], None] | None,
 ) -> JobResult:
     """An in-memory engine: read, annotate, write (see :func:`run_job`)."""
+    from grpo_cli.engines import start_loading
     from grpo_cli.io.atomic import atomic_writes
     from grpo_cli.io.read import expand_sources, read_many
     from grpo_cli.io.write import check_output_path, write_table
@@ -326,6 +327,7 @@ def _run_frame(
         )
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     paths = [] if sources == ["-"] else expand_sources(sources)
+    start_loading(decided.engine.backend)  # torch imports while the log is read
     reading = progress.add("reading", total=max(len(paths), 1))
     if out_dir is not None:
         if not paths:
