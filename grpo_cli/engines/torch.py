@@ -4,10 +4,10 @@ Polars hashes the group key (the plan's 64-bit hash) and prepares the reward
 (aggregation, null policy), row-wise; only the columns the formula reads cross to the
 device, where ``torch.unique`` codes the keys (:func:`key_codes`: no sort on the host) and
 the plan's collision check runs (:func:`hash_collides`); torch then evaluates the
-estimator's own formula (``plan.estimator.fn``, or GDPO's) on the chosen device, in float64, through
-:class:`TorchContext`: the formula context (:class:`grpo_cli.core.estimators.FormulaContext`)
-implemented with segment operations (``index_add_``, ``scatter_reduce``) over the codes,
-NaN standing for null:
+estimator's own formula (``plan.estimator.fn``, or GDPO's) on the chosen device, in
+float64, through :class:`TorchContext`: the formula context
+(:class:`grpo_cli.core.estimators.FormulaContext`) implemented with segment operations
+(``index_add_``, ``scatter_reduce``) over the codes, NaN standing for null:
 
     n_g = sum_g 1[valid], mean_g = sum_g r / n_g, var_g = sum_g (r - mean_g)^2 / (n_g - ddof)
 
