@@ -44,6 +44,7 @@ from grpo_cli.core.engine_options import DEVICES, ENGINES, EngineInfo
 from grpo_cli.core.errors import Message, OptionsError, option
 from grpo_cli.core.estimators import FormulaContext, Value, gdpo
 from grpo_cli.core.grouping import stats_columns
+from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, collision_columns
 from grpo_cli.core.policies import apply_policies
 from grpo_cli.core.rewards import reward_expr
@@ -210,15 +211,24 @@ def torch_context(torch: Any, frame: pl.DataFrame, plan: Plan, device: Any) -> T
         batch=batch,
         batches=batches,
         reward=column(REWARD_KEY),
-        ddof=options.ddof,
-        eps=options.eps,
-        eps_mode=options.eps_mode,
-        singleton_unit=options.singleton == "verl",
         length=column(options.length_col),
-        token_weighted=options.token_weighted,
         baseline=column(options.baseline_col),
-        shaped_clip=options.clip if options.clip_stage == "shaped" else None,
+        **context_settings(options),
     )
+
+
+def context_settings(options: AdvantageOptions) -> dict[str, Any]:
+    """What a :class:`TorchContext` takes from the options (the engine's and the tensor
+    API's contexts alike): ddof, eps and its placement, the singleton unit, token
+    weighting, the clip before whitening."""
+    return {
+        "ddof": options.ddof,
+        "eps": options.eps,
+        "eps_mode": options.eps_mode,
+        "singleton_unit": options.singleton == "verl",
+        "token_weighted": options.token_weighted,
+        "shaped_clip": options.clip if options.clip_stage == "shaped" else None,
+    }
 
 
 def key_codes(

@@ -33,7 +33,7 @@ from grpo_cli.core.estimators import Estimator, gdpo, get_estimator
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.policies import policy_value
 from grpo_cli.core.presets import merge_options
-from grpo_cli.engines.torch import TorchContext
+from grpo_cli.engines.torch import TorchContext, context_settings
 
 # Options that name columns of a frame, and the argument that stands for them here (None:
 # no meaning for tensors).
@@ -137,14 +137,9 @@ def group_advantages(
         batch=batch_codes,
         batches=n,
         reward=reward,
-        ddof=chosen.ddof,
-        eps=chosen.eps,
-        eps_mode=chosen.eps_mode,
-        singleton_unit=chosen.singleton == "verl",
         length=None if lengths is None else _column(torch, rewards, lengths, "lengths"),
-        token_weighted=chosen.token_weighted,
         baseline=None if baseline is None else _column(torch, rewards, baseline, "baseline"),
-        shaped_clip=chosen.clip if chosen.clip_stage == "shaped" else None,
+        **context_settings(chosen),
     )
     dropped = None
     if chosen.singleton == "drop" and estimator.uses_groups:
