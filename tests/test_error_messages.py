@@ -233,3 +233,33 @@ class TestHints:
             app, ["compute", "sample_data/rewards.csv", "-o", str(tmp_path / "f.csv")]
         )
         assert fine.exit_code == 0 and "hold a single response" not in fine.output
+
+
+def test_the_host_running_out_of_memory_is_exit_5_with_the_low_memory_hint(
+    monkeypatch: pytest.MonkeyPatch, runner: CliRunner, tmp_path: Path
+) -> None:
+    """A real allocation that fails in the command (NumPy asked for 8 PiB by a formula
+    registered in the test, as the Polars engine builds its plan) is this machine's limit,
+    not a bug: one line, the ``--low-memory`` hint, exit 5, nothing written."""
+    import numpy as np
+
+    from grpo_cli.core import estimators
+    from grpo_cli.core.estimators import FormulaContext, Value, register_estimator
+    from tests.conftest import SAMPLE_FILES
+
+    monkeypatch.setattr(estimators, "ESTIMATORS", dict(estimators.ESTIMATORS))
+
+    @register_estimator("too_big", "r x (an array of 2^50 zeros)", "a test")
+    def too_big(ctx: FormulaContext) -> Value:
+        return ctx.reward * float(np.zeros(2**50).sum())
+
+    out = tmp_path / "out.parquet"
+    args = ["compute", str(SAMPLE_FILES["parquet"]), "--estimator", "too_big", "-o", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 5, result.output
+    assert result.stderr.splitlines() == [
+        "error: out of memory: this machine cannot hold the log and its columns in memory",
+        "hint: compute with --low-memory (partitions spilled to disk, about 1 GiB whatever "
+        "the log's size), or on a machine with more memory",
+    ]
+    assert not out.exists()

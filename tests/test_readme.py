@@ -45,3 +45,15 @@ def test_readme_summary_block_is_what_compute_prints(
     assert result.exit_code == 0
     block = README.split("prints a summary on stderr:\n\n```\n", 1)[1].split("```", 1)[0]
     assert result.stderr == block
+
+
+def test_readme_lists_every_exit_code_the_errors_module_defines() -> None:
+    """The README's exit-code table and ``grpo_cli.core.errors``' EXIT_* constants and its
+    docstring's table name the same codes."""
+    from grpo_cli.core import errors
+
+    section = README.split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+    in_readme = {int(code) for code in re.findall(r"^\| (\d+) \|", section, re.MULTILINE)}
+    defined = {value for name, value in vars(errors).items() if name.startswith("EXIT_")}
+    documented = {int(code) for code in re.findall(r"^(\d+) {2,}", errors.__doc__ or "", re.M)}
+    assert in_readme == defined == documented, (in_readme, defined, documented)

@@ -89,17 +89,18 @@ def assert_same(a: pl.Series, b: pl.Series) -> None:
     assert diff is None or diff <= 1e-12, diff  # type: ignore[operator]
 
 
-def on_both(run: Any) -> int:
-    """``run(**engine)`` on the Polars engine and on torch: the same advantages, or the
-    same refusal of the options (not of the engine). 1 when both computed."""
+def on_both(run: Any, device: str = "cpu") -> int:
+    """``run(**engine)`` on the Polars engine and on torch on ``device``: the same
+    advantages, or the same refusal of the options (not of the engine). 1 when both
+    computed."""
     try:
         expected = run(deterministic=True)
     except OptionsError as polars_error:
         with pytest.raises(OptionsError) as info:
-            run(backend="torch", device="cpu")
+            run(backend="torch", device=device)
         assert info.value.message == polars_error.message
         return 0
-    assert_same(expected["advantage"], run(backend="torch", device="cpu")["advantage"])
+    assert_same(expected["advantage"], run(backend="torch", device=device)["advantage"])
     return 1
 
 
@@ -118,6 +119,31 @@ def test_every_estimator_and_policy_matches_polars(estimator: str) -> None:
     assert computed[0] == 1  # the defaults always compute
     # only the options' own refusals (GDPO is GRPO's; process takes one reward column)
     assert sum(computed) >= len(POLICIES) - 2, computed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_every_estimator_policy_and_preset_matches_polars() -> None:
+    """The same parity on a CUDA device (runs where a GPU is lent): every estimator x
+    every policy, and every preset's own options, to 1e-12."""
+    log = parity_log()
+    computed = 0
+    for estimator in ESTIMATORS:
+        for policy in POLICIES:
+            options = {**policy, **columns_for(estimator, policy)}
+
+            def run(**engine: Any) -> pl.DataFrame:
+                return compute_advantages(log, estimator=estimator, **options, **engine)  # noqa: B023
+
+            computed += on_both(run, "cuda")
+    for preset, known in PRESETS.items():
+        own = dict(known.options)
+        needs: dict[str, Any] = columns_for(str(own.get("estimator", "grpo")), own)
+
+        def run_preset(**engine: Any) -> pl.DataFrame:
+            return annotate(log, preset, **needs, **engine).frame  # noqa: B023
+
+        computed += on_both(run_preset, "cuda")
+    assert computed >= len(ESTIMATORS) * (len(POLICIES) - 2)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -298,3 +324,58 @@ def test_the_torch_engine_imports_torch_while_the_log_is_read() -> None:
 
     assert run("torch") == ["reading ['grpo-import-torch']", "True"]
     assert run("polars") == ["reading []", "False"]
+
+
+def test_the_device_running_out_of_memory_is_exit_5_not_a_bug(
+    monkeypatch: pytest.MonkeyPatch, runner: CliRunner, tmp_path: Any
+) -> None:
+    """A real allocation that fails on the torch engine's device (here the CPU allocator,
+    asked for 8 PiB by a formula registered in the test) ends with one line, a hint and
+    exit 5, and writes nothing."""
+    from grpo_cli.core.estimators import FormulaContext, Value, register_estimator
+
+    monkeypatch.setattr("grpo_cli.core.estimators.ESTIMATORS", dict(ESTIMATORS))
+
+    @register_estimator("too_big", "r x (a tensor of 2^50 zeros)", "a test")
+    def too_big(ctx: FormulaContext) -> Value:
+        return ctx.reward * ctx.torch.zeros(2**50, dtype=ctx.torch.float64).sum()  # type: ignore[attr-defined]
+
+    out = tmp_path / "out.parquet"
+    result = runner.invoke(
+        app,
+        [
+            "compute",
+            str(SAMPLE_FILES["parquet"]),
+            "--estimator",
+            "too_big",
+            "--backend",
+            "torch",
+            "--device",
+            "cpu",
+            "-o",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 5, result.output
+    assert result.stderr.splitlines()[0].startswith(
+        "error: the torch engine's device (cpu) ran out of memory on "
+    )
+    assert "hint: compute with --low-memory" in result.stderr
+    assert "Traceback" not in result.output + result.stderr
+    assert not out.exists()
+
+
+def test_out_of_memory_is_recognised_from_the_real_exceptions() -> None:
+    """What :func:`is_out_of_memory` sees: NumPy's MemoryError, torch's CPU allocator, not
+    any other RuntimeError."""
+    import numpy as np
+
+    from grpo_cli.core.errors import is_out_of_memory
+
+    with pytest.raises(MemoryError) as numpy_error:
+        np.empty(2**50, dtype=np.float64)
+    with pytest.raises(RuntimeError) as torch_error:
+        torch.empty(2**50, dtype=torch.float64)
+    assert is_out_of_memory(numpy_error.value)
+    assert is_out_of_memory(torch_error.value)
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))

@@ -34,9 +34,11 @@ from grpo_cli.core.errors import (
     EXIT_TERMINATED,
     EXIT_USAGE,
     GrpoAdvError,
+    MemoryShortError,
     OptionsError,
     OutputError,
     Terminated,
+    option,
 )
 
 
@@ -255,13 +257,28 @@ def _disk_full_error() -> OutputError:
     )
 
 
+def _out_of_memory_error() -> MemoryShortError:
+    """An allocation that failed on the host (the torch engine names its device itself)."""
+    return MemoryShortError(
+        "out of memory: this machine cannot hold the log and its columns in memory",
+        hint="compute with "
+        + option("backend", "partitioned", alias="alone")
+        + " (partitions spilled to disk, about 1 GiB whatever the log's size),"
+        " or on a machine with more memory",
+    )
+
+
 def _internal_error(exc: BaseException) -> NoReturn:
     from grpo_cli.cli.render import print_error, stderr_console
-    from grpo_cli.core.errors import is_disk_full
+    from grpo_cli.core.errors import is_disk_full, is_out_of_memory
 
     if is_disk_full(exc):  # an output error, not a bug
         print_error(stderr_console(), _disk_full_error(), flag_spelling)
         raise typer.Exit(EXIT_OUTPUT) from None
+    if is_out_of_memory(exc):  # this machine's limit, not a bug
+        short = _out_of_memory_error()
+        print_error(stderr_console(), short, flag_spelling)
+        raise typer.Exit(short.exit_code) from None
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     error = GrpoAdvError(
         f"internal error: {type(exc).__name__}: {detail}",

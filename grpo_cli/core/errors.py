@@ -12,6 +12,8 @@ Exit codes (also in the README):
 3     input error: the input is missing, unreadable or not a reward log
 4     output error: the output exists (without ``force``), is the input,
       or cannot be written
+5     out of memory: the host, or the torch engine's device, could not hold
+      what the run needs; nothing was written
 70    internal error (a bug: please report it)
 130   interrupted (Ctrl-C); no output file is left behind
 143   terminated (SIGTERM); no output file is left behind
@@ -42,6 +44,7 @@ EXIT_DIFFERENT = 1
 EXIT_USAGE = 2
 EXIT_INPUT = 3
 EXIT_OUTPUT = 4
+EXIT_MEMORY = 5
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
@@ -320,9 +323,32 @@ class OutputError(GrpoAdvError):
     exit_code = EXIT_OUTPUT
 
 
+class MemoryShortError(GrpoAdvError):
+    """The host, or the torch engine's device, cannot hold what the run needs (exit 5):
+    a resource of this machine, not a bug; nothing was written."""
+
+    exit_code = EXIT_MEMORY
+
+
 class ClusterError(OutputError):
     """The cluster that would compute and write the output cannot be reached (exit 4,
     as for an output that cannot be written: nothing was written)."""
+
+
+_OUT_OF_MEMORY_TEXT = ("can't allocate memory", "cannot allocate memory", "out of memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says an allocation failed: ``MemoryError`` (pyarrow's
+    ``ArrowMemoryError`` included), torch's ``OutOfMemoryError`` (a CUDA device), or the
+    ``RuntimeError`` torch's CPU allocator raises (``DefaultCPUAllocator: can't allocate
+    memory``). Polars cannot be caught here: Rust aborts the process when it runs out."""
+    if isinstance(exc, GrpoAdvError):
+        return False
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(m in text for m in _OUT_OF_MEMORY_TEXT)
 
 
 DISK_FULL_ERRNOS = frozenset({_errno.ENOSPC, _errno.EDQUOT})

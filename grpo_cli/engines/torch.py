@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, Final
@@ -41,7 +42,13 @@ from grpo_cli.core.columns import (
 )
 from grpo_cli.core.columns import TORCH_RAW as RAW
 from grpo_cli.core.engine_options import DEVICES, ENGINES, EngineInfo
-from grpo_cli.core.errors import Message, OptionsError, option
+from grpo_cli.core.errors import (
+    MemoryShortError,
+    Message,
+    OptionsError,
+    is_out_of_memory,
+    option,
+)
 from grpo_cli.core.estimators import FormulaContext, Value, gdpo
 from grpo_cli.core.grouping import stats_columns
 from grpo_cli.core.options import AdvantageOptions
@@ -170,8 +177,33 @@ def torch_columns(frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
     SIZE_KEY and CONSTANT_KEY come back (VALID_KEY is SIZE_KEY when the reward has no
     nulls)."""
     torch = import_torch()
-    ctx = torch_context(torch, frame, plan, resolve_device(torch, plan.engine.device))
-    return host_columns(formula_columns(ctx, frame, plan), frame, plan)
+    device = resolve_device(torch, plan.engine.device)
+    with device_memory(device, frame.height):
+        ctx = torch_context(torch, frame, plan, device)
+        return host_columns(formula_columns(ctx, frame, plan), frame, plan)
+
+
+@contextlib.contextmanager
+def device_memory(device: Any, rows: int) -> Iterator[None]:
+    """An allocation that fails on ``device`` (torch's ``OutOfMemoryError`` on CUDA, its
+    CPU allocator's ``RuntimeError``) as a :class:`MemoryShortError` that says where and
+    what to do, not as a bug. The tensors are freed by then: the error holds no frame."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        if device.type == "cuda":
+            hint = (
+                "compute on the host: " + option("device", "cpu") + ", or the Polars engine "
+                "(leave " + option("backend") + " out)"
+            )
+        else:
+            hint = "compute with " + option("backend", "partitioned", alias="alone")
+        raise MemoryShortError(
+            f"the torch engine's device ({device}) ran out of memory on {rows:,} rows",
+            hint=hint,
+        ) from None
 
 
 def step_scores(steps: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
@@ -182,8 +214,10 @@ def step_scores(steps: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
 
     frame = collect(steps, deterministic=True)
     torch = import_torch()
-    ctx = torch_context(torch, frame, plan, resolve_device(torch, plan.engine.device))
-    z = torch.broadcast_to(plan.estimator.fn(ctx), ctx.reward.shape).cpu().numpy()
+    device = resolve_device(torch, plan.engine.device)
+    with device_memory(device, frame.height):
+        ctx = torch_context(torch, frame, plan, device)
+        z = torch.broadcast_to(plan.estimator.fn(ctx), ctx.reward.shape).cpu().numpy()
     return frame.with_columns(pl.Series(STEP_Z, z).fill_nan(None)).lazy()
 
 
