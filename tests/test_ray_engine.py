@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -298,14 +299,14 @@ class TestNothingLost:
     ) -> None:
         """The first write task's worker process exits mid-task (as a killed or crashed
         worker would); Ray runs the task again and the result is still exact, each row
-        written once."""
+        written once, each part whole."""
         from ray import cloudpickle
 
         from grpo_cli.engines import ray_tasks
 
         cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
         marker = tmp_path / "died-once"
-        monkeypatch.setattr(ray_tasks, "PartSink", _dying_sink(str(marker)))
+        monkeypatch.setattr(ray_tasks, "write_piece", _dying_writer(str(marker)))
         log = reward_log(rows=600)
         write_shards(log, tmp_path / "in", shards=3)
         out = tmp_path / "out"
@@ -315,21 +316,21 @@ class TestNothingLost:
         assert result.exit_code == 0, result.output
         assert marker.exists()  # a worker did die
         assert_same(read_parts(out), annotate(log).frame)
+        assert sorted(p.name for p in out.iterdir()) == [f"shard-{k}.parquet" for k in range(3)]
 
 
-def _dying_sink(marker: str) -> type:
-    from grpo_cli.engines.ray_tasks import PartSink
+def _dying_writer(marker: str) -> Any:
+    from grpo_cli.engines.ray_tasks import write_piece
 
-    class DyingSink(PartSink):
-        def write(self, blocks: Any, ctx: Any) -> list[bytes]:
-            try:
-                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                return super().write(blocks, ctx)
-            os.close(fd)
-            os._exit(1)  # the worker process dies before writing anything
+    def dying_writer(*args: Any) -> int:
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return write_piece(*args)
+        os.close(fd)
+        os._exit(1)  # the worker process dies before writing anything
 
-    return DyingSink
+    return dying_writer
 
 
 class TestRefusals:
@@ -396,12 +397,11 @@ def head_node() -> Iterator[dict[str, str]]:
     """A Ray cluster started with ``ray start --head --block`` on a free port (without
     token authentication, so that a plain client attaches), stopped afterwards by stopping
     that process (``ray stop`` would stop every Ray on the machine)."""
-    port, client_port = _free_port(), _free_port()
+    port = _free_port()
     temp = _short_temp()  # Ray's Unix sockets live under it: never pytest's --basetemp
     env = {**ENV, "RAY_AUTH_MODE": "disabled"}
     start = [
         str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
-        f"--ray-client-server-port={client_port}",
         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
     ]  # fmt: skip
     head = subprocess.Popen(
@@ -409,17 +409,16 @@ def head_node() -> Iterator[dict[str, str]]:
     )
     try:
         deadline = time.monotonic() + 120
-        for listening in (port, client_port):  # the GCS, then the Ray Client server
-            while True:
-                assert head.poll() is None, "ray start --head exited"
-                try:
-                    socket.create_connection(("127.0.0.1", listening), timeout=1).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "ray start --head did not listen"
-                    time.sleep(0.5)
+        while True:
+            assert head.poll() is None, "ray start --head exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "ray start --head did not listen"
+                time.sleep(0.5)
         time.sleep(3)  # the raylet registers after the GCS listens
-        yield {"gcs": f"127.0.0.1:{port}", "client": f"ray://127.0.0.1:{client_port}"}
+        yield {"gcs": f"127.0.0.1:{port}"}
     finally:
         head.terminate()
         try:
@@ -430,22 +429,15 @@ def head_node() -> Iterator[dict[str, str]]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-# Only the GCS address runs in CI: ``ray://`` (Ray Client) passed here by hand and in the
-# local suite, but twice failed in fresh-clone CI runs with Ray's "Initialization failure
-# from server" (the client server's per-client process); see the closing note.
-@pytest.mark.parametrize("kind", ["gcs"])
-def test_attaches_to_a_started_cluster(
-    head_node: dict[str, str], tmp_path: Path, kind: str
-) -> None:
-    """``--ray-address HOST:PORT`` and ``ray://HOST:PORT`` (Ray Client: the driver's part
-    runs as a task on the cluster) on a cluster started by ``ray start --head``: the same
+def test_attaches_to_a_started_cluster(head_node: dict[str, str], tmp_path: Path) -> None:
+    """``--ray-address HOST:PORT`` on a cluster started by ``ray start --head``: the same
     advantages as the Polars engine, and the run summary on stderr."""
     log = reward_log(rows=500)
     write_shards(log, tmp_path / "in", shards=3)
     out = tmp_path / "out"
     done = subprocess.run(
         [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
-         "--ray-address", head_node[kind], "-e", "batch_std", "-o", str(out)],
+         "--ray-address", head_node["gcs"], "-e", "batch_std", "-o", str(out)],
         capture_output=True, text=True, env={**ENV, "RAY_AUTH_MODE": "disabled"}, timeout=300,
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
@@ -453,6 +445,26 @@ def test_attaches_to_a_started_cluster(
     assert_same(read_parts(out), annotate(log, estimator="batch_std").frame)
     assert "500" in done.stderr and f"{out}/ (Parquet parts)" in done.stderr
     assert "Traceback" not in done.stderr and "WARNING" not in done.stderr
+
+
+def test_ray_client_is_refused_with_the_way_that_works(runner: CliRunner, tmp_path: Path) -> None:
+    """``ray://HOST:PORT`` (Ray Client) is refused before anything is read or started: the
+    machine that runs grpo-adv makes and renames the output folder, so it must be one of
+    the cluster's."""
+    write_shards(reward_log(rows=50), tmp_path / "in", shards=1)
+    out = tmp_path / "out"
+    result = run_cli(
+        runner, "compute", str(tmp_path / "in"), "--backend", "ray",
+        "--ray-address", "ray://10.0.0.1:10001", "-o", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        "error: --ray-address ray://10.0.0.1:10001: Ray Client (ray://) is not supported",
+        "hint: run grpo-adv on a machine of the cluster, with --ray-address auto or "
+        "--ray-address HOST:PORT (the head's GCS address): the output folder is made and "
+        "renamed where grpo-adv runs, so it must see the files the workers write",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
 # ------------------------------------------------------------------ issue 19
@@ -706,7 +718,7 @@ def test_head_killed_mid_run_with_the_users_token(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline and head.poll() is None
                 time.sleep(0.5)
         time.sleep(3)
-        write_shards(reward_log(rows=300), tmp_path / "in", shards=2)
+        write_shards(reward_log(rows=1_000_000), tmp_path / "in", shards=4)
         out = tmp_path / "out"
         run = subprocess.Popen(
             [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
@@ -714,10 +726,15 @@ def test_head_killed_mid_run_with_the_users_token(tmp_path: Path) -> None:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        while not any(p.name.startswith(".out.") for p in tmp_path.iterdir()):
+        # Mid-run: the driver attached (its core log in the cluster's session folder: a
+        # head killed while a driver registers ends it in Ray's C++ with exit 1, before
+        # any Python runs) and computing (a second later; the run lasts several).
+        logs = head_temp / "session_latest" / "logs"
+        while not any(logs.glob("python-core-driver-*.log")):
             assert run.poll() is None, run.communicate()
-            time.sleep(0.1)
-        time.sleep(2)
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert run.poll() is None, run.communicate()
         os.killpg(head.pid, signal.SIGKILL)
         killed = time.monotonic()
         stdout, stderr = run.communicate(timeout=120)
@@ -738,3 +755,92 @@ def test_head_killed_mid_run_with_the_users_token(tmp_path: Path) -> None:
         "hint: check the cluster (ray status on the head node), then run again",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "in"]
+
+
+# ------------------------------------------------------------------ issue 22
+@pytest.mark.usefixtures("local_ray")
+class TestNarrowShuffle:
+    def test_out_dir_mirrors_the_inputs_in_their_order(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """One part per input file, named after it (its folder kept: a/ and b/ hold files of
+        the same name), a large Parquet file in fixed row ranges; every part holds its
+        input's rows in their order, every column, and the advantages the Polars engine
+        gives the whole log."""
+        from grpo_cli import run_job
+        from grpo_cli.engines import ray as engine
+
+        monkeypatch.setattr(engine, "PIECE_ROWS", 250)  # the driver cuts the pieces
+        log = reward_log(rows=1200).with_columns(pl.col("rid").cast(pl.Int64))
+        inputs = tmp_path / "in"
+        (inputs / "a").mkdir(parents=True)
+        (inputs / "b").mkdir()
+        log.slice(0, 200).write_parquet(inputs / "a" / "x.parquet")
+        log.slice(200, 100).write_parquet(inputs / "b" / "x.parquet")
+        log.slice(300, 900).write_parquet(inputs / "big.parquet", row_group_size=100)
+        out = tmp_path / "out"
+        files = [inputs / "a" / "x.parquet", inputs / "b" / "x.parquet", inputs / "big.parquet"]
+        run_job(files, out, engine={"backend": "ray"})
+        names = sorted(str(p.relative_to(out)) for p in out.rglob("*.parquet"))
+        ranges = [f"big-{k:05d}.parquet" for k in range(4)]
+        assert names == ["a/x.parquet", "b/x.parquet", *ranges]
+        expected = annotate(log).frame
+        parts = [("a/x.parquet", 0, 200), ("b/x.parquet", 200, 100)]
+        parts += [(name, 300 + 250 * k, min(250, 900 - 250 * k)) for k, name in enumerate(ranges)]
+        for name, offset, rows in parts:
+            part = pl.read_parquet(out / name)
+            assert part.columns == expected.columns
+            assert part["rid"].to_list() == list(range(offset, offset + rows)), name
+            assert_same(part, expected.slice(offset, rows))
+
+    def test_only_what_the_formula_reads_is_shuffled(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A log with 1 KB of text a row: 32 bytes a row go to the partitions (two key
+        hashes, the reward, the locator) and about 16 come back (the locator's row, the
+        advantage), as the engine's log line counts them (Arrow sizes of what the tasks
+        send); the parts still hold the text, unchanged."""
+        import logging
+
+        from grpo_cli import run_job
+
+        log = reward_log(rows=2000).with_columns(
+            pl.format("{}{}", pl.col("completion"), pl.lit("x" * 1000)).alias("completion")
+        )
+        write_shards(log, tmp_path / "in", shards=4)
+        out = tmp_path / "out"
+        with caplog.at_level(logging.INFO, logger="grpo_cli.engines.ray"):
+            run_job([tmp_path / "in"], out, engine={"backend": "ray"})
+        line = next(r.getMessage() for r in caplog.records if "shuffled" in r.getMessage())
+        sent, back = (float(x) for x in re.findall(r"\(([\d.]+) a row\)", line))
+        assert 32 <= sent <= 34, line  # 4 x 8 bytes, and validity bitmaps
+        assert 16 <= back <= 18, line
+        assert_same(read_parts(out), annotate(log).frame)
+
+    def test_a_hash_collision_starts_again_on_the_exact_key(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Every key forced onto one group hash (their check hashes differ) in the map tasks:
+        a partition sees the collision, and the run starts again with the key's columns
+        moved: the advantages are still the Polars engine's."""
+        from ray import cloudpickle
+
+        from grpo_cli.engines import ray_tasks
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
+        monkeypatch.setattr(ray_tasks, "hashed_key", _clashing_hash)
+        log = reward_log(rows=600)
+        write_shards(log, tmp_path / "in", shards=3)
+        out = tmp_path / "out"
+        from grpo_cli import run_job
+
+        run_job([tmp_path / "in"], out, options={"estimator": "rloo"}, engine={"backend": "ray"})
+        assert_same(read_parts(out), annotate(log, estimator="rloo").frame)
+
+
+def _clashing_hash(key_cols: Any) -> list[pl.Expr]:
+    """GROUP the same for every key; CHECK the real second hash."""
+    from grpo_cli.engines.narrow import CHECK, GROUP
+
+    key = pl.struct(list(key_cols)) if len(key_cols) > 1 else pl.col(key_cols[0])
+    return [pl.lit(7, dtype=pl.UInt64).alias(GROUP), key.hash(seed=1).alias(CHECK)]

@@ -325,8 +325,8 @@ RayAddress = Annotated[
     typer.Option(
         "--ray-address",
         metavar="ADDRESS",
-        help="With --backend ray: auto (the cluster this machine belongs to), HOST:PORT or "
-        "ray://HOST:PORT. Default: a private local Ray (RAY_ADDRESS is not followed).",
+        help="With --backend ray: auto (the cluster this machine belongs to) or HOST:PORT "
+        "(its head). Default: a private local Ray (RAY_ADDRESS is not followed).",
         show_default=False,
     ),
 ]

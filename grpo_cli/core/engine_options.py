@@ -15,6 +15,7 @@ from grpo_cli.core.errors import (
     Message,
     OptionRef,
     OptionsError,
+    Verbatim,
     option,
 )
 
@@ -98,7 +99,10 @@ class EngineOptions:
             ``device``) or ``ray`` (a Ray cluster at ``ray_address``).
         device: for torch: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
         ray_address: for ray: None (a private local Ray), ``auto`` (the cluster this
-            machine belongs to), ``HOST:PORT`` or ``ray://HOST:PORT``.
+            machine belongs to) or ``HOST:PORT`` (its head's GCS address). Not
+            ``ray://HOST:PORT`` (Ray Client): the output folder is made, checked and
+            renamed into place by grpo-adv where it runs, so that machine must see the
+            files the cluster's workers write: it must be a machine of the cluster.
     """
 
     backend: str = "polars"
@@ -120,6 +124,18 @@ class EngineOptions:
             raise OptionsError(
                 option("ray_address") + " is where " + option("backend", "ray") + " runs",
                 hint="add " + option("backend", "ray") + ", or drop it",
+                value=self.ray_address,
+            )
+        if self.ray_address is not None and self.ray_address.startswith("ray://"):
+            raise OptionsError(
+                option("ray_address", Verbatim(self.ray_address))
+                + ": Ray Client (ray://) is not supported",
+                hint="run grpo-adv on a machine of the cluster, with "
+                + option("ray_address", Verbatim("auto"))
+                + " or "
+                + option("ray_address", Verbatim("HOST:PORT"))
+                + " (the head's GCS address): the output folder is made and renamed "
+                "where grpo-adv runs, so it must see the files the workers write",
                 value=self.ray_address,
             )
 

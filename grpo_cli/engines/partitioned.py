@@ -59,20 +59,19 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import polars as pl
 
 from grpo_cli.core import metrics
-from grpo_cli.core.columns import PART_CHECK, PART_GROUP, PART_INDEX, PART_ROW
+from grpo_cli.core.columns import PART_INDEX, PART_ROW
 from grpo_cli.core.engine_options import ENGINES, EngineInfo, EngineOptions
 from grpo_cli.core.errors import GrpoAdvError, InputError, Message, is_disk_full, option
 from grpo_cli.core.expressions import with_group_stats
-from grpo_cli.core.grouping import with_profile
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.core.plan import Plan, decide, hash_collision, parquet_plan, resolve_keys
+from grpo_cli.core.plan import Plan, decide, hash_collision, parquet_plan
 from grpo_cli.core.run_summary import RunSummary
 from grpo_cli.core.schema import refuse_values, value_checks
 from grpo_cli.engines import FileJob, check
@@ -84,12 +83,18 @@ from grpo_cli.engines.batch_partials import (
     needs_batch_stats,
     with_batch_stats,
 )
+from grpo_cli.engines.narrow import (
+    CHECK,
+    GROUP,
+    check_batch_spans,
+    inner_plan,
+    needed_columns,
+    piece_run_partials,
+)
 from grpo_cli.engines.polars import ENGINE as POLARS
 
 ROW: Final = PART_ROW
 PART: Final = PART_INDEX
-GROUP: Final = PART_GROUP
-CHECK: Final = PART_CHECK
 PARTITION_ROWS: Final = 2_000_000  # rows a partition holds, about (its memory: ~0.5 GB)
 MIN_PARTITIONS: Final = 8
 CHUNK_ROWS: Final = 1_000_000
@@ -240,7 +245,7 @@ def _run(
     options = plan.options
     step = on_step or (lambda _: None)
     with _reading(source):
-        needed = _needed_columns(options, pl.scan_parquet(source).collect_schema())
+        needed = needed_columns(options, pl.scan_parquet(source).collect_schema())
     key_cols = plan.keys.exact
     spill = Path(tempfile.mkdtemp(dir=spill_root, prefix="exact." if exact else "hashed."))
     try:
@@ -264,14 +269,6 @@ def _spill_options() -> Any:
     from pyarrow import ipc
 
     return ipc.IpcWriteOptions(compression=None)
-
-
-def _needed_columns(options: AdvantageOptions, schema: pl.Schema) -> list[str]:
-    names = [*options.reward_cols]
-    for extra in (options.batch_col, options.length_col, options.baseline_col):
-        if extra is not None:
-            names.append(extra)
-    return [name for name in dict.fromkeys(names) if name in schema]
 
 
 def _partition(
@@ -332,11 +329,8 @@ def _compute_partitions(
     parts: list[pl.DataFrame] = []
     out = spill / "adv"
     out.mkdir()
-    inner_options = options.with_overrides(group_cols=group)
-    keys = resolve_keys(inner_options)
-    if check_hash:  # the spilled key is a hash: its check in the same grouping pass
-        keys = replace(keys, check=CHECK)
-    inner = Plan(inner_options, plan.estimator, keys, has_nulls=True)
+    inner = inner_plan(plan, group, check_hash=check_hash)
+    keys = inner.keys
     stats = _batch_stats(spill / "in", inner) if needs_batch_stats(inner) else None
     computed = inner if stats is None else applied(inner)
     writers: dict[int, ipc.RecordBatchFileWriter] = {}
@@ -358,7 +352,7 @@ def _compute_partitions(
             if hash_collision(full, keys):
                 raise _Collision()
             try:
-                _check_batch_spans(full, options, group, uses_groups=uses_groups)
+                check_batch_spans(full, options, group, uses_groups=uses_groups)
             except InputError as exc:
                 spans = exc
                 continue
@@ -404,30 +398,6 @@ def _batch_stats(folder: Path, plan: Plan) -> pl.DataFrame:
     return merged_stats(parts, plan)
 
 
-def _check_batch_spans(
-    part: pl.DataFrame, options: AdvantageOptions, group: tuple[str, ...], *, uses_groups: bool
-) -> None:
-    """Refuse groups whose rows fall in several values of the batch column, as the in-memory
-    path does (:func:`grpo_cli.core.run_summary.check_batch_spans`); each group lies whole in one
-    partition, so the check runs per partition."""
-    column = options.batch_col
-    if column is None or column in options.group_cols:
-        return
-    if not uses_groups:  # the plan's estimator
-        return  # no groups to span batches, as in the in-memory check
-    spanning = (
-        part.group_by(list(group)).agg(pl.col(column).n_unique().alias("n")).filter(pl.col("n") > 1)
-    )
-    if spanning.height:
-        key = ", ".join(options.group_cols)
-        fix = " ".join(f"-g {c}" for c in (column, *options.group_cols))
-        raise InputError(
-            f"groups (by {key}) span several values of {column} (batch column): "
-            f"at least {spanning.height} do",
-            hint=f"group within each batch: {fix}",
-        )
-
-
 def _accumulate(
     parts: list[pl.DataFrame], full: pl.DataFrame, options: AdvantageOptions, group: tuple[str, ...]
 ) -> None:
@@ -435,16 +405,7 @@ def _accumulate(
     MERGE_EVERY partitions (every group lies whole in one partition; see
     :mod:`grpo_cli.core.metrics`). Unreduced partials (``reduce=False``: one query per
     partition) on the in-memory engine: a partition is small."""
-    rows = with_profile(full.lazy(), group, options.ddof)
-    parts.append(
-        metrics.partials(
-            rows,
-            ddof=options.ddof,
-            advantage=pl.col(options.advantage_col),
-            batch=(options.batch_col,) if options.batch_col is not None else (),
-            reduce=False,
-        )
-    )
+    parts.append(piece_run_partials(full, options, group))
     if len(parts) >= MERGE_EVERY:
         parts[:] = [metrics.merge(parts)]
 

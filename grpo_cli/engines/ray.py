@@ -1,26 +1,33 @@
 """The Ray engine (``--backend ray``): reward logs spread over many files and machines, on
-a Ray cluster, with Ray Data.
+a Ray cluster, with Ray tasks. Only what the formula reads crosses the network.
 
-1. **Read.** Parquet inputs with Ray Data's own reader (row groups become blocks, read in
-   parallel); JSONL and CSV inputs one file per task with grpo-adv's reader (the same
-   parsing as on one machine). Key columns a dump layout derives (verl's uid group) are
-   added per block.
-2. **Shuffle.** Ray Data's hash shuffle by the group key (``Dataset.repartition(n,
-   keys=...)``): every group lands whole in one block (Ray never splits a keyed shuffle's
-   output blocks), whatever file or machine its rows came from.
-3. **Batch statistics** (batch-level estimators, GDPO): the shuffled blocks are kept
-   (``materialize``), each block sends the mergeable partials of its batch statistics to
-   the driver, which merges them (one small row per batch value) and hands them back to
-   every block (:mod:`grpo_cli.engines.batch_partials`).
-4. **Annotate and write.** Each block is annotated by the Polars engine on the plan made
-   once (the value checks run per block, the collision fallback per block), written as one
-   Parquet part file, and its run figures are returned as partial aggregates
-   (:mod:`grpo_cli.core.metrics`); the driver merges them. The driver never collects the data.
+The inputs are cut into **pieces**: an input file, or a fixed row range (PIECE_ROWS rows) of
+a large Parquet file. A piece is the unit of reading and of writing: its output part is
+named after it and holds its rows in its order.
 
-Every input row is written exactly once with every input column and the added columns; the
-order of rows across parts is not kept (keep a row id column to restore it). Part files are
-named by the write task, so a task Ray retries after a worker dies rewrites its own parts.
-The output folder is written beside its final path and renamed when complete.
+1. **Map** (a task per piece): read only the columns the formula reads (the group key, the
+   rewards, the batch key, lengths, baseline), run every input check of the in-memory path
+   on them, and send each row's narrow form (:mod:`grpo_cli.engines.narrow`: the key as two
+   64-bit hashes, the rewards and the rest, and a locator: piece << 40 | row) to the
+   partition of its group hash: 32 bytes a row on a one-reward log, whatever its text
+   columns hold.
+2. **Batch statistics** (batch-level formulas, GDPO): each partition's mergeable partials,
+   merged on the driver into one small row per batch value
+   (:mod:`grpo_cli.engines.batch_partials`), handed to every partition.
+3. **Reduce** (a task per partition; every group whole in it): the Polars engine on the
+   plan made once, then the added columns with their locators sent back to their pieces
+   (16 bytes a row), and the run's partials (:mod:`grpo_cli.core.metrics`) to the driver,
+   which merges them. With ``--summary DIR``, each partition writes its rows of the
+   per-group table (the key then moves as its columns: the table shows its values).
+4. **Write** (a task per piece): read the piece again, every column, put its advantages in
+   its row order by inverting their row numbers (no sort), and write its part.
+
+If two keys share a group hash (about a 1e-6 chance in a 12M-group log) the run starts again
+with the key's columns moved instead of the hashes. Each output part is written beside its
+name and renamed, so a task Ray runs again after a worker dies (Ray rebuilds lost objects
+from their tasks) replaces its own part; the output folder is written beside its final
+path and renamed when complete. The driver never holds the data: only the partials and the
+byte counts come back to it.
 
 Ray is imported only on this path, here, in ray_cluster and in ray_tasks (``pip install
 'grpo-adv[ray]'``).
@@ -31,7 +38,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -44,13 +51,16 @@ from grpo_cli.core.run_summary import RunSummary
 from grpo_cli.engines import FileJob
 from grpo_cli.engines.batch_partials import merged_stats, needs_batch_stats
 from grpo_cli.engines.ray_cluster import first_line, import_ray, session
+from grpo_cli.engines.ray_tasks import Piece, Shuffle
 
 if TYPE_CHECKING:
     from grpo_cli.core.plan import Plan
 
 READ_BATCH_ROWS: Final = 65_536  # rows per batch when an unreadable input is looked for
-BYTES_PER_PARTITION: Final = 64 << 20  # input bytes per shuffle partition
+PIECE_ROWS: Final = 4_000_000  # rows of a piece of a large Parquet file (one output part)
+PARTITION_ROWS: Final = 2_000_000  # rows of a partition, about (a reduce task: ~0.3 GB)
 MAX_PARTITIONS: Final = 4096
+TEXT_ROW_BYTES: Final = 200  # a JSONL or CSV row, to guess a text file's rows
 
 
 @dataclass(frozen=True)
@@ -68,7 +78,7 @@ class RayEngine:
         return None
 
     def require(self) -> None:
-        """Ray with Ray Data, or the install hint."""
+        """Ray, or the install hint."""
         import_ray()
 
     def annotate_files(self, job: FileJob) -> RunSummary:
@@ -81,36 +91,28 @@ ENGINE = RayEngine(ENGINES["ray"])
 
 
 # ------------------------------------------------------------------ the run
-def _quiet(ray: Any) -> None:
-    """No progress bars, banners or logged tracebacks from Ray Data on the user's terminal
-    (grpo-adv reports an error itself, in one line), and a task's own error raised as it
-    was (not wrapped), so that it can be."""
-    context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = False
-    context.print_on_execution_start = False
-    context.enable_auto_log_stats = False
-    context.raise_original_map_exception = True
-    for name in ("ray", "ray.data"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+LOG: Final = logging.getLogger(__name__)
 
 
 def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
-    """Read, shuffle, (batch statistics), annotate and write: see the module docstring.
-    Errors raised on the cluster (a bad value in some file) come back as they were
-    raised; an input Ray's reader cannot read is named (exit 3); the cluster lost is
-    exit 4 (:mod:`grpo_cli.engines.ray_cluster`)."""
+    """Map, (batch statistics), reduce and write: see the module docstring. Errors raised
+    on the cluster (a bad value in some file) come back as they were raised; an input
+    Parquet cannot read is named (exit 3); the cluster lost is exit 4
+    (:mod:`grpo_cli.engines.ray_cluster`)."""
     address = job.plan.engine.ray_address
     staging = [p for p in (job.output, job.groups) if p is not None]
     notes = job.notes or (lambda _: None)
     with session(address, notes=notes, staging=staging, spell=job.spell) as ray:
+        for name in ("ray", "ray.data"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         try:
-            if address is not None and address.startswith("ray://"):
-                # Ray Data cannot execute through Ray Client: the driver's part runs as a
-                # task on the cluster (whose nodes see the same paths).
-                remote = ray.remote(num_cpus=0, max_retries=0)(_run_on_cluster)
-                summary: RunSummary = ray.get(remote.remote(replace(job, notes=None), partitions))
-                return summary
-            return _run_on_cluster(job, partitions)
+            pieces = _pieces(job)
+            count = partitions or _partitions(ray, pieces)
+            exact = job.groups is not None  # the table shows the keys' values
+            try:
+                return _run(ray, job, pieces, count, exact=exact)
+            except _Collision:
+                return _run(ray, job, pieces, count, exact=True)
         except GrpoAdvError:
             raise
         except Exception as exc:
@@ -120,11 +122,125 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
             raise
 
 
-def _run_on_cluster(job: FileJob, partitions: int | None) -> RunSummary:
-    """:func:`_run` in a process attached to the cluster (the CLI's, or a task's)."""
-    ray = import_ray()
-    _quiet(ray)
-    return _run(ray, job, partitions)
+class _Collision(Exception):
+    """Two group keys share the moved 64-bit hash."""
+
+
+def _run(ray: Any, job: FileJob, pieces: list[Piece], count: int, *, exact: bool) -> RunSummary:
+    from grpo_cli.engines import ray_tasks
+
+    shuffle = Shuffle(job.plan, job.derived, count, exact)
+    remote = ray.remote(max_retries=3)
+    split = remote(ray_tasks.split_piece).options(num_returns=count + 1)
+    mapped = [split.remote(piece, shuffle) for piece in pieces]
+    into = [[refs[k] for refs in mapped] for k in range(count)]  # partition k's inputs
+    stats: pl.DataFrame | None = None
+    if needs_batch_stats(job.plan):
+        partials = ray.get(
+            [
+                remote(ray_tasks.partition_batch_partials).remote(shuffle, *into[k])
+                for k in range(count)
+            ]
+        )
+        if any(p is None for p in partials):
+            raise _Collision()
+        stats = merged_stats(partials, shuffle.inner)
+    compute = remote(ray_tasks.compute_partition).options(num_returns=len(pieces) + 1)
+    groups = _str(job.groups)
+    reduced = [
+        compute.remote(k, len(pieces), shuffle, stats, groups, *into[k]) for k in range(count)
+    ]
+    finished = ray.get([refs[-1] for refs in reduced])
+    if any(partial is None for partial, _ in finished):
+        raise _Collision()
+    write = remote(ray_tasks.write_piece)
+    written = ray.get(
+        [
+            write.remote(piece, str(job.output), shuffle, *[refs[p] for refs in reduced])
+            for p, piece in enumerate(pieces)
+        ]
+    )
+    rows = sum(written)
+    if not rows:
+        raise InputError("the inputs have no rows", hint="check the paths given")
+    sent = sum(b for _, b in ray.get([refs[-1] for refs in mapped]))
+    back = sum(b for _, b in finished)
+    LOG.info(
+        "shuffled %d bytes to the partitions (%.1f a row) and %d back (%.1f a row); "
+        "%d pieces, %d partitions",
+        sent, sent / rows, back, back / rows, len(pieces), count,
+    )  # fmt: skip
+    return RunSummary.from_partials(metrics.merge([p for p, _ in finished]))
+
+
+def _str(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _pieces(job: FileJob) -> list[Piece]:
+    """The inputs cut into pieces (see the module docstring): a Parquet file of more than
+    PIECE_ROWS rows (its footer says) into ranges of PIECE_ROWS rows, any other file
+    whole; each named after its input, relative to the inputs' common folder
+    (``a/x.jsonl`` -> ``a/x.parquet``; ranges ``x-00000.parquet``, ``x-00001.parquet``, ...)."""
+    import os
+
+    from grpo_cli.io.formats import format_from_suffix, uncompressed_name
+
+    formats = {
+        job.input_format or format_from_suffix(uncompressed_name(p)) or "" for p in job.sources
+    }
+    if len(formats) != 1 or "" in formats or "json" in formats:
+        raise OptionsError(
+            option("backend", "ray") + " reads Parquet, JSONL or CSV files of one format",
+            hint="give files of one format (by suffix), or name it with " + option("input_format"),
+        )
+    fmt = formats.pop()
+    paths = [p.resolve() for p in job.sources]
+    root = Path(os.path.commonpath([p.parent for p in paths]))
+    stems = [_stem(p.relative_to(root)) for p in paths]
+    if len(set(stems)) != len(stems):  # x.jsonl and x.jsonl.gz: the whole names
+        stems = [str(p.relative_to(root)) for p in paths]
+    pieces: list[Piece] = []
+    for path, stem in zip(paths, stems, strict=True):
+        rows = _parquet_rows(path) if fmt == "parquet" else None
+        if rows is None or rows <= PIECE_ROWS:
+            pieces.append(Piece(len(pieces), str(path), fmt, 0, rows, f"{stem}.parquet"))
+            continue
+        for k, offset in enumerate(range(0, rows, PIECE_ROWS)):
+            size = min(PIECE_ROWS, rows - offset)
+            name = f"{stem}-{k:05d}.parquet"
+            pieces.append(Piece(len(pieces), str(path), fmt, offset, size, name))
+    return pieces
+
+
+def _stem(relative: Path) -> str:
+    """``a/x.jsonl.gz`` -> ``a/x``: the path without its format's suffixes."""
+    from grpo_cli.io.formats import uncompressed_name
+
+    name = uncompressed_name(relative)
+    return str(Path(name).with_suffix("")) if Path(name).suffix else str(name)
+
+
+def _parquet_rows(path: Path) -> int | None:
+    """The row count a Parquet file's footer gives (None: unreadable; the map task names
+    the file then)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    except Exception:
+        return None
+
+
+def _partitions(ray: Any, pieces: Sequence[Piece]) -> int:
+    """About PARTITION_ROWS rows per partition, at least one per CPU of the cluster (every
+    core busy), at most MAX_PARTITIONS. A text file's rows are guessed from its size."""
+    rows = sum(
+        p.rows if p.rows is not None else Path(p.path).stat().st_size // TEXT_ROW_BYTES
+        for p in pieces
+    )
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    return max(cpus, min(MAX_PARTITIONS, -(-rows // PARTITION_ROWS)))
 
 
 def _grpo_cause(exc: BaseException) -> GrpoAdvError | None:
@@ -140,33 +256,6 @@ def _grpo_cause(exc: BaseException) -> GrpoAdvError | None:
             return copy.copy(current)  # its structure kept, out of Ray's wrappers
         stack += [current.__cause__, current.__context__, getattr(current, "cause", None)]
     return None
-
-
-def _run(ray: Any, job: FileJob, partitions: int | None) -> RunSummary:
-    from grpo_cli.engines.ray_tasks import BatchPartials, PartSink
-
-    plan = job.plan
-    dataset = _read(ray, job)
-    keys = list(plan.keys.exact)
-    if keys:
-        count = partitions or _partitions(ray, job.sources)
-        dataset = dataset.repartition(count, keys=keys)
-    stats: pl.DataFrame | None = None
-    if needs_batch_stats(plan):
-        dataset = dataset.materialize()
-        parts = dataset.map_batches(BatchPartials(plan), batch_size=None, batch_format="pyarrow")
-        tables = ray.get(parts.to_arrow_refs())
-        frames = [pl.DataFrame(pl.from_arrow(t)) for t in tables if t.num_rows]
-        stats = merged_stats(frames, plan)
-    sink = PartSink(str(job.output), plan, stats, job.derived, _str(job.groups))
-    dataset.write_datasink(sink)
-    if not sink.partials:
-        raise InputError("the inputs have no rows", hint="check the paths given")
-    return RunSummary.from_partials(metrics.merge(sink.partials))
-
-
-def _str(path: Path | None) -> str | None:
-    return None if path is None else str(path)
 
 
 def _unreadable_input(job: FileJob) -> InputError | None:
@@ -202,40 +291,3 @@ def _unreadable_input(job: FileJob) -> InputError | None:
                 "leave it out",
             )
     return None
-
-
-def _partitions(ray: Any, sources: Sequence[Path]) -> int:
-    """About BYTES_PER_PARTITION input bytes per shuffle partition, and at least one per
-    CPU of the cluster (every core busy)."""
-    size = sum(p.stat().st_size for p in sources if p.exists())
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    return max(cpus, min(MAX_PARTITIONS, -(-size // BYTES_PER_PARTITION)))
-
-
-def _read(ray: Any, job: FileJob) -> Any:
-    """The inputs as one dataset, with the derived key columns."""
-    from grpo_cli.io.formats import format_from_suffix, uncompressed_name
-
-    formats = {
-        job.input_format or format_from_suffix(uncompressed_name(p)) or "" for p in job.sources
-    }
-    if len(formats) != 1 or "" in formats or "json" in formats:
-        raise OptionsError(
-            option("backend", "ray") + " reads Parquet, JSONL or CSV files of one format",
-            hint="give files of one format (by suffix), or name it with " + option("input_format"),
-        )
-    from grpo_cli.engines.ray_tasks import Derive, ReadText
-
-    fmt = formats.pop()
-    paths = [str(p) for p in job.sources]
-    if fmt == "parquet":
-        dataset = ray.data.read_parquet(paths)
-        if job.derived:
-            dataset = dataset.map_batches(
-                Derive(job.derived), batch_size=None, batch_format="pyarrow"
-            )
-        return dataset
-    files = ray.data.from_items([{"path": p} for p in paths])
-    return files.map_batches(
-        ReadText(fmt, job.plan.keys.exact, job.derived), batch_size=1, batch_format="pyarrow"
-    )

@@ -14,7 +14,8 @@
   with the user's token when there is one, else a token made for the run (never written
   to ``~/.ray``).
 - **``--ray-address auto``**: the cluster this machine belongs to (``RAY_ADDRESS``, then
-  the last ``ray start``); **``HOST:PORT``** or **``ray://HOST:PORT``**: that one. Nothing
+  the last ``ray start``); **``HOST:PORT``**: that one (not ``ray://``, Ray Client: see
+  :class:`grpo_cli.core.engine_options.EngineOptions`). Nothing
   listening: exit 4 at once. A cluster that asks for a token (``ray start``'s default)
   while ``RAY_AUTH_MODE`` is unset: the user's own token (``RAY_AUTH_TOKEN``,
   ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) is used, and said; without one, exit 4
@@ -321,10 +322,6 @@ def _alive(pid: int) -> bool:
 def _joined(address: str, env: _Environment, notes: Notes) -> _Where:
     """The cluster at ``address``: resolved (``auto``), probed (nothing listening: exit 4
     at once), and the user's token used when it asks for one."""
-    if address.startswith("ray://"):
-        host_port(address)  # checks the form
-        notes(f"running on the Ray cluster at {address} (Ray Client)")
-        return _Where(f"the Ray cluster at {address}", address.removeprefix("ray://"), address)
     gcs = _resolved(address)
     name = address if gcs is None else gcs
     if gcs is not None:
@@ -361,12 +358,11 @@ def _resolved(address: str) -> str | None:
 
 
 def host_port(address: str) -> tuple[str, int]:
-    """HOST and PORT of ``HOST:PORT`` or ``ray://HOST:PORT``."""
-    bare = address.removeprefix("ray://")
-    host, sep, port = bare.rpartition(":")
+    """HOST and PORT of ``HOST:PORT``."""
+    host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise OptionsError(
-            option("ray_address") + f" {address!r} is not HOST:PORT, ray://HOST:PORT or auto",
+            option("ray_address") + f" {address!r} is not HOST:PORT or auto",
             hint="give the head node's address, for example "
             + option("ray_address", Verbatim("10.0.0.1:6379")),
             value=address,

@@ -1,178 +1,236 @@
 """The Ray engine's tasks: what runs on the cluster's workers (see
-:mod:`grpo_cli.engines.ray`). This module imports Ray; workers import it by name."""
+:mod:`grpo_cli.engines.ray`). Plain functions of plain values: the driver makes them Ray
+tasks (``ray.remote``), and a task Ray runs again after its worker died does the same
+again (its output file is written beside its final name and renamed)."""
 
 from __future__ import annotations
 
-import io as _io
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
-from ray.data import Datasink
 
-from grpo_cli.core import metrics
-from grpo_cli.core.columns import PREFIX
-from grpo_cli.core.plan import Plan, make_plan, run_with_fallback
-from grpo_cli.engines.batch_partials import applied, piece_partials, with_batch_stats
+from grpo_cli.core.columns import PREFIX, RAY_LOCATOR, RAY_PARTITION
+from grpo_cli.core.expressions import with_group_stats
+from grpo_cli.core.plan import Plan, hash_collision, make_plan
+from grpo_cli.engines.batch_partials import (
+    applied,
+    grouped_partials,
+    with_batch_stats,
+)
+from grpo_cli.engines.narrow import (
+    CHECK,
+    GROUP,
+    check_batch_spans,
+    hashed_key,
+    inner_plan,
+    needed_columns,
+    piece_run_partials,
+    read_columns,
+)
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-
-def _polars(table: pa.Table) -> pl.DataFrame:
-    return pl.DataFrame(pl.from_arrow(table))
-
-
-@dataclass(frozen=True)
-class Derive:
-    """Adds the key columns a dump layout derives from each row."""
-
-    names: tuple[str, ...]
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        from grpo_cli.core.layouts import derived_column
-
-        frame = _polars(table).with_columns([derived_column(n) for n in self.names])
-        return frame.to_arrow()
+LOCATOR: Final = RAY_LOCATOR
+PARTITION: Final = RAY_PARTITION  # the partition a row goes to (and its piece, on the way back)
+ROW_BITS: Final = 40  # a locator is piece << ROW_BITS | row: 2^40 rows a piece, 2^23 pieces
+PIECE_STRIDE: Final = 1 << ROW_BITS
 
 
 @dataclass(frozen=True)
-class ReadText:
-    """Reads one JSONL or CSV file (a row ``{"path": ...}``) with grpo-adv's reader."""
+class Piece:
+    """One unit of input and of output: an input file, or a fixed row range of a large
+    Parquet file.
 
+    Attributes:
+        index: its number (the high bits of its rows' locators).
+        path: the input file.
+        fmt: its format (parquet, jsonl, csv).
+        offset: its first row in the file.
+        rows: its row count (None: the whole file, a text file whose rows are unknown).
+        name: its output part's path inside the output folder.
+    """
+
+    index: int
+    path: str
     fmt: str
-    key_cols: tuple[str, ...]
-    derived: tuple[str, ...]
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        from grpo_cli.core.layouts import derived_column
-        from grpo_cli.io.read import read_rewards
-
-        path = Path(str(table.column("path")[0].as_py()))
-        strings = [c for c in self.key_cols if not c.startswith(PREFIX)]
-        frame = read_rewards(path, self.fmt, string_cols=strings).frame
-        if self.derived:
-            frame = frame.with_columns([derived_column(n) for n in self.derived])
-        return frame.to_arrow()
-
-
-def _piece_plan(piece: pl.DataFrame, plan: Plan) -> Plan:
-    """The plan for one block: its values checked (every row is checked once, in its
-    block), its nulls noted."""
-    return make_plan(piece, plan.options)
+    offset: int
+    rows: int | None
+    name: str
 
 
 @dataclass(frozen=True)
-class BatchPartials:
-    """One block's batch partials (see :mod:`grpo_cli.engines.batch_partials`)."""
+class Shuffle:
+    """What every task of one run shares.
+
+    Attributes:
+        plan: the plan of the whole log (the options checked, the exact key).
+        derived: key columns a trainer's dump layout derives from each row (never written).
+        partitions: how many partitions the rows are shuffled into, by their group key.
+        exact: the key moves as its columns (the per-group table needs their values; a
+            hash collision), not as two hashes.
+    """
 
     plan: Plan
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        if not table.num_rows:
-            return table.slice(0, 0).select([])
-        piece = _polars(table)
-        return piece_partials(piece, _piece_plan(piece, self.plan)).to_arrow()
-
-
-class PartSink(Datasink[list[bytes]]):
-    """A Ray Data datasink: annotates each block (a whole shuffle partition), writes it as
-    one Parquet part file named by its write task, and returns the block's run partials
-    (Arrow IPC bytes), which the driver keeps in :attr:`partials`."""
-
-    def __init__(
-        self,
-        folder: str,
-        plan: Plan,
-        stats: pl.DataFrame | None,
-        derived: Sequence[str],
-        groups: str | None,
-    ) -> None:
-        self.folder = folder
-        self.plan = plan
-        self.stats = stats
-        self.derived = tuple(derived)
-        self.groups = groups
-        self.partials: list[pl.DataFrame] = []
-
-    # Ray Data's Datasink interface -------------------------------------------------
-    def on_write_start(self, schema: Any = None) -> None:
-        """Nothing to prepare: the folder exists."""
-
-    def write(self, blocks: Iterable[pa.Table], ctx: Any) -> list[bytes]:
-        """Annotate and write each block; its partials as Arrow IPC bytes."""
-        out: list[bytes] = []
-        for index, table in enumerate(blocks):
-            if not table.num_rows:
-                continue
-            name = f"part-{ctx.task_idx:05d}-{index:03d}.parquet"
-            partial = self._annotate(_polars(table), name)
-            buffer = _io.BytesIO()
-            partial.write_ipc(buffer)
-            out.append(buffer.getvalue())
-        return out
-
-    def on_write_complete(self, write_result: Any) -> None:
-        """Keep every task's partials (on the driver)."""
-        for returned in write_result.write_returns:
-            self.partials += [pl.read_ipc(_io.BytesIO(b)) for b in returned or ()]
-
-    def on_write_failed(self, error: Exception) -> None:
-        """Nothing to undo here: the caller removes the whole folder."""
-
-    def get_name(self) -> str:
-        """The name Ray Data shows for the write."""
-        return "grpo-adv"
+    derived: tuple[str, ...]
+    partitions: int
+    exact: bool
 
     @property
-    def supports_distributed_writes(self) -> bool:
-        """Tasks write their parts on the nodes where they run."""
-        return True
+    def group(self) -> tuple[str, ...]:
+        """The moved group key."""
+        return self.plan.keys.exact if self.exact else (GROUP,)
 
     @property
-    def min_rows_per_write(self) -> int | None:
-        """Blocks are written as they come (each is a whole partition)."""
+    def inner(self) -> Plan:
+        """The plan on the narrow rows (see :func:`grpo_cli.engines.narrow.inner_plan`)."""
+        return inner_plan(self.plan, self.group, check_hash=not self.exact)
+
+
+def read_piece(piece: Piece, columns: Sequence[str] | None, shuffle: Shuffle) -> pl.DataFrame:
+    """The rows of ``piece``: only ``columns`` of them when given (those present), else
+    every column; a text file by grpo-adv's reader (the same parsing as on one machine:
+    key columns of a CSV file stay text)."""
+    if piece.fmt == "parquet":
+        lazy = pl.scan_parquet(piece.path)
+        if columns is not None:
+            present = set(lazy.collect_schema().names())
+            lazy = lazy.select([c for c in columns if c in present])
+        if piece.rows is not None:
+            lazy = lazy.slice(piece.offset, piece.rows)
+        return lazy.collect()
+    from grpo_cli.io.read import read_rewards
+
+    strings = [c for c in shuffle.plan.keys.exact if not c.startswith(PREFIX)]
+    frame = read_rewards(Path(piece.path), piece.fmt, string_cols=strings).frame
+    if columns is not None:
+        frame = frame.select([c for c in columns if c in frame.columns])
+    return frame
+
+
+def split_piece(piece: Piece, shuffle: Shuffle) -> list[Any]:
+    """Map: the narrow rows of ``piece`` (:mod:`grpo_cli.engines.narrow`), checked (every
+    input check of the in-memory path, on this piece's rows), one Arrow table per
+    partition of the group key; then the piece's row count and the narrow bytes sent."""
+    from grpo_cli.core.layouts import derived_column
+
+    plan = shuffle.plan
+    frame = read_piece(piece, read_columns(plan, shuffle.derived), shuffle)
+    if shuffle.derived:
+        frame = frame.with_columns([derived_column(n) for n in shuffle.derived])
+    make_plan(frame, plan.options, hashed=False, estimator=plan.estimator)  # the checks
+    needed = needed_columns(plan.options, frame.columns)
+    locator = pl.int_range(pl.len(), dtype=pl.Int64) + (piece.index << ROW_BITS)
+    keyed = frame.with_columns(hashed_key(plan.keys.exact))
+    moved = plan.keys.exact if shuffle.exact else (GROUP, CHECK)
+    narrow = keyed.select(
+        locator.alias(LOCATOR),
+        *dict.fromkeys([*moved, *needed]),
+        (pl.col(GROUP) % shuffle.partitions).alias(PARTITION),
+    )
+    tables = _split(narrow, PARTITION, shuffle.partitions)
+    return [*tables, (frame.height, sum(t.nbytes for t in tables))]
+
+
+def _split(frame: pl.DataFrame, by: str, count: int) -> list[pa.Table]:
+    """``frame`` split by its column ``by`` (values 0..count-1, dropped) into ``count`` Arrow
+    tables, rows in order (an empty table for a value without rows)."""
+    split = frame.partition_by(by, as_dict=True, include_key=False, maintain_order=True)
+    empty = frame.drop(by).clear().to_arrow()
+    return [split[(k,)].to_arrow() if (k,) in split else empty for k in range(count)]
+
+
+def _partition_rows(tables: Sequence[pa.Table]) -> pl.DataFrame:
+    frames = [pl.DataFrame(pl.from_arrow(t)) for t in tables]
+    return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
+
+
+def partition_batch_partials(shuffle: Shuffle, *tables: pa.Table) -> pl.DataFrame | None:
+    """Reduce, first pass of a batch-level formula: one partition's batch partials
+    (:mod:`grpo_cli.engines.batch_partials`), or None when two of its keys share the group
+    hash (the driver starts again on the exact key)."""
+    frame = _partition_rows(tables)
+    inner = shuffle.inner
+    grouped = with_group_stats(frame, inner).collect()
+    if hash_collision(grouped, inner.keys):
         return None
+    return grouped_partials(grouped, inner)
 
-    @property
-    def min_bytes_per_write(self) -> int | None:
-        """Blocks are written as they come."""
-        return None
 
-    # -------------------------------------------------------------------------------
-    def _annotate(self, piece: pl.DataFrame, name: str) -> pl.DataFrame:
-        from grpo_cli.core.grouping import with_profile
-        from grpo_cli.core.run_summary import check_batch_spans, group_table
+def compute_partition(
+    index: int,
+    pieces: int,
+    shuffle: Shuffle,
+    stats: pl.DataFrame | None,
+    groups: str | None,
+    *tables: pa.Table,
+) -> list[Any]:
+    """Reduce: one partition's rows (every group whole in it) annotated by the Polars
+    engine on the plan made once; the added columns with their locators, one Arrow table
+    per piece they go back to; then the partition's run partials (None: two of its keys
+    share the group hash) and the bytes sent back. With ``groups``, the partition's rows
+    of the per-group table are written there."""
+    frame = _partition_rows(tables)
+    inner = shuffle.inner
+    options = inner.options
+    added = shuffle.plan.options.added_columns()
+    if stats is not None:
+        frame = with_batch_stats(frame, inner, stats)
+    full = POLARS.annotate(frame, inner if stats is None else applied(inner))
+    if hash_collision(full, inner.keys):
+        return [None] * pieces + [(None, 0)]
+    check_batch_spans(
+        full, shuffle.plan.options, shuffle.group, uses_groups=inner.estimator.uses_groups
+    )
+    if groups is not None:
+        from grpo_cli.core.run_summary import group_table
 
-        columns = [c for c in piece.columns if c not in self.derived]
-        plan = _piece_plan(piece, self.plan)
-        stats = self.stats
-        if stats is not None:
-            piece = with_batch_stats(piece, plan, stats)
+        table = group_table(full.lazy(), inner)
+        write_parquet(table, Path(groups) / f"part-{index:05d}.parquet")
+    partials = piece_run_partials(full, options, shuffle.group)
+    back = full.select(
+        (pl.col(LOCATOR) % PIECE_STRIDE).alias(LOCATOR),
+        *added,
+        (pl.col(LOCATOR) // PIECE_STRIDE).alias(PARTITION),
+    )
+    out = _split(back, PARTITION, pieces)
+    return [*out, (partials, sum(t.nbytes for t in out))]
 
-        def annotate(chosen: Plan) -> pl.DataFrame:
-            return POLARS.annotate(piece, chosen if stats is None else applied(chosen))
 
-        full, used = run_with_fallback(annotate, plan)
-        options = plan.options
-        check_batch_spans(full, used)
-        written = pl.DataFrame([full.get_column(c) for c in (*columns, *options.added_columns())])
-        written.write_parquet(
-            Path(self.folder) / name, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL
-        )
-        if self.groups is not None:
-            table = group_table(full.lazy(), used)
-            table.write_parquet(
-                Path(self.groups) / name, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL
-            )
-        rows = with_profile(full.lazy(), used.keys.group, options.ddof)
-        return metrics.partials(
-            rows,
-            ddof=options.ddof,
-            advantage=pl.col(options.advantage_col),
-            batch=(options.batch_col,) if options.batch_col is not None else (),
-        )
+def write_piece(piece: Piece, folder: str, shuffle: Shuffle, *tables: pa.Table) -> int:
+    """Write ``piece``'s output part: its rows as read, every column but the derived keys,
+    with the added columns (from every partition's ``tables``) in the input's row order;
+    its row count."""
+    import numpy as np
+
+    added = shuffle.plan.options.added_columns()
+    back = _partition_rows(tables)
+    frame = read_piece(piece, None, shuffle)
+    rows = back.get_column(LOCATOR).to_numpy() if back.height else np.empty(0, np.int64)
+    if len(rows) != frame.height or (
+        len(rows) and (rows.min() != 0 or rows.max() != frame.height - 1)
+    ):
+        raise RuntimeError(f"{piece.path}: {len(rows)} computed rows for {frame.height} input rows")
+    position = np.empty(len(rows), dtype=np.int64)
+    position[rows] = np.arange(len(rows))
+    ordered = back.select(added)[position] if len(rows) else back.select(added)
+    kept = [c for c in frame.columns if c not in shuffle.derived]
+    columns = [ordered.get_column(c) if c in added else frame.get_column(c) for c in kept]
+    columns += [ordered.get_column(c) for c in added if c not in kept]
+    write_parquet(pl.DataFrame(columns), Path(folder) / piece.name)
+    return frame.height
+
+
+def write_parquet(frame: pl.DataFrame, path: Path) -> None:
+    """``frame`` to ``path`` (zstd), written beside it and renamed: a task run again
+    replaces what an earlier try left, never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    frame.write_parquet(partial, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
+    partial.replace(path)

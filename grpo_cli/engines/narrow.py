@@ -1,0 +1,117 @@
+"""The narrow rows of a log seen in pieces: what an engine that moves rows between pieces
+(the partitioned engine's spills, the Ray engine's shuffle) moves, and how it computes on
+them.
+
+Only what the plan's formula reads crosses: the group key as two independent 64-bit hashes
+(:data:`GROUP` identifies the group, :data:`CHECK` detects two keys sharing it: the plan's
+collision check, ``Keys.check``), the reward columns, the batch key, the lengths and the
+baseline when the options name them, and a row locator. A row then weighs 32 bytes on a
+one-reward log however wide its text columns are. On a hash collision (about a 1e-6 chance
+in a 12M-group log) the engine starts again with the exact key columns in place of the
+hashes (``exact``), as it does when it needs the key's values themselves (the per-group
+table).
+
+Every group lies whole in one piece after a shuffle by :data:`GROUP`, so the Polars engine
+computes each piece with the plan made once for the whole log (:func:`inner_plan`), its
+group key the moved one; batch statistics come from mergeable partials
+(:mod:`grpo_cli.engines.batch_partials`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from typing import Final
+
+import polars as pl
+
+from grpo_cli.core import metrics
+from grpo_cli.core.columns import PART_CHECK, PART_GROUP
+from grpo_cli.core.errors import InputError
+from grpo_cli.core.grouping import with_profile
+from grpo_cli.core.layouts import derived_column
+from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.plan import Plan, resolve_keys
+
+GROUP: Final = PART_GROUP
+CHECK: Final = PART_CHECK
+
+
+def needed_columns(options: AdvantageOptions, schema: Collection[str] | None = None) -> list[str]:
+    """The columns of the log the formula reads besides the group key: the reward columns,
+    the batch, length and baseline columns the options name (those in ``schema``, when
+    given)."""
+    names = [*options.reward_cols]
+    for extra in (options.batch_col, options.length_col, options.baseline_col):
+        if extra is not None:
+            names.append(extra)
+    return [n for n in dict.fromkeys(names) if schema is None or n in schema]
+
+
+def read_columns(plan: Plan, derived: Sequence[str]) -> list[str]:
+    """The log's columns a piece must read: the key columns (for a key a trainer's layout
+    derives, the columns it is derived from) and :func:`needed_columns`' (read if
+    present)."""
+    sources: list[str] = []
+    for column in plan.keys.exact:
+        if column in derived:
+            sources += derived_column(column).meta.root_names()
+        else:
+            sources.append(column)
+    return list(dict.fromkeys([*sources, *needed_columns(plan.options)]))
+
+
+def hashed_key(key_cols: Sequence[str]) -> list[pl.Expr]:
+    """The key ``key_cols`` as GROUP and CHECK: two independent 64-bit hashes."""
+    key = pl.struct(list(key_cols)) if len(key_cols) > 1 else pl.col(key_cols[0])
+    return [key.hash(seed=0).alias(GROUP), key.hash(seed=1).alias(CHECK)]
+
+
+def inner_plan(plan: Plan, group: tuple[str, ...], *, check_hash: bool) -> Plan:
+    """``plan`` on narrow rows whose group key is ``group`` (GROUP, with CHECK when
+    ``check_hash``; else the exact key columns): the same options, estimator and policies;
+    the reward may hold nulls (the rows of a piece are not checked again)."""
+    inner_options = plan.options.with_overrides(group_cols=group)
+    keys = resolve_keys(inner_options)
+    if check_hash:  # the moved key is a hash: its check in the same grouping pass
+        keys = replace(keys, check=CHECK)
+    return Plan(inner_options, plan.estimator, keys, has_nulls=True, engine=plan.engine)
+
+
+def check_batch_spans(
+    part: pl.DataFrame, options: AdvantageOptions, group: tuple[str, ...], *, uses_groups: bool
+) -> None:
+    """Refuse groups whose rows fall in several values of the batch column, as the in-memory
+    path does (:func:`grpo_cli.core.run_summary.check_batch_spans`); each group lies whole in
+    one piece, so the check runs per piece."""
+    column = options.batch_col
+    if column is None or column in options.group_cols:
+        return
+    if not uses_groups:  # the plan's estimator
+        return  # no groups to span batches, as in the in-memory check
+    spanning = (
+        part.group_by(list(group)).agg(pl.col(column).n_unique().alias("n")).filter(pl.col("n") > 1)
+    )
+    if spanning.height:
+        key = ", ".join(options.group_cols)
+        fix = " ".join(f"-g {c}" for c in (column, *options.group_cols))
+        raise InputError(
+            f"groups (by {key}) span several values of {column} (batch column): "
+            f"at least {spanning.height} do",
+            hint=f"group within each batch: {fix}",
+        )
+
+
+def piece_run_partials(
+    full: pl.DataFrame, options: AdvantageOptions, group: tuple[str, ...]
+) -> pl.DataFrame:
+    """The run figures' partials (:mod:`grpo_cli.core.metrics`) of one annotated piece
+    (every group whole in it), unreduced: one query, on the in-memory engine."""
+    rows = with_profile(full.lazy(), group, options.ddof)
+    return metrics.partials(
+        rows,
+        ddof=options.ddof,
+        advantage=pl.col(options.advantage_col),
+        batch=(options.batch_col,) if options.batch_col is not None else (),
+        reduce=False,
+    )
