@@ -2,23 +2,31 @@
 on every core) against the Polars engine, on a log in shards; and on a log too large for
 one process, with the driver's memory bounded.
 
-    python benchmarks/ray_bench.py --rows 10000000 --shards 16 [--big-rows 200000000]
+    python benchmarks/ray_bench.py --rows 10000000 --shards 16 --text-rows 2000000 \
+        [--big-rows 200000000]
 
 Figures: wall time, the driver's peak RSS (the ``grpo-adv`` process itself: Ray's workers
-and object store are separate processes), rows per second per worker core, and bytes
-shuffled per row (the Arrow size of a row: Ray Data's hash shuffle moves every column).
-The check: every row once, advantages equal to the Polars engine's within 1e-12 (joined on
-a row id); for the big log, a sample of groups recomputed in memory.
+and object store are separate processes), rows per second per core, and the bytes shuffled
+per row to the partitions and back (the Arrow sizes of what the tasks send, as the engine
+logs them); the fixed cost of a run (the whole command on a 1,000-row log: Python, Ray's
+start and stop, one task of each kind); a log with about 1.2 KB of text a row against the
+same rows without the text. The check: every row once, in its input's order, advantages
+equal to the Polars engine's within 1e-12; for the big log, a sample of groups recomputed
+in memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -29,21 +37,34 @@ from datasets import make_log, write_big_log
 from grpo_cli.jobs.pipeline import annotate
 
 # Runs the CLI and reports this process's own peak RSS (KiB) on its last stderr line: the
-# kernel's VmHWM, which starts again at exec (ru_maxrss keeps the forking parent's).
+# kernel's VmHWM, which starts again at exec (ru_maxrss keeps the forking parent's); also
+# when the CLI ends with os._exit (no atexit handlers then).
 DRIVER = (
-    "import atexit, sys\n"
+    "import atexit, logging, os, sys\n"
+    "if os.environ.get('RAY_BENCH_LOG'):\n"
+    "    log = logging.getLogger('grpo_cli.engines.ray')\n"
+    "    log.setLevel(logging.INFO)\n"
+    "    log.addHandler(logging.FileHandler(os.environ['RAY_BENCH_LOG']))\n"
     "hwm = lambda: next(l.split()[1] for l in open('/proc/self/status') if "
     "l.startswith('VmHWM'))\n"
-    "atexit.register(lambda: sys.stderr.write(f'\\nMAXRSS {hwm()}\\n'))\n"
+    "report = lambda: sys.stderr.write(f'\\nMAXRSS {hwm()}\\n') and sys.stderr.flush()\n"
+    "atexit.register(report)\n"
+    "real_exit = os._exit\n"
+    "os._exit = lambda code: (report(), real_exit(code))  # the CLI skips the teardown\n"
     "from grpo_cli.cli import main\n"
     "sys.argv = ['grpo-adv', *sys.argv[1:]]\n"
     "main()\n"
 )
 
 
-def run_cli(args: list[str]) -> tuple[float, float]:
-    """Wall seconds and the driver's peak RSS in GiB of ``grpo-adv ARGS``."""
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+def run_cli(
+    args: list[str], log: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[float, float]:
+    """Wall seconds and the driver's peak RSS in GiB of ``grpo-adv ARGS`` (the Ray engine's
+    log lines appended to ``log``)."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+    if log is not None:
+        env["RAY_BENCH_LOG"] = str(log)
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, env=env
@@ -67,6 +88,24 @@ def write_shards(log: pl.DataFrame, folder: Path, shards: int) -> list[Path]:
     return paths
 
 
+def shuffled_bytes(log: Path) -> tuple[float, float]:
+    """Bytes a row sent to the partitions and back, from the engine's last log line."""
+    line = [x for x in log.read_text().splitlines() if x.startswith("shuffled")][-1]
+    sent, back = re.findall(r"\(([\d.]+) a row\)", line)
+    return float(sent), float(back)
+
+
+def check_parts(folder: Path, polars_out: Path, rows: int) -> float:
+    """Every row once and in its input's order (``rid`` ascends through each part, the
+    parts named after the shards), the advantages against the Polars engine's: the worst
+    difference."""
+    parts = sorted(folder.glob("*.parquet"))
+    got = pl.concat([pl.read_parquet(p, columns=["rid", "advantage"]) for p in parts])
+    assert got["rid"].to_list() == list(range(rows)), "every row once, in order"
+    expected = pl.read_parquet(polars_out, columns=["advantage"])["advantage"]
+    return float((got["advantage"] - expected).abs().max() or 0.0)  # type: ignore[arg-type]
+
+
 def shards_bench(rows: int, shards: int, data: Path, cores: int) -> list[str]:
     folder = data / f"shards_{rows}_{shards}"
     if not (folder / f"shard-{shards - 1:03d}.parquet").exists():
@@ -77,34 +116,137 @@ def shards_bench(rows: int, shards: int, data: Path, cores: int) -> list[str]:
     sample = [pl.read_parquet(p).to_arrow() for p in paths[:2]]
     per_row = sum(t.nbytes for t in sample) / sum(t.num_rows for t in sample)
     polars_out, ray_out = data / "polars_out.parquet", data / "ray_out"
+    trace = data / "ray.log"
+    trace.unlink(missing_ok=True)
     p_s, p_gib = run_cli(["compute", *map(str, paths), "-o", str(polars_out), "-q", "-f"])
     r_s, r_gib = run_cli(
-        ["compute", str(folder), "--backend", "ray", "-o", str(ray_out), "-q", "-f"]
+        ["compute", str(folder), "--backend", "ray", "-o", str(ray_out), "-q", "-f"], trace
     )
-    expected = pl.read_parquet(polars_out).select("rid", "advantage")
-    got = pl.scan_parquet(ray_out / "*.parquet").select("rid", "advantage").collect()
-    joined = expected.join(got, on="rid", how="full", suffix="_ray")
-    assert got.height == rows and joined.height == rows, "every row exactly once"
-    worst = joined.select((pl.col("advantage") - pl.col("advantage_ray")).abs().max()).item()
-    lines = [
+    worst = check_parts(ray_out, polars_out, rows)
+    sent, back = shuffled_bytes(trace)
+    with started_cluster(cores) as address:
+        c_s, _ = run_cli(
+            ["compute", str(folder), "--backend", "ray", "--ray-address", address, "-o",
+             str(ray_out), "-q", "-f"],
+            env={"RAY_AUTH_MODE": "disabled"},
+        )  # fmt: skip
+    worst = max(worst, check_parts(ray_out, polars_out, rows))
+    return [
         f"## {rows:,} shuffled rows in {shards} Parquet shards ({cores} cores)",
         "",
         "| engine | time | driver peak RSS | rows/s per core |",
         "|---|---|---|---|",
         f"| polars (one process) | {p_s:.1f} s | {p_gib:.2f} GiB | {rows / p_s / cores:,.0f} |",
-        f"| ray (embedded local Ray) | {r_s:.1f} s | {r_gib:.2f} GiB | {rows / r_s / cores:,.0f} |",
+        f"| ray (a private Ray started and stopped by the run) | {r_s:.1f} s | {r_gib:.2f} GiB "
+        f"| {rows / r_s / cores:,.0f} |",
+        f"| ray (a cluster already running: `--ray-address`) | {c_s:.1f} s | | "
+        f"{rows / c_s / cores:,.0f} |",
         "",
-        f"- ray / polars: {r_s / p_s:.2f}x the time",
-        f"- bytes shuffled per row: {per_row:.1f} (Arrow size of a row; every column moves)",
-        f"- max |ray - polars| over every row: {worst:.1e}",
+        f"- ray / polars: {r_s / p_s:.2f}x the time with its own Ray, {c_s / p_s:.2f}x on a "
+        "running cluster",
+        f"- bytes shuffled per row: {sent:.1f} to the partitions, {back:.1f} back (a row of "
+        f"the log: {per_row:.1f} bytes)",
+        f"- every row once, in its shard's order; max |ray - polars|: {worst:.1e}",
     ]
-    return lines
+
+
+@contextlib.contextmanager
+def started_cluster(cores: int) -> Iterator[str]:
+    """A one-machine cluster started by ``ray start --head`` (no token), its address; stopped
+    at the end."""
+    import signal
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    temp = tempfile.mkdtemp(prefix="rb-")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    ray = str(Path(sys.executable).parent / "ray")
+    head = subprocess.Popen(
+        [ray, "start", "--head", "--block", f"--port={port}", f"--num-cpus={cores}",
+         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        for _ in range(240):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        time.sleep(3)  # the raylet registers after the GCS listens
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(head.pid, signal.SIGKILL)
+        head.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def fixed_bench(data: Path, cores: int) -> list[str]:
+    """The whole command on a 1,000-row log, three times: what every run pays."""
+    folder = data / "shards_1000_2"
+    if not (folder / "shard-001.parquet").exists():
+        write_shards(make_log(1000, order="shuffled").with_row_index("rid"), folder, 2)
+    times = sorted(
+        run_cli(["compute", str(folder), "--backend", "ray", "-o", str(data / "tiny"), "-q", "-f"])[
+            0
+        ]
+        for _ in range(3)
+    )
+    polars = sorted(
+        run_cli(["compute", *map(str, sorted(folder.glob("*.parquet"))), "-o",
+                 str(data / "tiny.parquet"), "-q", "-f"])[0]
+        for _ in range(3)
+    )  # fmt: skip
+    return [
+        f"## Fixed cost: 1,000 rows in 2 shards ({cores} cores), medians of 3",
+        "",
+        f"- ray: {times[1]:.1f} s (private Ray started and stopped; polars: {polars[1]:.1f} s)",
+    ]
+
+
+def text_bench(rows: int, shards: int, data: Path, cores: int) -> list[str]:
+    """The same rows with and without about 1.2 KB of text (prompt, completion) a row."""
+    with_text = data / f"text_shards_{rows}_{shards}"
+    without = data / f"notext_shards_{rows}_{shards}"
+    if not (without / f"shard-{shards - 1:03d}.parquet").exists():
+        log = make_log(rows, order="shuffled", text=True).with_row_index("rid")
+        write_shards(log, with_text, shards)
+        write_shards(log.drop("prompt", "completion"), without, shards)
+        del log
+    sample = pl.read_parquet(with_text / "shard-000.parquet").to_arrow()
+    per_row = sample.nbytes / sample.num_rows
+    trace = data / "ray_text.log"
+    out: dict[str, tuple[float, float, float]] = {}
+    for name, folder in (("without text", without), ("with text", with_text)):
+        trace.unlink(missing_ok=True)
+        seconds, _ = run_cli(
+            ["compute", str(folder), "--backend", "ray", "-o", str(data / "ray_text_out"), "-q",
+             "-f"], trace,
+        )  # fmt: skip
+        out[name] = (seconds, *shuffled_bytes(trace))
+    ratio = out["with text"][0] / out["without text"][0]
+    return [
+        f"## {rows:,} rows in {shards} shards, with about {per_row:,.0f} bytes a row of text "
+        f"and without ({cores} cores)",
+        "",
+        "| log | ray time | bytes a row to the partitions | back |",
+        "|---|---|---|---|",
+        *[f"| {k} | {t:.1f} s | {a:.1f} | {b:.1f} |" for k, (t, a, b) in out.items()],
+        "",
+        f"- with text / without: {ratio:.2f}x the time",
+    ]
 
 
 def big_bench(rows: int, data: Path, cores: int, sample: int = 500) -> list[str]:
     source = write_big_log(data / f"big_{rows}.parquet", rows)
     out = data / "ray_big_out"
-    r_s, r_gib = run_cli(["compute", str(source), "--backend", "ray", "-o", str(out), "-q", "-f"])
+    log = data / "ray_big.log"
+    log.unlink(missing_ok=True)
+    args = ["compute", str(source), "--backend", "ray", "-o", str(out), "-q", "-f"]
+    r_s, r_gib = run_cli(args, log)
+    sent, back = shuffled_bytes(log)
     written = pl.scan_parquet(out / "*.parquet")
     count = written.select(pl.len()).collect().item()
     ids = (pl.scan_parquet(source).select(pl.col("prompt_id").unique()).head(sample).collect())[
@@ -121,6 +263,7 @@ def big_bench(rows: int, data: Path, cores: int, sample: int = 500) -> list[str]
         "",
         f"- ray: {r_s:.0f} s, {rows / r_s / cores:,.0f} rows/s per core, driver peak RSS "
         f"{r_gib:.2f} GiB",
+        f"- bytes shuffled per row: {sent:.1f} to the partitions, {back:.1f} back",
         f"- rows written: {count:,} (of {rows:,}); {sample} groups recomputed in memory: "
         f"max |difference| {worst:.1e}",
     ]
@@ -130,12 +273,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--text-rows", type=int, default=2_000_000, help="0: skip the text log")
     parser.add_argument("--big-rows", type=int, default=0, help="0: skip the big log")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench")
     parser.add_argument("--report", type=Path, default=None)
     args = parser.parse_args()
     cores = os.cpu_count() or 1
-    lines = shards_bench(args.rows, args.shards, args.data, cores)
+    lines = [*fixed_bench(args.data, cores), ""]
+    lines += shards_bench(args.rows, args.shards, args.data, cores)
+    if args.text_rows:
+        lines += ["", *text_bench(args.text_rows, args.shards, args.data, cores)]
     if args.big_rows:
         lines += ["", *big_bench(args.big_rows, args.data, cores)]
     text = "\n".join(lines) + "\n"

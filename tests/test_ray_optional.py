@@ -28,7 +28,7 @@ def test_without_ray_installed(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "error: --backend ray needs Ray (with Ray Data), which is not installed",
+        "error: --backend ray needs Ray, which is not installed",
         "hint: install it with: pip install 'grpo-adv[ray]'",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]

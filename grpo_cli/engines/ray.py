@@ -103,8 +103,7 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     staging = [p for p in (job.output, job.groups) if p is not None]
     notes = job.notes or (lambda _: None)
     with session(address, notes=notes, staging=staging, spell=job.spell) as ray:
-        for name in ("ray", "ray.data"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
+        logging.getLogger("ray").setLevel(logging.CRITICAL)  # grpo-adv says what failed
         try:
             pieces = _pieces(job)
             count = partitions or _partitions(ray, pieces)
@@ -150,6 +149,8 @@ def _run(ray: Any, job: FileJob, pieces: list[Piece], count: int, *, exact: bool
     reduced = [
         compute.remote(k, len(pieces), shuffle, stats, groups, *into[k]) for k in range(count)
     ]
+    sent = sum(b for _, b in ray.get([refs[-1] for refs in mapped]))
+    del mapped, into  # each partition's rows are freed once its reduce task is done
     finished = ray.get([refs[-1] for refs in reduced])
     if any(partial is None for partial, _ in finished):
         raise _Collision()
@@ -163,7 +164,6 @@ def _run(ray: Any, job: FileJob, pieces: list[Piece], count: int, *, exact: bool
     rows = sum(written)
     if not rows:
         raise InputError("the inputs have no rows", hint="check the paths given")
-    sent = sum(b for _, b in ray.get([refs[-1] for refs in mapped]))
     back = sum(b for _, b in finished)
     LOG.info(
         "shuffled %d bytes to the partitions (%.1f a row) and %d back (%.1f a row); "

@@ -75,13 +75,12 @@ Notes = Callable[[Message], None]
 
 
 def import_ray() -> Any:
-    """The ``ray`` module with Ray Data, or the one-line error with the install hint."""
+    """The ``ray`` module, or the one-line error with the install hint."""
     try:
         import ray
-        import ray.data
     except ImportError:
         raise OptionsError(
-            option("backend", "ray") + " needs Ray (with Ray Data), which is not installed",
+            option("backend", "ray") + " needs Ray, which is not installed",
             hint=f"install it with: {INSTALL_HINT}",
         ) from None
     return ray
