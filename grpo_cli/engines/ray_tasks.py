@@ -132,10 +132,16 @@ def split_piece(piece: Piece, shuffle: Shuffle) -> list[Any]:
     narrow = keyed.select(
         locator.alias(LOCATOR),
         *dict.fromkeys([*moved, *needed]),
-        (pl.col(GROUP) % shuffle.partitions).alias(PARTITION),
+        (pl.col(GROUP) % shuffle.partitions).cast(_index_type(shuffle.partitions)).alias(PARTITION),
     )
     tables = _split(narrow, PARTITION, shuffle.partitions)
     return [*tables, (frame.height, sum(t.nbytes for t in tables))]
+
+
+def _index_type(count: int) -> pl.DataType:
+    """The narrowest unsigned type of 0..count-1 (Polars splits by a UInt16 column about a
+    quarter faster than by a UInt64 one)."""
+    return pl.UInt16() if count <= 1 << 16 else pl.UInt32()
 
 
 def _split(frame: pl.DataFrame, by: str, count: int) -> list[pa.Table]:
@@ -197,7 +203,7 @@ def compute_partition(
     back = full.select(
         (pl.col(LOCATOR) % PIECE_STRIDE).alias(LOCATOR),
         *added,
-        (pl.col(LOCATOR) // PIECE_STRIDE).alias(PARTITION),
+        (pl.col(LOCATOR) // PIECE_STRIDE).cast(_index_type(pieces)).alias(PARTITION),
     )
     out = _split(back, PARTITION, pieces)
     return [*out, (partials, sum(t.nbytes for t in out))]
