@@ -306,7 +306,7 @@ class TestNothingLost:
 
         cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
         marker = tmp_path / "died-once"
-        monkeypatch.setattr(ray_tasks, "write_piece", _dying_writer(str(marker)))
+        monkeypatch.setattr(ray_tasks, "write_pieces", _dying_writer(str(marker)))
         log = reward_log(rows=600)
         write_shards(log, tmp_path / "in", shards=3)
         out = tmp_path / "out"
@@ -320,13 +320,13 @@ class TestNothingLost:
 
 
 def _dying_writer(marker: str) -> Any:
-    from grpo_cli.engines.ray_tasks import write_piece
+    from grpo_cli.engines.ray_tasks import write_pieces
 
     def dying_writer(*args: Any) -> int:
         try:
             fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
-            return write_piece(*args)
+            return write_pieces(*args)
         os.close(fd)
         os._exit(1)  # the worker process dies before writing anything
 

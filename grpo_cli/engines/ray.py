@@ -129,9 +129,11 @@ def _run(ray: Any, job: FileJob, pieces: list[Piece], count: int, *, exact: bool
     from grpo_cli.engines import ray_tasks
 
     shuffle = Shuffle(job.plan, job.derived, count, exact)
+    batches = _batches(pieces)
+    batch_of = tuple(b for b, batch in enumerate(batches) for _ in batch)
     remote = ray.remote(max_retries=3)
-    split = remote(ray_tasks.split_piece).options(num_returns=count + 1)
-    mapped = [split.remote(piece, shuffle) for piece in pieces]
+    split = remote(ray_tasks.split_pieces).options(num_returns=count + 1)
+    mapped = [split.remote(batch, shuffle) for batch in batches]
     into = [[refs[k] for refs in mapped] for k in range(count)]  # partition k's inputs
     stats: pl.DataFrame | None = None
     if needs_batch_stats(job.plan):
@@ -144,21 +146,19 @@ def _run(ray: Any, job: FileJob, pieces: list[Piece], count: int, *, exact: bool
         if any(p is None for p in partials):
             raise _Collision()
         stats = merged_stats(partials, shuffle.inner)
-    compute = remote(ray_tasks.compute_partition).options(num_returns=len(pieces) + 1)
+    compute = remote(ray_tasks.compute_partition).options(num_returns=len(batches) + 1)
     groups = _str(job.groups)
-    reduced = [
-        compute.remote(k, len(pieces), shuffle, stats, groups, *into[k]) for k in range(count)
-    ]
+    reduced = [compute.remote(k, batch_of, shuffle, stats, groups, *into[k]) for k in range(count)]
     sent = sum(b for _, b in ray.get([refs[-1] for refs in mapped]))
     del mapped, into  # each partition's rows are freed once its reduce task is done
     finished = ray.get([refs[-1] for refs in reduced])
     if any(partial is None for partial, _ in finished):
         raise _Collision()
-    write = remote(ray_tasks.write_piece)
+    write = remote(ray_tasks.write_pieces)
     written = ray.get(
         [
-            write.remote(piece, str(job.output), shuffle, *[refs[p] for refs in reduced])
-            for p, piece in enumerate(pieces)
+            write.remote(batch, str(job.output), shuffle, *[refs[b] for refs in reduced])
+            for b, batch in enumerate(batches)
         ]
     )
     rows = sum(written)
@@ -167,8 +167,8 @@ def _run(ray: Any, job: FileJob, pieces: list[Piece], count: int, *, exact: bool
     back = sum(b for _, b in finished)
     LOG.info(
         "shuffled %d bytes to the partitions (%.1f a row) and %d back (%.1f a row); "
-        "%d pieces, %d partitions",
-        sent, sent / rows, back, back / rows, len(pieces), count,
+        "%d pieces in %d batches, %d partitions",
+        sent, sent / rows, back, back / rows, len(pieces), len(batches), count,
     )  # fmt: skip
     return RunSummary.from_partials(metrics.merge([p for p, _ in finished]))
 
@@ -213,6 +213,29 @@ def _pieces(job: FileJob) -> list[Piece]:
     return pieces
 
 
+def _batches(pieces: Sequence[Piece]) -> list[tuple[Piece, ...]]:
+    """Consecutive pieces in batches of at most PIECE_ROWS rows (a text file's guessed from
+    its size): one map task and one write task per batch, so that a log of many small
+    files pays for few tasks and objects. A piece larger than that is a batch alone."""
+    batches: list[list[Piece]] = []
+    size = PIECE_ROWS
+    for piece in pieces:
+        rows = _rows(piece)
+        if size + rows > PIECE_ROWS:
+            batches.append([])
+            size = 0
+        batches[-1].append(piece)
+        size += rows
+    return [tuple(batch) for batch in batches]
+
+
+def _rows(piece: Piece) -> int:
+    """``piece``'s rows, or for a whole text file a guess from its size."""
+    if piece.rows is not None:
+        return piece.rows
+    return Path(piece.path).stat().st_size // TEXT_ROW_BYTES
+
+
 def _stem(relative: Path) -> str:
     """``a/x.jsonl.gz`` -> ``a/x``: the path without its format's suffixes."""
     from grpo_cli.io.formats import uncompressed_name
@@ -235,10 +258,7 @@ def _parquet_rows(path: Path) -> int | None:
 def _partitions(ray: Any, pieces: Sequence[Piece]) -> int:
     """About PARTITION_ROWS rows per partition, at least one per CPU of the cluster (every
     core busy), at most MAX_PARTITIONS. A text file's rows are guessed from its size."""
-    rows = sum(
-        p.rows if p.rows is not None else Path(p.path).stat().st_size // TEXT_ROW_BYTES
-        for p in pieces
-    )
+    rows = sum(_rows(p) for p in pieces)
     cpus = int(ray.cluster_resources().get("CPU", 1))
     return max(cpus, min(MAX_PARTITIONS, -(-rows // PARTITION_ROWS)))
 

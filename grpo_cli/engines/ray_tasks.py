@@ -114,10 +114,19 @@ def read_piece(piece: Piece, columns: Sequence[str] | None, shuffle: Shuffle) ->
     return frame
 
 
-def split_piece(piece: Piece, shuffle: Shuffle) -> list[Any]:
-    """Map: the narrow rows of ``piece`` (:mod:`grpo_cli.engines.narrow`), checked (every
-    input check of the in-memory path, on this piece's rows), one Arrow table per
-    partition of the group key; then the piece's row count and the narrow bytes sent."""
+def split_pieces(pieces: Sequence[Piece], shuffle: Shuffle) -> list[Any]:
+    """Map: the narrow rows of ``pieces`` (a batch of small ones, or one;
+    :mod:`grpo_cli.engines.narrow`), checked (every input check of the in-memory path, on
+    each piece's rows), one Arrow table per partition of the group key; then the pieces'
+    row count and the narrow bytes sent."""
+    frames = [_narrow(piece, shuffle) for piece in pieces]
+    narrow = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
+    tables = _split(narrow, PARTITION, shuffle.partitions)
+    return [*tables, (narrow.height, sum(t.nbytes for t in tables))]
+
+
+def _narrow(piece: Piece, shuffle: Shuffle) -> pl.DataFrame:
+    """One piece's narrow rows, with their partition (PARTITION)."""
     from grpo_cli.core.layouts import derived_column
 
     plan = shuffle.plan
@@ -129,13 +138,11 @@ def split_piece(piece: Piece, shuffle: Shuffle) -> list[Any]:
     locator = pl.int_range(pl.len(), dtype=pl.Int64) + (piece.index << ROW_BITS)
     keyed = frame.with_columns(hashed_key(plan.keys.exact))
     moved = plan.keys.exact if shuffle.exact else (GROUP, CHECK)
-    narrow = keyed.select(
+    return keyed.select(
         locator.alias(LOCATOR),
         *dict.fromkeys([*moved, *needed]),
         (pl.col(GROUP) % shuffle.partitions).cast(_index_type(shuffle.partitions)).alias(PARTITION),
     )
-    tables = _split(narrow, PARTITION, shuffle.partitions)
-    return [*tables, (frame.height, sum(t.nbytes for t in tables))]
 
 
 def _index_type(count: int) -> pl.DataType:
@@ -171,7 +178,7 @@ def partition_batch_partials(shuffle: Shuffle, *tables: pa.Table) -> pl.DataFram
 
 def compute_partition(
     index: int,
-    pieces: int,
+    batch_of: Sequence[int],
     shuffle: Shuffle,
     stats: pl.DataFrame | None,
     groups: str | None,
@@ -179,9 +186,11 @@ def compute_partition(
 ) -> list[Any]:
     """Reduce: one partition's rows (every group whole in it) annotated by the Polars
     engine on the plan made once; the added columns with their locators, one Arrow table
-    per piece they go back to; then the partition's run partials (None: two of its keys
-    share the group hash) and the bytes sent back. With ``groups``, the partition's rows
-    of the per-group table are written there."""
+    per write batch they go back to (``batch_of[p]``: piece p's); then the partition's run
+    partials (None: two of its keys share the group hash) and the bytes sent back. With
+    ``groups``, the partition's rows of the per-group table are written there."""
+    import numpy as np
+
     frame = _partition_rows(tables)
     inner = shuffle.inner
     options = inner.options
@@ -189,8 +198,9 @@ def compute_partition(
     if stats is not None:
         frame = with_batch_stats(frame, inner, stats)
     full = POLARS.annotate(frame, inner if stats is None else applied(inner))
+    batches = max(batch_of) + 1
     if hash_collision(full, inner.keys):
-        return [None] * pieces + [(None, 0)]
+        return [None] * batches + [(None, 0)]
     check_batch_spans(
         full, shuffle.plan.options, shuffle.group, uses_groups=inner.estimator.uses_groups
     )
@@ -200,25 +210,41 @@ def compute_partition(
         table = group_table(full.lazy(), inner)
         write_parquet(table, Path(groups) / f"part-{index:05d}.parquet")
     partials = piece_run_partials(full, options, shuffle.group)
-    back = full.select(
-        (pl.col(LOCATOR) % PIECE_STRIDE).alias(LOCATOR),
-        *added,
-        (pl.col(LOCATOR) // PIECE_STRIDE).cast(_index_type(pieces)).alias(PARTITION),
-    )
-    out = _split(back, PARTITION, pieces)
+    back = full.select(LOCATOR, *added)
+    piece = back.get_column(LOCATOR).to_numpy() // PIECE_STRIDE
+    batch = pl.Series(PARTITION, np.asarray(batch_of)[piece], dtype=_index_type(batches))
+    out = _split(back.with_columns(batch), PARTITION, batches)
     return [*out, (partials, sum(t.nbytes for t in out))]
 
 
-def write_piece(piece: Piece, folder: str, shuffle: Shuffle, *tables: pa.Table) -> int:
+def write_pieces(pieces: Sequence[Piece], folder: str, shuffle: Shuffle, *tables: pa.Table) -> int:
+    """Write the output part of each of ``pieces`` (a write batch: every partition's
+    ``tables`` hold the added columns of its rows, with their locators); their row
+    count."""
+    back = _partition_rows(tables)
+    if len(pieces) == 1:
+        return _write_piece(pieces[0], folder, shuffle, back)
+    by_piece = back.with_columns((pl.col(LOCATOR) // PIECE_STRIDE).alias(PARTITION))
+    split = by_piece.partition_by(PARTITION, as_dict=True, include_key=False)
+    empty = back.clear()
+    return sum(
+        _write_piece(piece, folder, shuffle, split.get((piece.index,), empty)) for piece in pieces
+    )
+
+
+def _write_piece(piece: Piece, folder: str, shuffle: Shuffle, back: pl.DataFrame) -> int:
     """Write ``piece``'s output part: its rows as read, every column but the derived keys,
-    with the added columns (from every partition's ``tables``) in the input's row order;
-    its row count."""
+    with the added columns (``back``: its rows' locators and added columns, in any order)
+    in the input's row order; its row count."""
     import numpy as np
 
     added = shuffle.plan.options.added_columns()
-    back = _partition_rows(tables)
     frame = read_piece(piece, None, shuffle)
-    rows = back.get_column(LOCATOR).to_numpy() if back.height else np.empty(0, np.int64)
+    rows = (
+        (back.get_column(LOCATOR).to_numpy() % PIECE_STRIDE)
+        if back.height
+        else np.empty(0, np.int64)
+    )
     if len(rows) != frame.height or (
         len(rows) and (rows.min() != 0 or rows.max() != frame.height - 1)
     ):
