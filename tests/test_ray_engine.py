@@ -887,3 +887,20 @@ def test_every_estimator_and_preset_as_the_polars_engine(tmp_path: Path) -> None
             assert_same(part, expected.filter(pl.col("rid").is_in(part["rid"].implode())))
             assert part["rid"].is_sorted(), name
     assert len(runs) == 10 + len(PRESETS)
+
+
+def test_small_pieces_go_in_batches_that_keep_every_core_busy(tmp_path: Path) -> None:
+    """16 files of 625k rows on 2 cores: 4 batches of 4 (two a core); a file of 300 MB is a
+    batch alone (BATCH_BYTES); a log of 3 tiny files is one batch."""
+    from grpo_cli.engines.ray import _batches
+    from grpo_cli.engines.ray_tasks import Piece
+
+    def piece(k: int, rows: int, size: int) -> Piece:
+        return Piece(k, str(tmp_path / f"{k}.parquet"), "parquet", 0, rows, f"{k}.parquet", size)
+
+    shards = [piece(k, 625_000, 5 << 20) for k in range(16)]
+    assert [len(b) for b in _batches(shards, cpus=2)] == [4, 4, 4, 4]
+    heavy = [piece(0, 1000, 1 << 20), piece(1, 1000, 300 << 20), piece(2, 1000, 1 << 20)]
+    assert [[p.index for p in b] for b in _batches(heavy, cpus=1)] == [[0], [1], [2]]
+    tiny = [piece(k, 100, 4096) for k in range(3)]
+    assert [len(b) for b in _batches(tiny, cpus=2)] == [3]

@@ -60,6 +60,8 @@ READ_BATCH_ROWS: Final = 65_536  # rows per batch when an unreadable input is lo
 PIECE_ROWS: Final = 4_000_000  # rows of a piece of a large Parquet file (one output part)
 PARTITION_ROWS: Final = 2_000_000  # rows of a partition, about (a reduce task: ~0.3 GB)
 MAX_PARTITIONS: Final = 4096
+BATCH_BYTES: Final = 256 << 20  # input file bytes a map or write task reads, at most
+MIN_BATCH_ROWS: Final = 100_000  # rows a batch may hold in any case
 TEXT_ROW_BYTES: Final = 200  # a JSONL or CSV row, to guess a text file's rows
 
 
@@ -129,7 +131,7 @@ def _run(ray: Any, job: FileJob, pieces: list[Piece], count: int, *, exact: bool
     from grpo_cli.engines import ray_tasks
 
     shuffle = Shuffle(job.plan, job.derived, count, exact)
-    batches = _batches(pieces)
+    batches = _batches(pieces, int(ray.cluster_resources().get("CPU", 1)))
     batch_of = tuple(b for b, batch in enumerate(batches) for _ in batch)
     remote = ray.remote(max_retries=3)
     split = remote(ray_tasks.split_pieces).options(num_returns=count + 1)
@@ -203,29 +205,38 @@ def _pieces(job: FileJob) -> list[Piece]:
     pieces: list[Piece] = []
     for path, stem in zip(paths, stems, strict=True):
         rows = _parquet_rows(path) if fmt == "parquet" else None
+        size = path.stat().st_size
         if rows is None or rows <= PIECE_ROWS:
-            pieces.append(Piece(len(pieces), str(path), fmt, 0, rows, f"{stem}.parquet"))
+            pieces.append(Piece(len(pieces), str(path), fmt, 0, rows, f"{stem}.parquet", size))
             continue
         for k, offset in enumerate(range(0, rows, PIECE_ROWS)):
-            size = min(PIECE_ROWS, rows - offset)
+            part = min(PIECE_ROWS, rows - offset)
             name = f"{stem}-{k:05d}.parquet"
-            pieces.append(Piece(len(pieces), str(path), fmt, offset, size, name))
+            pieces.append(
+                Piece(len(pieces), str(path), fmt, offset, part, name, size * part // rows)
+            )
     return pieces
 
 
-def _batches(pieces: Sequence[Piece]) -> list[tuple[Piece, ...]]:
-    """Consecutive pieces in batches of at most PIECE_ROWS rows (a text file's guessed from
-    its size): one map task and one write task per batch, so that a log of many small
-    files pays for few tasks and objects. A piece larger than that is a batch alone."""
+def _batches(pieces: Sequence[Piece], cpus: int) -> list[tuple[Piece, ...]]:
+    """Consecutive pieces in batches: one map task and one write task per batch, so that a
+    log of many small files pays for few tasks and objects. A batch holds at most
+    PIECE_ROWS rows (a text file's guessed from its size) and BATCH_BYTES of input files,
+    and at most a share of the log that gives every core of the cluster two batches (the
+    cores stay busy) unless that is below MIN_BATCH_ROWS (a task's own cost would
+    dominate); a piece larger than that is a batch alone."""
+    total = sum(_rows(p) for p in pieces)
+    limit = max(MIN_BATCH_ROWS, min(PIECE_ROWS, -(-total // (2 * cpus))))
     batches: list[list[Piece]] = []
-    size = PIECE_ROWS
+    rows = size = 0
     for piece in pieces:
-        rows = _rows(piece)
-        if size + rows > PIECE_ROWS:
+        piece_rows, piece_bytes = _rows(piece), piece.size
+        if not batches or rows + piece_rows > limit or size + piece_bytes > BATCH_BYTES:
             batches.append([])
-            size = 0
+            rows = size = 0
         batches[-1].append(piece)
-        size += rows
+        rows += piece_rows
+        size += piece_bytes
     return [tuple(batch) for batch in batches]
 
 

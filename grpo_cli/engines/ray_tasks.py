@@ -55,6 +55,7 @@ class Piece:
         offset: its first row in the file.
         rows: its row count (None: the whole file, a text file whose rows are unknown).
         name: its output part's path inside the output folder.
+        size: the bytes of its input file it reads (its share of a large file).
     """
 
     index: int
@@ -63,6 +64,7 @@ class Piece:
     offset: int
     rows: int | None
     name: str
+    size: int = 0
 
 
 @dataclass(frozen=True)
