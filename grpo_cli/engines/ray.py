@@ -267,11 +267,14 @@ def _parquet_rows(path: Path) -> int | None:
 
 
 def _partitions(ray: Any, pieces: Sequence[Piece]) -> int:
-    """About PARTITION_ROWS rows per partition, at least one per CPU of the cluster (every
-    core busy), at most MAX_PARTITIONS. A text file's rows are guessed from its size."""
+    """At most PARTITION_ROWS rows per partition, in a multiple of the cluster's CPUs (each
+    round of reduce tasks keeps every core busy: 5 partitions on 2 cores would leave the
+    third round half idle), at most MAX_PARTITIONS. A text file's rows are guessed from
+    its size."""
     rows = sum(_rows(p) for p in pieces)
     cpus = int(ray.cluster_resources().get("CPU", 1))
-    return max(cpus, min(MAX_PARTITIONS, -(-rows // PARTITION_ROWS)))
+    rounds = max(1, -(-rows // (cpus * PARTITION_ROWS)))
+    return min(MAX_PARTITIONS, rounds * cpus)
 
 
 def _grpo_cause(exc: BaseException) -> GrpoAdvError | None:
