@@ -904,3 +904,34 @@ def test_small_pieces_go_in_batches_that_keep_every_core_busy(tmp_path: Path) ->
     assert [[p.index for p in b] for b in _batches(heavy, cpus=1)] == [[0], [1], [2]]
     tiny = [piece(k, 100, 4096) for k in range(3)]
     assert [len(b) for b in _batches(tiny, cpus=2)] == [3]
+
+
+def test_a_private_ray_stops_its_monitor_before_shutting_down(tmp_path: Path) -> None:
+    """The autoscaler monitor of a private Ray (which ignores SIGTERM, holding
+    ``ray.shutdown`` for its second of grace) is found by its session marker and command
+    line, and stopped; a Ray upgrade that renames it fails here rather than slowing every
+    run by a second unnoticed."""
+    from grpo_cli.engines import ray_cluster
+
+    script = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from grpo_cli.engines import ray_cluster as c\n"
+        "with c.session(None, notes=lambda _: None, staging=[]) as ray:\n"
+        "    folder = Path(os.environ[c.OWNER_ENV])\n"
+        "    found = c._marked(folder, c.MONITOR_SCRIPT)\n"
+        "    c.stop_monitor(folder)\n"
+        "    import time; time.sleep(0.5)\n"
+        "    left = c._marked(folder, c.MONITOR_SCRIPT)\n"
+        "print(len(found), len(left))  # the session keeps stdout off while Ray runs\n"
+    )
+    temp, home = _short_temp(), tmp_path / "home"
+    home.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True,
+        env=_private_env(temp, home), timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "0"], done.stdout
+    assert ray_cluster.MONITOR_SCRIPT == b"autoscaler/_private/monitor.py"
+    shutil.rmtree(temp, ignore_errors=True)
