@@ -115,6 +115,36 @@ def env_for(name: str) -> dict[str, str] | None:
     return {**os.environ, "PYTHONPATH": str(against)}
 
 
+def in_round_order(names: list[str], round_index: int) -> list[str]:
+    """``names`` in the order round ``round_index`` runs them: each " (against)" twin right
+    after its method in even rounds, right before it in odd ones. Neither checkout always
+    runs second: the second of two runs back to back finds the page cache and the disk's
+    write-back in another state (verify on 10M rows took 4.1 s first and 2.9 s second,
+    whichever checkout it was)."""
+    if round_index % 2 == 0:
+        return names
+    ordered = list(names)
+    for i, name in enumerate(ordered):
+        if name.endswith(AGAINST_TAG) and i > 0 and ordered[i - 1] + AGAINST_TAG == name:
+            ordered[i - 1], ordered[i] = name, ordered[i - 1]
+    return ordered
+
+
+def paired_ratio(mine: list[float], theirs: list[float]) -> float:
+    """This checkout's time over the other's, from rounds in :func:`in_round_order`: per
+    pair of rounds (one where this checkout ran first, one where it ran second) the
+    geometric mean of the two rounds' ratios, which cancels a cost of running first or
+    second; the median over the pairs. An odd last round is left out."""
+    ratios = [m / t for m, t in zip(mine, theirs, strict=True)]
+    pairs = [(ratios[i] * ratios[i + 1]) ** 0.5 for i in range(0, len(ratios) - 1, 2)]
+    return statistics.median(pairs) if pairs else ratios[0]
+
+
+def even_rounds(rounds: int) -> int:
+    """``rounds``, made even when another checkout is measured (see :func:`paired_ratio`)."""
+    return rounds + rounds % 2 if against is not None else rounds
+
+
 def with_twins(cmds: dict[str, list[str]], out: Path) -> dict[str, list[str]]:
     """``cmds`` with, after each grpo-adv command, its " (against)" twin writing elsewhere."""
     if against is None:
@@ -183,8 +213,11 @@ def bench_set(label: str, src: Path, rounds: int, *, text: bool, pandas: bool) -
         times: dict[str, list[float]] = {name: [] for name in cmds}
         ratios: dict[str, list[float]] = {name: [] for name in cmds}
         peaks: dict[str, float] = dict.fromkeys(cmds, 0.0)
-        for _ in range(rounds):
-            measured = {name: run_process(argv, env_for(name)) for name, argv in cmds.items()}
+        for index in range(even_rounds(rounds)):
+            measured = {
+                name: run_process(cmds[name], env_for(name))
+                for name in in_round_order(list(cmds), index)
+            }
             floor = measured["floor"].seconds
             for name, run in measured.items():
                 times[name].append(run.seconds)
@@ -222,10 +255,7 @@ def against_rows(label: str, ratios: dict[str, list[float]]) -> list[tuple[str, 
     """Per grpo-adv method: the median over rounds of this checkout's time over the
     ``--against`` checkout's, measured in the same round."""
     return [
-        (
-            f"{label}: {name}",
-            statistics.median(n / o for n, o in zip(ratios[name], ratios[twin], strict=True)),
-        )
+        (f"{label}: {name}", paired_ratio(ratios[name], ratios[twin]))
         for name in ratios
         if (twin := name + AGAINST_TAG) in ratios
     ]
@@ -252,9 +282,9 @@ def reading_jobs(src: Path, rounds: int) -> tuple[list[str], list[tuple[str, flo
         for name in [n for n in jobs if n.endswith(AGAINST_TAG)]:  # the same annotated input
             jobs[name] = [str(annotated) if "annotated" in a else a for a in jobs[name]]
         runs: dict[str, list[Run]] = {name: [] for name in jobs}
-        for _ in range(rounds):
-            for name, argv in jobs.items():
-                runs[name].append(run_process(argv, env_for(name)))
+        for index in range(even_rounds(rounds)):
+            for name in in_round_order(list(jobs), index):
+                runs[name].append(run_process(jobs[name], env_for(name)))
     finally:
         shutil.rmtree(out, ignore_errors=True)
     sec = {name: statistics.median(r.seconds for r in rs) for name, rs in runs.items()}
@@ -282,9 +312,8 @@ def reading_jobs(src: Path, rounds: int) -> tuple[list[str], list[tuple[str, flo
     compared = [
         (
             f"reading jobs: {name}",
-            statistics.median(
-                n.seconds / o.seconds
-                for n, o in zip(runs[name], runs[name + AGAINST_TAG], strict=True)
+            paired_ratio(
+                [r.seconds for r in runs[name]], [r.seconds for r in runs[name + AGAINST_TAG]]
             ),
         )
         for name in runs
@@ -303,33 +332,36 @@ def small_file(rounds: int = 15) -> tuple[list[str], list[tuple[str, float]]]:
             "prompt_id,reward\n" + "".join(f"p{i // 4},{i % 3 / 2}\n" for i in range(10))
         )
         argv = [cli, "compute", str(src), "-o", str(out / "ten.adv.csv"), "-f"]
-        mine, theirs = [], []
-        for _ in range(rounds):
-            mine.append(run_process(argv).seconds)
-            if against is not None:
-                theirs.append(run_process(argv, env_for(AGAINST_TAG)).seconds)
+        mine, theirs = timed_pairs(argv, rounds)
         seconds = statistics.median(mine)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     lines = [
-        f"`grpo-adv compute` on a 10-row CSV: {seconds:.3f} s median of {rounds} "
+        f"`grpo-adv compute` on a 10-row CSV: {seconds:.3f} s median of {len(mine)} "
         f"(target <= 0.45 s: {_verdict(seconds <= 0.45)})",
         "",
     ]
-    compared = [("10-row CSV", seconds / statistics.median(theirs))] if theirs else []
+    compared = [("10-row CSV", paired_ratio(mine, theirs))] if theirs else []
     return lines, compared
 
 
 def help_time(rounds: int = 7) -> tuple[float, list[tuple[str, float]]]:
     """``grpo-adv --help``'s median time (and against the ``--against`` checkout's)."""
     cli = str(Path(sys.executable).with_name("grpo-adv"))
-    mine, theirs = [], []
-    for _ in range(rounds):
-        mine.append(run_process([cli, "--help"]).seconds)
-        if against is not None:
-            theirs.append(run_process([cli, "--help"], env_for(AGAINST_TAG)).seconds)
+    mine, theirs = timed_pairs([cli, "--help"], rounds)
     seconds = statistics.median(mine)
-    return seconds, ([("--help", seconds / statistics.median(theirs))] if theirs else [])
+    return seconds, ([("--help", paired_ratio(mine, theirs))] if theirs else [])
+
+
+def timed_pairs(argv: list[str], rounds: int) -> tuple[list[float], list[float]]:
+    """``argv``'s seconds over ``rounds`` runs, and, with ``--against``, the other
+    checkout's in the same rounds (in :func:`in_round_order`)."""
+    names = ["mine", "mine" + AGAINST_TAG] if against is not None else ["mine"]
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(even_rounds(rounds)):
+        for name in in_round_order(names, index):
+            seconds[name].append(run_process(argv, env_for(name)).seconds)
+    return seconds["mine"], seconds.get("mine" + AGAINST_TAG, [])
 
 
 def main() -> None:
@@ -374,7 +406,7 @@ def main() -> None:
     text = write_log(args.data / f"text_{args.text_rows}.parquet", args.text_rows, text=True)
     lines = [
         f"grpo-adv bench: {os.cpu_count()} cores, Polars {pl.__version__}, "
-        f"{args.rounds} rounds, medians",
+        f"{even_rounds(args.rounds)} rounds, medians",
         "",
     ]
     headline = []
@@ -416,7 +448,12 @@ def main() -> None:
             f"{1 / speedup:.2f} | {speedup:.2f} ({_verdict(speedup >= 1.5)}) |"
         )
     if against is not None:
-        lines += ["", f"### This checkout against {against} (time / its time, same rounds)", ""]
+        lines += [
+            "",
+            f"### This checkout against {against} (time / its time, same rounds; each "
+            "pair of rounds runs either checkout first once)",
+            "",
+        ]
         lines += ["| row | ratio |", "|---|---|"]
         lines += [
             f"| {row} | {ratio:.3f}{'' if ratio <= 1.05 else ' (over 1.05)'} |"
