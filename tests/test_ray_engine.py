@@ -316,7 +316,26 @@ class TestNothingLost:
         assert result.exit_code == 0, result.output
         assert marker.exists()  # a worker did die
         assert_same(read_parts(out), annotate(log).frame)
+        # its half-written part is gone with the staging folder's other leftovers
         assert sorted(p.name for p in out.iterdir()) == [f"shard-{k}.parquet" for k in range(3)]
+
+    def test_an_existing_advantage_column_in_any_file_is_refused(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        """The second shard already has an ``advantage`` column: refused as on one machine
+        (exit 3), nothing written, its values not overwritten."""
+        log = reward_log(rows=300)
+        paths = write_shards(log, tmp_path / "in", shards=2)
+        logged = log.slice(150, 150).with_columns(pl.lit(0.25).alias("advantage"))
+        logged.write_parquet(paths[1])
+        result = run_cli(
+            runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(tmp_path / "out")
+        )
+        assert result.exit_code == 3, result.output
+        assert "the input already has a column named 'advantage'" in result.output
+        assert "Traceback" not in result.output
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+        assert pl.read_parquet(paths[1])["advantage"].unique().to_list() == [0.25]
 
 
 def _dying_writer(marker: str) -> Any:
@@ -328,7 +347,10 @@ def _dying_writer(marker: str) -> Any:
         except FileExistsError:
             return write_pieces(*args)
         os.close(fd)
-        os._exit(1)  # the worker process dies before writing anything
+        batch, folder = args[0], Path(args[1])
+        partial = folder / f".{batch[0].name}.{os.getpid()}.tmp"  # as write_parquet names it
+        partial.write_bytes(b"PAR1 half a part")
+        os._exit(1)  # the worker process dies in the middle of writing
 
     return dying_writer
 
@@ -340,6 +362,16 @@ class TestRefusals:
         )
         assert result.exit_code == 2
         assert "--backend ray does not support --group-size" in result.output
+
+    def test_dropped_singletons_are_refused(self, runner: CliRunner, tmp_path: Path) -> None:
+        """Each part holds every row of its input: ``--singleton drop`` is refused before
+        Ray starts (it ran into an internal error in the write tasks)."""
+        result = run_cli(
+            runner, "compute", "x.parquet", "--backend", "ray", "--singleton", "drop", "-o", "out"
+        )
+        assert result.exit_code == 2, result.output
+        assert "--backend ray does not support --singleton drop" in result.output
+        assert "Traceback" not in result.output
 
     def test_needs_an_output_folder_and_files(self, runner: CliRunner, tmp_path: Path) -> None:
         source = tmp_path / "in.parquet"
@@ -793,6 +825,81 @@ class TestNarrowShuffle:
             assert part["rid"].to_list() == list(range(offset, offset + rows)), name
             assert_same(part, expected.slice(offset, rows))
 
+    def test_parts_are_named_after_the_paths_given_not_their_link_targets(
+        self, tmp_path: Path
+    ) -> None:
+        """A Hugging Face snapshot's files are links to blobs named by their hashes: the
+        parts take the links' names."""
+        from grpo_cli import run_job
+
+        log = reward_log(rows=400)
+        blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "r1"
+        blobs.mkdir()
+        snapshot.mkdir(parents=True)
+        for k in range(2):
+            log.slice(200 * k, 200).write_parquet(blobs / f"{k}f3a9c")
+            (snapshot / f"step_{k}.parquet").symlink_to(blobs / f"{k}f3a9c")
+        out = tmp_path / "out"
+        run_job([snapshot], out, engine={"backend": "ray"})
+        assert sorted(p.name for p in out.iterdir()) == ["step_0.parquet", "step_1.parquet"]
+        assert_same(read_parts(out), annotate(log).frame)
+
+    def test_a_range_and_an_input_of_the_same_part_name_are_refused(
+        self, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """``x.parquet``'s second range would be ``x-00001.parquet``, an input's name too:
+        refused before Ray starts (one part would have replaced the other's rows)."""
+        from grpo_cli.engines import ray as engine
+
+        monkeypatch.setattr(engine, "PIECE_ROWS", 250)
+        log = reward_log(rows=600)
+        inputs = tmp_path / "in"
+        inputs.mkdir()
+        log.slice(0, 500).write_parquet(inputs / "x.parquet")
+        log.slice(500, 100).write_parquet(inputs / "x-00001.parquet")
+        result = run_cli(
+            runner, "compute", str(inputs), "--backend", "ray", "-o", str(tmp_path / "out")
+        )
+        assert result.exit_code == 2, result.output
+        assert "would both be written as the part x-00001.parquet" in result.output
+        assert "hint: rename one of them" in result.output
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+    def test_a_key_typed_differently_in_two_files_is_one_key(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        """``7`` in one file and ``"7"`` in another are one prompt, as the one-machine path
+        reads the files as one log (their supertype, text); the step an Int32 in one file
+        and an Int64 in the other is one batch (batch_std per step)."""
+        log = reward_log(rows=600).with_columns(
+            pl.col("prompt_id").str.slice(1).cast(pl.Int64).cast(pl.String)  # "p007" -> "7"
+        )
+        inputs = tmp_path / "in"
+        inputs.mkdir()
+        first = log.slice(0, 300).with_columns(
+            pl.col("prompt_id").cast(pl.Int64), pl.col("step").cast(pl.Int32)
+        )
+        first.write_parquet(inputs / "a.parquet")
+        log.slice(300, 300).write_parquet(inputs / "b.parquet")
+        args = ["-e", "batch_std", "--batch-col", "step", "-g", "step", "-g", "prompt_id"]
+        ray_out, one_out = tmp_path / "ray", tmp_path / "one.parquet"
+        done = run_cli(
+            runner, "compute", str(inputs), "--backend", "ray", "-o", str(ray_out), *args
+        )
+        assert done.exit_code == 0, done.output
+        one = run_cli(runner, "compute", str(inputs), "-o", str(one_out), *args)
+        assert one.exit_code == 0, one.output
+        expected = pl.read_parquet(one_out)
+        got = pl.concat(
+            [pl.read_parquet(ray_out / f"{n}.parquet") for n in "ab"], how="vertical_relaxed"
+        )
+        assert got["rid"].to_list() == expected["rid"].to_list()
+        diff = (got["advantage"] - expected["advantage"]).abs().max()
+        assert diff is not None and float(diff) <= 1e-12  # type: ignore[arg-type]
+        # the groups really span both files: pooled within a file they would differ
+        shared = set(first["prompt_id"].cast(pl.String)) & set(log.slice(300, 300)["prompt_id"])
+        assert len(shared) > 50
+
     def test_only_what_the_formula_reads_is_shuffled(
         self, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
@@ -935,3 +1042,17 @@ def test_a_private_ray_stops_its_monitor_before_shutting_down(tmp_path: Path) ->
     assert done.stdout.split() == ["1", "0"], done.stdout
     assert ray_cluster.MONITOR_SCRIPT == b"autoscaler/_private/monitor.py"
     shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_private_ray_store_fits_the_container_and_its_shared_memory() -> None:
+    """Half the memory (a container's limit when lower) within 90% of /dev/shm's free
+    space; below 1 GiB (Docker's 64 MiB /dev/shm) Ray's own default decides, which falls
+    back to a file rather than refuse to start below 75 MiB."""
+    from grpo_cli.engines.ray_cluster import object_store_bytes
+
+    gib = 1 << 30
+    assert object_store_bytes(24 * gib, None, 24 * gib) == 12 * gib
+    assert object_store_bytes(64 * gib, 8 * gib, 64 * gib) == 4 * gib  # the container's
+    assert object_store_bytes(64 * gib, 2**63 - 4096, 64 * gib) == 32 * gib  # no limit (v1)
+    assert object_store_bytes(64 * gib, None, 10 * gib) == 9 * gib
+    assert object_store_bytes(64 * gib, None, 64 << 20) is None  # Docker's default /dev/shm

@@ -45,6 +45,24 @@ def test_a_folder_is_one_log(runner: CliRunner, per_step: list[Path], tmp_path: 
     assert pl.read_parquet(out)["advantage"].to_list() == whole["advantage"].to_list()
 
 
+def test_a_double_star_glob_reaches_every_folder(tmp_path: Path) -> None:
+    """``'OUT/**/*.parquet'`` finds the parts at every depth (a Ray OUT_DIR of inputs from
+    several folders keeps them), in the natural order of their names; a single ``*`` stays
+    one level."""
+    from grpo_cli.io.read import expand_sources
+
+    for name in ("x.parquet", "a/y.parquet", "a/b/z.parquet", "a/notes.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    found = expand_sources([f"{tmp_path}/**/*.parquet"])
+    assert [str(p.relative_to(tmp_path)) for p in found] == [
+        "x.parquet",
+        "a/y.parquet",
+        "a/b/z.parquet",
+    ]
+    assert expand_sources([f"{tmp_path}/*/*.parquet"]) == [tmp_path / "a" / "y.parquet"]
+
+
 def test_several_inputs_need_an_output(runner: CliRunner, per_step: list[Path]) -> None:
     result = runner.invoke(app, ["compute", *map(str, per_step)])
     assert (result.exit_code, result.stderr) == (

@@ -8,7 +8,7 @@ role, their types, null keys, infinite or huge rewards, positional group sizes.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 import polars as pl
@@ -165,7 +165,17 @@ def check_frame(
     for role, column in (("length", options.length_col), ("baseline", options.baseline_col)):
         if column is not None:
             check_numeric_dtype(schema, column, role)
-    existing = [col for col in options.added_columns() if col in schema]
+    check_added_columns(schema, options)
+    if values:
+        _check_values(frame, options, estimator.uses_groups)
+    _check_group_size(frame, options)
+
+
+def check_added_columns(columns: Collection[str], options: AdvantageOptions) -> None:
+    """Refuse an input that already has a column the run adds (``advantage``, the
+    ``with_stats`` columns): writing would overwrite it, which only ``replace`` asks
+    for."""
+    existing = [col for col in options.added_columns() if col in columns]
     if existing:
         raise InputError(
             f"the input already has a column named {existing[0]!r}",
@@ -175,9 +185,6 @@ def check_frame(
             + option("advantage_col"),
             column=existing[0],
         )
-    if values:
-        _check_values(frame, options, estimator.uses_groups)
-    _check_group_size(frame, options)
 
 
 def _check_reward_column(

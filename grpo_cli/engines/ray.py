@@ -72,11 +72,14 @@ class RayEngine:
     info: EngineInfo
 
     def refusal(self, plan: Plan) -> Message | None:
-        """Positional groups and process supervision (they need the rows in order)."""
+        """Positional groups and process supervision (they need the rows in order), and
+        dropped singletons (each part holds every row of its input)."""
         if plan.estimator.unit == "step":
             return "process supervision (its steps need the rows in order)"
         if plan.options.group_size is not None:
             return option("group_size") + " (positional groups need the rows in order)"
+        if plan.options.singleton == "drop":
+            return option("singleton", "drop") + " (each part holds every row of its input)"
         return None
 
     def require(self) -> None:
@@ -104,10 +107,10 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     address = job.plan.engine.ray_address
     staging = [p for p in (job.output, job.groups) if p is not None]
     notes = job.notes or (lambda _: None)
+    pieces = _pieces(job)  # its refusals before Ray starts
     with session(address, notes=notes, staging=staging, spell=job.spell) as ray:
         logging.getLogger("ray").setLevel(logging.CRITICAL)  # grpo-adv says what failed
         try:
-            pieces = _pieces(job)
             count = partitions or _partitions(ray, pieces)
             exact = job.groups is not None  # the table shows the keys' values
             try:
@@ -130,7 +133,7 @@ class _Collision(Exception):
 def _run(ray: Any, job: FileJob, pieces: list[Piece], count: int, *, exact: bool) -> RunSummary:
     from grpo_cli.engines import ray_tasks
 
-    shuffle = Shuffle(job.plan, job.derived, count, exact)
+    shuffle = Shuffle(job.plan, job.derived, count, exact, _casts(job.plan, pieces))
     batches = _batches(pieces, int(ray.cluster_resources().get("CPU", 1)))
     batch_of = tuple(b for b, batch in enumerate(batches) for _ in batch)
     remote = ray.remote(max_retries=3)
@@ -163,6 +166,9 @@ def _run(ray: Any, job: FileJob, pieces: list[Piece], count: int, *, exact: bool
             for b, batch in enumerate(batches)
         ]
     )
+    for folder in (job.output, job.groups):
+        if folder is not None:
+            ray_tasks.remove_partials(folder)  # left by workers that died while writing
     rows = sum(written)
     if not rows:
         raise InputError("the inputs have no rows", hint="check the paths given")
@@ -197,7 +203,9 @@ def _pieces(job: FileJob) -> list[Piece]:
             hint="give files of one format (by suffix), or name it with " + option("input_format"),
         )
     fmt = formats.pop()
-    paths = [p.resolve() for p in job.sources]
+    # Named after the paths given, links not followed (a Hugging Face snapshot's
+    # step_1.parquet links to blobs/<sha>: its part is step_1.parquet).
+    paths = [Path(os.path.abspath(p)) for p in job.sources]  # noqa: PTH100 (no resolve)
     root = Path(os.path.commonpath([p.parent for p in paths]))
     stems = [_stem(p.relative_to(root)) for p in paths]
     if len(set(stems)) != len(stems):  # x.jsonl and x.jsonl.gz: the whole names
@@ -215,7 +223,57 @@ def _pieces(job: FileJob) -> list[Piece]:
             pieces.append(
                 Piece(len(pieces), str(path), fmt, offset, part, name, size * part // rows)
             )
+    _check_part_names(pieces)
     return pieces
+
+
+def _check_part_names(pieces: Sequence[Piece]) -> None:
+    """Refuse two pieces with one part name (a large ``x.parquet``'s range ``x-00001`` and
+    an input named ``x-00001.parquet``): one part would replace the other's rows."""
+    seen: dict[str, Piece] = {}
+    for piece in pieces:
+        other = seen.setdefault(piece.name, piece)
+        if other is not piece:
+            raise OptionsError(
+                f"the inputs {other.path} and {piece.path} would both be written as the "
+                f"part {piece.name}",
+                hint=f"rename one of them (a Parquet file of more than {PIECE_ROWS:,} rows "
+                "is written as ranges NAME-00000.parquet, NAME-00001.parquet, ...)",
+            )
+
+
+def _casts(plan: Plan, pieces: Sequence[Piece]) -> tuple[tuple[str, pl.DataType], ...]:
+    """The key and batch columns whose type differs between the Parquet inputs, with their
+    supertype (see :class:`grpo_cli.engines.ray_tasks.Shuffle`); from the files' footers.
+    Text inputs need none: their key columns are read as text."""
+    columns = [c for c in (*plan.keys.exact, plan.options.batch_col) if c is not None]
+    paths = dict.fromkeys(p.path for p in pieces if p.fmt == "parquet")
+    if len(paths) < 2 or not columns:
+        return ()
+    types: dict[str, set[pl.DataType]] = {c: set() for c in columns}
+    for path in paths:
+        try:
+            schema = pl.read_parquet_schema(path)
+        except Exception:  # unreadable: the map task names the file
+            continue
+        for column in columns:
+            if column in schema:
+                types[column].add(schema[column])
+    casts = []
+    for column, found in types.items():
+        if len(found) > 1:
+            empty = [pl.DataFrame(schema={column: t}) for t in found]
+            try:
+                supertype = pl.concat(empty, how="diagonal_relaxed").schema[column]
+            except pl.exceptions.PolarsError:
+                raise InputError(
+                    f"the inputs' column {column!r} has types that do not combine: "
+                    + ", ".join(sorted(str(t) for t in found)),
+                    hint="the files must share their column types",
+                    column=column,
+                ) from None
+            casts.append((column, supertype))
+    return tuple(casts)
 
 
 def _batches(pieces: Sequence[Piece], cpus: int) -> list[tuple[Piece, ...]]:

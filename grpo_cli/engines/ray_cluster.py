@@ -216,20 +216,49 @@ def _init(
 
 # ------------------------------------------------------------------ a private local Ray
 STORE_SHARE: Final = 0.5  # of the machine's memory, for a private Ray's object store
+MIN_STORE_BYTES: Final = 1 << 30  # below this, Ray's own default decides
+CGROUP_LIMITS: Final = (
+    "/sys/fs/cgroup/memory.max",  # cgroup v2
+    "/sys/fs/cgroup/memory/memory.limit_in_bytes",  # cgroup v1
+)
 
 
 def private_object_store_bytes() -> int | None:
-    """The object store of a private Ray: STORE_SHARE of the machine's memory (Ray's default
-    is 30%, which a 200M-row log's narrow rows, 48 bytes each way, overflow: Ray then spills
-    them to disk and reads them back), within 90% of the shared-memory folder's free space
-    (an object store larger than ``/dev/shm`` falls back to a slow file); None where the
-    machine does not say (Ray's default)."""
+    """The object store of a private Ray (see :func:`object_store_bytes`), from this
+    machine's memory (its container's limit when lower) and ``/dev/shm``'s free space;
+    None where the machine does not say (Ray's default)."""
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         shm = os.statvfs("/dev/shm")
     except (OSError, ValueError, AttributeError):
         return None
-    return int(min(STORE_SHARE * memory, 0.9 * shm.f_bavail * shm.f_frsize))
+    return object_store_bytes(memory, _container_limit(), shm.f_bavail * shm.f_frsize)
+
+
+def object_store_bytes(memory: int, limit: int | None, shm_free: int) -> int | None:
+    """STORE_SHARE of the memory (``limit``, a container's, when lower; Ray's default is
+    30%, which a 200M-row log's narrow rows, 48 bytes each way, overflow: Ray then spills
+    them to disk and reads them back), within 90% of the shared-memory folder's free space
+    (an object store larger than ``/dev/shm`` falls back to a slow file). None when that
+    is below MIN_STORE_BYTES (Docker's 64 MiB ``/dev/shm``, a small container): Ray's own
+    default then decides, which falls back to the temporary folder rather than refuse to
+    start (Ray refuses an object store below 75 MiB)."""
+    if limit is not None:
+        memory = min(memory, limit)
+    store = int(min(STORE_SHARE * memory, 0.9 * shm_free))
+    return store if store >= MIN_STORE_BYTES else None
+
+
+def _container_limit() -> int | None:
+    """The memory limit of this process's cgroup (a container's), or None."""
+    for path in CGROUP_LIMITS:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            return int(text)
+    return None
 
 
 @contextlib.contextmanager

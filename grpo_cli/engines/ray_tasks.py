@@ -16,6 +16,7 @@ import polars as pl
 from grpo_cli.core.columns import PREFIX, RAY_LOCATOR, RAY_PARTITION
 from grpo_cli.core.expressions import with_group_stats
 from grpo_cli.core.plan import Plan, hash_collision, make_plan
+from grpo_cli.core.schema import check_added_columns
 from grpo_cli.engines.batch_partials import (
     applied,
     grouped_partials,
@@ -77,12 +78,17 @@ class Shuffle:
         partitions: how many partitions the rows are shuffled into, by their group key.
         exact: the key moves as its columns (the per-group table needs their values; a
             hash collision), not as two hashes.
+        casts: key and batch columns whose type differs between the input files, with the
+            type the in-memory path gives them when it reads the files as one log (their
+            supertype: ``7`` in one file and ``"7"`` in another are one prompt, ``"7"``);
+            each piece casts them before hashing, so equal keys hash equal.
     """
 
     plan: Plan
     derived: tuple[str, ...]
     partitions: int
     exact: bool
+    casts: tuple[tuple[str, pl.DataType], ...] = ()
 
     @property
     def group(self) -> tuple[str, ...]:
@@ -95,25 +101,28 @@ class Shuffle:
         return inner_plan(self.plan, self.group, check_hash=not self.exact)
 
 
-def read_piece(piece: Piece, columns: Sequence[str] | None, shuffle: Shuffle) -> pl.DataFrame:
+def read_piece(
+    piece: Piece, columns: Sequence[str] | None, shuffle: Shuffle
+) -> tuple[pl.DataFrame, list[str]]:
     """The rows of ``piece``: only ``columns`` of them when given (those present), else
     every column; a text file by grpo-adv's reader (the same parsing as on one machine:
-    key columns of a CSV file stay text)."""
+    key columns of a CSV file stay text). Also every column name of its file."""
     if piece.fmt == "parquet":
         lazy = pl.scan_parquet(piece.path)
+        names = lazy.collect_schema().names()
         if columns is not None:
-            present = set(lazy.collect_schema().names())
-            lazy = lazy.select([c for c in columns if c in present])
+            lazy = lazy.select([c for c in columns if c in names])
         if piece.rows is not None:
             lazy = lazy.slice(piece.offset, piece.rows)
-        return lazy.collect()
+        return lazy.collect(), names
     from grpo_cli.io.read import read_rewards
 
     strings = [c for c in shuffle.plan.keys.exact if not c.startswith(PREFIX)]
     frame = read_rewards(Path(piece.path), piece.fmt, string_cols=strings).frame
+    names = frame.columns
     if columns is not None:
-        frame = frame.select([c for c in columns if c in frame.columns])
-    return frame
+        frame = frame.select([c for c in columns if c in names])
+    return frame, names
 
 
 def split_pieces(pieces: Sequence[Piece], shuffle: Shuffle) -> list[Any]:
@@ -132,7 +141,11 @@ def _narrow(piece: Piece, shuffle: Shuffle) -> pl.DataFrame:
     from grpo_cli.core.layouts import derived_column
 
     plan = shuffle.plan
-    frame = read_piece(piece, read_columns(plan, shuffle.derived), shuffle)
+    frame, names = read_piece(piece, read_columns(plan, shuffle.derived), shuffle)
+    check_added_columns(names, plan.options)  # a column the write would overwrite
+    casts = [pl.col(c).cast(t) for c, t in shuffle.casts if c in frame.columns]
+    if casts:
+        frame = frame.with_columns(casts)
     if shuffle.derived:
         frame = frame.with_columns([derived_column(n) for n in shuffle.derived])
     make_plan(frame, plan.options, hashed=False, estimator=plan.estimator)  # the checks
@@ -241,7 +254,7 @@ def _write_piece(piece: Piece, folder: str, shuffle: Shuffle, back: pl.DataFrame
     import numpy as np
 
     added = shuffle.plan.options.added_columns()
-    frame = read_piece(piece, None, shuffle)
+    frame, _ = read_piece(piece, None, shuffle)
     rows = (
         (back.get_column(LOCATOR).to_numpy() % PIECE_STRIDE)
         if back.height
@@ -261,10 +274,26 @@ def _write_piece(piece: Piece, folder: str, shuffle: Shuffle, back: pl.DataFrame
     return frame.height
 
 
+PARTIAL_SUFFIX: Final = ".tmp"  # a part being written: .NAME.PID.tmp beside NAME
+
+
 def write_parquet(frame: pl.DataFrame, path: Path) -> None:
     """``frame`` to ``path`` (zstd), written beside it and renamed: a task run again
-    replaces what an earlier try left, never a half-written file."""
+    replaces what an earlier try left, never a half-written file. A worker that dies
+    while writing leaves its ``.NAME.PID.tmp``: :func:`remove_partials` clears them."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    partial = path.with_name(f".{path.name}.{os.getpid()}{PARTIAL_SUFFIX}")
     frame.write_parquet(partial, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
     partial.replace(path)
+
+
+def remove_partials(folder: Path) -> list[Path]:
+    """Remove what workers that died while writing left in ``folder`` (the half-written
+    ``.NAME.PID.tmp`` files of :func:`write_parquet`; their tasks ran again and wrote
+    NAME); run by the driver once every task is done. Returns the files removed."""
+    removed = []
+    for path in folder.rglob(f".*{PARTIAL_SUFFIX}"):
+        if path.is_file():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

@@ -417,7 +417,10 @@ def expand_sources(sources: Sequence[str]) -> list[Path]:
                 )
             paths.extend(found)
         elif any(ch in source for ch in "*?[") and not path.exists():
-            matches = sorted(map(Path, glob.glob(source)), key=_natural_key)  # noqa: PTH207
+            matches = sorted(
+                map(Path, glob.glob(source, recursive=True)),  # noqa: PTH207
+                key=_natural_key,
+            )  # "**" matches folders at any depth (a Ray OUT_DIR of several folders)
             if not matches:
                 raise InputError(f"no file matches {source}", hint="check the pattern")
             paths.extend(matches)
