@@ -263,3 +263,40 @@ def test_the_host_running_out_of_memory_is_exit_5_with_the_low_memory_hint(
         "the log's size), or on a machine with more memory",
     ]
     assert not out.exists()
+
+
+def test_a_torch_that_fails_to_load_is_an_options_error_not_a_bug(tmp_path: Path) -> None:
+    """An installed PyTorch whose import fails (a CUDA library missing: OSError) ends with
+    one line naming the cause, the reinstall hint, exit 2, and nothing written (it was an
+    internal error with a thread's traceback)."""
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "raise OSError('libcudart.so.13: cannot open shared object file')\n"
+    )
+    source = tmp_path / "tiny.csv"
+    source.write_text("prompt_id,reward\np1,1\np1,0\n")
+    out = tmp_path / "out.csv"
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{fake.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "COLUMNS": "200",  # each line whole
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_cli", "compute", str(source), "-o", str(out),
+         "--backend", "torch", "--device", "cpu"],
+        capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == (
+        "error: --backend torch needs PyTorch, which failed to load: OSError: "
+        "libcudart.so.13: cannot open shared object file"
+    )
+    assert lines[1].startswith("hint: reinstall it (pip install 'grpo-adv[torch]')")
+    assert "Traceback" not in done.stderr
+    assert not out.exists()

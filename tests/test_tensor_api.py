@@ -238,6 +238,65 @@ def test_group_size_makes_consecutive_groups() -> None:
     assert info.value.message == "the rewards have 8 rows, not a multiple of group_size=3"
 
 
+def test_group_size_with_a_batch_makes_groups_within_each_batch() -> None:
+    """``group_size=G`` with ``batch``: runs of G rows within each batch value, in their
+    order (interleaved batches), as a frame's positional groups are; a batch that is not
+    whole groups is refused, naming its value."""
+    rewards = torch.tensor([1.0, 0.0, 3.0, 5.0, 2.0, 7.0, 0.5, 4.0], dtype=torch.float64)
+    batch = torch.tensor([10, 7, 10, 7, 10, 7, 10, 7])
+    frame = pl.DataFrame({"reward": rewards.tolist(), "step": batch.tolist()})
+    for estimator in ("grpo", "rloo", "batch_std"):
+        expected = compute_advantages(frame, group_size=2, batch_col="step", estimator=estimator)[
+            "advantage"
+        ].to_list()
+        got = group_advantages(rewards, group_size=2, batch=batch, estimator=estimator)
+        assert got.tolist() == pytest.approx(expected, abs=1e-12), estimator
+    # by hand: batch 10 holds rows 0, 2 | 4, 6; batch 7 rows 1, 3 | 5, 7
+    same = group_advantages(rewards, torch.tensor([0, 1, 0, 1, 2, 3, 2, 3]), batch=batch)
+    assert_same(group_advantages(rewards, group_size=2, batch=batch), same, tol=0.0)
+    with pytest.raises(InputError) as info:
+        group_advantages(rewards[:7], group_size=2, batch=batch[:7])
+    assert info.value.message == "batch=7 has 3 rows, not a multiple of group_size=2"
+
+
+def test_an_infinite_reward_spoils_its_group_not_the_others() -> None:
+    """``inf - inf`` is NaN, which the formula context takes for a null reward: without
+    care a group with -inf and inf got a spread of 0 and advantages of 0. Its group is
+    NaN; the other groups are what they are alone; a batch-level formula spoils the
+    batch."""
+    inf = math.inf
+    rewards = torch.tensor([-inf, inf, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    got = group_advantages(rewards, groups)
+    assert torch.isnan(got[:3]).all()
+    alone = group_advantages(rewards[3:], groups[3:])
+    assert_same(got[3:], alone, tol=0.0)
+    assert got[3:].tolist() == pytest.approx([-1.0, 0.0, 1.0], abs=1e-7)  # std 1, eps 1e-4
+    one = torch.tensor([1.0, inf, 3.0, 5.0, 2.0, 2.0, 7.0], dtype=torch.float64)
+    parts = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    assert torch.isnan(group_advantages(one, parts, estimator="batch_std")).all()
+    by_step = group_advantages(
+        one, parts, estimator="batch_std", batch=torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    )
+    assert torch.isnan(by_step[:3]).all() and not torch.isnan(by_step[3:]).any()
+    two = torch.stack([torch.tensor([1.0, 0.0, 2.0, 3.0]), torch.tensor([0.0, -inf, 1.0, 1.0])], 1)
+    gdpo = group_advantages(
+        two.double(), torch.tensor([0, 0, 1, 1]), aggregation="normalize_then_sum"
+    )
+    assert torch.isnan(gdpo).all()  # GDPO normalises over the batch
+
+
+def test_the_result_carries_no_autograd_graph() -> None:
+    """Rewards that require grad (a learned reward model's output): the advantages are
+    constants of the loss, as in the trainers, with the same values."""
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 5.0], dtype=torch.float64)
+    groups = torch.tensor([0, 0, 0, 1, 1, 1, 2])
+    plain = group_advantages(rewards, groups)
+    tracked = group_advantages(rewards.clone().requires_grad_(True), groups)
+    assert not tracked.requires_grad and tracked.grad_fn is None
+    assert_same(tracked, plain, tol=0.0)
+
+
 def test_options_object_and_overrides() -> None:
     """``options=`` is the starting point (its column names ignored), overrides win."""
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.25], dtype=torch.float64)

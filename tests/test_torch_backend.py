@@ -365,6 +365,28 @@ def test_the_device_running_out_of_memory_is_exit_5_not_a_bug(
     assert not out.exists()
 
 
+def test_a_128_bit_integer_batch_is_coded_by_polars() -> None:
+    """A key column of a type wider than int64 (Int128, only from the Python API) is coded
+    by Polars, not cast into int64 (which raised Polars' conversion error)."""
+    frame = pl.DataFrame(
+        {
+            "prompt_id": ["a", "a", "b", "b", "c", "c"],
+            "reward": [1.0, 0.0, 5.0, 7.0, 2.0, 2.5],
+            "batch": pl.Series([2**100, 2**100, 1, 1, 2**100, 2**100], dtype=pl.Int128),
+        }
+    )
+    options: dict[str, Any] = {
+        "group_cols": ("prompt_id",),
+        "batch_col": "batch",
+        "estimator": "reinforce_pp",
+    }
+    on_torch = compute_advantages(frame, **options, backend="torch", device="cpu")
+    on_polars = compute_advantages(frame, **options)
+    assert on_torch["advantage"].to_list() == pytest.approx(
+        on_polars["advantage"].to_list(), abs=1e-12
+    )
+
+
 def test_out_of_memory_is_recognised_from_the_real_exceptions() -> None:
     """What :func:`is_out_of_memory` sees: NumPy's MemoryError, torch's CPU allocator, not
     any other RuntimeError."""

@@ -500,46 +500,50 @@ def run_isolated(
     from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
 
     root = str(Path(__file__).resolve().parents[2])
-    spill = make_spill_folder(spill_parent(output))
-    try:
-        # The outcome comes back through a pipe, not a file: on a full disk the spill
-        # folder's device may have no room left for it.
-        read_end, write_end = os.pipe()
-        received: list[bytes] = []
-        reader = threading.Thread(target=lambda: received.append(_read_all(read_end)))
-        with interrupts.deferred(), (spill / "worker.log").open("wb") as log:
-            try:
-                worker = subprocess.Popen(
-                    [sys.executable, "-c", _WORKER_CODE, root, str(write_end)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                    pass_fds=(write_end,),
-                    start_new_session=True,  # a terminal's Ctrl-C reaches this process only
-                )
-            finally:
-                os.close(write_end)
-            reader.start()
-            try:
-                assert worker.stdin is not None
-                job = (source, output, plan.options, partitions, chunk_rows, spill)
-                with contextlib.suppress(BrokenPipeError):
-                    worker.stdin.write(pickle.dumps(job))
-                    worker.stdin.close()
-                while True:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        worker.wait(timeout=POLL_S)
-                        break
-                    interrupts.check()  # raises the recorded signal, if any
-            finally:
-                if worker.poll() is None:
-                    worker.kill()
-                    worker.wait()
-                reader.join()
-                os.close(read_end)
-        return _outcome(spill, worker.returncode, b"".join(received))
-    finally:
-        remove_spill_folder(spill)
+    # The spill folder is made and removed with signals deferred: a Ctrl-C the moment after
+    # it exists must not escape before the cleanup that removes it is armed.
+    with interrupts.deferred():
+        spill = make_spill_folder(spill_parent(output))
+        try:
+            # The outcome comes back through a pipe, not a file: on a full disk the spill
+            # folder's device may have no room left for it.
+            read_end, write_end = os.pipe()
+            received: list[bytes] = []
+            reader = threading.Thread(target=lambda: received.append(_read_all(read_end)))
+            with (spill / "worker.log").open("wb") as log:
+                try:
+                    worker = subprocess.Popen(
+                        [sys.executable, "-c", _WORKER_CODE, root, str(write_end)],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.DEVNULL,
+                        stderr=log,
+                        pass_fds=(write_end,),
+                        start_new_session=True,  # a terminal's Ctrl-C reaches this process only
+                    )
+                finally:
+                    os.close(write_end)
+                reader.start()
+                try:
+                    assert worker.stdin is not None
+                    job = (source, output, plan.options, partitions, chunk_rows, spill)
+                    with contextlib.suppress(BrokenPipeError):
+                        worker.stdin.write(pickle.dumps(job))
+                        worker.stdin.close()
+                    while True:
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            worker.wait(timeout=POLL_S)
+                            break
+                        interrupts.check()  # raises the recorded signal, if any
+                finally:
+                    if worker.poll() is None:
+                        worker.kill()
+                        worker.wait()
+                    reader.join()
+                    os.close(read_end)
+            outcome = _outcome(spill, worker.returncode, b"".join(received))
+        finally:
+            remove_spill_folder(spill)
+    return outcome
 
 
 def _read_all(fd: int) -> bytes:

@@ -71,7 +71,9 @@ def start_import() -> None:
         return
 
     def load() -> None:
-        with contextlib.suppress(ImportError):
+        # a torch that fails to load (a missing CUDA library: OSError) is reported by
+        # import_torch, which imports it again, not by this thread
+        with contextlib.suppress(Exception):
             import torch  # noqa: F401
 
     thread = threading.Thread(target=load, name="grpo-import-torch")
@@ -87,12 +89,27 @@ def import_torch() -> Any:
         started.join()
     try:
         import torch
-    except ImportError:
-        raise OptionsError(
-            option("backend", "torch") + " needs PyTorch, which is not installed",
-            hint=INSTALL_HINT,
-        ) from None
+    except ImportError as exc:
+        if exc.name == "torch" or "No module named 'torch'" in str(exc):  # not there
+            raise OptionsError(
+                option("backend", "torch") + " needs PyTorch, which is not installed",
+                hint=INSTALL_HINT,
+            ) from None
+        raise _broken_torch(exc) from None
+    except Exception as exc:  # a broken install: a CUDA library missing (OSError), ...
+        raise _broken_torch(exc) from None
     return torch
+
+
+def _broken_torch(exc: Exception) -> OptionsError:
+    """The error for a PyTorch that is installed but fails to load."""
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return OptionsError(
+        option("backend", "torch")
+        + f" needs PyTorch, which failed to load: {type(exc).__name__}: {detail}",
+        hint="reinstall it (" + INSTALL_HINT + "), or leave " + option("backend") + " out "
+        "(the Polars engine)",
+    )
 
 
 def resolve_device(torch: Any, device: str) -> Any:
@@ -283,14 +300,20 @@ def key_codes(
     return codes, int(uniques.numel())
 
 
+# Integer types whose values an int64 tensor holds (UInt64 reinterpreted bit for bit).
+INT64_COMPATIBLE: Final = frozenset(
+    {pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64}
+)
+
+
 def key_tensor(torch: Any, frame: pl.DataFrame, columns: tuple[str, ...], device: Any) -> Any:
     """The key ``columns`` as one int64 tensor on ``device`` when they are one integer
     column without nulls (UInt64 reinterpreted bit for bit), else None."""
     if len(columns) != 1:
         return None
     series = frame.get_column(columns[0])
-    if not series.dtype.is_integer() or series.null_count():
-        return None
+    if series.dtype not in INT64_COMPATIBLE or series.null_count():
+        return None  # 128-bit integers too: coded by Polars
     if series.dtype == pl.UInt64:
         values = series.to_numpy().view("int64")
     else:

@@ -12,7 +12,12 @@ the sync its data-dependent size needs), every segment buffer has N entries (an 
 of the number of groups: shapes depend on N only, which suits ``torch.compile``), and
 scalars are filled on the device. What does reach the host: prompt ids given as Python
 values are coded there once and copied in (pass an integer ``groups`` tensor to avoid it),
-and ``nulls="error"`` counts the NaN rewards to refuse them (one sync).
+``nulls="error"`` counts the NaN rewards to refuse them (one sync), and ``group_size``
+with ``batch`` checks that every batch holds whole groups (one sync).
+
+Advantages are constants of the policy-gradient loss: they are computed under
+``torch.no_grad()`` (as TRL and verl compute theirs), so the result carries no autograd
+graph even when the rewards do.
 
 The arithmetic is float64 whatever the input (exact: within 1e-12 of the Polars engine);
 the result is cast to the rewards' floating dtype (float32 in, float32 out: the float64
@@ -102,12 +107,44 @@ def group_advantages(
         InputError: tensors of the wrong shape, dtype or device; NaN rewards under
             ``nulls="error"``; a None prompt id.
 
-    Infinite rewards are not refused (that would need a host sync): they give NaN or
-    infinite advantages in their group.
+    Infinite rewards are not refused (that would need a host sync): the advantages of
+    their group are NaN, and of their whole batch when the formula reads batch statistics
+    (``batch_std``, whitening, GDPO). The result carries no autograd graph (see the module
+    docstring).
     """
     import torch
 
-    rewards = _rewards(torch, rewards)
+    with torch.no_grad():
+        return _group_advantages(
+            torch,
+            _rewards(torch, rewards),
+            groups,
+            prompt_ids=prompt_ids,
+            batch=batch,
+            lengths=lengths,
+            baseline=baseline,
+            weights=weights,
+            preset=preset,
+            options=options,
+            overrides=overrides,
+        )
+
+
+def _group_advantages(
+    torch: Any,
+    rewards: Any,
+    groups: Any,
+    *,
+    prompt_ids: Collection[Hashable] | None,
+    batch: Any,
+    lengths: Any,
+    baseline: Any,
+    weights: Sequence[float] | None,
+    preset: str | None,
+    options: AdvantageOptions | None,
+    overrides: Mapping[str, Any],
+) -> Any:
+    """:func:`group_advantages` on checked rewards, under ``torch.no_grad()``."""
     n, k = rewards.shape[0], 1 if rewards.dim() == 1 else rewards.shape[1]
     chosen = tensor_options(
         k,
@@ -121,11 +158,19 @@ def group_advantages(
     )
     estimator = get_estimator(chosen.estimator)
     _check_needs(chosen, estimator, lengths=lengths, baseline=baseline)
-    group = _group_codes(torch, rewards, groups, prompt_ids, chosen, estimator)
     if batch is None:
         batch_codes = torch.zeros(n, dtype=torch.int64, device=rewards.device)
     else:
         batch_codes = dense_index(torch, _index(torch, rewards, batch, "batch"))
+    group = _group_codes(
+        torch,
+        rewards,
+        groups,
+        prompt_ids,
+        chosen,
+        estimator,
+        batch=None if batch is None else (batch_codes, batch),
+    )
     parts = _reward_parts(torch, rewards, chosen.nulls)
     if chosen.nulls == "error":
         _refuse_nulls(torch, parts)
@@ -156,8 +201,26 @@ def group_advantages(
     value = policy_value(ctx, torch.broadcast_to(raw, (n,)), chosen, estimator, singleton=singleton)
     if dropped is not None:
         value = torch.where(dropped, float("nan"), value)
+    batch_level = estimator.scope == "batch" or chosen.aggregation == "normalize_then_sum"
+    value = _infinite_spoils(ctx, parts, value, batch_level=batch_level)
     dtype = rewards.dtype if rewards.is_floating_point() else torch.float64
     return value.to(dtype)
+
+
+def _infinite_spoils(
+    ctx: TorchContext, parts: Sequence[Any], value: Any, *, batch_level: bool
+) -> Any:
+    """``value`` NaN on the rows whose group holds an infinite reward (in any reward
+    column), or whose batch does when the formula reads batch statistics: the context
+    takes NaN for null, so the NaN that ``inf - inf`` makes would otherwise pass for a
+    null reward and leave a spread of 0 (advantages of 0). On the device, no sync."""
+    torch = ctx.torch
+    infinite = torch.zeros_like(parts[0], dtype=torch.bool)
+    for part in parts:
+        infinite = infinite | torch.isinf(part)
+    flag = infinite.to(torch.float64)
+    spoiled = (ctx.batch_agg(flag, "sum") if batch_level else ctx.group_agg(flag, "sum")) > 0
+    return torch.where(spoiled, float("nan"), value)
 
 
 def tensor_options(
@@ -305,9 +368,12 @@ def _group_codes(
     prompt_ids: Collection[Hashable] | None,
     options: AdvantageOptions,
     estimator: Estimator,
+    batch: tuple[Any, Any] | None = None,
 ) -> Any:
     """The dense group codes, from ``groups``, ``prompt_ids`` or ``group_size`` (one of
-    them for estimators with groups; for the others, one group)."""
+    them for estimators with groups; for the others, one group). With ``group_size`` and
+    ``batch`` (its dense codes and the tensor given), the groups are runs of G rows within
+    each batch value, as :func:`grpo_cli.core.plan.with_keys` makes them for a frame."""
     n, device = rewards.shape[0], rewards.device
     given = [
         name
@@ -330,6 +396,8 @@ def _group_codes(
     if prompt_ids is not None:
         return _code_prompts(torch, rewards, prompt_ids)
     if options.group_size is not None:
+        if batch is not None:
+            return _groups_within_batches(torch, *batch, options.group_size)
         if n % options.group_size:
             raise InputError(
                 f"the rewards have {n} rows, not a multiple of group_size={options.group_size}",
@@ -344,6 +412,30 @@ def _group_codes(
             hint="equal values mark the responses of one prompt",
         )
     return torch.zeros(n, dtype=torch.int64, device=device)
+
+
+def _groups_within_batches(torch: Any, batch: Any, values: Any, size: int) -> Any:
+    """Dense codes of (batch, position within the batch // ``size``): each batch value's
+    rows, in their order, cut into runs of ``size`` (``batch``: the dense codes of the
+    batch tensor ``values``). A batch whose rows are not a multiple of ``size`` is refused
+    (one host sync), as for a frame."""
+    n = batch.shape[0]
+    order = torch.sort(batch, stable=True).indices  # each batch's rows together, in order
+    counts = torch.bincount(batch, minlength=n)
+    starts = torch.cumsum(counts, 0) - counts
+    ranked = torch.arange(n, device=batch.device) - starts.index_select(0, batch[order])
+    position = torch.empty_like(ranked).scatter_(0, order, ranked)
+    uneven = counts % size != 0
+    if bool(uneven.any()):
+        code = int(torch.nonzero(uneven)[0])
+        value = values[int(torch.nonzero(batch == code)[0])].item()
+        raise InputError(
+            f"batch={value} has {int(counts[code])} rows, not a multiple of group_size={size}",
+            hint="positional groups are consecutive runs of group_size rows within each "
+            "batch; check the value (the trainer's num_generations) or pass groups",
+            value=size,
+        )
+    return dense_index(torch, batch * (n // size + 1) + position // size)
 
 
 def _code_prompts(torch: Any, rewards: Any, prompt_ids: Collection[Hashable]) -> Any:
