@@ -1056,3 +1056,28 @@ def test_a_private_ray_store_fits_the_container_and_its_shared_memory() -> None:
     assert object_store_bytes(64 * gib, 2**63 - 4096, 64 * gib) == 32 * gib  # no limit (v1)
     assert object_store_bytes(64 * gib, None, 10 * gib) == 9 * gib
     assert object_store_bytes(64 * gib, None, 64 << 20) is None  # Docker's default /dev/shm
+
+
+def test_ray_init_cannot_replace_the_signal_handlers() -> None:
+    """Around ``ray.init`` (which installs SIGTERM handlers that call ``sys.exit``, whose
+    exception Ray's start-up code could swallow: a run signalled then ended with exit 0),
+    SIGINT and SIGTERM handlers stay as they are; other signals are not touched."""
+    from grpo_cli.engines.ray_cluster import _signal_handlers_kept
+
+    def theirs(signum: int, frame: Any) -> None:
+        raise SystemExit(signum)
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        with _signal_handlers_kept():
+            signal.signal(signal.SIGTERM, theirs)
+            signal.signal(signal.SIGINT, theirs)
+            signal.signal(signal.SIGUSR1, theirs)
+            assert signal.getsignal(signal.SIGTERM) is before[signal.SIGTERM]
+            assert signal.getsignal(signal.SIGINT) is before[signal.SIGINT]
+            assert signal.getsignal(signal.SIGUSR1) is theirs
+        signal.signal(signal.SIGTERM, theirs)  # outside the block: as usual
+        assert signal.getsignal(signal.SIGTERM) is theirs
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)

@@ -61,6 +61,7 @@ from grpo_cli.core.errors import (
     keyword_spelling,
     option,
 )
+from grpo_cli.io import interrupts
 
 INSTALL_HINT: Final = "pip install 'grpo-adv[ray]'"
 OWNER_ENV: Final = "GRPO_ADV_RAY_SESSION"  # the private Ray's folder, in its processes' env
@@ -187,14 +188,15 @@ def _init(
         if store is not None:
             extra["object_store_memory"] = store
     try:
-        ray.init(
-            address=where.init_address,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-            configure_logging=True,
-            **extra,
-        )
+        with interrupts.deferred(), _signal_handlers_kept():
+            ray.init(
+                address=where.init_address,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.ERROR,
+                configure_logging=True,
+                **extra,
+            )
     except (OSError, RuntimeError, ValueError) as exc:
         with contextlib.suppress(Exception):
             ray.shutdown()
@@ -212,6 +214,32 @@ def _init(
     if where.probe is None:
         with contextlib.suppress(Exception):
             where.probe = str(ray.get_runtime_context().gcs_address)
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Inside the block, attempts to replace the SIGINT and SIGTERM handlers are ignored.
+    ``ray.init`` installs SIGTERM handlers that call ``sys.exit`` three times over, and
+    the ``SystemExit`` (or the ``KeyboardInterrupt`` of a Ctrl-C) they raise could land in
+    Ray's own start-up code, which swallowed it: the run went on and ended with exit 0.
+    Around ``ray.init``, :func:`grpo_cli.io.interrupts.deferred` records both signals
+    instead, and raises them once ``ray.init`` has returned, where the cleanup of this
+    module runs. Only the main thread installs handlers; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    install = signal.signal
+
+    def kept(signum: int, handler: Any) -> Any:
+        if signum in (signal.SIGINT, signal.SIGTERM):
+            return signal.getsignal(signum)  # the recording handler stays
+        return install(signum, handler)
+
+    signal.signal = kept  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        signal.signal = install
 
 
 # ------------------------------------------------------------------ a private local Ray
