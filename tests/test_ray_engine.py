@@ -269,13 +269,9 @@ class TestNothingLost:
         bad = pl.DataFrame({"rid": [9999], "prompt_id": [None], "reward": [1.0]}, strict=False)
         bad = pl.concat([log.head(0), bad], how="diagonal_relaxed")
         bad.write_parquet(tmp_path / "in" / "shard-9.parquet")
-        result = run_cli(
-            runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(tmp_path / "out")
+        assert_input_refused(
+            runner, tmp_path, "1 row(s) have a null group or batch key (step, prompt_id)"
         )
-        assert result.exit_code == 3, result.output
-        assert "1 row(s) have a null group or batch key (step, prompt_id)" in result.output
-        assert "Traceback" not in result.output
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
     def test_existing_folder_needs_force(self, runner: CliRunner, tmp_path: Path) -> None:
         log = reward_log(rows=300)
@@ -328,14 +324,20 @@ class TestNothingLost:
         paths = write_shards(log, tmp_path / "in", shards=2)
         logged = log.slice(150, 150).with_columns(pl.lit(0.25).alias("advantage"))
         logged.write_parquet(paths[1])
-        result = run_cli(
-            runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(tmp_path / "out")
-        )
-        assert result.exit_code == 3, result.output
-        assert "the input already has a column named 'advantage'" in result.output
-        assert "Traceback" not in result.output
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+        assert_input_refused(runner, tmp_path, "the input already has a column named 'advantage'")
         assert pl.read_parquet(paths[1])["advantage"].unique().to_list() == [0.25]
+
+
+def assert_input_refused(runner: CliRunner, tmp_path: Path, message: str) -> None:
+    """``compute tmp_path/in --backend ray -o tmp_path/out``: exit 3 with ``message``, no
+    traceback, nothing written beside the inputs."""
+    result = run_cli(
+        runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(tmp_path / "out")
+    )
+    assert result.exit_code == 3, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
 def _dying_writer(marker: str) -> Any:

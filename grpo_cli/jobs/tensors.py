@@ -114,97 +114,71 @@ def group_advantages(
     """
     import torch
 
+    # advantages are constants of the loss (see the module docstring)
     with torch.no_grad():
-        return _group_advantages(
-            torch,
-            _rewards(torch, rewards),
-            groups,
-            prompt_ids=prompt_ids,
-            batch=batch,
-            lengths=lengths,
-            baseline=baseline,
+        rewards = _rewards(torch, rewards)
+        n, k = rewards.shape[0], 1 if rewards.dim() == 1 else rewards.shape[1]
+        chosen = tensor_options(
+            k,
+            preset,
+            options,
+            overrides,
             weights=weights,
-            preset=preset,
-            options=options,
-            overrides=overrides,
+            lengths=lengths is not None,
+            baseline=baseline is not None,
+            batch=batch is not None,
         )
-
-
-def _group_advantages(
-    torch: Any,
-    rewards: Any,
-    groups: Any,
-    *,
-    prompt_ids: Collection[Hashable] | None,
-    batch: Any,
-    lengths: Any,
-    baseline: Any,
-    weights: Sequence[float] | None,
-    preset: str | None,
-    options: AdvantageOptions | None,
-    overrides: Mapping[str, Any],
-) -> Any:
-    """:func:`group_advantages` on checked rewards, under ``torch.no_grad()``."""
-    n, k = rewards.shape[0], 1 if rewards.dim() == 1 else rewards.shape[1]
-    chosen = tensor_options(
-        k,
-        preset,
-        options,
-        overrides,
-        weights=weights,
-        lengths=lengths is not None,
-        baseline=baseline is not None,
-        batch=batch is not None,
-    )
-    estimator = get_estimator(chosen.estimator)
-    _check_needs(chosen, estimator, lengths=lengths, baseline=baseline)
-    if batch is None:
-        batch_codes = torch.zeros(n, dtype=torch.int64, device=rewards.device)
-    else:
-        batch_codes = dense_index(torch, _index(torch, rewards, batch, "batch"))
-    group = _group_codes(
-        torch,
-        rewards,
-        groups,
-        prompt_ids,
-        chosen,
-        estimator,
-        batch=None if batch is None else (batch_codes, batch),
-    )
-    parts = _reward_parts(torch, rewards, chosen.nulls)
-    if chosen.nulls == "error":
-        _refuse_nulls(torch, parts)
-    reward = combined(torch, parts, chosen.weights)
-    ctx = TorchContext(
-        torch=torch,
-        group=group,
-        groups=n,
-        batch=batch_codes,
-        batches=n,
-        reward=reward,
-        length=None if lengths is None else _column(torch, rewards, lengths, "lengths"),
-        baseline=None if baseline is None else _column(torch, rewards, baseline, "baseline"),
-        **context_settings(chosen),
-    )
-    dropped = None
-    if chosen.singleton == "drop" and estimator.uses_groups:
-        dropped = ctx.is_singleton()
-        parts = [torch.where(dropped, float("nan"), part) for part in parts]
-        ctx = ctx.with_reward(torch.where(dropped, float("nan"), reward))
-    if chosen.aggregation == "normalize_then_sum":
-        raw = gdpo(
-            ctx, [(ctx.with_reward(p), w) for p, w in zip(parts, chosen.weights, strict=True)]
+        estimator = get_estimator(chosen.estimator)
+        _check_needs(chosen, estimator, lengths=lengths, baseline=baseline)
+        if batch is None:
+            batch_codes = torch.zeros(n, dtype=torch.int64, device=rewards.device)
+        else:
+            batch_codes = dense_index(torch, _index(torch, rewards, batch, "batch"))
+        group = _group_codes(
+            torch,
+            rewards,
+            groups,
+            prompt_ids,
+            chosen,
+            estimator,
+            batch=None if batch is None else (batch_codes, batch),
         )
-    else:
-        raw = estimator.fn(ctx)
-    singleton = ctx.is_singleton() if estimator.uses_groups else None
-    value = policy_value(ctx, torch.broadcast_to(raw, (n,)), chosen, estimator, singleton=singleton)
-    if dropped is not None:
-        value = torch.where(dropped, float("nan"), value)
-    batch_level = estimator.scope == "batch" or chosen.aggregation == "normalize_then_sum"
-    value = _infinite_spoils(ctx, parts, value, batch_level=batch_level)
-    dtype = rewards.dtype if rewards.is_floating_point() else torch.float64
-    return value.to(dtype)
+        parts = _reward_parts(torch, rewards, chosen.nulls)
+        if chosen.nulls == "error":
+            _refuse_nulls(torch, parts)
+        reward = combined(torch, parts, chosen.weights)
+        ctx = TorchContext(
+            torch=torch,
+            group=group,
+            groups=n,
+            batch=batch_codes,
+            batches=n,
+            reward=reward,
+            length=None if lengths is None else _column(torch, rewards, lengths, "lengths"),
+            baseline=None if baseline is None else _column(torch, rewards, baseline, "baseline"),
+            **context_settings(chosen),
+        )
+        dropped = None
+        if chosen.singleton == "drop" and estimator.uses_groups:
+            dropped = ctx.is_singleton()
+            parts = [torch.where(dropped, float("nan"), part) for part in parts]
+            ctx = ctx.with_reward(torch.where(dropped, float("nan"), reward))
+        if chosen.aggregation == "normalize_then_sum":
+            raw = gdpo(
+                ctx, [(ctx.with_reward(p), w) for p, w in zip(parts, chosen.weights, strict=True)]
+            )
+        else:
+            raw = estimator.fn(ctx)
+        singleton = ctx.is_singleton() if estimator.uses_groups else None
+        value = policy_value(
+            ctx, torch.broadcast_to(raw, (n,)), chosen, estimator, singleton=singleton
+        )
+        if dropped is not None:
+            value = torch.where(dropped, float("nan"), value)
+        batch_level = estimator.scope == "batch" or chosen.aggregation == "normalize_then_sum"
+        value = _infinite_spoils(ctx, parts, value, batch_level=batch_level)
+        dtype = rewards.dtype if rewards.is_floating_point() else torch.float64
+        return value.to(dtype)
 
 
 def _infinite_spoils(
