@@ -657,6 +657,13 @@ def test_leftovers_of_a_killed_watcher_are_reaped(tmp_path: Path) -> None:
     orphan = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)"], env={**ENV, OWNER_ENV: str(stale)}
     )
+    # a leftover has long run its program: wait until the new process has (until its exec,
+    # a forked child still shows this process's environment, without the marker)
+    marker = f"{OWNER_ENV}={stale}".encode()
+    deadline = time.monotonic() + 60
+    while marker not in Path(f"/proc/{orphan.pid}/environ").read_bytes().split(b"\0"):
+        assert time.monotonic() < deadline, "the orphan never started"
+        time.sleep(0.01)
     try:
         old = os.environ.get("TMPDIR")
         os.environ["TMPDIR"] = str(temp)
