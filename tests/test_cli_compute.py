@@ -368,6 +368,35 @@ def test_closed_pipe_on_a_big_output_exits_quietly(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["prompt_id"] == big["prompt_id"][0]
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["summarize", "SAMPLE"],
+        ["explain", "SAMPLE", "--pick", "worst"],
+        ["compute", "SAMPLE", "-o", "-", "--output-format", "jsonl"],
+        ["verify", "ANNOTATED"],
+    ],
+    ids=["summarize", "explain", "compute", "verify"],
+)
+def test_a_reader_closing_stderr_early_is_a_success(args: list[str], tmp_path: Path) -> None:
+    """What a person reads goes to stderr, so ``2>&1 | head`` pages it: the reader
+    going away is exit 0, as for a closed stdout (Rich's own handling exited 1)."""
+    annotated = tmp_path / "annotated.parquet"
+    subprocess.run(
+        [sys.executable, "-m", "grpo_cli", "compute", str(SAMPLE_FILES["parquet"]),
+         "-o", str(annotated), "-q"],
+        check=True, env=_cli_env(), timeout=60,
+    )  # fmt: skip
+    given = [
+        {"SAMPLE": str(SAMPLE_FILES["parquet"]), "ANNOTATED": str(annotated)}.get(a, a)
+        for a in args
+    ]
+    cli = f"{sys.executable} -m grpo_cli"
+    done = _bash_pipeline(f"{cli} {' '.join(given)} 2>&1 | head -c 1 >/dev/null")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
 def test_stdin_terminal_gets_a_hint_not_a_hang(
     runner: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -149,6 +149,22 @@ def test_refuses_process_supervision(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("width_80")
+def test_a_parquet_file_without_rows_is_an_input_error(runner: CliRunner, tmp_path: Path) -> None:
+    """A header-only Parquet file: the other engines' one-line error, exit 3, nothing
+    written and no spill folder (its empty partitions made an internal error)."""
+    source = tmp_path / "empty.parquet"
+    pl.DataFrame({"step": [1], "prompt_id": ["a"], "reward": [0.5]}).head(0).write_parquet(source)
+    out = tmp_path / "out.parquet"
+    for engine in (["--low-memory"], []):
+        result = runner.invoke(app, ["compute", str(source), "-o", str(out), *engine])
+        assert result.exit_code == 3, result.output
+        assert result.stderr.splitlines() == [
+            f"error: {source} has no rows (columns: step, prompt_id, reward)",
+            "hint: give a reward log with at least one row",
+        ]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.parquet"]
+
+
 def test_cli_low_memory(runner: CliRunner, sample_copy: dict[str, Path]) -> None:
     out = sample_copy["parquet"].with_name("lm.parquet")
     args = [

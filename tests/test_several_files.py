@@ -61,6 +61,24 @@ def test_a_double_star_glob_reaches_every_folder(tmp_path: Path) -> None:
         "a/b/z.parquet",
     ]
     assert expand_sources([f"{tmp_path}/*/*.parquet"]) == [tmp_path / "a" / "y.parquet"]
+    # "**" alone matches the folders too: only the files are taken
+    assert [p.name for p in expand_sources([f"{tmp_path}/**"])] == [
+        "notes.txt",
+        "x.parquet",
+        "y.parquet",
+        "z.parquet",
+    ]
+
+
+def test_a_glob_that_matches_only_folders_says_so(tmp_path: Path) -> None:
+    from grpo_cli.core.errors import InputError
+    from grpo_cli.io.read import expand_sources
+
+    (tmp_path / "runs" / "step_1").mkdir(parents=True)
+    with pytest.raises(InputError) as info:
+        expand_sources([f"{tmp_path}/runs/*"])
+    assert info.value.message == f"no file matches {tmp_path}/runs/* (only folders do)"
+    assert info.value.hint == f"match the files in them, such as '{tmp_path}/runs/*/*.parquet'"
 
 
 def test_several_inputs_need_an_output(runner: CliRunner, per_step: list[Path]) -> None:

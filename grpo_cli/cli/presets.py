@@ -21,13 +21,11 @@ def presets_cmd(
     ] = "table",
 ) -> None:
     """List the trainer presets and the conventions each one sets."""
-    from grpo_cli.cli.render import render_presets
+    from grpo_cli.cli.render import PipeConsole, render_presets
     from grpo_cli.core.presets import presets_frame
 
     if output_format == "table":
-        from rich.console import Console
-
-        render_presets(Console(soft_wrap=False))
+        render_presets(PipeConsole(soft_wrap=False))
         return
     if output_format not in ("markdown", "md", "json", "csv"):
         raise OptionsError(

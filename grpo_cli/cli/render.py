@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,9 +27,25 @@ if TYPE_CHECKING:
     from grpo_cli.report.verify import VerifyReport
 
 
+class PipeConsole(Console):
+    """A Rich console whose reader may go away (``grpo-adv explain ... 2>&1 | head``): a
+    closed pipe is the same success as a closed stdout (exit 0: see
+    :func:`grpo_cli.cli.app._user_errors`), not Rich's own exit 1. Its stream is pointed at
+    ``/dev/null`` first, so that nothing written later fails again."""
+
+    def on_broken_pipe(self) -> None:
+        import errno
+        import os
+
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
 def stderr_console() -> Console:
     """A console on stderr that never wraps a message line."""
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return PipeConsole(stderr=True, highlight=False, soft_wrap=True)
 
 
 def print_error(console: Console, error: GrpoAdvError, spell: Spelling) -> None:

@@ -127,7 +127,23 @@ class PartitionedEngine:
         ``job.output``, in a worker process that a signal can stop at once
         (:func:`run_isolated`)."""
         (source,) = job.sources
+        _refuse_no_rows(source)
         return run_isolated(source, job.output, job.plan)
+
+
+def _refuse_no_rows(source: Path) -> None:
+    """A Parquet file whose footer says it has no rows: the input error the other engines
+    give (its partitions would be empty folders, which the passes cannot read)."""
+    import pyarrow.parquet as pq
+
+    from grpo_cli.io.read import no_rows
+
+    try:
+        footer = pq.ParquetFile(source)
+    except Exception:  # unreadable: the run names it, as for any damaged file
+        return
+    if footer.metadata.num_rows == 0:
+        raise no_rows(str(source), footer.schema_arrow.names)
 
 
 ENGINE = PartitionedEngine(ENGINES["partitioned"])

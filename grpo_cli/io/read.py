@@ -96,11 +96,16 @@ def read_rewards(
         fmt = sniff_format(data[:SNIFF_BYTES])
     frame = _parse(data, fmt, name, list(string_cols))
     if frame.height == 0:
-        raise InputError(
-            f"{name} has no rows (columns: {', '.join(frame.columns) or 'none'})",
-            hint="give a reward log with at least one row",
-        )
+        raise no_rows(name, frame.columns)
     return RewardLog(frame=frame, format=fmt, source=name)
+
+
+def no_rows(name: str, columns: Sequence[str]) -> InputError:
+    """The error for a reward log with a header (or a schema) and no rows."""
+    return InputError(
+        f"{name} has no rows (columns: {', '.join(columns) or 'none'})",
+        hint="give a reward log with at least one row",
+    )
 
 
 def _read_file_bytes(path: Path) -> bytes:
@@ -421,9 +426,15 @@ def expand_sources(sources: Sequence[str]) -> list[Path]:
                 map(Path, glob.glob(source, recursive=True)),  # noqa: PTH207
                 key=_natural_key,
             )  # "**" matches folders at any depth (a Ray OUT_DIR of several folders)
-            if not matches:
-                raise InputError(f"no file matches {source}", hint="check the pattern")
-            paths.extend(matches)
+            files = [m for m in matches if not m.is_dir()]  # 'runs/**' matches folders too
+            if not files:
+                raise InputError(
+                    f"no file matches {source}" + (" (only folders do)" if matches else ""),
+                    hint=f"match the files in them, such as '{source.rstrip('/')}/*.parquet'"
+                    if matches
+                    else "check the pattern",
+                )
+            paths.extend(files)
         else:
             paths.append(path)
     _refuse_repeats(paths)
