@@ -38,6 +38,7 @@ from grpo_cli.core.errors import (
     OptionsError,
     OutputError,
     Terminated,
+    first_line,
     option,
 )
 
@@ -205,13 +206,6 @@ def _is_broken_pipe(exc: BaseException) -> bool:
     )
 
 
-def _silence_stdout() -> None:
-    """After a closed pipe, point stdout at /dev/null so the exit flush cannot fail."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-
-
 @contextlib.contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn core errors into one line plus a hint on stderr and the documented exit code."""
@@ -242,7 +236,9 @@ def _user_errors() -> Iterator[None]:
         raise typer.Exit(code) from None
     except OSError as exc:
         if _is_broken_pipe(exc):
-            _silence_stdout()
+            from grpo_cli.cli.render import silence
+
+            silence(sys.stdout)  # the exit flush cannot fail then
             raise typer.Exit(EXIT_OK) from None
         _internal_error(exc)
     except Exception as exc:
@@ -279,7 +275,7 @@ def _internal_error(exc: BaseException) -> NoReturn:
         short = _out_of_memory_error()
         print_error(stderr_console(), short, flag_spelling)
         raise typer.Exit(short.exit_code) from None
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    detail = first_line(str(exc))
     error = GrpoAdvError(
         f"internal error: {type(exc).__name__}: {detail}",
         hint="this is a bug in grpo-adv; please report it with the command you ran",

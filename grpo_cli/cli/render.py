@@ -6,7 +6,7 @@ import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -35,12 +35,19 @@ class PipeConsole(Console):
 
     def on_broken_pipe(self) -> None:
         import errno
-        import os
 
-        with contextlib.suppress(OSError, ValueError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self.file.fileno())
+        silence(self.file)
         raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+def silence(stream: IO[str]) -> None:
+    """Point ``stream`` (a closed pipe) at ``/dev/null``, so that nothing written to it
+    later (the exit's flush) fails again."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
 
 
 def stderr_console() -> Console:

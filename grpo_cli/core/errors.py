@@ -335,6 +335,13 @@ class ClusterError(OutputError):
     as for an output that cannot be written: nothing was written)."""
 
 
+def first_line(text: str, default: str = "") -> str:
+    """The first line of an exception's text (``default`` when it has none): what a
+    one-line message quotes of a cause."""
+    stripped = text.strip()
+    return stripped.splitlines()[0] if stripped else default
+
+
 _OUT_OF_MEMORY_TEXT = ("can't allocate memory", "cannot allocate memory", "out of memory")
 
 

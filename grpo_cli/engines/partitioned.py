@@ -68,7 +68,14 @@ import polars as pl
 from grpo_cli.core import metrics
 from grpo_cli.core.columns import PART_INDEX, PART_ROW
 from grpo_cli.core.engine_options import ENGINES, EngineInfo, EngineOptions
-from grpo_cli.core.errors import GrpoAdvError, InputError, Message, is_disk_full, option
+from grpo_cli.core.errors import (
+    GrpoAdvError,
+    InputError,
+    Message,
+    first_line,
+    is_disk_full,
+    option,
+)
 from grpo_cli.core.expressions import with_group_stats
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, decide, hash_collision, parquet_plan
@@ -127,23 +134,7 @@ class PartitionedEngine:
         ``job.output``, in a worker process that a signal can stop at once
         (:func:`run_isolated`)."""
         (source,) = job.sources
-        _refuse_no_rows(source)
         return run_isolated(source, job.output, job.plan)
-
-
-def _refuse_no_rows(source: Path) -> None:
-    """A Parquet file whose footer says it has no rows: the input error the other engines
-    give (its partitions would be empty folders, which the passes cannot read)."""
-    import pyarrow.parquet as pq
-
-    from grpo_cli.io.read import no_rows
-
-    try:
-        footer = pq.ParquetFile(source)
-    except Exception:  # unreadable: the run names it, as for any damaged file
-        return
-    if footer.metadata.num_rows == 0:
-        raise no_rows(str(source), footer.schema_arrow.names)
 
 
 ENGINE = PartitionedEngine(ENGINES["partitioned"])
@@ -640,7 +631,7 @@ def worker_main() -> None:
         if is_disk_full(exc):
             outcome = ("disk_full",)
         else:
-            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            detail = first_line(str(exc))
             outcome = (
                 "error",
                 "GrpoAdvError",

@@ -107,16 +107,18 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     address = job.plan.engine.ray_address
     staging = [p for p in (job.output, job.groups) if p is not None]
     notes = job.notes or (lambda _: None)
-    pieces = _pieces(job)  # its refusals before Ray starts
+    pieces, casts = _pieces(job)  # its refusals before Ray starts
     with session(address, notes=notes, staging=staging, spell=job.spell) as ray:
         logging.getLogger("ray").setLevel(logging.CRITICAL)  # grpo-adv says what failed
         try:
-            count = partitions or _partitions(ray, pieces)
+            cpus = int(ray.cluster_resources().get("CPU", 1))
+            count = partitions or _partitions(cpus, pieces)
             exact = job.groups is not None  # the table shows the keys' values
+            layout = _Layout(pieces, casts, count, cpus)
             try:
-                return _run(ray, job, pieces, count, exact=exact)
+                return _run(ray, job, layout, exact=exact)
             except _Collision:
-                return _run(ray, job, pieces, count, exact=True)
+                return _run(ray, job, layout, exact=True)
         except GrpoAdvError:
             raise
         except Exception as exc:
@@ -130,11 +132,27 @@ class _Collision(Exception):
     """Two group keys share the moved 64-bit hash."""
 
 
-def _run(ray: Any, job: FileJob, pieces: list[Piece], count: int, *, exact: bool) -> RunSummary:
+Casts = tuple[tuple[str, pl.DataType], ...]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How one run cuts its work: the pieces, the key casts their files need (see
+    :class:`grpo_cli.engines.ray_tasks.Shuffle`), the partition count, the cluster's
+    CPUs."""
+
+    pieces: list[Piece]
+    casts: Casts
+    count: int
+    cpus: int
+
+
+def _run(ray: Any, job: FileJob, layout: _Layout, *, exact: bool) -> RunSummary:
     from grpo_cli.engines import ray_tasks
 
-    shuffle = Shuffle(job.plan, job.derived, count, exact, _casts(job.plan, pieces))
-    batches = _batches(pieces, int(ray.cluster_resources().get("CPU", 1)))
+    pieces, count = layout.pieces, layout.count
+    shuffle = Shuffle(job.plan, job.derived, count, exact, layout.casts)
+    batches = _batches(pieces, layout.cpus)
     batch_of = tuple(b for b, batch in enumerate(batches) for _ in batch)
     remote = ray.remote(max_retries=3)
     split = remote(ray_tasks.split_pieces).options(num_returns=count + 1)
@@ -185,7 +203,7 @@ def _str(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def _pieces(job: FileJob) -> list[Piece]:
+def _pieces(job: FileJob) -> tuple[list[Piece], Casts]:
     """The inputs cut into pieces (see the module docstring): a Parquet file of more than
     PIECE_ROWS rows (its footer says) into ranges of PIECE_ROWS rows, any other file
     whole; each named after its input, relative to the inputs' common folder
@@ -211,8 +229,11 @@ def _pieces(job: FileJob) -> list[Piece]:
     if len(set(stems)) != len(stems):  # x.jsonl and x.jsonl.gz: the whole names
         stems = [str(p.relative_to(root)) for p in paths]
     pieces: list[Piece] = []
+    schemas: list[pl.Schema] = []  # of the Parquet files, from the same footer read
     for path, stem in zip(paths, stems, strict=True):
-        rows = _parquet_rows(path) if fmt == "parquet" else None
+        rows, schema = _parquet_footer(path) if fmt == "parquet" else (None, None)
+        if schema is not None:
+            schemas.append(schema)
         size = path.stat().st_size
         if rows is None or rows <= PIECE_ROWS:
             pieces.append(Piece(len(pieces), str(path), fmt, 0, rows, f"{stem}.parquet", size))
@@ -224,7 +245,7 @@ def _pieces(job: FileJob) -> list[Piece]:
                 Piece(len(pieces), str(path), fmt, offset, part, name, size * part // rows)
             )
     _check_part_names(pieces)
-    return pieces
+    return pieces, _casts(job.plan, schemas)
 
 
 def _check_part_names(pieces: Sequence[Piece]) -> None:
@@ -242,20 +263,15 @@ def _check_part_names(pieces: Sequence[Piece]) -> None:
             )
 
 
-def _casts(plan: Plan, pieces: Sequence[Piece]) -> tuple[tuple[str, pl.DataType], ...]:
-    """The key and batch columns whose type differs between the Parquet inputs, with their
-    supertype (see :class:`grpo_cli.engines.ray_tasks.Shuffle`); from the files' footers.
+def _casts(plan: Plan, schemas: Sequence[pl.Schema]) -> Casts:
+    """The key and batch columns whose type differs between the Parquet inputs (their
+    ``schemas``), with their supertype (see :class:`grpo_cli.engines.ray_tasks.Shuffle`).
     Text inputs need none: their key columns are read as text."""
     columns = [c for c in (*plan.keys.exact, plan.options.batch_col) if c is not None]
-    paths = dict.fromkeys(p.path for p in pieces if p.fmt == "parquet")
-    if len(paths) < 2 or not columns:
+    if len(schemas) < 2 or not columns:
         return ()
     types: dict[str, set[pl.DataType]] = {c: set() for c in columns}
-    for path in paths:
-        try:
-            schema = pl.read_parquet_schema(path)
-        except Exception:  # unreadable: the map task names the file
-            continue
+    for schema in schemas:
         for column in columns:
             if column in schema:
                 types[column].add(schema[column])
@@ -302,7 +318,7 @@ def _rows(piece: Piece) -> int:
     """``piece``'s rows, or for a whole text file a guess from its size."""
     if piece.rows is not None:
         return piece.rows
-    return Path(piece.path).stat().st_size // TEXT_ROW_BYTES
+    return piece.size // TEXT_ROW_BYTES
 
 
 def _stem(relative: Path) -> str:
@@ -313,24 +329,25 @@ def _stem(relative: Path) -> str:
     return str(Path(name).with_suffix("")) if Path(name).suffix else str(name)
 
 
-def _parquet_rows(path: Path) -> int | None:
-    """The row count a Parquet file's footer gives (None: unreadable; the map task names
-    the file then)."""
+def _parquet_footer(path: Path) -> tuple[int | None, pl.Schema | None]:
+    """The row count and the schema a Parquet file's footer gives, in one read (None,
+    None: unreadable; the map task names the file then)."""
     import pyarrow.parquet as pq
 
     try:
-        return int(pq.ParquetFile(path).metadata.num_rows)
+        meta = pq.read_metadata(path)
+        schema = pl.DataFrame(meta.schema.to_arrow_schema().empty_table()).schema
     except Exception:
-        return None
+        return None, None
+    return int(meta.num_rows), schema
 
 
-def _partitions(ray: Any, pieces: Sequence[Piece]) -> int:
+def _partitions(cpus: int, pieces: Sequence[Piece]) -> int:
     """At most PARTITION_ROWS rows per partition, in a multiple of the cluster's CPUs (each
     round of reduce tasks keeps every core busy: 5 partitions on 2 cores would leave the
     third round half idle), at most MAX_PARTITIONS. A text file's rows are guessed from
     its size."""
     rows = sum(_rows(p) for p in pieces)
-    cpus = int(ray.cluster_resources().get("CPU", 1))
     rounds = max(1, -(-rows // (cpus * PARTITION_ROWS)))
     return min(MAX_PARTITIONS, rounds * cpus)
 

@@ -395,7 +395,7 @@ def _marked(folder: Path, command: bytes | None = None) -> list[int]:
 def reap_leftovers() -> list[Path]:
     """The private Rays of killed grpo-adv runs of this host (their watcher killed too):
     processes stopped, folders removed. Returns the folders removed."""
-    from grpo_cli.io.temporaries import OWNER_PATTERN, owner_tag
+    from grpo_cli.io.temporaries import OWNER_PATTERN, alive, owner_tag
 
     here = OWNER_PATTERN.search(owner_tag() + ".")
     assert here is not None
@@ -405,21 +405,11 @@ def reap_leftovers() -> list[Path]:
             match = OWNER_PATTERN.search((folder / "owner").read_text().strip() + ".")
         except OSError:
             continue
-        if match is None or match["host"] != here["host"] or _alive(int(match["pid"])):
+        if match is None or match["host"] != here["host"] or alive(int(match["pid"])):
             continue
         reap(folder)
         removed.append(folder)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ------------------------------------------------------------------ joining a cluster

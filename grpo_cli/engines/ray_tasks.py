@@ -5,7 +5,6 @@ again (its output file is written beside its final name and renamed)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,11 +105,13 @@ def read_piece(
 ) -> tuple[pl.DataFrame, list[str]]:
     """The rows of ``piece``: only ``columns`` of them when given (those present), else
     every column; a text file by grpo-adv's reader (the same parsing as on one machine:
-    key columns of a CSV file stay text). Also every column name of its file."""
+    key columns of a CSV file stay text). Also every column name of its file (with
+    ``columns``; a Parquet file's names are not read without)."""
     if piece.fmt == "parquet":
         lazy = pl.scan_parquet(piece.path)
-        names = lazy.collect_schema().names()
+        names = []  # asked for with columns only (the map's check): a footer read
         if columns is not None:
+            names = lazy.collect_schema().names()
             lazy = lazy.select([c for c in columns if c in names])
         if piece.rows is not None:
             lazy = lazy.slice(piece.offset, piece.rows)
@@ -274,22 +275,25 @@ def _write_piece(piece: Piece, folder: str, shuffle: Shuffle, back: pl.DataFrame
     return frame.height
 
 
-PARTIAL_SUFFIX: Final = ".tmp"  # a part being written: .NAME.PID.tmp beside NAME
+PARTIAL_SUFFIX: Final = ".tmp"  # a part being written: .NAME.<owner tag>.tmp beside NAME
 
 
 def write_parquet(frame: pl.DataFrame, path: Path) -> None:
     """``frame`` to ``path`` (zstd), written beside it and renamed: a task run again
     replaces what an earlier try left, never a half-written file. A worker that dies
-    while writing leaves its ``.NAME.PID.tmp``: :func:`remove_partials` clears them."""
+    while writing leaves its ``.NAME.<owner tag>.tmp`` (the worker's pid and host, see
+    :func:`grpo_cli.io.temporaries.owner_tag`): :func:`remove_partials` clears them."""
+    from grpo_cli.io.temporaries import owner_tag
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}{PARTIAL_SUFFIX}")
+    partial = path.with_name(f".{path.name}.{owner_tag()}{PARTIAL_SUFFIX}")
     frame.write_parquet(partial, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
     partial.replace(path)
 
 
 def remove_partials(folder: Path) -> list[Path]:
     """Remove what workers that died while writing left in ``folder`` (the half-written
-    ``.NAME.PID.tmp`` files of :func:`write_parquet`; their tasks ran again and wrote
+    ``.NAME.<owner tag>.tmp`` files of :func:`write_parquet`; their tasks ran again and wrote
     NAME); run by the driver once every task is done. Returns the files removed."""
     removed = []
     for path in folder.rglob(f".*{PARTIAL_SUFFIX}"):

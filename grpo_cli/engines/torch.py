@@ -46,6 +46,7 @@ from grpo_cli.core.errors import (
     MemoryShortError,
     Message,
     OptionsError,
+    first_line,
     is_out_of_memory,
     option,
 )
@@ -103,7 +104,7 @@ def import_torch() -> Any:
 
 def _broken_torch(exc: Exception) -> OptionsError:
     """The error for a PyTorch that is installed but fails to load."""
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    detail = first_line(str(exc))
     return OptionsError(
         option("backend", "torch")
         + f" needs PyTorch, which failed to load: {type(exc).__name__}: {detail}",

@@ -20,6 +20,7 @@ from typing import IO, Any, Final
 from grpo_cli.core.errors import (
     InputError,
     OptionsError,
+    first_line,
     option,
 )
 
@@ -135,8 +136,7 @@ def decompress(data: bytes, name: str) -> bytes:
 
 
 def _first_line(text: str) -> str:
-    stripped = text.strip()
-    return stripped.splitlines()[0] if stripped else "unknown error"
+    return first_line(text, "unknown error")
 
 
 # --------------------------------------------------------------------------- writing

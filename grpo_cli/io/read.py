@@ -135,11 +135,11 @@ def truncated_parquet(name: str) -> InputError:
     )
 
 
-def check_parquet_file(path: Path) -> None:
+def check_parquet_file(path: Path) -> int:
     """For the engines that read a Parquet file themselves (``--low-memory``, ``--backend
     ray``): raise unless ``path`` starts (OptionsError) and ends (InputError: truncated)
     like a Parquet file, and its footer describes data that lies inside the file
-    (:func:`check_parquet_layout`), reading the footer only."""
+    (:func:`check_parquet_layout`), reading the footer only. Returns its row count."""
     with path.open("rb") as handle:
         head = handle.read(4)
         size = handle.seek(0, os.SEEK_END)
@@ -155,7 +155,7 @@ def check_parquet_file(path: Path) -> None:
         )
     if tail != PARQUET_MAGIC or size < 12:
         raise truncated_parquet(str(path))
-    check_parquet_layout(path, str(path), PARQUET_DAMAGED_HINT)
+    return check_parquet_layout(path, str(path), PARQUET_DAMAGED_HINT)
 
 
 OUTPUT: Final = option("output", short=True)
@@ -178,11 +178,12 @@ def unreadable_parquet(name: str, cause: str, hint: Message = PARQUET_HINT) -> I
     return InputError(f"cannot read {name} as parquet: {_first_line(plain)}", hint=hint)
 
 
-def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUET_HINT) -> None:
+def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUET_HINT) -> int:
     """Raise an InputError unless the Parquet footer of ``source`` (a path, or the file's
     bytes) can be read and every column chunk it lists lies inside the file, before the
-    footer. A file cut in the middle with its footer re-appended passes the magic-byte
-    checks, and Polars' readers panic on it instead of reporting an error."""
+    footer; return the row count the footer gives. A file cut in the middle with its
+    footer re-appended passes the magic-byte checks, and Polars' readers panic on it
+    instead of reporting an error."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -216,6 +217,7 @@ def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUE
                     "the file is truncated or corrupt",
                     hint,
                 )
+    return int(meta.num_rows)
 
 
 def csv_separator(data: bytes) -> str:

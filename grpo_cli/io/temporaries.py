@@ -28,7 +28,8 @@ def owner_tag() -> str:
     return f"grpo-adv.{os.getpid()}@{_host()}"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host still runs (this one, another user's)."""
     if pid == os.getpid():
         return True
     try:
@@ -56,7 +57,7 @@ def remove_stale_temporaries(folder: Path) -> tuple[list[Path], int]:
         match = OWNER_PATTERN.search(entry.name)
         if not entry.name.startswith(".") or match is None or match["host"] != host:
             continue
-        if _alive(int(match["pid"])):
+        if alive(int(match["pid"])):
             continue
         try:
             if entry.is_dir() and not entry.is_symlink():

@@ -455,7 +455,7 @@ def _run_file(
     from grpo_cli.engines import FileJob, check, get_engine
     from grpo_cli.io.atomic import atomic_path
     from grpo_cli.io.formats import compression_for
-    from grpo_cli.io.read import check_parquet_file, expand_sources, read_rewards
+    from grpo_cli.io.read import check_parquet_file, expand_sources, no_rows, read_rewards
     from grpo_cli.io.write import check_output_path
     from grpo_cli.jobs.outputs import output_target, remove_leftovers
 
@@ -478,8 +478,11 @@ def _run_file(
     source = paths[0]
     if not source.is_file():
         read_rewards(source)  # raises the usual missing / folder / permission error
-    check_parquet_file(source)
-    options = _within_steps(options, pl.read_parquet_schema(source), explicit)
+    rows = check_parquet_file(source)
+    schema = pl.read_parquet_schema(source)
+    if not rows:  # the other engines' error (its partitions would be empty folders)
+        raise no_rows(str(source), list(schema))
+    options = _within_steps(options, schema, explicit)
     plan = parquet_plan(source, options, decided.engine, estimator=decided.estimator)
     target, fmt = output_target([str(source)], output, output_format, "parquet")
     if target is None or fmt != "parquet" or compression_for(target) is not None:
