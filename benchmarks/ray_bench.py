@@ -10,9 +10,11 @@ and object store are separate processes), rows per second per core, and the byte
 per row to the partitions and back (the Arrow sizes of what the tasks send, as the engine
 logs them); the fixed cost of a run (the whole command on a 1,000-row log: Python, Ray's
 start and stop, one task of each kind); a log with about 1.2 KB of text a row against the
-same rows without the text. The check: every row once, in its input's order, advantages
-equal to the Polars engine's within 1e-12; for the big log, a sample of groups recomputed
-in memory.
+same rows without the text. The 10M-row log runs ``--rounds`` rounds (4) of both engines,
+in alternating order, and their ratio is paired as ``make bench`` pairs its checkouts
+(``bench.paired_ratio``): one run of each on a shared 2-core machine moves by 0.5 s. The
+check: every row once, in its input's order, advantages equal to the Polars engine's within
+1e-12; for the big log, a sample of groups recomputed in memory.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import contextlib
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +35,7 @@ from pathlib import Path
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import paired_ratio
 from datasets import make_log, write_big_log
 
 from grpo_cli.jobs.pipeline import annotate
@@ -106,7 +110,12 @@ def check_parts(folder: Path, polars_out: Path, rows: int) -> float:
     return float((got["advantage"] - expected).abs().max() or 0.0)  # type: ignore[arg-type]
 
 
-def shards_bench(rows: int, shards: int, data: Path, cores: int) -> list[str]:
+def shards_bench(rows: int, shards: int, data: Path, cores: int, rounds: int) -> list[str]:
+    """``rounds`` rounds of the Polars engine and the Ray engine (a private Ray) on the same
+    shards, the Polars engine first in even rounds and second in odd ones; the ratio is
+    :func:`bench.paired_ratio` of the rounds (the median over pairs of rounds of their
+    geometric mean: a cost of running first or second cancels). Then the Ray engine on a
+    cluster already running, as many times, against the Polars engine's median."""
     folder = data / f"shards_{rows}_{shards}"
     if not (folder / f"shard-{shards - 1:03d}.parquet").exists():
         log = make_log(rows, order="shuffled").with_row_index("rid")
@@ -118,21 +127,38 @@ def shards_bench(rows: int, shards: int, data: Path, cores: int) -> list[str]:
     polars_out, ray_out = data / "polars_out.parquet", data / "ray_out"
     trace = data / "ray.log"
     trace.unlink(missing_ok=True)
-    p_s, p_gib = run_cli(["compute", *map(str, paths), "-o", str(polars_out), "-q", "-f"])
-    r_s, r_gib = run_cli(
-        ["compute", str(folder), "--backend", "ray", "-o", str(ray_out), "-q", "-f"], trace
-    )
-    worst = check_parts(ray_out, polars_out, rows)
+    commands = {
+        "polars": (["compute", *map(str, paths), "-o", str(polars_out), "-q", "-f"], None),
+        "ray": (["compute", str(folder), "--backend", "ray", "-o", str(ray_out), "-q", "-f"],
+                trace),
+    }  # fmt: skip
+    runs: dict[str, list[tuple[float, float]]] = {"polars": [], "ray": []}
+    worst = 0.0
+    for k in range(rounds):
+        for name in ("polars", "ray") if k % 2 == 0 else ("ray", "polars"):
+            args, logged = commands[name]
+            runs[name].append(run_cli(args, logged))
+        worst = max(worst, check_parts(ray_out, polars_out, rows))
     sent, back = shuffled_bytes(trace)
+    p_times, r_times = ([t for t, _ in runs[n]] for n in ("polars", "ray"))
+    p_s, r_s = statistics.median(p_times), statistics.median(r_times)
+    p_gib, r_gib = (max(g for _, g in runs[n]) for n in ("polars", "ray"))
+    ratio = paired_ratio(r_times, p_times)
     with started_cluster(cores) as address:
-        c_s, _ = run_cli(
-            ["compute", str(folder), "--backend", "ray", "--ray-address", address, "-o",
-             str(ray_out), "-q", "-f"],
-            env={"RAY_AUTH_MODE": "disabled"},
-        )  # fmt: skip
+        joined = [
+            run_cli(
+                ["compute", str(folder), "--backend", "ray", "--ray-address", address, "-o",
+                 str(ray_out), "-q", "-f"],
+                env={"RAY_AUTH_MODE": "disabled"},
+            )[0]
+            for _ in range(rounds)
+        ]  # fmt: skip
+    c_s = statistics.median(joined)
     worst = max(worst, check_parts(ray_out, polars_out, rows))
+    each = ", ".join(f"{r:.1f}/{p:.1f} s" for r, p in zip(r_times, p_times, strict=True))
     return [
-        f"## {rows:,} shuffled rows in {shards} Parquet shards ({cores} cores)",
+        f"## {rows:,} shuffled rows in {shards} Parquet shards ({cores} cores), "
+        f"medians of {rounds} rounds",
         "",
         "| engine | time | driver peak RSS | rows/s per core |",
         "|---|---|---|---|",
@@ -142,8 +168,8 @@ def shards_bench(rows: int, shards: int, data: Path, cores: int) -> list[str]:
         f"| ray (a cluster already running: `--ray-address`) | {c_s:.1f} s | | "
         f"{rows / c_s / cores:,.0f} |",
         "",
-        f"- ray / polars: {r_s / p_s:.2f}x the time with its own Ray, {c_s / p_s:.2f}x on a "
-        "running cluster",
+        f"- ray / polars: {ratio:.2f}x the time with its own Ray (rounds paired; ray/polars "
+        f"each round: {each}), {c_s / p_s:.2f}x on a running cluster",
         f"- bytes shuffled per row: {sent:.1f} to the partitions, {back:.1f} back (a row of "
         f"the log: {per_row:.1f} bytes)",
         f"- every row once, in its shard's order; max |ray - polars|: {worst:.1e}",
@@ -277,10 +303,11 @@ def main() -> None:
     parser.add_argument("--big-rows", type=int, default=0, help="0: skip the big log")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench")
     parser.add_argument("--report", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=4, help="of the 10M-row runs (even)")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     lines = [*fixed_bench(args.data, cores), ""]
-    lines += shards_bench(args.rows, args.shards, args.data, cores)
+    lines += shards_bench(args.rows, args.shards, args.data, cores, args.rounds)
     if args.text_rows:
         lines += ["", *text_bench(args.text_rows, args.shards, args.data, cores)]
     if args.big_rows:

@@ -5,6 +5,7 @@ Polars engine on the same rows; groups are spread over several shards."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -1026,13 +1027,15 @@ def test_a_private_ray_stops_its_monitor_before_shutting_down(tmp_path: Path) ->
     """The autoscaler monitor of a private Ray (which ignores SIGTERM, holding
     ``ray.shutdown`` for its second of grace) is found by its session marker and command
     line, and stopped; a Ray upgrade that renames it fails here rather than slowing every
-    run by a second unnoticed."""
+    run by a second unnoticed. (A lean start runs no monitor: this is for a Ray whose
+    internals moved, started as Ray starts it.)"""
     from grpo_cli.engines import ray_cluster
 
     script = (
-        "import os, sys\n"
+        "import contextlib, os, sys\n"
         "from pathlib import Path\n"
         "from grpo_cli.engines import ray_cluster as c\n"
+        "c.lean_start = lambda ray, answers: contextlib.nullcontext([])\n"
         "with c.session(None, notes=lambda _: None, staging=[]) as ray:\n"
         "    folder = Path(os.environ[c.OWNER_ENV])\n"
         "    found = c._marked(folder, c.MONITOR_SCRIPT)\n"
@@ -1051,6 +1054,95 @@ def test_a_private_ray_stops_its_monitor_before_shutting_down(tmp_path: Path) ->
     assert done.stdout.split() == ["1", "0"], done.stdout
     assert ray_cluster.MONITOR_SCRIPT == b"autoscaler/_private/monitor.py"
     shutil.rmtree(temp, ignore_errors=True)
+
+
+LEAN_SCRIPT = """
+import json, os, sys, time
+from pathlib import Path
+from grpo_cli.engines import ray_cluster as c, ray_lean
+out = {}
+preload = ("grpo_cli.engines.ray_tasks",)
+with c.session(None, notes=lambda _: None, staging=[], preload=preload) as ray:
+    folder = Path(os.environ[c.OWNER_ENV])
+    time.sleep(1.0)  # whatever the start left running has started
+    commands = [(Path("/proc") / str(p) / "cmdline").read_bytes() for p in c._marked(folder)]
+    out["commands"] = [x.replace(b"\\0", b" ").decode() for x in commands]
+    task = ray.remote(lambda: "grpo_cli.engines.ray_tasks" in sys.modules)
+    out["preloaded"] = ray.get([task.remote() for _ in range(4)])
+    where = ray.get_runtime_context()
+    gcs, node = where.gcs_address, where.get_node_id()
+    out["registered"] = ray_lean.wait_registered(gcs, node, answers=c.answers)
+    out["unknown"] = ray_lean.wait_registered(gcs, "ab" * 28, answers=c.answers, timeout=0.2)
+    out["config"] = ray._private.worker._global_node._config
+print(json.dumps(out))  # the session keeps stdout off while Ray runs
+"""
+
+
+def test_a_private_ray_starts_lean(tmp_path: Path) -> None:
+    """A private Ray runs its GCS, its raylet and their workers, and none of the processes
+    a one-machine run does not need (the autoscaler monitor, the log monitor, the API
+    server); its workers have imported the task module before their first task; it
+    records no task events; the raylet's registration is seen at once (one GCS call) and
+    an unknown node's is not. A Ray upgrade that renames what the lean start changes
+    fails here rather than slowing every run unnoticed."""
+    temp, home = _short_temp(), tmp_path / "home"
+    home.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", LEAN_SCRIPT], capture_output=True, text=True,
+        env=_private_env(temp, home), timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    shutil.rmtree(temp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    commands = " | ".join(found["commands"])
+    assert "gcs_server" in commands and "raylet" in commands, commands
+    for skipped in ("autoscaler/_private/monitor.py", "log_monitor.py", "dashboard/dashboard.py"):
+        assert skipped not in commands, commands
+    assert found["preloaded"] == [True] * 4
+    assert found["config"]["task_events_report_interval_ms"] == 0
+    assert found["config"]["preload_python_modules"] == ["grpo_cli.engines.ray_tasks"]
+    assert found["registered"] is True
+    assert found["unknown"] is False
+
+
+def test_a_lean_start_puts_back_what_it_changed() -> None:
+    """Ray's own functions are back once the start is over, also when it failed; a Ray
+    without the internals the lean start changes is left as it is (it starts as Ray
+    starts it)."""
+    from types import SimpleNamespace
+
+    from grpo_cli.engines.ray_lean import lean_start
+
+    node, services = ray._private.node.Node, ray._private.services
+    names = ("start_monitor", "start_log_monitor", "start_api_server")
+    before = {n: node.__dict__[n] for n in names}, services.get_node
+    with pytest.raises(RuntimeError, match="the start failed"), lean_start(ray, bool) as made:
+        assert made == [*names, "get_node"]
+        assert all(node.__dict__[n] is not before[0][n] for n in names)
+        assert services.get_node is not before[1]
+        raise RuntimeError("the start failed")
+    assert ({n: node.__dict__[n] for n in names}, services.get_node) == before
+    bare_node = SimpleNamespace(Node=type("Node", (), {}))
+    bare = SimpleNamespace(_private=SimpleNamespace(node=bare_node))
+    with lean_start(bare, bool) as made:
+        assert made == []
+
+
+def test_the_registration_of_a_gcs_that_does_not_answer_is_left_to_ray() -> None:
+    """Nothing listening at the GCS's address: no client is made (Ray's own waits 40 s for
+    it), and Ray's own wait decides."""
+    from grpo_cli.engines.ray_cluster import answers
+    from grpo_cli.engines.ray_lean import wait_registered
+
+    nowhere = f"127.0.0.1:{_free_port()}"
+    asked: list[str] = []
+
+    def recorded(where: str) -> bool:
+        asked.append(where)
+        return answers(where)
+
+    assert wait_registered(nowhere, "ab" * 28, answers=recorded) is False
+    assert asked == [nowhere]
 
 
 def test_a_private_ray_store_fits_the_container_and_its_shared_memory() -> None:

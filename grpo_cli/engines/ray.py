@@ -29,7 +29,7 @@ from their tasks) replaces its own part; the output folder is written beside its
 path and renamed when complete. The driver never holds the data: only the partials and the
 byte counts come back to it.
 
-Ray is imported only on this path, here, in ray_cluster and in ray_tasks (``pip install
+Ray is imported only on this path, here, in ray_cluster, ray_lean and ray_tasks (``pip install
 'grpo-adv[ray]'``).
 """
 
@@ -48,7 +48,7 @@ from grpo_cli.core import metrics
 from grpo_cli.core.engine_options import ENGINES, EngineInfo
 from grpo_cli.core.errors import GrpoAdvError, InputError, Message, OptionsError, option
 from grpo_cli.core.run_summary import RunSummary
-from grpo_cli.engines import FileJob
+from grpo_cli.engines import FileJob, ray_tasks
 from grpo_cli.engines.batch_partials import merged_stats, needs_batch_stats
 from grpo_cli.engines.ray_cluster import first_line, import_ray, session
 from grpo_cli.engines.ray_tasks import Piece, Shuffle
@@ -108,7 +108,9 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     staging = [p for p in (job.output, job.groups) if p is not None]
     notes = job.notes or (lambda _: None)
     pieces, casts = _pieces(job)  # its refusals before Ray starts
-    with session(address, notes=notes, staging=staging, spell=job.spell) as ray:
+    with session(
+        address, notes=notes, staging=staging, spell=job.spell, preload=(ray_tasks.__name__,)
+    ) as ray:
         logging.getLogger("ray").setLevel(logging.CRITICAL)  # grpo-adv says what failed
         try:
             cpus = int(ray.cluster_resources().get("CPU", 1))
@@ -148,8 +150,6 @@ class _Layout:
 
 
 def _run(ray: Any, job: FileJob, layout: _Layout, *, exact: bool) -> RunSummary:
-    from grpo_cli.engines import ray_tasks
-
     pieces, count = layout.pieces, layout.count
     shuffle = Shuffle(job.plan, job.derived, count, exact, layout.casts)
     batches = _batches(pieces, layout.cpus)

@@ -61,6 +61,7 @@ from grpo_cli.core.errors import (
     keyword_spelling,
     option,
 )
+from grpo_cli.engines.ray_lean import lean_start, system_config
 from grpo_cli.io import interrupts
 
 INSTALL_HINT: Final = "pip install 'grpo-adv[ray]'"
@@ -105,12 +106,14 @@ def session(
     notes: Notes,
     staging: Sequence[Path],
     spell: Spelling = keyword_spelling,
+    preload: Sequence[str] = (),
 ) -> Iterator[Any]:
     """Ray, attached to the cluster at ``address`` or (None) to a private local Ray
-    started now and stopped at the end (see the module docstring). ``staging`` are the
-    folders to remove if the process must end at once (the cluster lost, or Ray never
-    answering; its last words name options as ``spell`` does). A Ray the caller has
-    already initialized is used as it is."""
+    started now (lean: :mod:`grpo_cli.engines.ray_lean`; its workers import the modules
+    ``preload`` as they start) and stopped at the end (see the module docstring).
+    ``staging`` are the folders to remove if the process must end at once (the cluster
+    lost, or Ray never answering; its last words name options as ``spell`` does). A Ray
+    the caller has already initialized is used as it is."""
     ray = import_ray()
     if ray.is_initialized():
         yield ray
@@ -129,7 +132,7 @@ def session(
         joining = where.probe is not None
         if joining:
             watch.start()
-        _init(ray, where, real_stderr, staging, spell)
+        _init(ray, where, real_stderr, staging, spell, preload)
         if not joining:
             watch.start()
         stack.callback(ray.shutdown)
@@ -167,11 +170,17 @@ class _Environment:
 
 
 def _init(
-    ray: Any, where: _Where, real_stderr: int, staging: Sequence[Path], spell: Spelling
+    ray: Any,
+    where: _Where,
+    real_stderr: int,
+    staging: Sequence[Path],
+    spell: Spelling,
+    preload: Sequence[str],
 ) -> None:
     """``ray.init`` with Ray's logging kept out of the terminal; a watchdog ends the
     process when Ray does not answer in time (``ray.init`` cannot be interrupted). The
-    SIGTERM handler grpo-adv had is put back (``ray.init`` replaces it)."""
+    SIGTERM handler grpo-adv had is put back (``ray.init`` replaces it). A private Ray
+    starts lean, its workers importing ``preload``."""
     sigterm = signal.getsignal(signal.SIGTERM)
     silent = _unreachable(where.name, f"no answer within {ATTACH_TIMEOUT_S:.0f} s")
     watchdog = threading.Timer(
@@ -180,15 +189,18 @@ def _init(
     watchdog.daemon = True
     watchdog.start()
     extra: dict[str, Any] = {}
-    temp = os.environ.get(OWNER_ENV) if where.init_address == "local" else None
+    private = where.init_address == "local"
+    temp = os.environ.get(OWNER_ENV) if private else None
     if temp is not None:
         extra["_temp_dir"] = temp
-    if where.init_address == "local":
+    if private:
         store = private_object_store_bytes()
         if store is not None:
             extra["object_store_memory"] = store
+        extra["_system_config"] = system_config(preload)
+    lean = lean_start(ray, answers) if private else contextlib.nullcontext()
     try:
-        with interrupts.deferred(), _signal_handlers_kept():
+        with interrupts.deferred(), _signal_handlers_kept(), lean:
             ray.init(
                 address=where.init_address,
                 include_dashboard=False,
@@ -604,6 +616,11 @@ def lost(name: str) -> ClusterError:
         f"lost {name}: its head stopped answering for {LOST_AFTER_S:.0f} s; nothing was written",
         hint="check the cluster (ray status on the head node), then run again",
     )
+
+
+def answers(where: str) -> bool:
+    """Whether ``where`` (HOST:PORT) accepts a connection within PROBE_EVERY_S."""
+    return _listening(where, PROBE_EVERY_S) is None
 
 
 def head_answers(where: str | None) -> bool:
