@@ -330,16 +330,17 @@ def _stem(relative: Path) -> str:
 
 
 def _parquet_footer(path: Path) -> tuple[int | None, pl.Schema | None]:
-    """The row count and the schema a Parquet file's footer gives, in one read (None,
-    None: unreadable; the map task names the file then)."""
-    import pyarrow.parquet as pq
-
+    """The row count and the schema a Parquet file's footer gives, as Polars reads them
+    (the types the tasks will see), or (None, None): unreadable, the map task names the
+    file then. Polars opens the footer twice (2 ms); pyarrow's schema, turned into Polars',
+    cost 0.16 s on the driver's first file."""
     try:
-        meta = pq.read_metadata(path)
-        schema = pl.DataFrame(meta.schema.to_arrow_schema().empty_table()).schema
+        lazy = pl.scan_parquet(path)
+        schema = lazy.collect_schema()
+        rows = lazy.select(pl.len()).collect().item()
     except Exception:
         return None, None
-    return int(meta.num_rows), schema
+    return int(rows), schema
 
 
 def _partitions(cpus: int, pieces: Sequence[Piece]) -> int:
