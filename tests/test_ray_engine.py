@@ -581,10 +581,11 @@ def test_private_ray_follows_no_other_cluster(tmp_path: Path) -> None:
 def test_interrupted_private_run_leaves_nothing(tmp_path: Path, sig: int, code: int) -> None:
     """Ctrl-C or SIGTERM while the private Ray starts (``ray.init`` installs its own
     SIGTERM handler): exit 130 or 143 with the one-line message, no staging folder, no
-    Ray process, no temporary folder."""
+    Ray process, no temporary folder. (A log that takes seconds: the signal lands while
+    the run lasts whenever it comes, the start taking about a second.)"""
     temp, home = _short_temp(), tmp_path / "home"
     home.mkdir()
-    write_shards(reward_log(rows=300), tmp_path / "in", shards=2)
+    write_shards(reward_log(rows=2_000_000), tmp_path / "in", shards=4)
     run = subprocess.Popen(
         [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
          "-o", str(tmp_path / "out")],
@@ -621,7 +622,7 @@ def test_private_ray_dies_with_its_command(tmp_path: Path) -> None:
     and removes its folder within seconds."""
     temp, home = _short_temp(), tmp_path / "home"
     home.mkdir()
-    write_shards(reward_log(rows=300), tmp_path / "in", shards=2)
+    write_shards(reward_log(rows=4_000_000), tmp_path / "in", shards=4)  # seconds of work
     run = subprocess.Popen(
         [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
          "-o", str(tmp_path / "out")],
@@ -629,7 +630,8 @@ def test_private_ray_dies_with_its_command(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     folder = _wait_for_private_ray(temp, run)
-    time.sleep(2)  # more of Ray's processes
+    time.sleep(1.5)  # more of Ray's processes: its workers, at work
+    assert run.poll() is None, "the run ended before it was killed"
     run.kill()
     run.wait()
     deadline = time.monotonic() + 20
