@@ -11,10 +11,11 @@ per row to the partitions and back (the Arrow sizes of what the tasks send, as t
 logs them); the fixed cost of a run (the whole command on a 1,000-row log: Python, Ray's
 start and stop, one task of each kind); a log with about 1.2 KB of text a row against the
 same rows without the text. The 10M-row log runs ``--rounds`` rounds (4) of both engines,
-in alternating order, and their ratio is paired as ``make bench`` pairs its checkouts
-(``bench.paired_ratio``): one run of each on a shared 2-core machine moves by 0.5 s. The
-check: every row once, in its input's order, advantages equal to the Polars engine's within
-1e-12; for the big log, a sample of groups recomputed in memory.
+and the text log as many of both logs, in alternating order, and each ratio is paired as
+``make bench`` pairs its checkouts (``bench.paired_ratio``): one run of each on a shared
+2-core machine moves by 0.5 s. The check: every row once, in its input's order,
+advantages equal to the Polars engine's within 1e-12; for the big log, a sample of groups
+recomputed in memory.
 """
 
 from __future__ import annotations
@@ -232,8 +233,9 @@ def fixed_bench(data: Path, cores: int) -> list[str]:
     ]
 
 
-def text_bench(rows: int, shards: int, data: Path, cores: int) -> list[str]:
-    """The same rows with and without about 1.2 KB of text (prompt, completion) a row."""
+def text_bench(rows: int, shards: int, data: Path, cores: int, rounds: int) -> list[str]:
+    """The same rows with and without about 1.2 KB of text (prompt, completion) a row,
+    ``rounds`` rounds in alternating order, the ratio paired (see :func:`shards_bench`)."""
     with_text = data / f"text_shards_{rows}_{shards}"
     without = data / f"notext_shards_{rows}_{shards}"
     if not (without / f"shard-{shards - 1:03d}.parquet").exists():
@@ -244,24 +246,35 @@ def text_bench(rows: int, shards: int, data: Path, cores: int) -> list[str]:
     sample = pl.read_parquet(with_text / "shard-000.parquet").to_arrow()
     per_row = sample.nbytes / sample.num_rows
     trace = data / "ray_text.log"
-    out: dict[str, tuple[float, float, float]] = {}
-    for name, folder in (("without text", without), ("with text", with_text)):
-        trace.unlink(missing_ok=True)
-        seconds, _ = run_cli(
-            ["compute", str(folder), "--backend", "ray", "-o", str(data / "ray_text_out"), "-q",
-             "-f"], trace,
-        )  # fmt: skip
-        out[name] = (seconds, *shuffled_bytes(trace))
-    ratio = out["with text"][0] / out["without text"][0]
+    folders = {"without text": without, "with text": with_text}
+    times: dict[str, list[float]] = {name: [] for name in folders}
+    moved: dict[str, tuple[float, float]] = {}
+    for k in range(rounds):
+        for name in folders if k % 2 == 0 else reversed(folders):
+            trace.unlink(missing_ok=True)
+            seconds, _ = run_cli(
+                ["compute", str(folders[name]), "--backend", "ray", "-o",
+                 str(data / "ray_text_out"), "-q", "-f"], trace,
+            )  # fmt: skip
+            times[name].append(seconds)
+            moved[name] = shuffled_bytes(trace)
+    ratio = paired_ratio(times["with text"], times["without text"])
+    each = ", ".join(
+        f"{t:.1f}/{n:.1f} s" for t, n in zip(times["with text"], times["without text"], strict=True)
+    )
     return [
         f"## {rows:,} rows in {shards} shards, with about {per_row:,.0f} bytes a row of text "
-        f"and without ({cores} cores)",
+        f"and without ({cores} cores), medians of {rounds} rounds",
         "",
         "| log | ray time | bytes a row to the partitions | back |",
         "|---|---|---|---|",
-        *[f"| {k} | {t:.1f} s | {a:.1f} | {b:.1f} |" for k, (t, a, b) in out.items()],
+        *[
+            f"| {k} | {statistics.median(times[k]):.1f} s | {a:.1f} | {b:.1f} |"
+            for k, (a, b) in moved.items()
+        ],
         "",
-        f"- with text / without: {ratio:.2f}x the time",
+        f"- with text / without: {ratio:.2f}x the time (rounds paired; with/without each "
+        f"round: {each})",
     ]
 
 
@@ -303,13 +316,13 @@ def main() -> None:
     parser.add_argument("--big-rows", type=int, default=0, help="0: skip the big log")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench")
     parser.add_argument("--report", type=Path, default=None)
-    parser.add_argument("--rounds", type=int, default=4, help="of the 10M-row runs (even)")
+    parser.add_argument("--rounds", type=int, default=4, help="of the 10M and text runs (even)")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     lines = [*fixed_bench(args.data, cores), ""]
     lines += shards_bench(args.rows, args.shards, args.data, cores, args.rounds)
     if args.text_rows:
-        lines += ["", *text_bench(args.text_rows, args.shards, args.data, cores)]
+        lines += ["", *text_bench(args.text_rows, args.shards, args.data, cores, args.rounds)]
     if args.big_rows:
         lines += ["", *big_bench(args.big_rows, args.data, cores)]
     text = "\n".join(lines) + "\n"
