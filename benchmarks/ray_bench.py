@@ -235,7 +235,9 @@ def fixed_bench(data: Path, cores: int) -> list[str]:
 
 def text_bench(rows: int, shards: int, data: Path, cores: int, rounds: int) -> list[str]:
     """The same rows with and without about 1.2 KB of text (prompt, completion) a row,
-    ``rounds`` rounds in alternating order, the ratio paired (see :func:`shards_bench`)."""
+    ``rounds`` rounds in alternating order, the ratio paired (see :func:`shards_bench`);
+    and the Polars engine on both logs in the same rounds: what reading and writing the
+    text costs an engine that moves nothing."""
     with_text = data / f"text_shards_{rows}_{shards}"
     without = data / f"notext_shards_{rows}_{shards}"
     if not (without / f"shard-{shards - 1:03d}.parquet").exists():
@@ -248,6 +250,7 @@ def text_bench(rows: int, shards: int, data: Path, cores: int, rounds: int) -> l
     trace = data / "ray_text.log"
     folders = {"without text": without, "with text": with_text}
     times: dict[str, list[float]] = {name: [] for name in folders}
+    polars: dict[str, list[float]] = {name: [] for name in folders}
     moved: dict[str, tuple[float, float]] = {}
     for k in range(rounds):
         for name in folders if k % 2 == 0 else reversed(folders):
@@ -258,10 +261,16 @@ def text_bench(rows: int, shards: int, data: Path, cores: int, rounds: int) -> l
             )  # fmt: skip
             times[name].append(seconds)
             moved[name] = shuffled_bytes(trace)
+            shards_in = sorted(str(p) for p in folders[name].glob("*.parquet"))
+            one = data / "polars_text_out.parquet"
+            polars[name].append(run_cli(["compute", *shards_in, "-o", str(one), "-q", "-f"])[0])
     ratio = paired_ratio(times["with text"], times["without text"])
+    polars_ratio = paired_ratio(polars["with text"], polars["without text"])
     each = ", ".join(
         f"{t:.1f}/{n:.1f} s" for t, n in zip(times["with text"], times["without text"], strict=True)
     )
+    extra = {name: statistics.median(times[name]) for name in folders}
+    extra_polars = {name: statistics.median(polars[name]) for name in folders}
     return [
         f"## {rows:,} rows in {shards} shards, with about {per_row:,.0f} bytes a row of text "
         f"and without ({cores} cores), medians of {rounds} rounds",
@@ -274,7 +283,12 @@ def text_bench(rows: int, shards: int, data: Path, cores: int, rounds: int) -> l
         ],
         "",
         f"- with text / without: {ratio:.2f}x the time (rounds paired; with/without each "
-        f"round: {each})",
+        f"round: {each}); the text adds "
+        f"{extra['with text'] - extra['without text']:.2f} s",
+        f"- the Polars engine on the same logs: {extra_polars['without text']:.2f} s and "
+        f"{extra_polars['with text']:.2f} s, {polars_ratio:.2f}x: the text adds "
+        f"{extra_polars['with text'] - extra_polars['without text']:.2f} s (its read and "
+        "write, which no engine skips)",
     ]
 
 
