@@ -1,15 +1,16 @@
 """Where ``--backend ray`` runs, and what it leaves: the Ray session of one run.
 
-- **No address: a private local Ray**, always (``ray.init(address="local")``): neither
-  ``RAY_ADDRESS`` nor the last ``ray start`` cluster of the machine
-  (``/tmp/ray/ray_current_cluster``) is followed, so a run on a verl or OpenRLHF node never
-  lands on the training cluster. Its temporary folder (Ray's session folder: sockets, logs,
-  spilled objects) is the command's own, ``grpo-adv-ray.XXXXXXXX`` in the system's
-  temporary folder with an ``owner`` file (:func:`grpo_cli.io.temporaries.owner_tag`),
-  removed when the run ends. Every process of that Ray carries the folder's path in its environment
-  (:data:`OWNER_ENV`): a small watcher process (``python -m grpo_cli.engines.ray_cluster``,
-  the reaper) waits for the command to end, however it ends (``kill -9`` included), then
-  stops those processes and removes the folder; the next run removes what a killed watcher
+- **No address: a private local Ray**, always (``ray.init(address="local")``, started
+  lean: :mod:`grpo_cli.engines.ray_lean`): neither ``RAY_ADDRESS`` nor the last ``ray
+  start`` cluster of the machine (``/tmp/ray/ray_current_cluster``) is followed, so a run
+  on a verl or OpenRLHF node never lands on the training cluster. Its temporary folder
+  (Ray's session folder: sockets, logs, spilled objects) is the command's own,
+  ``grpo-adv-ray.XXXXXXXX`` in the system's temporary folder with an ``owner`` file
+  (:func:`grpo_cli.io.temporaries.owner_tag`), removed when the run ends. Every process of
+  that Ray carries the folder's path in its environment (:data:`OWNER_ENV`): a small
+  watcher process (``python -m grpo_cli.engines.ray_cluster``, the reaper) waits for the
+  command to end, however it ends (``kill -9`` included), then stops those processes and
+  removes the folder; the next run removes what a killed watcher
   left (:func:`reap_leftovers`). The private Ray uses token authentication (Ray's default)
   with the user's token when there is one, else a token made for the run (never written
   to ``~/.ray``).
@@ -136,8 +137,8 @@ def session(
         if not joining:
             watch.start()
         stack.callback(ray.shutdown)
-        if address is None:  # ours: its autoscaler monitor would hold ray.shutdown for 1 s
-            stack.callback(stop_monitor, Path(os.environ[OWNER_ENV]))
+        if address is None:  # a lean start runs no monitor; a Ray whose internals moved
+            stack.callback(stop_monitor, Path(os.environ[OWNER_ENV]))  # would hold 1 s
         try:
             yield ray
         except Exception:
