@@ -165,6 +165,23 @@ def test_a_parquet_file_without_rows_is_an_input_error(runner: CliRunner, tmp_pa
         assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.parquet"]
 
 
+def test_a_file_named_with_glob_characters_is_read_as_named(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """``shard[1].parquet`` is a file's name, not a pattern (Polars' scans take a path as a
+    glob by default, and found no file: an internal error): the same rows as the default
+    engine."""
+    source = tmp_path / "shard[1].parquet"
+    source.write_bytes((ROOT / "sample_data" / "rewards.parquet").read_bytes())
+    outs = [tmp_path / "low.parquet", tmp_path / "default.parquet"]
+    for out, engine in zip(outs, (["--low-memory"], []), strict=True):
+        result = runner.invoke(app, ["compute", str(source), "-o", str(out), "-q", *engine])
+        assert result.exit_code == 0, result.output
+    low, default = (pl.read_parquet(out) for out in outs)
+    assert low.drop("advantage").equals(default.drop("advantage"))
+    assert (low["advantage"] - default["advantage"]).abs().max() < 1e-12  # type: ignore[operator]
+
+
 def test_cli_low_memory(runner: CliRunner, sample_copy: dict[str, Path]) -> None:
     out = sample_copy["parquet"].with_name("lm.parquet")
     args = [

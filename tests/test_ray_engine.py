@@ -617,6 +617,21 @@ def _wait_for_private_ray(temp: Path, run: subprocess.Popen[Any]) -> Path:
         time.sleep(0.2)
 
 
+def _wait_for_tasks(folder: Path, run: subprocess.Popen[Any]) -> None:
+    """Until a worker of the private Ray of ``folder`` runs one of the engine's tasks (its
+    process title ``ray::TASK``)."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert run.poll() is None, run.communicate()
+        for pid in _marked(folder):
+            with contextlib.suppress(OSError):
+                title = (Path("/proc") / str(pid) / "cmdline").read_bytes()
+                if re.match(rb"ray::(split_pieces|compute_partition|write_pieces)", title):
+                    return
+        assert time.monotonic() < deadline, "no task ran"
+        time.sleep(0.05)
+
+
 def test_private_ray_dies_with_its_command(tmp_path: Path) -> None:
     """``kill -9`` of the command: its watcher stops every process of the private Ray
     and removes its folder within seconds."""
@@ -630,8 +645,7 @@ def test_private_ray_dies_with_its_command(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     folder = _wait_for_private_ray(temp, run)
-    time.sleep(1.5)  # more of Ray's processes: its workers, at work
-    assert run.poll() is None, "the run ended before it was killed"
+    _wait_for_tasks(folder, run)  # Ray's processes all there, its workers at work
     run.kill()
     run.wait()
     deadline = time.monotonic() + 20
@@ -1008,6 +1022,23 @@ def test_every_estimator_and_preset_as_the_polars_engine(tmp_path: Path) -> None
     assert len(runs) == 10 + len(PRESETS)
 
 
+@pytest.mark.usefixtures("local_ray")
+def test_a_file_named_with_glob_characters_is_read_as_named(tmp_path: Path) -> None:
+    """``shard[1].parquet`` is a file's name, not a pattern (Polars' scans take a path as a
+    glob by default and found no file: an internal error, exit 70): its part has its name
+    and the default engine's rows."""
+    from grpo_cli import run_job
+
+    log = reward_log(rows=300)
+    (tmp_path / "in").mkdir()
+    log.write_parquet(tmp_path / "in" / "shard[1].parquet")
+    out = tmp_path / "out"
+    run_job([tmp_path / "in"], out, engine={"backend": "ray"})
+    assert [p.name for p in out.iterdir()] == ["shard[1].parquet"]
+    part = pl.read_parquet(out / "shard[1].parquet", glob=False)
+    assert_same(part, annotate(log).frame)
+
+
 def test_small_pieces_go_in_batches_that_keep_every_core_busy(tmp_path: Path) -> None:
     """16 files of 625k rows on 2 cores: 4 batches of 4 (two a core); a file of 300 MB is a
     batch alone (BATCH_BYTES); a log of 3 tiny files is one batch."""
@@ -1075,6 +1106,12 @@ with c.session(None, notes=lambda _: None, staging=[], preload=preload) as ray:
     gcs, node = where.gcs_address, where.get_node_id()
     out["registered"] = ray_lean.wait_registered(gcs, node, answers=c.answers)
     out["unknown"] = ray_lean.wait_registered(gcs, "ab" * 28, answers=c.answers, timeout=0.2)
+    polled = ray_lean._polled(lambda *_: "Ray's get_node", c.answers, timeout=0.2)
+    out["asked"] = polled(gcs, node)
+    try:
+        polled(gcs, "ab" * 28)
+    except RuntimeError as exc:
+        out["never registered"] = str(exc)
     out["config"] = ray._private.worker._global_node._config
 print(json.dumps(out))  # the session keeps stdout off while Ray runs
 """
@@ -1084,9 +1121,11 @@ def test_a_private_ray_starts_lean(tmp_path: Path) -> None:
     """A private Ray runs its GCS, its raylet and their workers, and none of the processes
     a one-machine run does not need (the autoscaler monitor, the log monitor, the API
     server); its workers have imported the task module before their first task; it
-    records no task events; the raylet's registration is seen at once (one GCS call) and
-    an unknown node's is not. A Ray upgrade that renames what the lean start changes
-    fails here rather than slowing every run unnoticed."""
+    records no task events; the raylet's registration is seen at once (one GCS call), and
+    then Ray's own call is made; a node that never registers is Ray's start failing (a
+    RuntimeError, which Ray's own wait raises too), not another wait. A Ray upgrade that
+    renames what the lean start changes fails here rather than slowing every run
+    unnoticed."""
     temp, home = _short_temp(), tmp_path / "home"
     home.mkdir()
     done = subprocess.run(
@@ -1105,6 +1144,8 @@ def test_a_private_ray_starts_lean(tmp_path: Path) -> None:
     assert found["config"]["preload_python_modules"] == ["grpo_cli.engines.ray_tasks"]
     assert found["registered"] is True
     assert found["unknown"] is False
+    assert found["asked"] == "Ray's get_node"
+    assert found["never registered"] == f"the raylet of node {'ab' * 28} did not register in time"
 
 
 def test_a_lean_start_puts_back_what_it_changed() -> None:
@@ -1130,6 +1171,76 @@ def test_a_lean_start_puts_back_what_it_changed() -> None:
         assert made == []
 
 
+def test_a_lean_start_keeps_the_api_server_for_usage_statistics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray's usage statistics, which the user turned on (they are off in a private Ray
+    otherwise), are reported by its API server: then it starts."""
+    from grpo_cli.engines.ray_lean import lean_start
+
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "1")
+    with lean_start(ray, bool) as made:
+        assert made == ["start_monitor", "start_log_monitor", "get_node"]
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    with lean_start(ray, bool) as made:
+        assert "start_api_server" in made
+
+
+def test_two_lean_starts_in_one_process_take_turns() -> None:
+    """The changes are process-wide: a second thread's start waits for the first to end,
+    so that neither puts back the other's changes (interleaved, the second put the first's
+    no-ops back for good)."""
+    import threading
+
+    from grpo_cli.engines.ray_lean import lean_start
+
+    original = ray._private.node.Node.__dict__["start_monitor"]
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def second() -> None:
+        with lean_start(ray, bool):
+            second_in.set()
+
+    with lean_start(ray, bool):
+        first_in.set()
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert not second_in.wait(0.3)  # it waits for this start to end
+        first_out.set()
+    thread.join(timeout=10)
+    assert second_in.is_set()
+    assert ray._private.node.Node.__dict__["start_monitor"] is original
+
+
+def test_a_private_ray_that_fails_to_start_is_one_line_exit_4() -> None:
+    """Ray's start raises a plain Exception for a raylet that never registers (``The
+    current node timed out during startup...``): exit 4 with its first sentence, saying a
+    private Ray did not start (not an address to check)."""
+    from types import SimpleNamespace
+
+    from grpo_cli.core.errors import ClusterError, keyword_spelling
+    from grpo_cli.engines import ray_cluster
+
+    def init(**_: Any) -> None:
+        raise Exception(
+            "The current node timed out during startup. This could happen because some "
+            "of the raylet failed to startup or the GCS has become overloaded."
+        )
+
+    failing = SimpleNamespace(init=init, shutdown=lambda: None)
+    where = ray_cluster._Where("a private local Ray", None, "local")
+    with pytest.raises(ClusterError) as caught:
+        ray_cluster._init(failing, where, 2, [], keyword_spelling, ())
+    message, hint = caught.value.render(keyword_spelling)
+    assert message == (
+        "cannot start a private local Ray: The current node timed out during startup; "
+        "nothing was written"
+    )
+    assert hint is not None
+    assert hint.startswith("Ray could not start its processes on this machine")
+    assert caught.value.exit_code == 4
+
+
 def test_the_registration_of_a_gcs_that_does_not_answer_is_left_to_ray() -> None:
     """Nothing listening at the GCS's address: no client is made (Ray's own waits 40 s for
     it), and Ray's own wait decides."""
@@ -1143,7 +1254,7 @@ def test_the_registration_of_a_gcs_that_does_not_answer_is_left_to_ray() -> None
         asked.append(where)
         return answers(where)
 
-    assert wait_registered(nowhere, "ab" * 28, answers=recorded) is False
+    assert wait_registered(nowhere, "ab" * 28, answers=recorded) is None  # Ray's wait decides
     assert asked == [nowhere]
 
 

@@ -254,7 +254,7 @@ def parquet_plan(
     and rewards are for the engine to check as it reads them (no pass here; see
     :func:`grpo_cli.core.schema.value_checks`)."""
     return make_plan(
-        pl.scan_parquet(source),
+        pl.scan_parquet(source, glob=False),  # a name with [ or * is a name
         options,
         hashed=False,
         values=False,

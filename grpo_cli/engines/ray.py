@@ -335,7 +335,7 @@ def _parquet_footer(path: Path) -> tuple[int | None, pl.Schema | None]:
     file then. Polars opens the footer twice (2 ms); pyarrow's schema, turned into Polars',
     cost 0.16 s on the driver's first file."""
     try:
-        lazy = pl.scan_parquet(path)
+        lazy = pl.scan_parquet(path, glob=False)  # a name with [ or * is a name
         schema = lazy.collect_schema()
         rows = lazy.select(pl.len()).collect().item()
     except Exception:

@@ -183,14 +183,14 @@ def _init(
     SIGTERM handler grpo-adv had is put back (``ray.init`` replaces it). A private Ray
     starts lean, its workers importing ``preload``."""
     sigterm = signal.getsignal(signal.SIGTERM)
-    silent = _unreachable(where.name, f"no answer within {ATTACH_TIMEOUT_S:.0f} s")
+    private = where.init_address == "local"
+    silent = _unreachable(where.name, f"no answer within {ATTACH_TIMEOUT_S:.0f} s", private=private)
     watchdog = threading.Timer(
         ATTACH_TIMEOUT_S, _end_now, args=(real_stderr, silent, staging, spell)
     )
     watchdog.daemon = True
     watchdog.start()
     extra: dict[str, Any] = {}
-    private = where.init_address == "local"
     temp = os.environ.get(OWNER_ENV) if private else None
     if temp is not None:
         extra["_temp_dir"] = temp
@@ -210,10 +210,10 @@ def _init(
                 configure_logging=True,
                 **extra,
             )
-    except (OSError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # Ray's start raises plain Exception too (a raylet too slow)
         with contextlib.suppress(Exception):
             ray.shutdown()
-        raise _unreachable(where.name, first_line(str(exc))) from None
+        raise _unreachable(where.name, first_line(str(exc)), private=private) from None
     except BaseException as exc:
         with contextlib.suppress(Exception):
             ray.shutdown()
@@ -477,7 +477,17 @@ def host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _unreachable(name: str, why: str) -> ClusterError:
+def _unreachable(name: str, why: str, *, private: bool = False) -> ClusterError:
+    """The error of a cluster that cannot be reached, or (``private``) of a private Ray
+    that does not start."""
+    if private:
+        return ClusterError(
+            f"cannot start {name}: {why}; nothing was written",
+            hint="Ray could not start its processes on this machine (check its free memory "
+            "and /dev/shm); or give "
+            + option("ray_address")
+            + " to run on a Ray cluster already running",
+        )
     return ClusterError(
         f"cannot reach {name}: {why}; nothing was written",
         hint="check the address (ray status on the head node shows it); a cluster with "

@@ -15,20 +15,23 @@ changes, only for the ``ray.init`` it surrounds:
 - **No log monitor** (``Node.start_log_monitor``): it sends the workers' output to the
   driver, which a private Ray's driver never prints (``log_to_driver=False``).
 - **No API server** (``Node.start_api_server``): with the dashboard off Ray still starts
-  it, for its usage-stats module alone (usage statistics are off in a private Ray unless
-  the user turns them on), and waits for it to publish its address: 0.4 s on the start's
-  path, and a Python process importing Ray on a machine the start is short of cores on.
+  it, for its usage-stats module alone, and waits for it to publish its address: 0.4 s on
+  the start's path, and a Python process importing Ray on a machine the start is short of
+  cores on. Usage statistics are off in a private Ray unless the user turns them on
+  (``RAY_USAGE_STATS_ENABLED=1``); then the API server, which reports them, is kept.
 - **The raylet's registration asked for every** :data:`POLL_S` **seconds**: Ray asks the
   GCS with ``GlobalStateAccessor::GetNode``, which sleeps a whole second between two tries
   (``src/ray/gcs/gcs_client/global_state_accessor.cc``), so the start waited 1 or 2 s for
   a raylet registered after 0.7 s. :func:`wait_registered` asks first, one GCS call each
-  time; Ray's own call then finds the raylet at once.
+  time; Ray's own call then finds the raylet at once. A raylet still unregistered after
+  REGISTER_WAIT_S (Ray's own limit) is Ray's start failing, as Ray says it; a GCS that
+  cannot be asked is left to Ray's own wait.
 
 Each change replaces one attribute of Ray's own modules for the duration of ``ray.init``
-and puts it back after (also when ``ray.init`` fails); an attribute Ray no longer has is
-left alone, and a registration that cannot be asked for is left to Ray's own wait, so a
-Ray whose internals moved starts as before, only slower. A Ray this process has not
-started (``--ray-address``) is never changed: it is joined as it runs.
+and puts it back after (also when ``ray.init`` fails), one start at a time in the process
+(a lock); an attribute Ray no longer has is left alone, so a Ray whose internals moved
+starts as before, only slower. A Ray this process has not started (``--ray-address``) is
+never changed: it is joined as it runs.
 
 The workers of a private Ray also import grpo-adv's task module when they start
 (``preload_python_modules``, see :func:`system_config`), while the start completes, not in
@@ -38,12 +41,15 @@ their first task.
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 POLL_S: Final = 0.02  # between two questions to the GCS for the raylet
-REGISTER_WAIT_S: Final = 30.0  # then Ray's own wait (raylet_start_wait_time_s, 30 s) decides
+REGISTER_WAIT_S: Final = 30.0  # Ray's own limit (raylet_start_wait_time_s)
+_ONE_START: Final = threading.Lock()  # the changes are process-wide: one start at a time
 
 
 def system_config(preload: Sequence[str]) -> dict[str, Any]:
@@ -68,14 +74,17 @@ def lean_start(ray: Any, answers: Answers) -> Iterator[list[str]]:
     (``answers``: whether the GCS accepts a connection, asked before the first question to
     it). Yields the names of the changes made (those Ray's internals allowed)."""
     made: list[str] = []
-    with contextlib.ExitStack() as stack:
+    with _ONE_START, contextlib.ExitStack() as stack:
         try:
             node_class = ray._private.node.Node
             services = ray._private.services
         except AttributeError:
             yield made
             return
-        for name in ("start_monitor", "start_log_monitor", "start_api_server"):
+        skipped = ["start_monitor", "start_log_monitor"]
+        if os.environ.get("RAY_USAGE_STATS_ENABLED") != "1":  # the API server reports them
+            skipped.append("start_api_server")
+        for name in skipped:
             if _replace(stack, node_class, name, _skipped):
                 made.append(name)
         original = getattr(services, "get_node", None)
@@ -100,12 +109,18 @@ def _replace(stack: contextlib.ExitStack, owner: Any, name: str, value: Any) -> 
     return True
 
 
-def _polled(get_node: Callable[[str, str], Any], answers: Answers) -> Callable[[str, str], Any]:
+def _polled(
+    get_node: Callable[[str, str], Any], answers: Answers, timeout: float = REGISTER_WAIT_S
+) -> Callable[[str, str], Any]:
     """Ray's ``services.get_node(gcs_address, node_id)``, called once the raylet
-    ``node_id`` is registered (:func:`wait_registered`)."""
+    ``node_id`` is registered (:func:`wait_registered`); a RuntimeError when it is not
+    within ``timeout``, as Ray's own raises for a node it cannot find."""
 
     def polled(gcs_address: str, node_id: str) -> Any:
-        wait_registered(gcs_address, node_id, answers=answers)
+        if wait_registered(gcs_address, node_id, answers=answers, timeout=timeout) is False:
+            # Ray's loop (its own 30 s counted from before this wait) then ends the start
+            # with its own error, rather than ask for another 30 s
+            raise RuntimeError(f"the raylet of node {node_id} did not register in time")
         return get_node(gcs_address, node_id)
 
     return polled
@@ -113,13 +128,13 @@ def _polled(get_node: Callable[[str, str], Any], answers: Answers) -> Callable[[
 
 def wait_registered(
     gcs_address: str, node_id: str, *, answers: Answers, timeout: float = REGISTER_WAIT_S
-) -> bool:
+) -> bool | None:
     """Wait until the GCS at ``gcs_address`` knows the node ``node_id`` (hex), asking every
     POLL_S seconds, at most ``timeout`` seconds. True once it does; False when it does not
-    in time, or cannot be asked: it does not ``answers`` (Ray's client would wait 40 s
-    for it), or Ray's client fails. Ray's own wait then decides."""
+    in time; None when it cannot be asked: it does not ``answers`` (Ray's client would
+    wait 40 s for it), or Ray's client fails (Ray's own wait then decides)."""
     if not answers(gcs_address):
-        return False
+        return None
     try:
         import importlib
 
@@ -131,5 +146,5 @@ def wait_registered(
                 return True
             time.sleep(POLL_S)
     except Exception:
-        return False
+        return None
     return False

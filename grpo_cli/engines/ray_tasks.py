@@ -108,7 +108,7 @@ def read_piece(
     key columns of a CSV file stay text). Also every column name of its file (with
     ``columns``; a Parquet file's names are not read without)."""
     if piece.fmt == "parquet":
-        lazy = pl.scan_parquet(piece.path)
+        lazy = pl.scan_parquet(piece.path, glob=False)  # [ or * in a name
         names = []  # asked for with columns only (the map's check): a footer read
         if columns is not None:
             names = lazy.collect_schema().names()

@@ -479,7 +479,7 @@ def _run_file(
     if not source.is_file():
         read_rewards(source)  # raises the usual missing / folder / permission error
     rows = check_parquet_file(source)
-    schema = pl.read_parquet_schema(source)
+    schema = pl.scan_parquet(source, glob=False).collect_schema()  # [ or * in a name
     if not rows:  # the other engines' error (its partitions would be empty folders)
         raise no_rows(str(source), list(schema))
     options = _within_steps(options, schema, explicit)
@@ -618,7 +618,7 @@ def _resolve_on_schema(
         from grpo_cli.io.read import check_parquet_file
 
         check_parquet_file(first)
-        empty = pl.DataFrame(schema=pl.read_parquet_schema(first))
+        empty = pl.DataFrame(schema=pl.scan_parquet(first, glob=False).collect_schema())
     else:
         key_cols = list(explicit.get("group_cols", ("prompt_id",)))
         empty = read_rewards(first, fmt, string_cols=key_cols).frame.head(0)
