@@ -1113,6 +1113,15 @@ with c.session(None, notes=lambda _: None, staging=[], preload=preload) as ray:
     except RuntimeError as exc:
         out["never registered"] = str(exc)
     out["config"] = ray._private.worker._global_node._config
+
+    def dies_once(marker: str) -> str:
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)  # the worker dies mid-task
+        return "run again"
+
+    once = ray.remote(max_retries=1)(dies_once)
+    out["retried"] = ray.get(once.remote(str(folder / "died")))
 print(json.dumps(out))  # the session keeps stdout off while Ray runs
 """
 
@@ -1121,11 +1130,11 @@ def test_a_private_ray_starts_lean(tmp_path: Path) -> None:
     """A private Ray runs its GCS, its raylet and their workers, and none of the processes
     a one-machine run does not need (the autoscaler monitor, the log monitor, the API
     server); its workers have imported the task module before their first task; it
-    records no task events; the raylet's registration is seen at once (one GCS call), and
-    then Ray's own call is made; a node that never registers is Ray's start failing (a
-    RuntimeError, which Ray's own wait raises too), not another wait. A Ray upgrade that
-    renames what the lean start changes fails here rather than slowing every run
-    unnoticed."""
+    records no task events; a task whose worker dies runs again; the raylet's
+    registration is seen at once (one GCS call), and then Ray's own call is made; a node
+    that never registers is Ray's start failing (a RuntimeError, which Ray's own wait
+    raises too), not another wait. A Ray upgrade that renames what the lean start changes
+    fails here rather than slowing every run unnoticed."""
     temp, home = _short_temp(), tmp_path / "home"
     home.mkdir()
     done = subprocess.run(
@@ -1145,6 +1154,7 @@ def test_a_private_ray_starts_lean(tmp_path: Path) -> None:
     assert found["registered"] is True
     assert found["unknown"] is False
     assert found["asked"] == "Ray's get_node"
+    assert found["retried"] == "run again"  # a worker that dies: its task runs again
     assert found["never registered"] == f"the raylet of node {'ab' * 28} did not register in time"
 
 
