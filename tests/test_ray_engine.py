@@ -544,6 +544,20 @@ def _private_env(temp: Path, home: Path) -> dict[str, str]:
     return env
 
 
+def _private_script(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -c script args`` as a user's process with a private Ray would run: its own
+    short temporary folder (removed after) and home, no cluster followed."""
+    temp, home = _short_temp(), tmp_path / "home"
+    home.mkdir()
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", script, *args], capture_output=True, text=True,
+            env=_private_env(temp, home), timeout=300, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 def test_private_ray_follows_no_other_cluster(tmp_path: Path) -> None:
     """No --ray-address: a private local Ray, although RAY_ADDRESS names a dead address and
     the machine's last ``ray start`` (``$TMPDIR/ray/ray_current_cluster``) is stale; one
@@ -1077,16 +1091,10 @@ def test_a_private_ray_stops_its_monitor_before_shutting_down(tmp_path: Path) ->
         "    left = c._marked(folder, c.MONITOR_SCRIPT)\n"
         "print(len(found), len(left))  # the session keeps stdout off while Ray runs\n"
     )
-    temp, home = _short_temp(), tmp_path / "home"
-    home.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True,
-        env=_private_env(temp, home), timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    done = _private_script(tmp_path, script)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", "0"], done.stdout
     assert ray_cluster.MONITOR_SCRIPT == b"autoscaler/_private/monitor.py"
-    shutil.rmtree(temp, ignore_errors=True)
 
 
 LEAN_SCRIPT = """
@@ -1135,13 +1143,7 @@ def test_a_private_ray_starts_lean(tmp_path: Path) -> None:
     that never registers is Ray's start failing (a RuntimeError, which Ray's own wait
     raises too), not another wait. A Ray upgrade that renames what the lean start changes
     fails here rather than slowing every run unnoticed."""
-    temp, home = _short_temp(), tmp_path / "home"
-    home.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", LEAN_SCRIPT], capture_output=True, text=True,
-        env=_private_env(temp, home), timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    shutil.rmtree(temp, ignore_errors=True)
+    done = _private_script(tmp_path, LEAN_SCRIPT)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     commands = " | ".join(found["commands"])
@@ -1287,17 +1289,10 @@ def test_a_ray_run_ends_at_once_unless_ray_still_runs(tmp_path: Path, ray_at_exi
     (``os._exit``, no interpreter teardown: 0.3 s with Ray loaded), every part written;
     a Ray still running in the process (started by the caller) keeps Python's exit, whose
     handlers stop it."""
-    temp, home = _short_temp(), tmp_path / "home"
-    home.mkdir()
     write_shards(reward_log(rows=200), tmp_path / "in", shards=2)
     marker, out = tmp_path / "teardown", tmp_path / "out"
     args = ["compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(out), "-q"]
-    done = subprocess.run(
-        [sys.executable, "-c", EXIT_SCRIPT, str(marker), ray_at_exit, *args],
-        capture_output=True, text=True, env=_private_env(temp, home), timeout=300,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    shutil.rmtree(temp, ignore_errors=True)
+    done = _private_script(tmp_path, EXIT_SCRIPT, str(marker), ray_at_exit, *args)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["shard-0.parquet", "shard-1.parquet"]
     assert pl.read_parquet(out / "*.parquet").height == 200
