@@ -1112,9 +1112,9 @@ with c.session(None, notes=lambda _: None, staging=[], preload=preload) as ray:
     out["preloaded"] = ray.get([task.remote() for _ in range(4)])
     where = ray.get_runtime_context()
     gcs, node = where.gcs_address, where.get_node_id()
-    out["registered"] = ray_lean.wait_registered(gcs, node, answers=c.answers)
-    out["unknown"] = ray_lean.wait_registered(gcs, "ab" * 28, answers=c.answers, timeout=0.2)
-    polled = ray_lean._polled(lambda *_: "Ray's get_node", c.answers, timeout=0.2)
+    out["registered"] = ray_lean.wait_registered(gcs, node, answers=c.head_answers)
+    out["unknown"] = ray_lean.wait_registered(gcs, "ab" * 28, answers=c.head_answers, timeout=0.2)
+    polled = ray_lean._polled(lambda *_: "Ray's get_node", c.head_answers, timeout=0.2)
     out["asked"] = polled(gcs, node)
     try:
         polled(gcs, "ab" * 28)
@@ -1256,7 +1256,7 @@ def test_a_private_ray_that_fails_to_start_is_one_line_exit_4() -> None:
 def test_the_registration_of_a_gcs_that_does_not_answer_is_left_to_ray() -> None:
     """Nothing listening at the GCS's address: no client is made (Ray's own waits 40 s for
     it), and Ray's own wait decides."""
-    from grpo_cli.engines.ray_cluster import answers
+    from grpo_cli.engines.ray_cluster import head_answers
     from grpo_cli.engines.ray_lean import wait_registered
 
     nowhere = f"127.0.0.1:{_free_port()}"
@@ -1264,7 +1264,7 @@ def test_the_registration_of_a_gcs_that_does_not_answer_is_left_to_ray() -> None
 
     def recorded(where: str) -> bool:
         asked.append(where)
-        return answers(where)
+        return head_answers(where)
 
     assert wait_registered(nowhere, "ab" * 28, answers=recorded) is None  # Ray's wait decides
     assert asked == [nowhere]

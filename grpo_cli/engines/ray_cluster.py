@@ -10,8 +10,8 @@
   that Ray carries the folder's path in its environment (:data:`OWNER_ENV`): a small
   watcher process (``python -m grpo_cli.engines.ray_cluster``, the reaper) waits for the
   command to end, however it ends (``kill -9`` included), then stops those processes and
-  removes the folder; the next run removes what a killed watcher
-  left (:func:`reap_leftovers`). The private Ray uses token authentication (Ray's default)
+  removes the folder; the next run removes what a killed watcher left
+  (:func:`reap_leftovers`). The private Ray uses token authentication (Ray's default)
   with the user's token when there is one, else a token made for the run (never written
   to ``~/.ray``).
 - **``--ray-address auto``**: the cluster this machine belongs to (``RAY_ADDRESS``, then
@@ -199,7 +199,7 @@ def _init(
         if store is not None:
             extra["object_store_memory"] = store
         extra["_system_config"] = system_config(preload)
-    lean = lean_start(ray, answers) if private else contextlib.nullcontext()
+    lean = lean_start(ray, head_answers) if private else contextlib.nullcontext()
     try:
         with interrupts.deferred(), _signal_handlers_kept(), lean:
             ray.init(
@@ -627,11 +627,6 @@ def lost(name: str) -> ClusterError:
         f"lost {name}: its head stopped answering for {LOST_AFTER_S:.0f} s; nothing was written",
         hint="check the cluster (ray status on the head node), then run again",
     )
-
-
-def answers(where: str) -> bool:
-    """Whether ``where`` (HOST:PORT) accepts a connection within PROBE_EVERY_S."""
-    return _listening(where, PROBE_EVERY_S) is None
 
 
 def head_answers(where: str | None) -> bool:
