@@ -238,7 +238,10 @@ def _user_errors() -> Iterator[None]:
         if _is_broken_pipe(exc):
             from grpo_cli.cli.render import silence
 
-            silence(sys.stdout)  # the exit flush cannot fail then
+            try:  # stderr's reader gone (its console silenced it): stdout's data goes out
+                sys.stdout.flush()
+            except (OSError, ValueError):
+                silence(sys.stdout)  # stdout's reader gone: the exit flush cannot fail then
             raise typer.Exit(EXIT_OK) from None
         _internal_error(exc)
     except Exception as exc:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import polars as pl
 
@@ -243,18 +242,18 @@ def make_plan(
 
 
 def parquet_plan(
-    source: Path,
+    source: pl.LazyFrame,
     options: AdvantageOptions,
     engine: EngineOptions,
     *,
     estimator: Estimator | None = None,
 ) -> Plan:
-    """The plan of the Parquet log ``source`` for an engine that reads it itself (exact
+    """The plan of the Parquet log ``source`` (scanned) for an engine that reads it itself (exact
     keys: it hashes them as it goes), checked on the file's schema: the values of its keys
     and rewards are for the engine to check as it reads them (no pass here; see
     :func:`grpo_cli.core.schema.value_checks`)."""
     return make_plan(
-        pl.scan_parquet(source, glob=False),  # a name with [ or * is a name
+        source,
         options,
         hashed=False,
         values=False,

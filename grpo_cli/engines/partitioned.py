@@ -99,6 +99,7 @@ from grpo_cli.engines.narrow import (
     piece_run_partials,
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
+from grpo_cli.io.read import scan_parquet_file
 
 ROW: Final = PART_ROW
 PART: Final = PART_INDEX
@@ -159,7 +160,7 @@ def annotate_to_parquet(
     return run(
         source,
         output,
-        parquet_plan(source, options, engine),
+        parquet_plan(scan_parquet_file(source), options, engine),
         partitions=partitions,
         chunk_rows=chunk_rows,
         on_step=on_step,
@@ -252,7 +253,7 @@ def _run(
     options = plan.options
     step = on_step or (lambda _: None)
     with _reading(source):
-        needed = needed_columns(options, pl.scan_parquet(source, glob=False).collect_schema())
+        needed = needed_columns(options, scan_parquet_file(source).collect_schema())
     key_cols = plan.keys.exact
     spill = Path(tempfile.mkdtemp(dir=spill_root, prefix="exact." if exact else "hashed."))
     try:
@@ -297,7 +298,7 @@ def _partition(
     spilled = list(dict.fromkeys([*key_cols, *needed])) if exact else [GROUP, CHECK, *needed]
     null_key = pl.any_horizontal(*(pl.col(c).is_null() for c in key_cols))
     rows = (
-        pl.scan_parquet(source, glob=False)
+        scan_parquet_file(source)
         .select(columns)
         .with_row_index(ROW)
         .with_columns(
@@ -462,7 +463,7 @@ def _merge(
     # One file per range: a single file's pages stayed mapped until the end, all counted in
     # the peak RSS (2.19 GiB on 200M rows, against 1.00 GiB with one file per range).
     added = pl.scan_ipc(sorted(ordered.glob("*.arrow")))
-    both = pl.concat([pl.scan_parquet(source, glob=False), added], how="horizontal")
+    both = pl.concat([scan_parquet_file(source), added], how="horizontal")
     with _reading(source):  # the columns not read before are read here
         both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
 

@@ -52,6 +52,7 @@ from grpo_cli.engines import FileJob, ray_tasks
 from grpo_cli.engines.batch_partials import merged_stats, needs_batch_stats
 from grpo_cli.engines.ray_cluster import first_line, import_ray, session
 from grpo_cli.engines.ray_tasks import Piece, Shuffle
+from grpo_cli.io.read import scan_parquet_file
 
 if TYPE_CHECKING:
     from grpo_cli.core.plan import Plan
@@ -335,7 +336,7 @@ def _parquet_footer(path: Path) -> tuple[int | None, pl.Schema | None]:
     file then. Polars opens the footer twice (2 ms); pyarrow's schema, turned into Polars',
     cost 0.16 s on the driver's first file."""
     try:
-        lazy = pl.scan_parquet(path, glob=False)  # a name with [ or * is a name
+        lazy = scan_parquet_file(path)
         schema = lazy.collect_schema()
         rows = lazy.select(pl.len()).collect().item()
     except Exception:

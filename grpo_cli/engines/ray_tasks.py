@@ -33,6 +33,7 @@ from grpo_cli.engines.narrow import (
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL
+from grpo_cli.io.read import read_rewards, scan_parquet_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -108,7 +109,7 @@ def read_piece(
     key columns of a CSV file stay text). Also every column name of its file (with
     ``columns``; a Parquet file's names are not read without)."""
     if piece.fmt == "parquet":
-        lazy = pl.scan_parquet(piece.path, glob=False)  # [ or * in a name
+        lazy = scan_parquet_file(piece.path)
         names = []  # asked for with columns only (the map's check): a footer read
         if columns is not None:
             names = lazy.collect_schema().names()
@@ -116,8 +117,6 @@ def read_piece(
         if piece.rows is not None:
             lazy = lazy.slice(piece.offset, piece.rows)
         return lazy.collect(), names
-    from grpo_cli.io.read import read_rewards
-
     strings = [c for c in shuffle.plan.keys.exact if not c.startswith(PREFIX)]
     frame = read_rewards(Path(piece.path), piece.fmt, string_cols=strings).frame
     names = frame.columns

@@ -135,7 +135,9 @@ def decompress(data: bytes, name: str) -> bytes:
         ) from None
 
 
-def _first_line(text: str) -> str:
+def error_line(text: str) -> str:
+    """The first line of a library's error text, for grpo-adv's one-line errors ("unknown
+    error" when it has none)."""
     return first_line(text, "unknown error")
 
 

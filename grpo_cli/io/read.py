@@ -34,8 +34,8 @@ from grpo_cli.io.formats import (
     PARQUET_MAGIC,
     SNIFF_BYTES,
     STDIN_NAME,
-    _first_line,
     decompress,
+    error_line,
     format_from_suffix,
     sniff_format,
 )
@@ -135,6 +135,14 @@ def truncated_parquet(name: str) -> InputError:
     )
 
 
+def scan_parquet_file(path: Path | str) -> pl.LazyFrame:
+    """The Parquet file ``path``, lazily. The path is the file's name, never a pattern:
+    Polars' scans expand ``[``, ``*`` and ``?`` by default, and ``shard[1].parquet`` then
+    matched no file (an internal error). Every scan of a named Parquet file goes
+    through here."""
+    return pl.scan_parquet(path, glob=False)
+
+
 def check_parquet_file(path: Path) -> int:
     """For the engines that read a Parquet file themselves (``--low-memory``, ``--backend
     ray``): raise unless ``path`` starts (OptionsError) and ends (InputError: truncated)
@@ -175,7 +183,7 @@ def unreadable_parquet(name: str, cause: str, hint: Message = PARQUET_HINT) -> I
     """The error for a Parquet file that cannot be read: the file named, the cause's first
     line in plain text (terminal colour codes removed)."""
     plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", cause)
-    return InputError(f"cannot read {name} as parquet: {_first_line(plain)}", hint=hint)
+    return InputError(f"cannot read {name} as parquet: {error_line(plain)}", hint=hint)
 
 
 def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUET_HINT) -> int:
@@ -306,7 +314,7 @@ def _check_unique_header(frame: pl.DataFrame, name: str) -> None:
 
 
 def _parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError:
-    detail = _first_line(str(exc))
+    detail = error_line(str(exc))
     if fmt in ("csv", "jsonl", "json"):
         try:
             data.decode("utf-8")
@@ -499,7 +507,7 @@ def read_many(
         frame = pl.concat([log.frame for log in logs], how="diagonal_relaxed")
     except pl.exceptions.PolarsError as exc:
         raise InputError(
-            f"cannot combine the {len(paths)} inputs into one log: {_first_line(str(exc))}",
+            f"cannot combine the {len(paths)} inputs into one log: {error_line(str(exc))}",
             hint="the files must share their column types",
         ) from None
     formats = {log.format for log in logs}

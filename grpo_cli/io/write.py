@@ -23,7 +23,7 @@ from grpo_cli.core.errors import (
 from grpo_cli.io.atomic import Stage, atomic_write
 from grpo_cli.io.formats import (
     PARQUET_ZSTD_LEVEL,
-    _first_line,
+    error_line,
     is_same_file,
     is_stream,
     table_format,
@@ -76,7 +76,7 @@ def write_frame(frame: pl.DataFrame, sink: IO[bytes], fmt: str) -> None:
             if nested and fmt == "csv"
             else "check the output path and its device; Parquet and JSONL write any column"
         )
-        raise OutputError(f"cannot write {fmt}: {_first_line(str(exc))}", hint=hint) from None
+        raise OutputError(f"cannot write {fmt}: {error_line(str(exc))}", hint=hint) from None
 
 
 def check_output_path(

@@ -449,13 +449,18 @@ def _run_file(
 ) -> JobResult:
     """A file engine (``backend="partitioned"``): one Parquet file in, one Parquet file
     out, bounded memory."""
-    import polars as pl
 
     from grpo_cli.core.plan import parquet_plan
     from grpo_cli.engines import FileJob, check, get_engine
     from grpo_cli.io.atomic import atomic_path
     from grpo_cli.io.formats import compression_for
-    from grpo_cli.io.read import check_parquet_file, expand_sources, no_rows, read_rewards
+    from grpo_cli.io.read import (
+        check_parquet_file,
+        expand_sources,
+        no_rows,
+        read_rewards,
+        scan_parquet_file,
+    )
     from grpo_cli.io.write import check_output_path
     from grpo_cli.jobs.outputs import output_target, remove_leftovers
 
@@ -479,11 +484,12 @@ def _run_file(
     if not source.is_file():
         read_rewards(source)  # raises the usual missing / folder / permission error
     rows = check_parquet_file(source)
-    schema = pl.scan_parquet(source, glob=False).collect_schema()  # [ or * in a name
+    lazy = scan_parquet_file(source)
+    schema = lazy.collect_schema()
     if not rows:  # the other engines' error (its partitions would be empty folders)
         raise no_rows(str(source), list(schema))
     options = _within_steps(options, schema, explicit)
-    plan = parquet_plan(source, options, decided.engine, estimator=decided.estimator)
+    plan = parquet_plan(lazy, options, decided.engine, estimator=decided.estimator)
     target, fmt = output_target([str(source)], output, output_format, "parquet")
     if target is None or fmt != "parquet" or compression_for(target) is not None:
         raise OptionsError(
@@ -615,10 +621,10 @@ def _resolve_on_schema(
     from grpo_cli.jobs.pipeline import resolve
 
     if (fmt or format_from_suffix(uncompressed_name(first))) == "parquet":
-        from grpo_cli.io.read import check_parquet_file
+        from grpo_cli.io.read import check_parquet_file, scan_parquet_file
 
         check_parquet_file(first)
-        empty = pl.DataFrame(schema=pl.scan_parquet(first, glob=False).collect_schema())
+        empty = pl.DataFrame(schema=scan_parquet_file(first).collect_schema())
     else:
         key_cols = list(explicit.get("group_cols", ("prompt_id",)))
         empty = read_rewards(first, fmt, string_cols=key_cols).frame.head(0)

@@ -392,13 +392,11 @@ def _groups_within_batches(torch: Any, batch: Any, values: Any, size: int) -> An
     """Dense codes of (batch, position within the batch // ``size``): each batch value's
     rows, in their order, cut into runs of ``size`` (``batch``: the dense codes of the
     batch tensor ``values``). A batch whose rows are not a multiple of ``size`` is refused
-    (one host sync), as for a frame."""
+    (one host sync), as for a frame. Every batch holding whole runs, a row's group is its
+    rank in the rows sorted by batch (stably) // ``size``: one sort."""
     n = batch.shape[0]
     order = torch.sort(batch, stable=True).indices  # each batch's rows together, in order
     counts = torch.bincount(batch, minlength=n)
-    starts = torch.cumsum(counts, 0) - counts
-    ranked = torch.arange(n, device=batch.device) - starts.index_select(0, batch[order])
-    position = torch.empty_like(ranked).scatter_(0, order, ranked)
     uneven = counts % size != 0
     if bool(uneven.any()):
         code = int(torch.nonzero(uneven)[0])
@@ -409,7 +407,8 @@ def _groups_within_batches(torch: Any, batch: Any, values: Any, size: int) -> An
             "batch; check the value (the trainer's num_generations) or pass groups",
             value=size,
         )
-    return dense_index(torch, batch * (n // size + 1) + position // size)
+    rank = torch.empty_like(order).scatter_(0, order, torch.arange(n, device=batch.device))
+    return rank // size
 
 
 def _code_prompts(torch: Any, rewards: Any, prompt_ids: Collection[Hashable]) -> Any:
