@@ -7,7 +7,7 @@ This module imports nothing, so any module may use it.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Final
 
 PREFIX: Final = "__grpo_"
@@ -40,6 +40,15 @@ RAY_PARTITION: Final = "__grpo_partition"  # Ray engine: a row's partition (or i
 UNUSED_OUTPUT: Final = "__grpo_unused"  # a stand-in output name for reading jobs
 BATCH_STAT: Final = "__grpo_bstat"  # batch statistics from partials: see batch_stat_column
 TORCH_RAW: Final = "__grpo_torch_raw"  # torch engine: the formula's value before policies
+
+
+def user_columns(columns: Iterable[str]) -> list[str]:
+    """The user's columns among ``columns``, in order: every one but those grpo-adv adds
+    (named with PREFIX, such as --out-dir's SOURCE_KEY). Only these are candidates for a
+    role (the numeric columns a TRL log sums as rewards, a step, length or response id
+    column) or listed in messages; roles found by a fixed name (STEP_COLUMNS) cannot name
+    an added column."""
+    return [name for name in columns if not name.startswith(PREFIX)]
 
 
 def span_flag_column(column: str) -> str:
