@@ -35,6 +35,7 @@ PART_ROW: Final = "__grpo_part_row"  # partitioned engine: input row index
 PART_INDEX: Final = "__grpo_part"  # partitioned engine: partition of a row
 PART_GROUP: Final = "__grpo_part_group"  # partitioned engine: spilled group hash
 PART_CHECK: Final = "__grpo_part_check"  # partitioned engine: spilled check hash
+PART_RESPONSE: Final = "__grpo_part_response"  # partitioned engine: spilled response id hash
 RAY_LOCATOR: Final = "__grpo_locator"  # Ray engine: a row's piece and row number
 RAY_PARTITION: Final = "__grpo_partition"  # Ray engine: a row's partition (or its piece)
 UNUSED_OUTPUT: Final = "__grpo_unused"  # a stand-in output name for reading jobs
@@ -74,6 +75,12 @@ STEP_COLUMNS: Final = (
     "batch_id",
     "epoch",
 )
+
+# Log columns that name one response, in order of preference: a value repeated within a
+# group is a duplicated row (a warning). verl's ``uid`` is not among them: in verl's batch
+# it names the prompt (every response of a group shares it); a verl dump's
+# ``{uuid}_{session}_{index}`` names the response (see core.run_summary.response_id).
+RESPONSE_IDS: Final = ("completion_id", "response_id", "sample_id")
 
 # The names a log's own advantage column goes by, in order of preference: grpo-adv's and
 # TRL's ``advantage``, then ``advantages`` (verl's name for the advantage tensor).

@@ -501,7 +501,14 @@ def _run_file(
     with atomic_path(target, force=force) as tmp:
         run = cast("FileEngine", engine).annotate_files(FileJob((source,), tmp, plan))
     return JobResult(
-        options, decided.engine, None, f"{target} (parquet)", None, (target,), lambda: run
+        options,
+        decided.engine,
+        None,
+        f"{target} (parquet)",
+        None,
+        (target,),
+        lambda: run,
+        run.engine_warnings,
     )
 
 
