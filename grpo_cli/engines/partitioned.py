@@ -66,7 +66,7 @@ from typing import Any, Final
 import polars as pl
 
 from grpo_cli.core import metrics
-from grpo_cli.core.columns import PART_INDEX, PART_RESPONSE, PART_ROW
+from grpo_cli.core.columns import PART_INDEX, PART_ROW, RESPONSE_HASH
 from grpo_cli.core.engine_options import ENGINES, EngineInfo, EngineOptions
 from grpo_cli.core.errors import (
     GrpoAdvError,
@@ -79,7 +79,7 @@ from grpo_cli.core.errors import (
 from grpo_cli.core.expressions import with_group_stats
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, decide, hash_collision, parquet_plan
-from grpo_cli.core.run_summary import Repeats, RunSummary, repeated_rows, response_id
+from grpo_cli.core.run_summary import Repeats, RunSummary, response_id
 from grpo_cli.core.schema import refuse_values, value_checks
 from grpo_cli.engines import FileJob, check
 from grpo_cli.engines.batch_partials import (
@@ -95,8 +95,11 @@ from grpo_cli.engines.narrow import (
     GROUP,
     check_batch_spans,
     inner_plan,
+    merge_repeats,
     needed_columns,
+    piece_repeats,
     piece_run_partials,
+    response_hash,
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.io.read import scan_parquet_file
@@ -309,11 +312,8 @@ def _partition(
     ids = [] if response is None else [response]
     columns = list(dict.fromkeys([*needed, *key_cols, *ids]))
     spilled = list(dict.fromkeys([*key_cols, *needed])) if exact else [GROUP, CHECK, *needed]
-    id_hashes = [
-        pl.when(pl.col(c).is_not_null()).then(pl.col(c).hash(seed=2)).alias(PART_RESPONSE)
-        for c in ids
-    ]
-    spilled += [PART_RESPONSE for _ in ids]
+    id_hashes = [response_hash(c) for c in ids]
+    spilled += [RESPONSE_HASH for _ in ids]
     null_key = pl.any_horizontal(*(pl.col(c).is_null() for c in key_cols))
     rows = (
         scan_parquet_file(source)
@@ -352,7 +352,7 @@ def _compute_partitions(
     (:func:`grpo_cli.core.schema.value_checks`, counted over every partition): once one shows
     something to refuse, the rest are only counted, and the run ends with the in-memory
     path's error; so does a group spanning batches (after the value checks, as there).
-    With ``response`` (the spill holds PART_RESPONSE), also the rows that repeat a
+    With ``response`` (the spill holds RESPONSE_HASH), also the rows that repeat a
     response id within their group and the input row of the first of them (None without
     any; see :func:`grpo_cli.core.run_summary.repeated_rows`)."""
     import numpy as np
@@ -370,8 +370,7 @@ def _compute_partitions(
     stats = _batch_stats(spill / "in", inner) if needs_batch_stats(inner) else None
     computed = inner if stats is None else applied(inner)
     writers: dict[int, ipc.RecordBatchFileWriter] = {}
-    repeated = 0  # rows that repeat a response id in their group
-    first_row: int | None = None  # the input row of the first
+    repeats: list[tuple[int, int] | None] = []
     try:
         for paths in _partition_files(spill / "in"):
             frame = pl.concat([pl.read_ipc(path) for path in paths])
@@ -410,18 +409,14 @@ def _compute_partitions(
                     writer.write_table(table.slice(int(lo), int(hi - lo)))
             _accumulate(parts, full, options, group)
             if response:
-                count, at = repeated_rows(full, group, pl.col(PART_RESPONSE))
-                if at is not None:
-                    repeated += count
-                    row = int(full[ROW][at])
-                    first_row = row if first_row is None else min(first_row, row)
+                repeats.append(piece_repeats(full, group, ROW))
     finally:
         for writer in writers.values():
             writer.close()
     refuse_values(totals, options, uses_groups)
     if spans is not None:
         raise spans
-    return parts, None if first_row is None else (repeated, first_row)
+    return parts, merge_repeats(repeats)
 
 
 def _batch_stats(folder: Path, plan: Plan) -> pl.DataFrame:
