@@ -299,8 +299,8 @@ class Repeats:
     Attributes:
         rows: rows whose id appeared before in their group (each copy beyond the first).
         column: the response id column (:func:`response_id`).
-        example: the first such row's id and group, as shown (``1 in step=1,
-            prompt_id='p015'``).
+        example: the first such row's id and group, as shown (``completion_id=1 in the
+            group step=1, prompt_id='p015'``).
     """
 
     rows: int
