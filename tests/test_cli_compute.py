@@ -507,3 +507,66 @@ def test_opo_takes_the_logs_length_column(tmp_path: Path) -> None:
     )
     assert weighted.exit_code == 2
     assert weighted.output.splitlines()[0] == "error: --token-weighted needs --length-col"
+
+
+REPEATED = (
+    "warning: 570 rows repeat a completion_id within their group (e.g. completion_id=1 in the "
+    "group step=1, prompt_id='p015'): duplicated rows count twice in the group's mean and std"
+)
+
+
+@pytest.mark.parametrize("engine", [[], ["--low-memory"]], ids=["default", "low_memory"])
+def test_rows_repeated_in_their_group_are_one_warning(
+    runner: CliRunner, tmp_path: Path, engine: list[str]
+) -> None:
+    """The sample log twice over: every completion_id twice in its group, one line with the
+    count and the first. The sample itself (completion_id counts from 1 in every group)
+    gets none."""
+    log = pl.read_parquet(SAMPLE_FILES["parquet"])
+    twice = tmp_path / "twice.parquet"
+    pl.concat([log, log]).write_parquet(twice)
+    runs = {}
+    for name, source in (("twice", twice), ("once", SAMPLE_FILES["parquet"])):
+        out = tmp_path / f"{name}.adv.parquet"
+        result = runner.invoke(app, ["compute", str(source), "-o", str(out), *engine])
+        assert result.exit_code == 0, result.stderr
+        runs[name] = [line for line in result.stderr.splitlines() if "repeat" in line]
+    assert runs == {"twice": [REPEATED], "once": []}
+
+
+TWICE_IN_GROUP = (
+    "within their group (e.g. response_id={}): duplicated rows count twice in the group's "
+    "mean and std"
+)
+
+
+@pytest.mark.parametrize(
+    ("ids", "expected"),
+    [
+        ([1, 2, 1, 2], []),  # ids repeat across groups only
+        ([1, None, None, 2], []),  # a missing id is no duplicate
+        (
+            [7, 7, 1, 1],
+            [
+                "2 rows repeat a response_id "
+                + TWICE_IN_GROUP.format("7 in the group prompt_id='a'")
+            ],
+        ),
+        (
+            [1, 2, 3, 3],
+            [
+                "1 row repeats a response_id "
+                + TWICE_IN_GROUP.format("3 in the group prompt_id='b'")
+            ],
+        ),
+    ],
+)
+def test_a_response_id_repeats_only_within_a_group(
+    ids: list[int | None], expected: list[str]
+) -> None:
+    from grpo_cli.jobs.pipeline import annotate
+
+    log = pl.DataFrame(
+        {"prompt_id": ["a", "a", "b", "b"], "response_id": ids, "reward": [1.0, 0.0, 1.0, 0.5]}
+    )
+    assert [w for w in annotate(log).warnings if "repeat" in str(w)] == expected

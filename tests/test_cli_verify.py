@@ -422,3 +422,26 @@ class TestVerifyWithoutAdvantages:
             "hint: name the logged advantage column with --advantage-col, e.g. --advantage-col "
             "adv_logged"
         )
+
+
+def test_verify_says_how_many_rows_it_counted_twice(runner: CliRunner, tmp_path: Path) -> None:
+    """A verl dump with its step-1 file read twice: each uid (``{uuid}_{session}_{index}``,
+    one response) twice in its group. Uids that name the prompt, as verl's batch holds
+    them, are no repeat."""
+    files = sorted(VERL_DIR.glob("*.jsonl"))
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("".join(p.read_text() for p in [*files, files[0]]))
+    result = runner.invoke(app, ["verify", str(twice), "--preset", "verl"])
+    assert result.exit_code == 1
+    first = "6720cfef-42b4-f91e-f326-15b7f933ba25"
+    assert [line for line in result.stderr.splitlines() if "repeat" in line] == [
+        f"warning: 24 rows repeat a uid within their group (e.g. uid='{first}_0_0' in the "
+        f"group step=1, group='{first}'): duplicated rows count twice in the group's mean "
+        "and std"
+    ]
+    plain = tmp_path / "plain.jsonl"
+    log = pl.concat([pl.read_ndjson(p) for p in files])
+    log.with_columns(pl.col("uid").str.replace(r"_\d+_\d+$", "")).write_ndjson(plain)
+    result = runner.invoke(app, ["verify", str(plain), "--preset", "verl"])
+    assert result.exit_code == 0, result.stderr
+    assert "repeat" not in result.stderr

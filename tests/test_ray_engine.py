@@ -183,6 +183,24 @@ class TestSameAsPolars:
         assert result.exit_code == 0, result.output
         assert_same(read_parts(out), annotate(log, preset).frame)
 
+    def test_rows_repeated_in_their_group_are_the_same_warning(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        """The first 30 rows read again in the last shard: the in-memory engine's warning,
+        counted over the partitions, its first row read back from its piece."""
+        log = reward_log(rows=300).with_columns(pl.col("rid").alias("completion_id"))
+        log = pl.concat([log, log.head(30)])
+        write_shards(log, tmp_path / "in", shards=3)
+        out = tmp_path / "out"
+        result = run_cli(
+            runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(out)
+        )
+        assert result.exit_code == 0, result.output
+        expected = [str(w) for w in annotate(log).warnings if "repeat" in str(w)]
+        assert expected[0].startswith("30 rows repeat a completion_id within their group (e.g. ")
+        found = [line for line in result.stderr.splitlines() if "repeat" in line]
+        assert found == [f"warning: {expected[0]}"]
+
     def test_run_summary_and_group_table(self, tmp_path: Path) -> None:
         """The figures come from per-block partials merged on the driver; the per-group
         table (``--summary DIR``) is a folder of parts with the in-memory table's rows."""

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from grpo_cli.cli import app
 from grpo_cli.cli.render import DelayedProgress
 from grpo_cli.jobs.pipeline import annotate
-from tests.conftest import SAMPLE_FILES
+from tests.conftest import SAMPLE_DIR, SAMPLE_FILES
 
 
 @pytest.fixture
@@ -133,6 +133,47 @@ def test_a_group_may_span_files(runner: CliRunner, tmp_path: Path) -> None:
     a = pl.read_csv(out / "a.adv.csv")["advantage"][0]
     b = pl.read_csv(out / "b.adv.csv")["advantage"][0]
     assert (a, b) == pytest.approx((0.5 / (0.5**0.5 + 1e-8), -0.5 / (0.5**0.5 + 1e-8)))
+
+
+@pytest.fixture(params=["as_logged", "split_mid_step"])
+def trl_parts(request: pytest.FixtureRequest, tmp_path: Path) -> list[Path]:
+    """The sample TRL dump's files, or its rows cut into two files in the middle of a
+    group of step 10 (row 18 of 32: groups are runs of 4 rows within a step)."""
+    files = sorted((SAMPLE_DIR / "trl_completions").glob("*.parquet"))
+    if request.param == "as_logged":
+        return files
+    log = pl.concat([pl.read_parquet(p) for p in files])
+    parts = [tmp_path / "part_1.parquet", tmp_path / "part_2.parquet"]
+    log.head(18).write_parquet(parts[0])
+    log.slice(18).write_parquet(parts[1])
+    return parts
+
+
+@pytest.mark.parametrize("weights", [[], ["--reward-weights", "1,0.5"]], ids=["sum", "weighted"])
+def test_out_dir_gives_the_numbers_of_the_combined_log(
+    runner: CliRunner, trl_parts: list[Path], weights: list[str], tmp_path: Path
+) -> None:
+    """A TRL dump's rewards are its numeric columns: never the column --out-dir adds to
+    know each row's file. Advantages, --with-stats columns and the --summary table are
+    those of -o on the combined log."""
+    common = ["compute", *map(str, trl_parts), "--preset", "trl", "--replace", "--with-stats"]
+    common += [*weights, "-q", "--deterministic"]
+    out = tmp_path / "annotated"
+    out.mkdir()
+    split = [*common, "--out-dir", str(out), "--summary", str(tmp_path / "split.csv")]
+    one = [*common, "-o", str(tmp_path / "all.parquet"), "--summary", str(tmp_path / "all.csv")]
+    for args in (split, one):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.stderr
+    parts = pl.concat([pl.read_parquet(out / f"{p.stem}.adv.parquet") for p in trl_parts])
+    combined = pl.read_parquet(tmp_path / "all.parquet")
+    assert parts.columns == combined.columns
+    assert {"advantage", "group_mean", "group_std"} <= set(parts.columns)
+    assert parts.equals(combined)
+    assert pl.read_csv(tmp_path / "split.csv").equals(pl.read_csv(tmp_path / "all.csv"))
+    log = pl.concat([pl.read_parquet(p) for p in trl_parts])
+    reward = log["accuracy_reward"] + (0.5 if weights else 1.0) * log["format_reward"].fill_null(0)
+    assert parts["group_mean"].mean() == pytest.approx(reward.mean())
 
 
 def test_out_dir_refuses_to_clobber(

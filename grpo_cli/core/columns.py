@@ -7,7 +7,7 @@ This module imports nothing, so any module may use it.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Final
 
 PREFIX: Final = "__grpo_"
@@ -37,9 +37,19 @@ PART_GROUP: Final = "__grpo_part_group"  # partitioned engine: spilled group has
 PART_CHECK: Final = "__grpo_part_check"  # partitioned engine: spilled check hash
 RAY_LOCATOR: Final = "__grpo_locator"  # Ray engine: a row's piece and row number
 RAY_PARTITION: Final = "__grpo_partition"  # Ray engine: a row's partition (or its piece)
+RESPONSE_HASH: Final = "__grpo_response"  # partitioned and Ray engines: a response id's hash
 UNUSED_OUTPUT: Final = "__grpo_unused"  # a stand-in output name for reading jobs
 BATCH_STAT: Final = "__grpo_bstat"  # batch statistics from partials: see batch_stat_column
 TORCH_RAW: Final = "__grpo_torch_raw"  # torch engine: the formula's value before policies
+
+
+def user_columns(columns: Iterable[str]) -> list[str]:
+    """The user's columns among ``columns``, in order: every one but those grpo-adv adds
+    (named with PREFIX, such as --out-dir's SOURCE_KEY). Only these are candidates for a
+    role (the numeric columns a TRL log sums as rewards, a step, length or response id
+    column) or listed in messages; roles found by a fixed name (STEP_COLUMNS) cannot name
+    an added column."""
+    return [name for name in columns if not name.startswith(PREFIX)]
 
 
 def span_flag_column(column: str) -> str:
@@ -65,6 +75,12 @@ STEP_COLUMNS: Final = (
     "batch_id",
     "epoch",
 )
+
+# Log columns that name one response, in order of preference: a value repeated within a
+# group is a duplicated row (a warning). verl's ``uid`` is not among them: in verl's batch
+# it names the prompt (every response of a group shares it); a verl dump's
+# ``{uuid}_{session}_{index}`` names the response (see core.run_summary.response_id).
+RESPONSE_IDS: Final = ("completion_id", "response_id", "sample_id")
 
 # The names a log's own advantage column goes by, in order of preference: grpo-adv's and
 # TRL's ``advantage``, then ``advantages`` (verl's name for the advantage tensor).

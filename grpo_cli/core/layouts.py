@@ -36,7 +36,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from grpo_cli.core.columns import STEP_COLUMNS, UID_GROUP
+from grpo_cli.core.columns import STEP_COLUMNS, UID_GROUP, user_columns
 from grpo_cli.core.errors import InputError, Message, OptionsError, Verbatim, option
 
 TRL_NON_REWARD: Final = frozenset({"step", "advantage"})
@@ -207,10 +207,11 @@ def apply_layout(
         if "batch_col" not in explicit:
             fields["batch_col"] = "step"
         if "reward_cols" not in explicit:
+            schema = frame.schema
             numeric = [
                 name
-                for name, dtype in frame.schema.items()
-                if dtype.is_numeric() and name not in TRL_NON_REWARD
+                for name in user_columns(schema)
+                if schema[name].is_numeric() and name not in TRL_NON_REWARD
             ]
             if not numeric:
                 raise OptionsError(

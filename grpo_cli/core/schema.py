@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 import polars as pl
 
+from grpo_cli.core.columns import user_columns
 from grpo_cli.core.errors import InputError, OptionRef, option
 from grpo_cli.core.rewards import reward_expr
 
@@ -41,7 +42,7 @@ _SEVERAL: Final = ("group_cols", "reward_cols")
 
 def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> None:
     """Raise an InputError naming the file's columns when one of ``columns`` is missing."""
-    available = [name for name in schema.names() if not name.startswith("__grpo_")]
+    available = user_columns(schema.names())
     for column in columns:
         if column in schema:
             continue

@@ -80,6 +80,8 @@ class FileJob:
         spell: how the messages the engine prints itself name options (the Ray engine's
             last words when the cluster is lost): Python keywords unless the caller's
             reader is another (the command line: its flags).
+        response: the column naming each response, whose repeats within a group the
+            engine counts (:func:`grpo_cli.core.run_summary.response_id`), or None.
     """
 
     sources: tuple[Path, ...]
@@ -90,6 +92,7 @@ class FileJob:
     groups: Path | None = None
     notes: Callable[[Message], None] | None = field(default=None, compare=False)
     spell: Spelling = field(default=keyword_spelling, compare=False)
+    response: str | None = None
 
 
 class FileEngine(Engine, Protocol):

@@ -5,8 +5,10 @@ them.
 Only what the plan's formula reads crosses: the group key as two independent 64-bit hashes
 (:data:`GROUP` identifies the group, :data:`CHECK` detects two keys sharing it: the plan's
 collision check, ``Keys.check``), the reward columns, the batch key, the lengths and the
-baseline when the options name them, and a row locator. A row then weighs 32 bytes on a
-one-reward log however wide its text columns are. On a hash collision (about a 1e-6 chance
+baseline when the options name them, a row locator, and when the log has a response id
+column its 64-bit hash (rows repeated within a group are counted per piece:
+:func:`piece_repeats`). A row then weighs 32 bytes (40 with the id) on a one-reward log
+however wide its text columns are. On a hash collision (about a 1e-6 chance
 in a 12M-group log) the engine starts again with the exact key columns in place of the
 hashes (``exact``), as it does when it needs the key's values themselves (the per-group
 table).
@@ -19,19 +21,20 @@ group key the moved one; batch statistics come from mergeable partials
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Final
 
 import polars as pl
 
 from grpo_cli.core import metrics
-from grpo_cli.core.columns import PART_CHECK, PART_GROUP
+from grpo_cli.core.columns import PART_CHECK, PART_GROUP, RESPONSE_HASH
 from grpo_cli.core.errors import InputError
 from grpo_cli.core.grouping import with_profile
 from grpo_cli.core.layouts import derived_column
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, resolve_keys
+from grpo_cli.core.run_summary import repeated_rows, response_expr
 
 GROUP: Final = PART_GROUP
 CHECK: Final = PART_CHECK
@@ -48,17 +51,18 @@ def needed_columns(options: AdvantageOptions, schema: Collection[str] | None = N
     return [n for n in dict.fromkeys(names) if schema is None or n in schema]
 
 
-def read_columns(plan: Plan, derived: Sequence[str]) -> list[str]:
+def read_columns(plan: Plan, derived: Sequence[str], response: str | None = None) -> list[str]:
     """The log's columns a piece must read: the key columns (for a key a trainer's layout
-    derives, the columns it is derived from) and :func:`needed_columns`' (read if
-    present)."""
+    derives, the columns it is derived from), :func:`needed_columns`' and the
+    ``response`` id column (read if present)."""
     sources: list[str] = []
     for column in plan.keys.exact:
         if column in derived:
             sources += derived_column(column).meta.root_names()
         else:
             sources.append(column)
-    return list(dict.fromkeys([*sources, *needed_columns(plan.options)]))
+    ids = [] if response is None else [response]
+    return list(dict.fromkeys([*sources, *needed_columns(plan.options), *ids]))
 
 
 def hashed_key(key_cols: Sequence[str]) -> list[pl.Expr]:
@@ -115,3 +119,25 @@ def piece_run_partials(
         batch=(options.batch_col,) if options.batch_col is not None else (),
         reduce=False,
     )
+
+
+def response_hash(column: str) -> pl.Expr:
+    """The response id ``column`` as narrow rows move it (RESPONSE_HASH): a 64-bit hash,
+    null for no id (see :func:`grpo_cli.core.run_summary.response_expr`)."""
+    ids = response_expr(column)
+    return pl.when(ids.is_not_null()).then(ids.hash(seed=2)).alias(RESPONSE_HASH)
+
+
+def piece_repeats(full: pl.DataFrame, group: tuple[str, ...], row: str) -> tuple[int, int] | None:
+    """The rows of an annotated piece (every group whole in it, with RESPONSE_HASH) that
+    repeat a response id in their group, and the ``row`` column's value (the row's place
+    in the input) at the first of them; None without any."""
+    count, at = repeated_rows(full, group, pl.col(RESPONSE_HASH))
+    return None if at is None else (count, int(full.get_column(row)[at]))
+
+
+def merge_repeats(found: Iterable[tuple[int, int] | None]) -> tuple[int, int] | None:
+    """:func:`piece_repeats` of disjoint pieces as one: the counts add, the first in the
+    input is the smallest row."""
+    parts = [f for f in found if f is not None]
+    return (sum(c for c, _ in parts), min(r for _, r in parts)) if parts else None

@@ -59,14 +59,14 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 import polars as pl
 
 from grpo_cli.core import metrics
-from grpo_cli.core.columns import PART_INDEX, PART_ROW
+from grpo_cli.core.columns import PART_INDEX, PART_ROW, RESPONSE_HASH
 from grpo_cli.core.engine_options import ENGINES, EngineInfo, EngineOptions
 from grpo_cli.core.errors import (
     GrpoAdvError,
@@ -79,7 +79,7 @@ from grpo_cli.core.errors import (
 from grpo_cli.core.expressions import with_group_stats
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, decide, hash_collision, parquet_plan
-from grpo_cli.core.run_summary import RunSummary
+from grpo_cli.core.run_summary import Repeats, RunSummary, response_id
 from grpo_cli.core.schema import refuse_values, value_checks
 from grpo_cli.engines import FileJob, check
 from grpo_cli.engines.batch_partials import (
@@ -95,8 +95,11 @@ from grpo_cli.engines.narrow import (
     GROUP,
     check_batch_spans,
     inner_plan,
+    merge_repeats,
     needed_columns,
+    piece_repeats,
     piece_run_partials,
+    response_hash,
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.io.read import scan_parquet_file
@@ -253,21 +256,32 @@ def _run(
     options = plan.options
     step = on_step or (lambda _: None)
     with _reading(source):
-        needed = needed_columns(options, scan_parquet_file(source).collect_schema())
+        schema = scan_parquet_file(source).collect_schema()
+    needed = needed_columns(options, schema)
+    response = response_id(schema, options)
     key_cols = plan.keys.exact
     spill = Path(tempfile.mkdtemp(dir=spill_root, prefix="exact." if exact else "hashed."))
     try:
         step("partitioning")
         with _reading(source):
-            _partition(source, spill / "in", needed, key_cols, partitions, exact=exact)
+            _partition(source, spill / "in", needed, key_cols, partitions, response, exact=exact)
         step("computing")
         group = key_cols if exact else (GROUP,)
-        parts = _compute_partitions(spill, plan, group, chunk_rows, check_hash=not exact)
+        parts, repeats = _compute_partitions(
+            spill, plan, group, chunk_rows, check_hash=not exact, response=response is not None
+        )
         step("merging")
         _merge(source, spill, output, options.added_columns(), chunk_rows)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
-    return _summary(parts)
+    summary = _summary(parts)
+    if response is None or repeats is None:
+        return summary
+    count, first = repeats
+    with _reading(source):
+        row = scan_parquet_file(source).slice(first, 1).select(*key_cols, response).collect()
+    found = Repeats.of(count, response, row.row(0, named=True), key_cols)
+    return replace(summary, repeats=found)
 
 
 def _spill_options() -> Any:
@@ -285,6 +299,7 @@ def _partition(
     needed: list[str],
     key_cols: tuple[str, ...],
     partitions: int,
+    response: str | None,
     *,
     exact: bool,
 ) -> None:
@@ -292,10 +307,13 @@ def _partition(
     Polars' streaming engine and its partitioned sink: rows keep their input order within
     a partition, and memory stays at a few batches whatever the log's size. The key goes
     as its two hashes (the second null where a key column is null), or ``exact``: as its
-    columns."""
+    columns; the ``response`` id column (when given) as its hash (null for a null id)."""
     key = pl.struct(list(key_cols)) if len(key_cols) > 1 else pl.col(key_cols[0])
-    columns = list(dict.fromkeys([*needed, *key_cols]))
+    ids = [] if response is None else [response]
+    columns = list(dict.fromkeys([*needed, *key_cols, *ids]))
     spilled = list(dict.fromkeys([*key_cols, *needed])) if exact else [GROUP, CHECK, *needed]
+    id_hashes = [response_hash(c) for c in ids]
+    spilled += [RESPONSE_HASH for _ in ids]
     null_key = pl.any_horizontal(*(pl.col(c).is_null() for c in key_cols))
     rows = (
         scan_parquet_file(source)
@@ -305,6 +323,7 @@ def _partition(
             key.hash(seed=0).alias(GROUP),
             # a null key: a null second hash, counted in the compute pass (value_checks)
             pl.when(null_key).then(None).otherwise(key.hash(seed=1)).alias(CHECK),
+            *id_hashes,
         )
         .select(ROW, (pl.col(GROUP) % partitions).alias(PART), *spilled)
     )
@@ -318,15 +337,24 @@ def _partition_files(folder: Path) -> list[list[Path]]:
 
 
 def _compute_partitions(
-    spill: Path, plan: Plan, group: tuple[str, ...], chunk_rows: int, *, check_hash: bool
-) -> list[pl.DataFrame]:
+    spill: Path,
+    plan: Plan,
+    group: tuple[str, ...],
+    chunk_rows: int,
+    *,
+    check_hash: bool,
+    response: bool = False,
+) -> tuple[list[pl.DataFrame], tuple[int, int] | None]:
     """Annotate every partition with the Polars engine on the plan made for the whole log,
     its group key the spilled one (``group``); spill the advantages by range of row index
     (one file per ``chunk_rows`` input rows, each partition adding its rows of the range),
     keep the partials. The values of the keys and rewards are checked in the same pass
     (:func:`grpo_cli.core.schema.value_checks`, counted over every partition): once one shows
     something to refuse, the rest are only counted, and the run ends with the in-memory
-    path's error; so does a group spanning batches (after the value checks, as there)."""
+    path's error; so does a group spanning batches (after the value checks, as there).
+    With ``response`` (the spill holds RESPONSE_HASH), also the rows that repeat a
+    response id within their group and the input row of the first of them (None without
+    any; see :func:`grpo_cli.core.run_summary.repeated_rows`)."""
     import numpy as np
     from pyarrow import ipc
 
@@ -342,6 +370,7 @@ def _compute_partitions(
     stats = _batch_stats(spill / "in", inner) if needs_batch_stats(inner) else None
     computed = inner if stats is None else applied(inner)
     writers: dict[int, ipc.RecordBatchFileWriter] = {}
+    repeats: list[tuple[int, int] | None] = []
     try:
         for paths in _partition_files(spill / "in"):
             frame = pl.concat([pl.read_ipc(path) for path in paths])
@@ -379,13 +408,15 @@ def _compute_partitions(
                         writers[first + offset] = writer
                     writer.write_table(table.slice(int(lo), int(hi - lo)))
             _accumulate(parts, full, options, group)
+            if response:
+                repeats.append(piece_repeats(full, group, ROW))
     finally:
         for writer in writers.values():
             writer.close()
     refuse_values(totals, options, uses_groups)
     if spans is not None:
         raise spans
-    return parts
+    return parts, merge_repeats(repeats)
 
 
 def _batch_stats(folder: Path, plan: Plan) -> pl.DataFrame:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -47,11 +47,12 @@ import polars as pl
 from grpo_cli.core import metrics
 from grpo_cli.core.engine_options import ENGINES, EngineInfo
 from grpo_cli.core.errors import GrpoAdvError, InputError, Message, OptionsError, option
-from grpo_cli.core.run_summary import RunSummary
+from grpo_cli.core.run_summary import Repeats, RunSummary
 from grpo_cli.engines import FileJob, ray_tasks
 from grpo_cli.engines.batch_partials import merged_stats, needs_batch_stats
+from grpo_cli.engines.narrow import merge_repeats
 from grpo_cli.engines.ray_cluster import first_line, import_ray, session
-from grpo_cli.engines.ray_tasks import Piece, Shuffle
+from grpo_cli.engines.ray_tasks import PIECE_STRIDE, ROW_BITS, Piece, Shuffle
 from grpo_cli.io.read import scan_parquet_file
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ class _Layout:
 
 def _run(ray: Any, job: FileJob, layout: _Layout, *, exact: bool) -> RunSummary:
     pieces, count = layout.pieces, layout.count
-    shuffle = Shuffle(job.plan, job.derived, count, exact, layout.casts)
+    shuffle = Shuffle(job.plan, job.derived, count, exact, layout.casts, job.response)
     batches = _batches(pieces, layout.cpus)
     batch_of = tuple(b for b, batch in enumerate(batches) for _ in batch)
     remote = ray.remote(max_retries=3)
@@ -176,7 +177,7 @@ def _run(ray: Any, job: FileJob, layout: _Layout, *, exact: bool) -> RunSummary:
     sent = sum(b for _, b in ray.get([refs[-1] for refs in mapped]))
     del mapped, into  # each partition's rows are freed once its reduce task is done
     finished = ray.get([refs[-1] for refs in reduced])
-    if any(partial is None for partial, _ in finished):
+    if any(partial is None for partial, _, _ in finished):
         raise _Collision()
     write = remote(ray_tasks.write_pieces)
     written = ray.get(
@@ -191,13 +192,19 @@ def _run(ray: Any, job: FileJob, layout: _Layout, *, exact: bool) -> RunSummary:
     rows = sum(written)
     if not rows:
         raise InputError("the inputs have no rows", hint="check the paths given")
-    back = sum(b for _, b in finished)
+    back = sum(b for _, b, _ in finished)
     LOG.info(
         "shuffled %d bytes to the partitions (%.1f a row) and %d back (%.1f a row); "
         "%d pieces in %d batches, %d partitions",
         sent, sent / rows, back, back / rows, len(pieces), len(batches), count,
     )  # fmt: skip
-    return RunSummary.from_partials(metrics.merge([p for p, _ in finished]))
+    summary = RunSummary.from_partials(metrics.merge([p for p, _, _ in finished]))
+    repeats = merge_repeats(r for _, _, r in finished)
+    if repeats is None or job.response is None:
+        return summary
+    count, locator = repeats
+    row = ray_tasks.piece_row(pieces[locator >> ROW_BITS], locator & (PIECE_STRIDE - 1), shuffle)
+    return replace(summary, repeats=Repeats.of(count, job.response, row, job.plan.keys.exact))
 
 
 def _str(path: Path | None) -> str | None:

@@ -28,8 +28,10 @@ from grpo_cli.engines.narrow import (
     hashed_key,
     inner_plan,
     needed_columns,
+    piece_repeats,
     piece_run_partials,
     read_columns,
+    response_hash,
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL
@@ -82,6 +84,8 @@ class Shuffle:
             type the in-memory path gives them when it reads the files as one log (their
             supertype: ``7`` in one file and ``"7"`` in another are one prompt, ``"7"``);
             each piece casts them before hashing, so equal keys hash equal.
+        response: the response id column, moved as its hash (see
+            :func:`grpo_cli.engines.narrow.piece_repeats`), or None.
     """
 
     plan: Plan
@@ -89,6 +93,7 @@ class Shuffle:
     partitions: int
     exact: bool
     casts: tuple[tuple[str, pl.DataType], ...] = ()
+    response: str | None = None
 
     @property
     def group(self) -> tuple[str, ...]:
@@ -125,6 +130,17 @@ def read_piece(
     return frame, names
 
 
+def piece_row(piece: Piece, row: int, shuffle: Shuffle) -> dict[str, Any]:
+    """The ``row``-th row of ``piece`` (from 0): its key columns (derived ones too) and
+    its response id column."""
+    from grpo_cli.core.layouts import derived_column
+
+    columns = read_columns(shuffle.plan, shuffle.derived, shuffle.response)
+    frame, _ = read_piece(piece, columns, shuffle)
+    one = frame.slice(row, 1).with_columns([derived_column(n) for n in shuffle.derived])
+    return one.row(0, named=True)
+
+
 def split_pieces(pieces: Sequence[Piece], shuffle: Shuffle) -> list[Any]:
     """Map: the narrow rows of ``pieces`` (a batch of small ones, or one;
     :mod:`grpo_cli.engines.narrow`), checked (every input check of the in-memory path, on
@@ -141,7 +157,8 @@ def _narrow(piece: Piece, shuffle: Shuffle) -> pl.DataFrame:
     from grpo_cli.core.layouts import derived_column
 
     plan = shuffle.plan
-    frame, names = read_piece(piece, read_columns(plan, shuffle.derived), shuffle)
+    ids = [] if shuffle.response is None else [shuffle.response]
+    frame, names = read_piece(piece, read_columns(plan, shuffle.derived, *ids), shuffle)
     check_added_columns(names, plan.options)  # a column the write would overwrite
     casts = [pl.col(c).cast(t) for c, t in shuffle.casts if c in frame.columns]
     if casts:
@@ -156,6 +173,7 @@ def _narrow(piece: Piece, shuffle: Shuffle) -> pl.DataFrame:
     return keyed.select(
         locator.alias(LOCATOR),
         *dict.fromkeys([*moved, *needed]),
+        *[response_hash(c) for c in ids],
         (pl.col(GROUP) % shuffle.partitions).cast(_index_type(shuffle.partitions)).alias(PARTITION),
     )
 
@@ -202,8 +220,10 @@ def compute_partition(
     """Reduce: one partition's rows (every group whole in it) annotated by the Polars
     engine on the plan made once; the added columns with their locators, one Arrow table
     per write batch they go back to (``batch_of[p]``: piece p's); then the partition's run
-    partials (None: two of its keys share the group hash) and the bytes sent back. With
-    ``groups``, the partition's rows of the per-group table are written there."""
+    partials (None: two of its keys share the group hash), the bytes sent back and its
+    rows that repeat a response id (:func:`grpo_cli.engines.narrow.piece_repeats`, at
+    their locator). With ``groups``, the partition's rows of the per-group table are
+    written there."""
     import numpy as np
 
     frame = _partition_rows(tables)
@@ -215,7 +235,7 @@ def compute_partition(
     full = POLARS.annotate(frame, inner if stats is None else applied(inner))
     batches = max(batch_of) + 1
     if hash_collision(full, inner.keys):
-        return [None] * batches + [(None, 0)]
+        return [None] * batches + [(None, 0, None)]
     check_batch_spans(
         full, shuffle.plan.options, shuffle.group, uses_groups=inner.estimator.uses_groups
     )
@@ -225,11 +245,12 @@ def compute_partition(
         table = group_table(full.lazy(), inner)
         write_parquet(table, Path(groups) / f"part-{index:05d}.parquet")
     partials = piece_run_partials(full, options, shuffle.group)
+    repeats = piece_repeats(full, shuffle.group, LOCATOR) if shuffle.response else None
     back = full.select(LOCATOR, *added)
     piece = back.get_column(LOCATOR).to_numpy() // PIECE_STRIDE
     batch = pl.Series(PARTITION, np.asarray(batch_of)[piece], dtype=_index_type(batches))
     out = _split(back.with_columns(batch), PARTITION, batches)
-    return [*out, (partials, sum(t.nbytes for t in out))]
+    return [*out, (partials, sum(t.nbytes for t in out), repeats)]
 
 
 def write_pieces(pieces: Sequence[Piece], folder: str, shuffle: Shuffle, *tables: pa.Table) -> int:

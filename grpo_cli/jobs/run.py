@@ -501,7 +501,14 @@ def _run_file(
     with atomic_path(target, force=force) as tmp:
         run = cast("FileEngine", engine).annotate_files(FileJob((source,), tmp, plan))
     return JobResult(
-        options, decided.engine, None, f"{target} (parquet)", None, (target,), lambda: run
+        options,
+        decided.engine,
+        None,
+        f"{target} (parquet)",
+        None,
+        (target,),
+        lambda: run,
+        run.engine_warnings,
     )
 
 
@@ -536,6 +543,7 @@ def _run_dataset(
     as a folder of parts too. Each folder is written beside its final path and renamed
     when complete."""
     from grpo_cli.core.plan import make_plan
+    from grpo_cli.core.run_summary import response_id
     from grpo_cli.engines import FileJob, check, get_engine
     from grpo_cli.io.atomic import atomic_folder, check_output_folder
     from grpo_cli.io.read import expand_sources
@@ -583,6 +591,7 @@ def _run_dataset(
         estimator=resolved.estimator,
         engine=decided.engine,
     )
+    response = response_id(resolved.frame.columns, resolved.options)
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_folder(target, force=force))
         groups = (
@@ -590,7 +599,9 @@ def _run_dataset(
             if summary_path is None
             else stack.enter_context(atomic_folder(summary_path, force=force))
         )
-        job = FileJob(tuple(paths), out, plan, fmt, resolved.derived, groups, notes, spell)
+        job = FileJob(
+            tuple(paths), out, plan, fmt, resolved.derived, groups, notes, spell, response
+        )
         run = cast("FileEngine", engine).annotate_files(job)
     shown = f"{target}/ (Parquet parts)"
     return JobResult(
@@ -601,6 +612,7 @@ def _run_dataset(
         summary_path,
         (target,),
         lambda: run,
+        run.engine_warnings,
     )
 
 
