@@ -14,7 +14,7 @@ from grpo_cli.core.errors import Message, OptionsError
 from grpo_cli.core.layouts import apply_layout
 from grpo_cli.core.presets import PRESETS
 from grpo_cli.jobs.pipeline import annotate
-from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script
+from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script, token_dump
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
 VERL_DIR = SAMPLE_DIR / "verl_dump"
@@ -422,3 +422,41 @@ class TestVerifyWithoutAdvantages:
             "hint: name the logged advantage column with --advantage-col, e.g. --advantage-col "
             "adv_logged"
         )
+
+
+class TestTokenLevelAdvantages:
+    """verl's advantage tensor (a list per response, one value per token) is read as one
+    advantage per response."""
+
+    NOTE = (
+        "warning: the advantages of input row 2 differ across its tokens (-0.255586 to 0.5): "
+        "token-level advantages (verl's gae or optimal_token_baseline, reinforce_plus_plus "
+        "with gamma < 1, or KL in the reward under reinforce_plus_plus or remax) cannot be "
+        "compared per response; they are read as null"
+    )
+
+    @pytest.mark.parametrize("named", [[], ["--advantage-col", "advantages"]])
+    def test_a_verl_token_tensor_agrees_with_verl(
+        self, runner: CliRunner, tmp_path: Path, named: list[str]
+    ) -> None:
+        dump = token_dump(tmp_path / "dump")
+        result = runner.invoke(app, ["verify", str(dump), "--preset", "verl", *named])
+        assert result.exit_code == 0, result.output
+        assert "rows compared         │ 72" in result.stderr
+        assert "groups over tolerance │ 0 of 18" in result.stderr
+
+    def test_a_list_advantage_column_without_preset(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        dump = token_dump(tmp_path / "dump", column="advantage")
+        args = ["verify", str(dump), "-r", "score", "-g", "step", "-g", "input", "--eps", "1e-6"]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert "agree (tolerance 1e-05)" in result.stderr
+
+    def test_tokens_that_differ_are_named(self, runner: CliRunner, tmp_path: Path) -> None:
+        dump = token_dump(tmp_path / "dump", differ=2)
+        result = runner.invoke(app, ["verify", str(dump), "--preset", "verl"])
+        assert result.exit_code == 1, result.output
+        assert result.stderr.splitlines()[0] == self.NOTE
+        assert "rows over tolerance   │ 1" in result.stderr

@@ -22,7 +22,7 @@ from grpo_cli.core.columns import UID_GROUP
 from grpo_cli.core.errors import InputError
 from grpo_cli.jobs.pipeline import annotate, resolve
 from grpo_cli.report.explain import Explanation, explain_one
-from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, load_script
+from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, load_script, token_dump
 from tests.test_presets import hostile_log
 
 G = 4
@@ -327,6 +327,20 @@ class TestVerlDump:
         first = self.FRAME["uid"][0]
         assert first.rsplit("_", 2)[0] in info.value.hint and first not in info.value.hint
 
+    @pytest.mark.parametrize("named", [[], ["--advantage-col", "advantages"]])
+    def test_a_token_tensor_is_read_per_response(
+        self, runner: CliRunner, tmp_path: Path, named: list[str]
+    ) -> None:
+        dump = token_dump(tmp_path / "dump", differ=2)
+        result = runner.invoke(
+            app, ["explain", str(dump), "--preset", "verl", "--row", "0", *named]
+        )
+        assert result.exit_code == 0, result.output
+        logged = [cells[4] for cells in table_rows(result.stdout)]
+        want = self.FRAME["advantage"].head(4).to_list()
+        assert logged == [f"{want[0]:.6g}", f"{want[1]:.6g}", "-", f"{want[3]:.6g}"]
+        assert "the advantages of input row 2 differ across its tokens" in result.stderr
+
 
 class TestBackend:
     @pytest.mark.parametrize("estimator", ["grpo", "batch_std", "reinforce_pp_baseline"])
@@ -347,7 +361,8 @@ class TestBackend:
 
 class TestOptions:
     # compute's options that explain leaves out: where the output goes and how the
-    # arithmetic runs, none of which changes a group's rows or its rewards.
+    # arithmetic runs, none of which changes a group's rows or its rewards (explain's
+    # output is its report, on stdout; --quiet silences its warnings as compute's).
     LEFT_OUT: ClassVar[set[str]] = {
         "output",
         "output_format",
@@ -357,7 +372,6 @@ class TestOptions:
         "out_dir",
         "low_memory",
         "force",
-        "quiet",
         "backend",
         "device",
         "ray_address",

@@ -440,9 +440,9 @@ class TestTable:
             app, ["explain", str(log_csv), *POOLED, "--pick", "worst"], env={"COLUMNS": str(width)}
         )
         assert result.exit_code == 0, result.output
-        boxed = [line for line in result.stderr.splitlines() if line[:1] in "┏┃┡│└"]
+        boxed = [line for line in result.stdout.splitlines() if line[:1] in "┏┃┡│└"]
         assert boxed and all(cell_len(line) <= width for line in boxed)
-        words = result.stderr.split()
+        words = result.stdout.split()
         assert {"4", "5", "9", "1.1547", "-0.57735"} <= set(words)
 
 

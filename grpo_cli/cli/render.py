@@ -675,10 +675,8 @@ def render_explanation(console: Console, e: Explanation, spell: Spelling) -> Non
     """One group, the formula filled in for every response (a table that fits the console,
     its formulas and texts wrapped on whitespace, the ``row`` column repeated if it must be
     split): each response's input row, its step and the start of its text when the log
-    has them."""
+    has them. The warnings are the caller's to print (on stderr)."""
     o = e.options
-    for warning in e.warnings:
-        print_warning(console, warning, spell)
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
     console.print(f"[bold]group {_escape(key)}[/]: {e.size:,} responses", emoji=False)
     if e.chosen:

@@ -823,7 +823,9 @@ def explain_one(
     verl dump's uid-derived key column (the uid without its session and index parts) is
     named ``uid``. ``backend`` and ``device`` are ignored: explain computes with Polars.
     """
+    from grpo_cli.core.columns import logged_advantage
     from grpo_cli.core.estimators import get_estimator
+    from grpo_cli.core.layouts import per_response
     from grpo_cli.core.presets import merge_options
     from grpo_cli.core.run_summary import check_batch_spans
     from grpo_cli.jobs.compute import annotate_frame
@@ -843,7 +845,9 @@ def explain_one(
             + option("estimator", "grpo")
             + "), or use compute",
         )
-    column = explicit.get("advantage_col", "advantage")
+    column = logged_advantage(frame.columns, explicit.get("advantage_col"))
+    explicit = {**explicit, "advantage_col": column}
+    frame, tokens = per_response(frame, column)
     has_logged = column in frame.columns
     # An annotated log: recompute, and show the logged values beside. The logged column is
     # left out while a dump layout picks its reward columns.
@@ -884,7 +888,7 @@ def explain_one(
     explained = explain_group(
         rows, options, plan.estimator, batch, logged, shown, gdpo, chosen, group_keys=keys.exact
     )
-    return replace(explained, warnings=resolved.warnings)
+    return replace(explained, warnings=(*resolved.warnings, *([tokens] if tokens else [])))
 
 
 def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> Message:

@@ -1,8 +1,10 @@
 """``verify``: recompute advantages and compare them with the ones a trainer logged.
 
 Agreement is per row: ``|stored - recomputed| <= tol``; two nulls (or NaNs) agree, a null
-against a number does not. A list-valued advantage (process supervision) is compared
-element by element.
+against a number does not. A list-valued advantage is compared element by element under
+process supervision; under an estimator with one advantage per response (verl's advantage
+tensor, one value per token) it is read as one value per response
+(:func:`grpo_cli.core.layouts.per_response`).
 
 When rows differ the report carries hints: a group size the log's runs of equal prompts
 contradict (``prompt runs have length 4, not --group-size 8``), and, when more than half
@@ -35,7 +37,13 @@ from grpo_cli.core.errors import (
     option,
 )
 from grpo_cli.core.expressions import collect
-from grpo_cli.core.layouts import TRL_PROMPT, once_per_generation, prompt_runs, runs_group_size
+from grpo_cli.core.layouts import (
+    TRL_PROMPT,
+    once_per_generation,
+    per_response,
+    prompt_runs,
+    runs_group_size,
+)
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.presets import get_preset
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, span_warnings
@@ -236,8 +244,12 @@ def verify_advantages(
         )
     frame, repeated = once_per_generation(frame, get_preset(preset).layout if preset else None)
     resolved = resolve(frame.drop(advantage_col), preset, {**explicit, "advantage_col": RECOMPUTED})
+    logged, tokens = frame.select(advantage_col), None
+    if resolved.estimator.unit == "response":  # one advantage per response, not per step
+        logged, tokens = per_response(logged, advantage_col)
+        is_list = False
     full, plan = annotate_frame(
-        resolved.frame.with_columns(frame[advantage_col]),
+        resolved.frame.with_columns(logged),
         resolved.options,
         resolved.engine,
         estimator=resolved.estimator,
@@ -248,6 +260,7 @@ def verify_advantages(
         (
             *resolved.warnings,
             *([repeated] if repeated else []),
+            *([tokens] if tokens else []),
             *span_warnings(full, plan),
         )
         if warn
