@@ -14,6 +14,7 @@ from grpo_cli.core.errors import Message, OptionsError
 from grpo_cli.core.layouts import apply_layout
 from grpo_cli.core.presets import PRESETS
 from grpo_cli.jobs.pipeline import annotate
+from grpo_cli.report.verify import verify_advantages
 from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script, token_dump
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
@@ -103,6 +104,17 @@ class TestVerify:
             "format_reward; weights 1, 1): give the trainer's weights with --reward-weights "
             "W1,W2 (TRL: GRPOConfig reward_weights)\n"
         )
+
+    def test_worst_groups_are_named_by_their_prompt(self, runner: CliRunner) -> None:
+        result = runner.invoke(app, ["verify", str(TRL_DIR), "--preset", "trl"])
+        assert "│   10 │           6 │ Question 1-6: what is 6 + 1? │    4 │" in result.stderr
+        log = pl.read_parquet(TRL_DIR).with_columns(pl.concat_str([pl.col("prompt")] * 3))
+        worst = verify_advantages(log, "trl", top=2).worst
+        assert worst.columns == ["step", "group_index", "prompt", "size", "max_abs_diff"]
+        assert worst["prompt"].to_list() == [
+            "Question 1-6: what is 6 + 1?Question 1-6…",
+            "Question 2-4: what is 4 + 2?Question 2-4…",
+        ]
 
     def test_a_wrong_group_size_is_diagnosed(self, runner: CliRunner) -> None:
         args = ["verify", str(TRL_DIR), "--preset", "trl", "--reward-weights", "1,0.5"]

@@ -49,6 +49,7 @@ from grpo_cli.core.presets import get_preset
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, span_warnings
 from grpo_cli.jobs.compute import annotate_frame
 from grpo_cli.jobs.pipeline import resolve
+from grpo_cli.report.explain import cut
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,9 @@ class VerifyReport:
         max_abs_diff: the largest absolute difference (inf where a null meets a number).
         rows_over: rows whose difference exceeds ``tol``.
         groups_over: groups holding at least one such row.
-        worst: the groups with the largest differences: keys, size, max_abs_diff.
+        worst: the groups with the largest differences: keys, ``prompt`` (a TRL dump's
+            positional groups: the start of their prompt, see
+            :func:`grpo_cli.report.explain.cut`), size, max_abs_diff.
         tol: the tolerance.
         options: the options the advantages were recomputed with.
         layout: the trainer dump layout the log was read as, if any.
@@ -288,14 +291,18 @@ def verify_advantages(
     )
     rows = collect(pairs.with_columns(diff))
     per_group = rows.group_by(list(keys.exact), maintain_order=True).agg(
-        size=pl.len(), max_abs_diff=pl.col("abs_diff").max()
+        *(pl.col(c).first() for c in shown_prompt),
+        size=pl.len(),
+        max_abs_diff=pl.col("abs_diff").max(),
     )
     worst = (
         per_group.filter(pl.col("max_abs_diff") > tol)
         .sort("max_abs_diff", descending=True, maintain_order=True)
         .head(top)
     )
-    worst = worst.rename({k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES})
+    worst = worst.with_columns(  # a positional group's name: its prompt, shortened
+        pl.Series(c, [cut(text) for text in worst[c]], dtype=pl.String) for c in shown_prompt
+    ).rename({k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES})
     max_diff = rows["abs_diff"].max()
     over = rows.filter(pl.col("abs_diff") > tol)
     differing = over.select(
