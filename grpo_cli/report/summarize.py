@@ -108,7 +108,9 @@ class Report:
                 + option("by", ("step",))
                 + ")",
             )
-        return {"step": self.steps, "group": self.groups, "overall": self.overall}[level]
+        if level == "group":  # built on first use only: one more grouping of the key
+            return self.groups
+        return self.steps if level == "step" else self.overall
 
 
 @dataclass(frozen=True)
