@@ -441,7 +441,7 @@ class TestTokenLevelAdvantages:
     advantage per response."""
 
     NOTE = (
-        "warning: the advantages of input row 2 differ across its tokens (-0.255586 to 0.5): "
+        "warning: input row 2's tokens differ in advantages (-0.255586 to 0.5): "
         "token-level advantages (verl's gae or optimal_token_baseline, reinforce_plus_plus "
         "with gamma < 1, or KL in the reward under reinforce_plus_plus or remax) cannot be "
         "compared per response; they are read as null"

@@ -347,7 +347,7 @@ class TestVerlDump:
         logged = [cells[4] for cells in table_rows(result.stdout)]
         want = self.FRAME["advantage"].head(4).to_list()
         assert logged == [f"{want[0]:.6g}", f"{want[1]:.6g}", "-", f"{want[3]:.6g}"]
-        assert "the advantages of input row 2 differ across its tokens" in result.stderr
+        assert "input row 2's tokens differ in advantages" in result.stderr
 
 
 class TestBackend:

@@ -299,7 +299,7 @@ def per_response(frame: pl.DataFrame, column: str) -> tuple[pl.DataFrame, str | 
     advantage tensor: one value per token) read as one float per response: the value of
     its tokens when they all agree, as an outcome estimator's do (null and NaN tokens left
     out); null when they differ or none is valid. The second value is the one-line note
-    naming the first row (from 0) whose tokens differ and how many do, or None. A column
+    naming the first row (from 0) whose tokens differ and how many responses do, or None. A column
     that is missing or not a list of numbers comes back as it is (the callers' checks name
     it)."""
     dtype = frame.schema.get(column)
@@ -318,7 +318,7 @@ def per_response(frame: pl.DataFrame, column: str) -> tuple[pl.DataFrame, str | 
     low, high = spans.row(row)
     more = f"; {count:,} responses do" if count > 1 else ""
     note = (
-        f"the {column} of input row {row} differ across its tokens ({low:g} to {high:g}{more}): "
+        f"input row {row}'s tokens differ in {column} ({low:g} to {high:g}{more}): "
         f"token-level advantages ({TOKEN_LEVEL}) cannot be compared per response; they are "
         "read as null"
     )

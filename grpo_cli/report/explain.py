@@ -845,7 +845,9 @@ def run_explain(
             or a file.
         key, row, pick: which group (exactly one; see :func:`explain_one`).
         preset, options: the computation's preset and options (the CLI's keywords,
-            ``advantage_col`` included: its logged values are shown beside).
+            ``advantage_col`` included: its logged values are shown beside, one per
+            response (:func:`grpo_cli.core.layouts.per_response`); None or absent:
+            ``advantage``, else verl's ``advantages``).
         input_format: the inputs' format when the suffixes do not say.
     """
     from grpo_cli.jobs.outputs import read_input, sources_or_stdin
