@@ -125,3 +125,22 @@ def cli_error(error: GrpoAdvError) -> tuple[str, str | None]:
     from grpo_cli.cli.params import flag_spelling
 
     return error.render(flag_spelling)
+
+
+def token_dump(folder: Path, column: str = "advantages", differ: int | None = None) -> Path:
+    """The sample verl dump in ``folder`` with its advantages as verl's tensor: ``column``, a
+    list per response of 3 tokens, each its response's advantage; with ``differ``, that
+    input row's last token is 0.5 instead (token-level advantages)."""
+    folder.mkdir()
+    offset = 0
+    for path in sorted((SAMPLE_DIR / "verl_dump").iterdir()):
+        frame = pl.read_ndjson(path)
+        tokens = pl.col("advantage").repeat_by(3)
+        if differ is not None:
+            row = pl.int_range(pl.len()) + offset == differ
+            varied = pl.concat_list(pl.col("advantage").repeat_by(2), pl.lit(0.5))
+            tokens = pl.when(row).then(varied).otherwise(tokens)
+        frame = frame.with_columns(tokens.alias("tokens")).drop("advantage")
+        frame.rename({"tokens": column}).write_ndjson(folder / path.name)
+        offset += frame.height
+    return folder

@@ -14,7 +14,8 @@ from grpo_cli.core.errors import Message, OptionsError
 from grpo_cli.core.layouts import apply_layout
 from grpo_cli.core.presets import PRESETS
 from grpo_cli.jobs.pipeline import annotate
-from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script
+from grpo_cli.report.verify import verify_advantages
+from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script, token_dump
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
 VERL_DIR = SAMPLE_DIR / "verl_dump"
@@ -103,6 +104,17 @@ class TestVerify:
             "format_reward; weights 1, 1): give the trainer's weights with --reward-weights "
             "W1,W2 (TRL: GRPOConfig reward_weights)\n"
         )
+
+    def test_worst_groups_are_named_by_their_prompt(self, runner: CliRunner) -> None:
+        result = runner.invoke(app, ["verify", str(TRL_DIR), "--preset", "trl"])
+        assert "│   10 │           6 │ Question 1-6: what is 6 + 1? │    4 │" in result.stderr
+        log = pl.read_parquet(TRL_DIR).with_columns(pl.concat_str([pl.col("prompt")] * 3))
+        worst = verify_advantages(log, "trl", top=2).worst
+        assert worst.columns == ["step", "group_index", "prompt", "size", "max_abs_diff"]
+        assert worst["prompt"].to_list() == [
+            "Question 1-6: what is 6 + 1?Question 1-6…",
+            "Question 2-4: what is 4 + 2?Question 2-4…",
+        ]
 
     def test_a_wrong_group_size_is_diagnosed(self, runner: CliRunner) -> None:
         args = ["verify", str(TRL_DIR), "--preset", "trl", "--reward-weights", "1,0.5"]
@@ -445,3 +457,41 @@ def test_verify_says_how_many_rows_it_counted_twice(runner: CliRunner, tmp_path:
     result = runner.invoke(app, ["verify", str(plain), "--preset", "verl"])
     assert result.exit_code == 0, result.stderr
     assert "repeat" not in result.stderr
+
+
+class TestTokenLevelAdvantages:
+    """verl's advantage tensor (a list per response, one value per token) is read as one
+    advantage per response."""
+
+    NOTE = (
+        "warning: input row 2's tokens differ in advantages (-0.255586 to 0.5): "
+        "token-level advantages (verl's gae or optimal_token_baseline, reinforce_plus_plus "
+        "with gamma < 1, or KL in the reward under reinforce_plus_plus or remax) cannot be "
+        "compared per response; they are read as null"
+    )
+
+    @pytest.mark.parametrize("named", [[], ["--advantage-col", "advantages"]])
+    def test_a_verl_token_tensor_agrees_with_verl(
+        self, runner: CliRunner, tmp_path: Path, named: list[str]
+    ) -> None:
+        dump = token_dump(tmp_path / "dump")
+        result = runner.invoke(app, ["verify", str(dump), "--preset", "verl", *named])
+        assert result.exit_code == 0, result.output
+        assert "rows compared         │ 72" in result.stderr
+        assert "groups over tolerance │ 0 of 18" in result.stderr
+
+    def test_a_list_advantage_column_without_preset(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        dump = token_dump(tmp_path / "dump", column="advantage")
+        args = ["verify", str(dump), "-r", "score", "-g", "step", "-g", "input", "--eps", "1e-6"]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert "agree (tolerance 1e-05)" in result.stderr
+
+    def test_tokens_that_differ_are_named(self, runner: CliRunner, tmp_path: Path) -> None:
+        dump = token_dump(tmp_path / "dump", differ=2)
+        result = runner.invoke(app, ["verify", str(dump), "--preset", "verl"])
+        assert result.exit_code == 1, result.output
+        assert result.stderr.splitlines()[0] == self.NOTE
+        assert "rows over tolerance   │ 1" in result.stderr

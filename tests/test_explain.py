@@ -14,7 +14,7 @@ from grpo_cli.cli import app
 from grpo_cli.cli.params import flag_spelling
 from grpo_cli.core.errors import InputError, as_text
 from grpo_cli.report.explain import explain_one, filled
-from tests.conftest import SAMPLE_FILES, make_log
+from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, make_log
 
 LESSON = make_log({"g1": [1.0, 0.0, 0.0, 1.0], "g2": [0.0, 0.0, 1.0, 1.0]})
 
@@ -157,3 +157,33 @@ def test_explain_annotated_log_shows_the_logged_values(runner: CliRunner, tmp_pa
     result = runner.invoke(app, ["explain", str(annotated), "--group", "g1"])
     assert result.exit_code == 0, result.output
     assert "logged" in result.output and "0.9" in result.output
+
+
+class TestOutput:
+    """explain's report is its output (stdout); its messages go to stderr, -q silences them."""
+
+    def test_the_report_on_stdout_the_warnings_on_stderr(self, runner: CliRunner) -> None:
+        args = ["explain", str(SAMPLE_DIR / "trl_completions"), "--preset", "trl", "--row", "0"]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines()[0] == "group step=10, group_index=0: 4 responses"
+        assert "warning" not in result.stdout
+        assert result.stderr == (
+            "warning: inferred --group-size 4 from runs of equal prompts (TRL num_generations)\n"
+        )
+        quiet = runner.invoke(app, [*args, "-q"])
+        assert (quiet.exit_code, quiet.stderr, quiet.stdout) == (0, "", result.stdout)
+
+    def test_a_one_response_verl_group_uses_mean_0(self, runner: CliRunner, tmp_path: Path) -> None:
+        dump = tmp_path / "dump.jsonl"
+        pl.read_ndjson(SAMPLE_DIR / "verl_dump" / "1.jsonl").slice(3).write_ndjson(dump)
+        args = ["explain", str(dump), "--preset", "verl", "--row", "0"]
+        result = runner.invoke(app, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert lines[0].endswith(": 1 response")
+        assert lines[3:5] == [
+            "  n = 1 valid reward",
+            "  mean = 0, std = 1 (singleton=verl: verl's one-response group has mean 0 and std 1)",
+        ]
+        assert "│ (0.709 - 0) / (1 + 1e-06) = 0.708999 │  0.708999 │" in result.stdout

@@ -22,7 +22,7 @@ from grpo_cli.core.columns import UID_GROUP
 from grpo_cli.core.errors import InputError
 from grpo_cli.jobs.pipeline import annotate, resolve
 from grpo_cli.report.explain import Explanation, explain_one
-from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, load_script
+from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, load_script, token_dump
 from tests.test_presets import hostile_log
 
 G = 4
@@ -104,21 +104,29 @@ def assert_reproduces_compute(explanation: Explanation, expected: list[float]) -
 
 
 class TestTrlPositionalGroups:
-    @pytest.mark.usefixtures("width_80")
     def test_cli_explains_step_and_group_index(self, runner: CliRunner, tmp_path: Path) -> None:
         folder = write_trl_folder(tmp_path)
         args = ["explain", str(folder), "--preset", "trl", "--group-size", "4"]
-        result = runner.invoke(app, [*args, "--reward-weights", "1,0.5", "--group", "2,1"])
+        wide = {"COLUMNS": "200"}  # the table in one part
+        result = runner.invoke(
+            app, [*args, "--reward-weights", "1,0.5", "--group", "2,1"], env=wide
+        )
         assert result.exit_code == 0, result.output
         assert "group step=2, group_index=1: 4 responses" in result.output
         assert "__grpo" not in result.output
         expected = compute_rows(TRL_LOG, "trl", 2, 1, group_size=4, reward_weights=WEIGHTS)
-        rows = table_rows(result.output)
-        assert [float(r[1]) for r in rows] == COMBINED_2_1
-        assert [float(r[3]) for r in rows] == [float(f"{a:.6g}") for a in expected["advantage"]]
+        # each reward function's value (a None said), then their weighted sum
+        assert "r = 1 x accuracy_reward + 0.5 x format_reward (a None counts 0)" in result.stdout
+        assert "note: row 18: format_reward is None, counted as 0 in r" in result.stdout
+        rows = table_rows(result.stdout)
+        assert [r[1:4] for r in rows] == [
+            [f"{a:g}", "None" if f is None else f"{f:g}", f"{r:g}"]
+            for a, f, r in zip(ACCURACY_2_1, FORMAT_2_1, COMBINED_2_1, strict=True)
+        ]
+        assert [float(r[5]) for r in rows] == [float(f"{a:.6g}") for a in expected["advantage"]]
         # TRL's logged float32 advantages are shown beside, not taken for a reward.
         logged = TRL_LOG.filter(pl.col("step") == 2)["advantage"][G : 2 * G]
-        assert [float(r[4]) for r in rows] == [float(f"{a:.6g}") for a in logged]
+        assert [float(r[6]) for r in rows] == [float(f"{a:.6g}") for a in logged]
 
     def test_formula_equals_compute(self) -> None:
         explicit = {"group_size": 4, "reward_weights": WEIGHTS}
@@ -327,6 +335,20 @@ class TestVerlDump:
         first = self.FRAME["uid"][0]
         assert first.rsplit("_", 2)[0] in info.value.hint and first not in info.value.hint
 
+    @pytest.mark.parametrize("named", [[], ["--advantage-col", "advantages"]])
+    def test_a_token_tensor_is_read_per_response(
+        self, runner: CliRunner, tmp_path: Path, named: list[str]
+    ) -> None:
+        dump = token_dump(tmp_path / "dump", differ=2)
+        result = runner.invoke(
+            app, ["explain", str(dump), "--preset", "verl", "--row", "0", *named]
+        )
+        assert result.exit_code == 0, result.output
+        logged = [cells[4] for cells in table_rows(result.stdout)]
+        want = self.FRAME["advantage"].head(4).to_list()
+        assert logged == [f"{want[0]:.6g}", f"{want[1]:.6g}", "-", f"{want[3]:.6g}"]
+        assert "input row 2's tokens differ in advantages" in result.stderr
+
 
 class TestBackend:
     @pytest.mark.parametrize("estimator", ["grpo", "batch_std", "reinforce_pp_baseline"])
@@ -347,7 +369,8 @@ class TestBackend:
 
 class TestOptions:
     # compute's options that explain leaves out: where the output goes and how the
-    # arithmetic runs, none of which changes a group's rows or its rewards.
+    # arithmetic runs, none of which changes a group's rows or its rewards (explain's
+    # output is its report, on stdout; --quiet silences its warnings as compute's).
     LEFT_OUT: ClassVar[set[str]] = {
         "output",
         "output_format",
@@ -357,7 +380,6 @@ class TestOptions:
         "out_dir",
         "low_memory",
         "force",
-        "quiet",
         "backend",
         "device",
         "ray_address",

@@ -84,7 +84,7 @@ class TestPrefix:
         result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--group", "alphab"])
         assert result.exit_code == 0, result.output
         assert lines(result.output)[:2] == [
-            "group prompt_id=alphabet: 1 responses",
+            "group prompt_id=alphabet: 1 response",
             "  --group 'alphab': the only group whose key starts that way",
         ]
 
@@ -337,10 +337,10 @@ class TestCompositeKeys:
         args = ["explain", str(path), "-g", "step", "-g", "prompt"]
         result = runner.invoke(app, [*args, "--group", "step=2", "--group", "prompt=a, b"])
         assert result.exit_code == 0, result.output
-        assert lines(result.output)[0] == "group step=2, prompt=a, b: 1 responses"
+        assert lines(result.output)[0] == "group step=2, prompt=a, b: 1 response"
         old = runner.invoke(app, [*args, "--group", "2,c"])  # the comma form still works
         assert old.exit_code == 0, old.output
-        assert lines(old.output)[0] == "group step=2, prompt=c: 1 responses"
+        assert lines(old.output)[0] == "group step=2, prompt=c: 1 response"
 
     def test_the_comma_form_cannot_hold_commas(self) -> None:
         with pytest.raises(InputError) as info:
@@ -440,9 +440,9 @@ class TestTable:
             app, ["explain", str(log_csv), *POOLED, "--pick", "worst"], env={"COLUMNS": str(width)}
         )
         assert result.exit_code == 0, result.output
-        boxed = [line for line in result.stderr.splitlines() if line[:1] in "┏┃┡│└"]
+        boxed = [line for line in result.stdout.splitlines() if line[:1] in "┏┃┡│└"]
         assert boxed and all(cell_len(line) <= width for line in boxed)
-        words = result.stderr.split()
+        words = result.stdout.split()
         assert {"4", "5", "9", "1.1547", "-0.57735"} <= set(words)
 
 
@@ -478,4 +478,4 @@ class TestStepLedKeys:
         ]
         named = runner.invoke(app, ["explain", str(log_csv), "--group", "3,gamma"])
         assert named.exit_code == 0, named.output
-        assert lines(named.output)[0] == "group step=3, prompt_id=gamma: 1 responses"
+        assert lines(named.output)[0] == "group step=3, prompt_id=gamma: 1 response"

@@ -31,7 +31,7 @@ from grpo_cli.report.plot import (
     zero_std_top,
 )
 from grpo_cli.report.summarize import Report, summarize
-from tests.conftest import SAMPLE_FILES
+from tests.conftest import SAMPLE_DIR, SAMPLE_FILES
 
 FLAT_SHARE = 4 / 1000  # one flat group of 4 among the 1000 responses of step 3
 
@@ -263,6 +263,28 @@ class TestDefaultOutput:
         for sources in (["-"], [str(gz), str(gz)], [str(tmp_path / "*.jsonl.gz")]):
             with pytest.raises(OptionsError, match="needs -o PATH"):
                 default_plot_path(sources)
+
+    def test_a_folder_given_relative_is_named_relative(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        (tmp_path / "logs").mkdir()
+        monkeypatch.chdir(tmp_path)
+        assert default_plot_path(["logs/"]) == Path("logs.report.png")
+        monkeypatch.chdir(tmp_path / "logs")
+        assert default_plot_path(["."]) == Path("../logs.report.png")
+
+    def test_a_trl_dump_warns_of_the_inferred_group_size(
+        self, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plt: Any
+    ) -> None:
+        shutil.copytree(SAMPLE_DIR / "trl_completions", tmp_path / "trl")
+        monkeypatch.chdir(tmp_path)
+        result = runner.invoke(app, ["plot", "trl", "--preset", "trl"])
+        assert result.exit_code == 0, result.output
+        assert result.stderr.splitlines() == [
+            "warning: inferred --group-size 4 from runs of equal prompts (TRL num_generations)",
+            "dashboard written to trl.report.png",
+        ]
+        assert (tmp_path / "trl.report.png").read_bytes().startswith(b"\x89PNG")
 
     @pytest.mark.parametrize("args", [[], ["-"]], ids=["piped", "dash"])
     def test_standard_input_needs_o(self, runner: CliRunner, args: list[str]) -> None:

@@ -53,6 +53,15 @@ def test_verify_worst_groups_right_aligns_numbers() -> None:
     assert result.exit_code == 1  # trl-none is not how this log was made
     lines = result.stderr.splitlines()
     header = next(i for i, line in enumerate(lines) if "┃ step ┃" in line)
-    assert lines[header] == "┃ step ┃ group_index ┃ size ┃ max_abs_diff ┃"
-    assert lines[header + 2] == "│   10 │           0 │    4 │        1.124 │"
-    assert lines[header + 3] == "│   20 │           0 │    4 │       0.7862 │"
+    assert (
+        lines[header]
+        == "┃ step ┃ group_index ┃ prompt                       ┃ size ┃ max_abs_diff ┃"
+    )
+    assert (
+        lines[header + 2]
+        == "│   10 │           0 │ Question 1-0: what is 0 + 1? │    4 │        1.124 │"
+    )
+    assert (
+        lines[header + 3]
+        == "│   20 │           0 │ Question 2-0: what is 0 + 2? │    4 │       0.7862 │"
+    )

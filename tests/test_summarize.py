@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from grpo_cli.cli import app
 from grpo_cli.core.errors import InputError, OptionsError
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.report.summarize import histogram, summarize
-from tests.conftest import SAMPLE_FILES
+from tests.conftest import SAMPLE_FILES, token_dump
 
 
 def two_step_log() -> pl.DataFrame:
@@ -330,6 +331,32 @@ class TestTrainerNames:
         assert "critic/advantages/mean" not in row and "advantage_mean" in row
         logged = pl.read_ndjson(f"{dump}/*.jsonl")["advantage"]
         assert row["critic/advantages/min"] == pytest.approx(logged.min(), rel=1e-12)
+
+    def test_a_verl_token_tensor_is_one_advantage_per_response(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        logged = pl.read_ndjson(SAMPLE_FILES["csv"].parent / "verl_dump" / "*.jsonl")["advantage"]
+        dump = token_dump(tmp_path / "dump")
+        row = _overall(runner, str(dump), "--preset", "verl")
+        assert row["critic/advantages/max"] == pytest.approx(logged.max(), rel=1e-12)
+        assert row["advantage_mean"] == pytest.approx(logged.mean(), abs=1e-15)
+        varied = token_dump(tmp_path / "varied", differ=int(logged.arg_max() or 0))
+        row = _overall(runner, str(varied), "--preset", "verl")
+        assert row["critic/advantages/max"] == pytest.approx(logged.sort()[-2], rel=1e-12)
+        result = runner.invoke(app, ["summarize", str(varied), "--preset", "verl"])
+        assert result.exit_code == 0, result.output
+        assert "token-level advantages (verl's gae" in result.stderr
+
+    def test_the_step_and_overall_tables_build_no_group_table(self) -> None:
+        """``summarize -o`` writes the step table: the group table (one more grouping of
+        the key, 45% more memory on 3M rows) is built for ``--level group`` only."""
+
+        def no_group_table() -> pl.DataFrame:
+            raise AssertionError("the group table was built")
+
+        report = replace(summarize(two_step_log(), AdvantageOptions()), group_rows=no_group_table)
+        assert report.table("step")["responses"].to_list() == [6, 4]
+        assert report.table("overall")["responses"].to_list() == [10]
 
     def test_step_level_reward_extremes(self) -> None:
         report = summarize(two_step_log(), AdvantageOptions())

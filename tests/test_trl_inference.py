@@ -158,13 +158,13 @@ class TestVerifyAndCompute:
         args = ["explain", str(TRL_DIR), "--preset", "trl", "--reward-weights", "1,0.5"]
         result = runner.invoke(app, [*args, "--row", "5"])
         assert result.exit_code == 0, result.stderr
-        first, second = result.stderr.splitlines()[:2]
-        assert first == f"warning: {INFERRED_4}"
-        assert second.startswith("group step=") and second.endswith(": 4 responses")
+        assert result.stderr == f"warning: {INFERRED_4}\n"  # the report is on stdout
+        first = result.stdout.splitlines()[0]
+        assert first.startswith("group step=") and first.endswith(": 4 responses")
         given = runner.invoke(app, [*args, "--row", "5", "--group-size", "4"])
         assert given.exit_code == 0, given.stderr
-        assert "warning" not in given.stderr
-        assert given.stderr.splitlines()[1:] == result.stderr.splitlines()[2:]
+        assert given.stderr == ""
+        assert given.stdout.splitlines()[1:] == result.stdout.splitlines()[1:]
 
     def test_cli_names_the_broken_run(self, runner: CliRunner, tmp_path: Path) -> None:
         path = tmp_path / "completions_00001.parquet"

@@ -10,6 +10,7 @@ from grpo_cli.cli.params import (
     InputFormat,
     PolicyParams,
     Preset,
+    Quiet,
     Sources,
     flag_spelling,
     policy_options,
@@ -73,21 +74,25 @@ def explain_cmd(
     *,
     policy: PolicyParams,
     advantage_col: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--advantage-col",
             metavar="COL",
-            help="The advantage column of an annotated log (its values are shown beside).",
+            help="The advantage column of an annotated log (its values are shown beside). "
+            "Default: advantage, else advantages (verl).",
+            show_default=False,
         ),
-    ] = "advantage",
+    ] = None,
+    quiet: Quiet = False,
 ) -> None:
     """Show one group's advantages with the formula filled in.
 
     Prints the rewards, n, mean, the std (ddof stated), eps, and each response's
     advantage as the formula with numbers, for the chosen estimator or preset, beside its
-    input row (and its step and the start of its text, when the log has them).
+    input row (and its step and the start of its text, when the log has them), on
+    standard output; warnings go to standard error.
     """
-    from grpo_cli.cli.render import render_explanation, stderr_console
+    from grpo_cli.cli.render import PipeConsole, print_warning, render_explanation, stderr_console
     from grpo_cli.report.explain import run_explain
 
     explanation = run_explain(
@@ -99,4 +104,8 @@ def explain_cmd(
         options={**policy.explicit(), "advantage_col": advantage_col},
         input_format=input_format,
     )
-    render_explanation(stderr_console(), explanation, flag_spelling)
+    if not quiet:
+        console = stderr_console()
+        for warning in explanation.warnings:
+            print_warning(console, warning, flag_spelling)
+    render_explanation(PipeConsole(highlight=False, soft_wrap=True), explanation, flag_spelling)

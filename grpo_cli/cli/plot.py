@@ -71,7 +71,7 @@ def plot_cmd(
     PNG, SVG, PDF or HTML (the figure and the tables); without -o, <stem>.report.png
     beside the input. Needs the plot extra: pip install 'grpo-adv[plot]'.
     """
-    from grpo_cli.cli.render import stderr_console
+    from grpo_cli.cli.render import print_warning, stderr_console
     from grpo_cli.report.plot import run_plot
 
     result = run_plot(
@@ -87,4 +87,7 @@ def plot_cmd(
         spell=flag_spelling,
     )
     if not quiet:
-        stderr_console().print(f"dashboard written to {result.path}")
+        console = stderr_console()
+        for warning in result.report.warnings:
+            print_warning(console, warning, flag_spelling)
+        console.print(f"dashboard written to {result.path}")

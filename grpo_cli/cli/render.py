@@ -674,13 +674,13 @@ def _value(value: object) -> str:
 def render_explanation(console: Console, e: Explanation, spell: Spelling) -> None:
     """One group, the formula filled in for every response (a table that fits the console,
     its formulas and texts wrapped on whitespace, the ``row`` column repeated if it must be
-    split): each response's input row, its step and the start of its text when the log
-    has them."""
+    split): each response's input row, its step, each summed reward column's value (None
+    said) and the start of its text when the log has them. The warnings are the caller's
+    to print (on stderr)."""
     o = e.options
-    for warning in e.warnings:
-        print_warning(console, warning, spell)
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
-    console.print(f"[bold]group {_escape(key)}[/]: {e.size:,} responses", emoji=False)
+    responses = "response" if e.size == 1 else "responses"
+    console.print(f"[bold]group {_escape(key)}[/]: {e.size:,} {responses}", emoji=False)
     if e.chosen:
         console.print(f"  {_escape(as_text(e.chosen).render(spell))}", emoji=False)
     console.print(
@@ -699,6 +699,7 @@ def render_explanation(console: Console, e: Explanation, spell: Spelling) -> Non
     columns = [TableColumn("row" if numbered else "#", justify="right")]
     if e.step_col:
         columns.append(TableColumn(e.step_col, justify="right"))
+    columns += [TableColumn(c, justify="right") for c in e.reward_cols]
     columns += [
         TableColumn("reward", justify="right"),
         TableColumn("with the numbers", wrap=True),
@@ -719,6 +720,7 @@ def render_explanation(console: Console, e: Explanation, spell: Spelling) -> Non
         cells = [str(row.row if numbered else i)]
         if e.step_col:
             cells.append("-" if row.step is None else _escape(str(row.step)))
+        cells += ["None" if v is None else _num(v, 6) for v in row.parts]
         cells += [_num(row.reward, 6), _escape(formula), _num(row.advantage, 6)]
         if e.logged:
             cells.append(_num(row.logged, 6))

@@ -286,3 +286,41 @@ def once_per_generation(
         "once"
     )
     return frame.filter(~pl.col("step").is_in(repeated)), warning
+
+
+# verl's estimators whose advantages vary along a response (see per_response).
+TOKEN_LEVEL: Final = (
+    "verl's gae or optimal_token_baseline, reinforce_plus_plus with gamma < 1, or KL in the "
+    "reward under reinforce_plus_plus or remax"
+)
+
+
+def per_response(frame: pl.DataFrame, column: str) -> tuple[pl.DataFrame, str | None]:
+    """``frame`` with a logged advantage ``column`` of one list per response (verl's
+    advantage tensor: one value per token) read as one float per response: the value of
+    its tokens when they all agree, as an outcome estimator's do (null and NaN tokens left
+    out); null when they differ or none is valid. The second value is the one-line note
+    naming the first row (from 0) whose tokens differ and how many responses do, or None. A column
+    that is missing or not a list of numbers comes back as it is (the callers' checks name
+    it)."""
+    dtype = frame.schema.get(column)
+    if not (isinstance(dtype, pl.List) and dtype.inner.is_numeric()):
+        return frame, None
+    spans = frame.select(
+        low=pl.col(column).list.min().cast(pl.Float64),
+        high=pl.col(column).list.max().cast(pl.Float64),
+    )
+    varies = spans["low"] != spans["high"]
+    frame = frame.with_columns(pl.when(~varies).then(spans["low"]).alias(column))
+    count = int(varies.sum())
+    if not count:
+        return frame, None
+    row = int(varies.arg_true()[0])
+    low, high = spans.row(row)
+    more = f"; {count:,} responses do" if count > 1 else ""
+    note = (
+        f"input row {row}'s tokens differ in {column} ({low:g} to {high:g}{more}): "
+        f"token-level advantages ({TOKEN_LEVEL}) cannot be compared per response; they are "
+        "read as null"
+    )
+    return frame, note

@@ -105,6 +105,7 @@ class ExplainedRow:
     row: int | None = None  # the response's row in the input, from 0
     step: Any = None  # its step (when the log has a step column)
     text: str | None = None  # the start of its text (when the log has one, see TEXT_COLS)
+    parts: tuple[float | None, ...] = ()  # each summed reward column's value (reward_cols)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ class Explanation:
     text_col: str | None = None  # the log's text column, shown cut per response
     chosen: Message | None = None  # how the group was found, when not by its whole key
     warnings: tuple[Message, ...] = ()  # what reading the log inferred (a TRL group size)
+    reward_cols: tuple[str, ...] = ()  # the reward columns summed into r, when several
 
 
 def check_choice(
@@ -482,11 +484,11 @@ def explain_group(
         if mean is not None and n > ddof
         else None
     )
+    if options.singleton == "verl" and n == 1:  # verl's one-response group: mean 0, std 1
+        mean, var = 0.0, 1.0
     std = math.sqrt(var) if var is not None else None
-    steps = _steps(valid, n, mean, var, std, ddof)
+    steps = _steps(valid, n, mean, var, std, ddof, options.singleton)
     notes: list[str] = []
-    if options.singleton == "verl" and n == 1:
-        notes.append("singleton=verl: a one-reward group has mean 0 and std 1")
     if gdpo is not None:
         # GDPO: no zero-variance rule on the summed reward (each reward is z-scored alone).
         constant = False
@@ -517,9 +519,23 @@ def explain_group(
     step_values = group_rows[step_col].to_list() if step_col else [None] * size
     text_col = next((c for c in TEXT_COLS if c in group_rows.columns), None)
     texts = [cut(v) for v in group_rows[text_col].to_list()] if text_col else [None] * size
+    summed = options.reward_cols if len(options.reward_cols) > 1 and gdpo is None else ()
+    parts = _parts(group_rows, summed)
+    if summed:
+        terms = " + ".join(f"{fmt(w)} x {c}" for w, c in zip(options.weights, summed, strict=True))
+        steps = (f"r = {terms} (a None counts 0)", *steps)
+        notes += _none_notes(summed, parts, numbers)
     rows = []
-    for reward, advantage, was, (formula, value), number, step, text in zip(
-        rewards, advantages, logged_values, formulas, numbers, step_values, texts, strict=True
+    for reward, advantage, was, (formula, value), number, step, text, part in zip(
+        rewards,
+        advantages,
+        logged_values,
+        formulas,
+        numbers,
+        step_values,
+        texts,
+        parts,
+        strict=True,
     ):
         policy = _policy(reward, n, constant, options)
         if policy is None and value is not None and clips_final and options.clip is not None:
@@ -527,7 +543,7 @@ def explain_group(
             if value < lo or value > hi:
                 policy = f"clipped to [{fmt(lo)}, {fmt(hi)}]"
         rows.append(
-            ExplainedRow(reward, formula, value, advantage, policy, was, number, step, text)
+            ExplainedRow(reward, formula, value, advantage, policy, was, number, step, text, part)
         )
     return Explanation(
         key=key,
@@ -546,7 +562,33 @@ def explain_group(
         step_col=step_col,
         text_col=text_col,
         chosen=chosen,
+        reward_cols=summed,
     )
+
+
+def _parts(group_rows: pl.DataFrame, columns: tuple[str, ...]) -> list[tuple[float | None, ...]]:
+    """Each row's value of each of ``columns`` as a float (None for null or NaN, whatever
+    the null policy makes of it); empty tuples without columns."""
+    if not columns:
+        return [()] * group_rows.height
+    return [
+        tuple(_float(v) for v in values)
+        for values in group_rows.select(reward_expr(c) for c in columns).iter_rows()
+    ]
+
+
+def _none_notes(
+    columns: tuple[str, ...], parts: list[tuple[float | None, ...]], numbers: list[Any]
+) -> list[str]:
+    """One note per row where some but not all of the summed ``columns`` are None (a row
+    where all are has no reward: its policy says so)."""
+    notes = []
+    for i, (values, number) in enumerate(zip(parts, numbers, strict=True)):
+        missing = [c for c, v in zip(columns, values, strict=True) if v is None]
+        if missing and len(missing) < len(columns):
+            where = f"row {number}" if number is not None else f"response {i}"
+            notes.append(f"{where}: {', '.join(missing)} is None, counted as 0 in r")
+    return notes
 
 
 def _float(value: Any) -> float | None:
@@ -557,12 +599,24 @@ def _float(value: Any) -> float | None:
 
 
 def _steps(
-    valid: list[float], n: int, mean: float | None, var: float | None, std: float | None, ddof: int
+    valid: list[float],
+    n: int,
+    mean: float | None,
+    var: float | None,
+    std: float | None,
+    ddof: int,
+    singleton: str,
 ) -> tuple[str, ...]:
     if n == 0:
         return ("no valid reward in this group",)
+    if n == 1 and singleton == "verl":
+        return (
+            "n = 1 valid reward",
+            "mean = 0, std = 1 (singleton=verl: verl's one-response group has mean 0 and std 1)",
+        )
     shown = signed_sum(valid) if n <= 16 else f"... ({n} values)"
-    lines = [f"n = {n} valid rewards", f"mean = ({shown}) / {n} = {fmt(mean)}"]
+    plural = "" if n == 1 else "s"
+    lines = [f"n = {n} valid reward{plural}", f"mean = ({shown}) / {n} = {fmt(mean)}"]
     if var is None:
         lines.append(f"std (ddof={ddof}) is undefined with n = {n}")
     else:
@@ -791,7 +845,9 @@ def run_explain(
             or a file.
         key, row, pick: which group (exactly one; see :func:`explain_one`).
         preset, options: the computation's preset and options (the CLI's keywords,
-            ``advantage_col`` included: its logged values are shown beside).
+            ``advantage_col`` included: its logged values are shown beside, one per
+            response (:func:`grpo_cli.core.layouts.per_response`); None or absent:
+            ``advantage``, else verl's ``advantages``).
         input_format: the inputs' format when the suffixes do not say.
     """
     from grpo_cli.jobs.outputs import read_input, sources_or_stdin
@@ -823,7 +879,9 @@ def explain_one(
     verl dump's uid-derived key column (the uid without its session and index parts) is
     named ``uid``. ``backend`` and ``device`` are ignored: explain computes with Polars.
     """
+    from grpo_cli.core.columns import logged_advantage
     from grpo_cli.core.estimators import get_estimator
+    from grpo_cli.core.layouts import per_response
     from grpo_cli.core.presets import merge_options
     from grpo_cli.core.run_summary import check_batch_spans
     from grpo_cli.jobs.compute import annotate_frame
@@ -843,7 +901,9 @@ def explain_one(
             + option("estimator", "grpo")
             + "), or use compute",
         )
-    column = explicit.get("advantage_col", "advantage")
+    column = logged_advantage(frame.columns, explicit.get("advantage_col"))
+    explicit = {**explicit, "advantage_col": column}
+    frame, tokens = per_response(frame, column)
     has_logged = column in frame.columns
     # An annotated log: recompute, and show the logged values beside. The logged column is
     # left out while a dump layout picks its reward columns.
@@ -884,7 +944,7 @@ def explain_one(
     explained = explain_group(
         rows, options, plan.estimator, batch, logged, shown, gdpo, chosen, group_keys=keys.exact
     )
-    return replace(explained, warnings=resolved.warnings)
+    return replace(explained, warnings=(*resolved.warnings, *([tokens] if tokens else [])))
 
 
 def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> Message:

@@ -26,6 +26,7 @@ import contextlib
 import html
 import io
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,7 +148,8 @@ def check_plot_path(path: Path) -> str:
 def default_plot_path(sources: Sequence[str]) -> Path:
     """Where ``plot`` without ``-o`` writes: ``<stem>.report.png`` beside the one input
     (``runs/r.adv.parquet`` -> ``runs/r.adv.report.png``; a compression suffix goes too:
-    ``r.jsonl.gz`` -> ``r.report.png``; a folder ``runs/logs`` -> ``runs/logs.report.png``).
+    ``r.jsonl.gz`` -> ``r.report.png``; a folder ``runs/logs`` -> ``runs/logs.report.png``,
+    ``.`` -> ``../<its name>.report.png``: relative unless the input was absolute).
     Standard input, a glob or several inputs have no such name: an OptionsError asks for
     ``-o``."""
     from grpo_cli.io.formats import uncompressed_name
@@ -158,9 +160,11 @@ def default_plot_path(sources: Sequence[str]) -> Path:
             hint="give -o report.png (or .svg, .pdf, .html)",
         )
     source = Path(sources[0])
-    if source.is_dir():
-        return source.resolve().with_name(source.resolve().name + DEFAULT_SUFFIX)
-    return source.with_name(uncompressed_name(source).stem + DEFAULT_SUFFIX)
+    if not source.is_dir():
+        return source.with_name(uncompressed_name(source).stem + DEFAULT_SUFFIX)
+    folder = source.resolve()  # "." and ".." have no name of their own
+    path = folder.with_name(folder.name + DEFAULT_SUFFIX)
+    return path if source.is_absolute() else Path(os.path.relpath(path))
 
 
 def dashboard_title(

@@ -108,7 +108,9 @@ class Report:
                 + option("by", ("step",))
                 + ")",
             )
-        return {"step": self.steps, "group": self.groups, "overall": self.overall}[level]
+        if level == "group":  # built on first use only: one more grouping of the key
+            return self.groups
+        return self.steps if level == "step" else self.overall
 
 
 @dataclass(frozen=True)
@@ -195,24 +197,25 @@ def read_report(
     """Read the inputs and build their report (``summarize`` and ``plot``): the preset and
     the explicit options resolved on the log, a dump logged once per generation read once
     (:func:`grpo_cli.core.layouts.once_per_generation`), the advantage column detected when
-    ``explicit`` names none (:func:`grpo_cli.core.columns.logged_advantage`)."""
+    ``explicit`` names none (:func:`grpo_cli.core.columns.logged_advantage`) and read as one
+    value per response (:func:`grpo_cli.core.layouts.per_response`)."""
     from grpo_cli.core.columns import logged_advantage
-    from grpo_cli.core.layouts import once_per_generation
+    from grpo_cli.core.layouts import once_per_generation, per_response
     from grpo_cli.core.presets import get_preset
     from grpo_cli.jobs.outputs import read_input
     from grpo_cli.jobs.pipeline import resolve
 
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     log = read_input(sources, input_format, key_cols)
-    given = explicit.get("advantage_col")
-    fields = {**explicit, "advantage_col": logged_advantage(log.frame.columns, given)}
+    column = logged_advantage(log.frame.columns, explicit.get("advantage_col"))
+    frame, tokens = per_response(log.frame, column)
     layout = get_preset(preset).layout if preset else None
-    frame, repeated = once_per_generation(log.frame, layout)
-    resolved = resolve(frame, preset, fields)
+    frame, repeated = once_per_generation(frame, layout)
+    resolved = resolve(frame, preset, {**explicit, "advantage_col": column})
     report = summarize(
         resolved.frame, resolved.options, tuple(by) if by else None, estimator=resolved.estimator
     )
-    once = [repeated] if repeated else []
+    once = [note for note in (tokens, repeated) if note]
     return replace(report, warnings=(*resolved.warnings, *once, *report.warnings))
 
 

@@ -1,8 +1,10 @@
 """``verify``: recompute advantages and compare them with the ones a trainer logged.
 
 Agreement is per row: ``|stored - recomputed| <= tol``; two nulls (or NaNs) agree, a null
-against a number does not. A list-valued advantage (process supervision) is compared
-element by element.
+against a number does not. A list-valued advantage is compared element by element under
+process supervision; under an estimator with one advantage per response (verl's advantage
+tensor, one value per token) it is read as one value per response
+(:func:`grpo_cli.core.layouts.per_response`).
 
 When rows differ the report carries hints: a group size the log's runs of equal prompts
 contradict (``prompt runs have length 4, not --group-size 8``), and, when more than half
@@ -35,12 +37,19 @@ from grpo_cli.core.errors import (
     option,
 )
 from grpo_cli.core.expressions import collect
-from grpo_cli.core.layouts import TRL_PROMPT, once_per_generation, prompt_runs, runs_group_size
+from grpo_cli.core.layouts import (
+    TRL_PROMPT,
+    once_per_generation,
+    per_response,
+    prompt_runs,
+    runs_group_size,
+)
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.presets import get_preset
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, span_warnings
 from grpo_cli.jobs.compute import annotate_frame
 from grpo_cli.jobs.pipeline import resolve
+from grpo_cli.report.explain import cut
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,9 @@ class VerifyReport:
         max_abs_diff: the largest absolute difference (inf where a null meets a number).
         rows_over: rows whose difference exceeds ``tol``.
         groups_over: groups holding at least one such row.
-        worst: the groups with the largest differences: keys, size, max_abs_diff.
+        worst: the groups with the largest differences: keys, ``prompt`` (a TRL dump's
+            positional groups: the start of their prompt, see
+            :func:`grpo_cli.report.explain.cut`), size, max_abs_diff.
         tol: the tolerance.
         options: the options the advantages were recomputed with.
         layout: the trainer dump layout the log was read as, if any.
@@ -236,8 +247,12 @@ def verify_advantages(
         )
     frame, repeated = once_per_generation(frame, get_preset(preset).layout if preset else None)
     resolved = resolve(frame.drop(advantage_col), preset, {**explicit, "advantage_col": RECOMPUTED})
+    logged, tokens = frame.select(advantage_col), None
+    if resolved.estimator.unit == "response":  # one advantage per response, not per step
+        logged, tokens = per_response(logged, advantage_col)
+        is_list = False
     full, plan = annotate_frame(
-        resolved.frame.with_columns(frame[advantage_col]),
+        resolved.frame.with_columns(logged),
         resolved.options,
         resolved.engine,
         estimator=resolved.estimator,
@@ -248,6 +263,7 @@ def verify_advantages(
         (
             *resolved.warnings,
             *([repeated] if repeated else []),
+            *([tokens] if tokens else []),
             *span_warnings(full, plan),
         )
         if warn
@@ -275,14 +291,18 @@ def verify_advantages(
     )
     rows = collect(pairs.with_columns(diff))
     per_group = rows.group_by(list(keys.exact), maintain_order=True).agg(
-        size=pl.len(), max_abs_diff=pl.col("abs_diff").max()
+        *(pl.col(c).first() for c in shown_prompt),
+        size=pl.len(),
+        max_abs_diff=pl.col("abs_diff").max(),
     )
     worst = (
         per_group.filter(pl.col("max_abs_diff") > tol)
         .sort("max_abs_diff", descending=True, maintain_order=True)
         .head(top)
     )
-    worst = worst.rename({k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES})
+    worst = worst.with_columns(  # a positional group's name: its prompt, shortened
+        pl.Series(c, [cut(text) for text in worst[c]], dtype=pl.String) for c in shown_prompt
+    ).rename({k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES})
     max_diff = rows["abs_diff"].max()
     over = rows.filter(pl.col("abs_diff") > tol)
     differing = over.select(
