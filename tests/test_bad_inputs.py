@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from grpo_cli.cli import app
 from grpo_cli.core.errors import GrpoAdvError
 from grpo_cli.io.read import read_rewards
-from tests.bad_inputs.corpus import GOOD_JSONL, Case, cases
+from tests.bad_inputs.corpus import GOOD_JSONL, Case, cases, kind_cases
 from tests.conftest import ROOT, SAMPLE_FILES
 
 CASES = cases()
@@ -30,7 +30,7 @@ def _leftovers(folder: Path, keep: set[str]) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name not in keep)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", [*CASES, *kind_cases()], ids=lambda case: case.name)
 def test_corpus_case(
     case: Case, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -403,7 +403,7 @@ def _run_frame(
         summary_path,
         tuple(path for path, _ in targets.values() if path is not None),
         lambda: result.run,
-        lambda: result.warnings,
+        lambda: (*log.warnings, *result.warnings),
     )
 
 

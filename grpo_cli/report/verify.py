@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -154,6 +154,7 @@ def run_verify(
         warn=warnings,
         **explicit,
     )
+    report = replace(report, warnings=(*log.warnings, *report.warnings))
     if diff_path is None:
         return VerifyResult(report, log.source)
     to_stdout = str(diff_path) == "-"
