@@ -161,12 +161,23 @@ def test_default_output_path() -> None:
     assert default_output_path(Path("r.csv"), "csv", "parquet") == Path("r.adv.parquet")
     assert default_output_path(Path("r.log"), "jsonl", "jsonl") == Path("r.adv.jsonl")
     assert default_output_path(Path("rewards"), "csv", "csv") == Path("rewards.adv.csv")
+    assert default_output_path(Path("r.jsonl.gz"), "jsonl", "jsonl") == Path("r.adv.jsonl.gz")
+    assert default_output_path(Path("r.csv.zst"), "csv", "jsonl") == Path("r.adv.jsonl.zst")
+    assert default_output_path(Path("r.csv.zst"), "csv", "parquet") == Path("r.adv.parquet")
 
 
 def test_output_format_for() -> None:
     assert output_format_for(Path("o.parquet"), None, "csv") == "parquet"
-    assert output_format_for(Path("o.out"), None, "csv") == "csv"
+    assert output_format_for(Path("out"), None, "csv") == "csv"
+    assert output_format_for(Path("out.gz"), None, "jsonl") == "jsonl"
     assert output_format_for(Path("o.out"), "jsonl", "csv") == "jsonl"
+    with pytest.raises(OptionsError) as info:
+        output_format_for(Path("o.xlsx"), None, "csv")
+    assert cli_error(info.value) == (
+        "cannot tell the output format of o.xlsx",
+        "end the file name with .parquet, .csv, .jsonl or .json, or name the format with "
+        "--output-format",
+    )
     with pytest.raises(OptionsError) as info:
         output_format_for(Path("o.csv"), "parquet", "csv")
     assert cli_error(info.value)[0] == "--output-format parquet does not match the suffix of o.csv"

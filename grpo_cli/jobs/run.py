@@ -199,7 +199,7 @@ def run_job(
     if summary_path is not None and io != "dataset":  # a dataset engine writes a folder
         from grpo_cli.io.formats import table_format
 
-        table_format(summary_path, summary_format)
+        table_format(summary_path, summary_format, option("summary_format"))
     if replace and io != "frame":
         raise OptionsError(
             option("replace", True)

@@ -140,7 +140,7 @@ def run_verify(
     sources = sources_or_stdin([str(source) for source in inputs])
     diff_path = None if diff_out is None else Path(diff_out)
     if diff_path is not None:
-        table_format(diff_path, None)  # before any input is read
+        table_format(diff_path, flag=None)  # before any input is read (verify has no format option)
     explicit = dict(options or {})
     refuse_file_engines(explicit.get("backend"), "verify")
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
