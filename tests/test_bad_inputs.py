@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from grpo_cli.cli import app
 from grpo_cli.core.errors import GrpoAdvError
 from grpo_cli.io.read import read_rewards
-from tests.bad_inputs.corpus import GOOD_JSONL, Case, cases
+from tests.bad_inputs.corpus import GOOD_JSONL, JSONL_ADVANTAGES, Case, cases, kind_cases
 from tests.conftest import ROOT, SAMPLE_FILES
 
 CASES = cases()
@@ -30,7 +30,7 @@ def _leftovers(folder: Path, keep: set[str]) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name not in keep)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", [*CASES, *kind_cases()], ids=lambda case: case.name)
 def test_corpus_case(
     case: Case, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,14 +113,19 @@ class TestFilesystem:
         assert result.exit_code == 0, result.stderr
         assert result.stdout.count("advantage") == 3  # JSONL out, one object per row
 
-    def test_compressed_input_gets_a_plain_default_output(
+    def test_compressed_input_gets_a_compressed_default_output(
         self, runner: CliRunner, tmp_path: Path
     ) -> None:
         source = tmp_path / "r.jsonl.gz"
         source.write_bytes(gzip.compress(GOOD_JSONL))
         result = runner.invoke(app, ["compute", str(source), "-q"])
         assert result.exit_code == 0, result.stderr
-        assert pl.read_ndjson(tmp_path / "r.adv.jsonl").height == 3
+        written = (tmp_path / "r.adv.jsonl.gz").read_bytes()
+        assert written[:2] == b"\x1f\x8b"  # gzip's magic bytes
+        plain = runner.invoke(app, ["compute", "-", "-q"], input=GOOD_JSONL)
+        assert gzip.decompress(written).decode() == plain.stdout
+        advantages = read_rewards(tmp_path / "r.adv.jsonl.gz").frame["advantage"]
+        assert advantages.to_list() == pytest.approx(JSONL_ADVANTAGES, rel=1e-12)
 
     def test_markup_in_messages_is_printed_as_is(self, runner: CliRunner, tmp_path: Path) -> None:
         result = runner.invoke(

@@ -161,6 +161,18 @@ class TestVerify:
         forced = runner.invoke(app, [*args, "--force"])
         assert (forced.exit_code, forced.stderr) == (1, "")
 
+    def test_diff_out_with_an_unknown_suffix_names_the_suffixes_only(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "diff.txt"
+        result = runner.invoke(app, ["verify", str(TRL_DIR), "--diff-out", str(out)])
+        assert result.exit_code == 2
+        assert result.stderr.splitlines() == [  # verify has no --output-format to suggest
+            f"error: cannot tell the table format of {out}",
+            "hint: end the file name with .parquet, .csv, .jsonl, .json or .md",
+        ]
+        assert not out.exists()
+
     def test_diff_out_of_an_agreeing_log_is_empty(self, runner: CliRunner, tmp_path: Path) -> None:
         out = tmp_path / "diff.parquet"
         args = ["verify", str(TRL_DIR), "--preset", "trl", "--reward-weights", "1,0.5"]

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
 import io
+import json
 import os
 from pathlib import Path
 from typing import IO
 
 import polars as pl
 import pytest
+from typer.testing import CliRunner
 
+from grpo_cli.cli import app
 from grpo_cli.core.errors import InputError, OptionsError, OutputError
 from grpo_cli.io.atomic import atomic_write
 from grpo_cli.io.formats import (
@@ -157,12 +161,23 @@ def test_default_output_path() -> None:
     assert default_output_path(Path("r.csv"), "csv", "parquet") == Path("r.adv.parquet")
     assert default_output_path(Path("r.log"), "jsonl", "jsonl") == Path("r.adv.jsonl")
     assert default_output_path(Path("rewards"), "csv", "csv") == Path("rewards.adv.csv")
+    assert default_output_path(Path("r.jsonl.gz"), "jsonl", "jsonl") == Path("r.adv.jsonl.gz")
+    assert default_output_path(Path("r.csv.zst"), "csv", "jsonl") == Path("r.adv.jsonl.zst")
+    assert default_output_path(Path("r.csv.zst"), "csv", "parquet") == Path("r.adv.parquet")
 
 
 def test_output_format_for() -> None:
     assert output_format_for(Path("o.parquet"), None, "csv") == "parquet"
-    assert output_format_for(Path("o.out"), None, "csv") == "csv"
+    assert output_format_for(Path("out"), None, "csv") == "csv"
+    assert output_format_for(Path("out.gz"), None, "jsonl") == "jsonl"
     assert output_format_for(Path("o.out"), "jsonl", "csv") == "jsonl"
+    with pytest.raises(OptionsError) as info:
+        output_format_for(Path("o.xlsx"), None, "csv")
+    assert cli_error(info.value) == (
+        "cannot tell the output format of o.xlsx",
+        "end the file name with .parquet, .csv, .jsonl or .json, or name the format with "
+        "--output-format",
+    )
     with pytest.raises(OptionsError) as info:
         output_format_for(Path("o.csv"), "parquet", "csv")
     assert cli_error(info.value)[0] == "--output-format parquet does not match the suffix of o.csv"
@@ -225,3 +240,62 @@ def test_nested_columns_cannot_go_to_csv() -> None:
     with pytest.raises(OutputError) as info:
         write_frame(frame, io.BytesIO(), "csv")
     assert cli_error(info.value)[1] == "nested columns need --output-format parquet or jsonl"
+
+
+MIXED_KINDS = (
+    b'{"prompt_id":"p1","reward":1,"info":{"a":1,"b":2,"c":3},"extra":{"x":{"k":1}}}\n'
+    b'{"prompt_id":"p1","reward":0.5,"info":[1,2],"extra":{"y":2}}\n'
+    b'{"prompt_id":"p2","reward":0,"info":"text","extra":{"x":[1]}}\n'
+    b'{"prompt_id":"p2","reward":1}\n'
+)
+
+
+def test_jsonl_fields_of_mixed_kinds_are_read_as_json_text() -> None:
+    log = read_rewards(io.BytesIO(MIXED_KINDS))
+    assert log.frame.schema == pl.Schema(
+        {"prompt_id": pl.String, "reward": pl.Float64, "info": pl.String, "extra": pl.String}
+    )
+    assert log.frame["info"].to_list() == ['{"a": 1, "b": 2, "c": 3}', "[1, 2]", "text", None]
+    assert log.frame["extra"].to_list() == ['{"x": {"k": 1}}', '{"y": 2}', '{"x": [1]}', None]
+    assert log.warnings == (
+        "<stdin>: the values of 'info', 'extra' differ in kind from line to line "
+        "(objects, lists, numbers, text): carried through as JSON text",
+    )
+
+
+def test_jsonl_rewards_of_several_kinds_read_as_each_kind_alone() -> None:
+    lines = [1, "0.5", True, None, False, "2e-1", 0.25]
+    data = "".join(f'{{"prompt_id":"p","reward":{json.dumps(v)}}}\n' for v in lines).encode()
+    log = read_rewards(io.BytesIO(data))
+    assert log.frame["reward"].to_list() == [1.0, 0.5, 1.0, None, 0.0, 0.2, 0.25]
+    assert log.warnings == ()
+    keys = b'{"prompt_id":7,"reward":1}\n{"prompt_id":"007","reward":true}\n'
+    assert read_rewards(io.BytesIO(keys)).frame["prompt_id"].to_list() == ["7", "007"]
+
+
+@pytest.mark.parametrize("route", ["file", "stdin", "gzip"])
+def test_mixed_kinds_warned_once_and_written_back(
+    route: str, runner: CliRunner, tmp_path: Path
+) -> None:
+    source = {"file": tmp_path / "r.jsonl", "gzip": tmp_path / "r.jsonl.gz"}.get(route)
+    data = gzip.compress(MIXED_KINDS) if route == "gzip" else MIXED_KINDS
+    if source is not None:
+        source.write_bytes(data)
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(
+        app,
+        ["compute", str(source or "-"), "-o", str(out)],
+        input=None if source else data,
+    )
+    assert result.exit_code == 0, result.stderr
+    name = source or "<stdin>"
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        f"warning: {name}: the values of 'info', 'extra' differ in kind from line to line "
+        "(objects, lists, numbers, text): carried through as JSON text"
+    ]
+    written = pl.read_ndjson(out)
+    assert written["info"].to_list() == ['{"a": 1, "b": 2, "c": 3}', "[1, 2]", "text", None]
+    assert written["advantage"].to_list() == pytest.approx(
+        [0.7071067, -0.7071067, -0.7071067, 0.7071067], rel=1e-6
+    )

@@ -218,10 +218,35 @@ def test_options_are_checked_before_the_output_path(runner: CliRunner, tmp_path:
     assert "grpoo" in result.stderr.splitlines()[0]
     result = runner.invoke(app, ["compute", str(source), "--summary", str(tmp_path / "s.txt")])
     assert result.exit_code == 2
-    assert (
-        result.stderr.splitlines()[0] == f"error: cannot tell the table format of {tmp_path}/s.txt"
-    )
+    assert result.stderr.splitlines() == [
+        f"error: cannot tell the table format of {tmp_path}/s.txt",
+        "hint: end the file name with .parquet, .csv, .jsonl, .json or .md, or name the format "
+        "with --summary-format",
+    ]
     assert (tmp_path / "log.adv.parquet").read_bytes() == b"earlier"
+
+
+@pytest.mark.parametrize("name", ["out.xlsx", "out.txt", "out.txt.gz"])
+@pytest.mark.parametrize("command", ["compute", "compare -e grpo -e rloo"])
+def test_an_output_suffix_no_format_names_is_refused(
+    runner: CliRunner, tmp_path: Path, name: str, command: str
+) -> None:
+    source = _sample(tmp_path)
+    out = tmp_path / name
+    result = runner.invoke(app, [*command.split(), str(source), "-o", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"error: cannot tell the output format of {out}",
+        "hint: end the file name with .parquet, .csv, .jsonl or .json, or name the format with "
+        "--output-format",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
+    chosen = runner.invoke(
+        app, [*command.split(), str(source), "-o", str(out), "--output-format", "csv", "-q"]
+    )
+    assert chosen.exit_code == 0, chosen.stderr
+    text = gzip.decompress(out.read_bytes()) if name.endswith(".gz") else out.read_bytes()
+    assert pl.read_csv(text).height == pl.read_parquet(source).height
 
 
 def test_an_input_given_twice_is_refused(

@@ -120,12 +120,14 @@ def check_list_dtype(schema: pl.Schema, column: str) -> None:
 
 
 def describe_bad_reward(frame: pl.DataFrame, column: str) -> str:
-    """A short example of a non-numeric reward value, for error messages: ``row 3: 'abc'``."""
+    """A short example of a non-numeric reward value, for error messages: ``row 3: 'abc'``,
+    the first that is neither a number written as text nor ``true``/``false`` (a JSONL
+    boolean among text)."""
     series = frame.get_column(column)
     if series.dtype != pl.String:
         return ""
     as_float = series.cast(pl.Float64, strict=False)
-    bad = series.is_not_null() & as_float.is_null()
+    bad = series.is_not_null() & as_float.is_null() & ~series.is_in(("true", "false"))
     if not bad.any():
         return ""
     index = int(bad.arg_true()[0])

@@ -19,12 +19,15 @@ from typing import IO, Any, Final
 
 from grpo_cli.core.errors import (
     InputError,
+    Message,
     OptionsError,
     first_line,
     option,
 )
 
 DATA_FORMATS: Final = ("parquet", "csv", "jsonl", "json")
+FORMAT_OPTION: Final = option("output_format")
+"""The option that names an output's format, named in messages."""
 
 SUFFIX_FORMATS: Final[dict[str, str]] = {
     ".parquet": "parquet",
@@ -144,12 +147,35 @@ def error_line(text: str) -> str:
 # --------------------------------------------------------------------------- writing
 
 
-def output_format_for(path: Path, requested: str | None, fallback: str) -> str:
-    """Choose the output format: ``requested`` (checked against the suffix), the suffix,
-    or ``fallback`` (usually the input's format)."""
-    by_suffix = format_from_suffix(path)
+def written_format(path: Path) -> str | None:
+    """The format an output's suffix names (under any compression suffix), ``.json``
+    included, or None."""
     if uncompressed_name(path).suffix.lower() == ".json":
-        by_suffix = "json"
+        return "json"
+    return format_from_suffix(path)
+
+
+def unknown_suffix(
+    path: Path, what: str, formats: Sequence[str], flag: Message | None
+) -> OptionsError:
+    """The error for an output whose suffix names none of ``formats``: the suffixes that
+    do, and ``flag``, the option that names the format (None: the command has none)."""
+    *most, last = (FORMAT_SUFFIXES[fmt] for fmt in formats)
+    hint: Message = f"end the file name with {', '.join(most)} or {last}"
+    if flag is not None:
+        hint = hint + ", or name the format with " + flag
+    return OptionsError(f"cannot tell the {what} format of {path}", hint=hint, path=path)
+
+
+def output_format_for(path: Path, requested: str | None, fallback: str) -> str:
+    """Choose the output format: ``requested`` (checked against the suffix, any suffix
+    when the suffix names no format: the user chose), the suffix, or ``fallback`` (usually
+    the input's format) for a name without a suffix or a stream (``/dev/stdout``, a FIFO).
+    A suffix that names no format (``out.xlsx``, ``out.txt``) is refused."""
+    by_suffix = written_format(path)
+    suffix = uncompressed_name(path).suffix
+    if by_suffix is None and requested is None and suffix and not is_stream(path):
+        raise unknown_suffix(path, "output", DATA_FORMATS, FORMAT_OPTION)
     if requested is not None:
         if by_suffix is not None and by_suffix != requested:
             raise OptionsError(
@@ -164,14 +190,17 @@ def output_format_for(path: Path, requested: str | None, fallback: str) -> str:
 
 
 def default_output_path(input_path: Path, input_fmt: str, output_fmt: str) -> Path:
-    """``<stem>.adv.<suffix>`` beside the input; the input's suffix kept when formats agree
-    (a compressed input gives an uncompressed output: ``r.jsonl.gz`` -> ``r.adv.jsonl``)."""
-    input_path = uncompressed_name(input_path)
-    suffix = input_path.suffix
-    if output_fmt != input_fmt or format_from_suffix(input_path) != input_fmt:
+    """``<stem>.adv.<suffix>`` beside the input; the input's suffix kept when formats agree,
+    and its compression suffix unless the output is Parquet (compressed inside):
+    ``r.jsonl.gz`` -> ``r.adv.jsonl.gz``, ``r.csv.zst`` -> ``r.adv.parquet`` in Parquet."""
+    plain = uncompressed_name(input_path)
+    suffix = plain.suffix
+    if output_fmt != input_fmt or format_from_suffix(plain) != input_fmt:
         suffix = FORMAT_SUFFIXES[output_fmt]
-    stem = input_path.stem if input_path.suffix else input_path.name
-    return input_path.with_name(f"{stem}.adv{suffix}")
+    if output_fmt != "parquet" and plain != input_path:
+        suffix += input_path.suffix
+    stem = plain.stem if plain.suffix else plain.name
+    return plain.with_name(f"{stem}.adv{suffix}")
 
 
 def is_same_file(a: Path, b: Path) -> bool:
@@ -231,22 +260,18 @@ def compressed(sink: IO[bytes], codec: str | None) -> Iterator[IO[bytes]]:
 TABLE_FORMATS: Final = (*DATA_FORMATS, "markdown")
 
 
-def table_format(path: Path, requested: str | None = None) -> str:
+def table_format(
+    path: Path, requested: str | None = None, flag: Message | None = FORMAT_OPTION
+) -> str:
     """The format of a table file: ``requested`` (``md`` is markdown), else from the
     suffix (under any compression suffix); standard output (``-``) is CSV unless
-    requested."""
+    requested. ``flag``: the option that names the format, for the error (None: the
+    command has none, as ``verify --diff-out``)."""
     if requested is not None:
         return normalize_format(requested, allowed=TABLE_FORMATS)
     if str(path) == "-":
         return "csv"
-    fmt = format_from_suffix(path) or (
-        "json" if uncompressed_name(path).suffix.lower() == ".json" else None
-    )
+    fmt = written_format(path)
     if fmt is None:
-        raise OptionsError(
-            f"cannot tell the table format of {path}",
-            hint="end the file name with .csv, .parquet, .jsonl, .json or .md, or name it "
-            "with " + option("output_format"),
-            path=path,
-        )
+        raise unknown_suffix(path, "table", TABLE_FORMATS, flag)
     return fmt

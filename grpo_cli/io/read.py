@@ -5,8 +5,11 @@ Compressed inputs (from files or standard input) are decompressed first (see
 has semicolons, tabs or pipes; key columns are read as text, then given back the number type
 when every value reads back as the very same text (:func:`typed_keys`). A reward column of
 numbers written as text is read as numbers when every value parses (see
-:mod:`grpo_cli.jobs.compute`). Parquet files are checked through their footer when Polars
-fails on them, so that a damaged file is an input error naming it (exit 3), never a crash.
+:mod:`grpo_cli.jobs.compute`). A JSONL field of numbers, numbers written as text and booleans
+is read as numbers; one whose values no one type fits (an object on one line, a list on
+another) is read as JSON text, with a warning (:func:`_read_jsonl`). Parquet files are
+checked through their footer when Polars fails on them, so that a damaged file is an input
+error naming it (exit 3), never a crash.
 Several inputs (files, folders, globs) are read in natural order and concatenated, with the
 file each row came from.
 """
@@ -17,7 +20,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -45,11 +48,13 @@ CSV_SEPARATORS: Final = (";", "\t", "|")
 
 @dataclass(frozen=True)
 class RewardLog:
-    """A reward log read into memory, with the format it was read as."""
+    """A reward log read into memory, with the format it was read as and what reading it
+    gave to warn about (JSONL fields read as text: see :func:`_read_jsonl`), one line each."""
 
     frame: pl.DataFrame
     format: str
     source: str
+    warnings: tuple[str, ...] = ()
 
 
 def read_rewards(
@@ -94,10 +99,14 @@ def read_rewards(
         )
     if fmt is None:
         fmt = sniff_format(data[:SNIFF_BYTES])
-    frame = _parse(data, fmt, name, list(string_cols))
+    warnings: tuple[str, ...] = ()
+    if fmt == "jsonl":
+        frame, warnings = _read_jsonl(data, name)
+    else:
+        frame = _parse(data, fmt, name, list(string_cols))
     if frame.height == 0:
         raise no_rows(name, frame.columns)
-    return RewardLog(frame=frame, format=fmt, source=name)
+    return RewardLog(frame=frame, format=fmt, source=name, warnings=warnings)
 
 
 def no_rows(name: str, columns: Sequence[str]) -> InputError:
@@ -263,22 +272,135 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
             )
             _check_unique_header(frame, name)
             return typed_keys(frame, string_cols)
-        if fmt == "jsonl":
-            try:
-                return pl.read_ndjson(buffer, infer_schema_length=None)
-            except pl.exceptions.PolarsError:
-                cleaned = _nan_as_null(data)
-                if cleaned is None:
-                    raise
-                try:
-                    return pl.read_ndjson(io.BytesIO(cleaned), infer_schema_length=None)
-                except pl.exceptions.PolarsError as exc:  # another line: blame it, not a NaN
-                    raise _parse_error(cleaned, fmt, name, exc) from None
         if fmt == "json":
             return pl.read_json(buffer, infer_schema_length=None)
     except pl.exceptions.PolarsError as exc:
         raise _parse_error(data, fmt, name, exc) from None
     raise OptionsError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(DATA_FORMATS)}")
+
+
+def _read_jsonl(data: bytes, name: str) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """JSONL as Polars reads it, with two fallbacks paid only when Polars fails: Python's
+    ``NaN`` literal read as null (:func:`_nan_as_null`), then the fields no one column type
+    fits (an object on one line and a list on another, numbers and booleans, one key of
+    an object holding different kinds) read as text (:func:`_fields_as_text`) and named in
+    the one warning returned. Either way, a field of numbers, numbers written as text and
+    booleans is read as numbers (:func:`_booleans_as_numbers`); with any other value it
+    stays text, and a reward there is refused naming its first such row."""
+    try:
+        return _booleans_as_numbers(_read_ndjson(data)), ()
+    except pl.exceptions.PolarsError as exc:
+        error = exc
+    cleaned = _nan_as_null(data)
+    if cleaned is not None:
+        try:
+            return _booleans_as_numbers(_read_ndjson(cleaned)), ()
+        except pl.exceptions.PolarsError as exc:  # another line: blame it, not a NaN
+            data, error = cleaned, exc
+    text, fields = _fields_as_text(data)
+    if not fields:
+        raise _parse_error(data, "jsonl", name, error)
+    try:
+        frame = _booleans_as_numbers(_read_ndjson(text))
+    except pl.exceptions.PolarsError:
+        raise _parse_error(data, "jsonl", name, error) from None
+    texts = [field for field in fields if frame.schema[field] == pl.String]
+    if not texts:
+        return frame, ()
+    return frame, (
+        f"{name}: the values of {', '.join(map(repr, texts))} differ in kind from line to "
+        "line (objects, lists, numbers, text): carried through as JSON text",
+    )
+
+
+def _read_ndjson(data: bytes) -> pl.DataFrame:
+    import io
+
+    return pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
+
+
+def _fields_as_text(data: bytes) -> tuple[bytes, list[str]]:
+    """The JSONL ``data`` with every value of the fields Polars cannot read as one column
+    type (see :func:`_one_type`) written as its JSON text (strings and nulls as they are),
+    and those fields in order of first appearance; ``data`` and none when a line is not
+    one JSON object (the usual error names it). A per-line pass: error path only."""
+    rows = []
+    for raw in data.splitlines():
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw, parse_constant=_reject_constant)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return data, []
+        if not isinstance(row, dict):
+            return data, []
+        rows.append(row)
+    values: dict[str, list[object]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if value is not None:
+                values.setdefault(key, []).append(value)
+    fields = [key for key, seen in values.items() if not _one_type(seen)]
+    encode = json.JSONEncoder(ensure_ascii=False).encode
+    for row in rows:
+        for key in fields:
+            value = row.get(key)
+            if value is not None and not isinstance(value, str):
+                row[key] = encode(value)
+    return "\n".join(map(encode, rows)).encode(), fields
+
+
+def _one_type(values: list[object]) -> bool:
+    """Whether Polars reads one field's ``values`` (nulls left out) as one column type:
+    numbers, or one kind, at once; objects only or lists only by reading them (one key
+    may hold different kinds on different lines)."""
+    kinds = {type(value) for value in values}
+    if kinds <= {int, float} or kinds in ({bool}, {str}):
+        return True
+    if kinds not in ({dict}, {list}):
+        return str in kinds and not kinds & {dict, list}  # Polars reads text among scalars
+    try:
+        _read_ndjson("\n".join(json.dumps({"v": value}) for value in values).encode())
+    except pl.exceptions.PolarsError:
+        return False
+    return True
+
+
+BOOLEAN_TEXT: Final = ("true", "false")
+
+
+def _booleans_as_numbers(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` (read from JSONL) with each text column whose values are numbers written
+    as text and ``true``/``false`` (at least one of each) read as numbers, booleans 1
+    and 0: Polars reads a field holding ``1``, ``"0.5"`` and ``true`` as text, and each
+    kind is read as it is on its own. A column with other text, without ``true``/``false``
+    or without a number is left as it is (``7`` and ``"007"`` stay two keys)."""
+    strings = [name for name, dtype in frame.schema.items() if dtype == pl.String]
+    if not strings:
+        return frame
+    found = frame.select(pl.col(strings).is_in(BOOLEAN_TEXT).any()).row(0)
+    candidates = [name for name, flag in zip(strings, found, strict=True) if flag]
+    if not candidates:
+        return frame
+    text = pl.col(candidates)
+    numbers = text.cast(pl.Float64, strict=False)
+    readable = (text.is_null() | text.is_in(BOOLEAN_TEXT) | numbers.is_not_null()).all() & (
+        numbers.is_not_null().any()
+    )
+    chosen = [
+        name for name, flag in zip(candidates, frame.select(readable).row(0), strict=True) if flag
+    ]
+    if not chosen:
+        return frame
+    text = pl.col(chosen)
+    return frame.with_columns(
+        pl.when(text == "true")
+        .then(1.0)
+        .when(text == "false")
+        .then(0.0)
+        .otherwise(text.cast(pl.Float64, strict=False))
+        .name.keep()
+    )
 
 
 def typed_keys(frame: pl.DataFrame, string_cols: Iterable[str]) -> pl.DataFrame:
@@ -497,7 +619,7 @@ def read_many(
         log = read_rewards(path, fmt, string_cols=string_cols)
         if source_col is not None:
             column = pl.lit(index, dtype=pl.UInt32).alias(source_col)
-            log = RewardLog(log.frame.with_columns(column), log.format, log.source)
+            log = replace(log, frame=log.frame.with_columns(column))
         logs.append(log)
         if on_file is not None:
             on_file(path)
@@ -513,5 +635,8 @@ def read_many(
     formats = {log.format for log in logs}
     shown = f"{len(paths)} files ({paths[0]} ... {paths[-1]})"
     return RewardLog(
-        frame=frame, format=formats.pop() if len(formats) == 1 else "parquet", source=shown
+        frame=frame,
+        format=formats.pop() if len(formats) == 1 else "parquet",
+        source=shown,
+        warnings=tuple(warning for log in logs for warning in log.warnings),
     )

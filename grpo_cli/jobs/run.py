@@ -199,7 +199,7 @@ def run_job(
     if summary_path is not None and io != "dataset":  # a dataset engine writes a folder
         from grpo_cli.io.formats import table_format
 
-        table_format(summary_path, summary_format)
+        table_format(summary_path, summary_format, option("summary_format"))
     if replace and io != "frame":
         raise OptionsError(
             option("replace", True)
@@ -403,7 +403,7 @@ def _run_frame(
         summary_path,
         tuple(path for path, _ in targets.values() if path is not None),
         lambda: result.run,
-        lambda: result.warnings,
+        lambda: (*log.warnings, *result.warnings),
     )
 
 

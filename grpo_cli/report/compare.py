@@ -227,6 +227,7 @@ def run_compare(
         _, fmt = output_target(sources, str(target), output_format, log.format)
     looked_up = {method: plan.estimator for method, plan in plans.items()}
     result = compare(log.frame, methods, explicit, top=top, looked_up=looked_up)
+    result = replace(result, warnings=(*log.warnings, *result.warnings))
     if target is None:
         return result
     write_table(result.frame, target, force=force, protected=protected, fmt=fmt)

@@ -856,7 +856,8 @@ def run_explain(
     explicit = dict(options or {})
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
     log = read_input(sources_or_stdin([str(s) for s in inputs]), input_format, key_cols)
-    return explain_one(log.frame, preset, explicit, key, row=row, pick=pick)
+    explained = explain_one(log.frame, preset, explicit, key, row=row, pick=pick)
+    return replace(explained, warnings=(*log.warnings, *explained.warnings))
 
 
 def explain_one(

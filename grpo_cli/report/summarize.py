@@ -216,7 +216,7 @@ def read_report(
         resolved.frame, resolved.options, tuple(by) if by else None, estimator=resolved.estimator
     )
     once = [note for note in (tokens, repeated) if note]
-    return replace(report, warnings=(*resolved.warnings, *once, *report.warnings))
+    return replace(report, warnings=(*log.warnings, *resolved.warnings, *once, *report.warnings))
 
 
 def under_trainer_names(report: Report, preset: str | None) -> Report:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -151,7 +151,7 @@ def run_verify(
     sources = sources_or_stdin([str(source) for source in inputs])
     diff_path = None if diff_out is None else Path(diff_out)
     if diff_path is not None:
-        table_format(diff_path, None)  # before any input is read
+        table_format(diff_path, flag=None)  # before any input is read (verify has no format option)
     explicit = dict(options or {})
     refuse_file_engines(explicit.get("backend"), "verify")
     key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
@@ -165,6 +165,7 @@ def run_verify(
         warn=warnings,
         **explicit,
     )
+    report = replace(report, warnings=(*log.warnings, *report.warnings))
     if diff_path is None:
         return VerifyResult(report, log.source)
     to_stdout = str(diff_path) == "-"

@@ -100,6 +100,57 @@ DEEP = b"[" * 100_000 + b"]" * 100_000  # RecursionError in Python's json module
 DAMAGED_CAUSE = "parquet: File out of specification: zstd error: Data corruption detected"
 
 
+def kind_cases() -> list[Case]:
+    """JSONL fields whose values differ in kind from line to line: rewards mixing numbers,
+    numbers written as text and booleans, a reward with an object or a list among them,
+    and an extra field no one type fits (carried through as JSON text)."""
+    return [
+        Case(  # each kind read as it is on its own: true 1, "0.5" 0.5
+            "mixed_kind_rewards.jsonl",
+            b'{"prompt_id":"p1","reward":true}\n{"prompt_id":"p1","reward":"0.5"}\n'
+            b'{"prompt_id":"p2","reward":0}\n',
+            0,
+            advantages=JSONL_ADVANTAGES,
+        ),
+        Case(  # no text: Polars alone refuses a boolean among numbers
+            "bool_and_number_rewards.jsonl",
+            b'{"prompt_id":"p1","reward":true}\n{"prompt_id":"p1","reward":0.5}\n'
+            b'{"prompt_id":"p2","reward":0}\n',
+            0,
+            advantages=JSONL_ADVANTAGES,
+        ),
+        Case(
+            "object_among_rewards.jsonl",
+            b'{"prompt_id":"p1","reward":1}\n{"prompt_id":"p1","reward":true}\n'
+            b'{"prompt_id":"p2","reward":{"a": 0}}\n{"prompt_id":"p2","reward":"x"}\n',
+            3,
+            (
+                "error: reward column 'reward' holds String values, not numbers "
+                """(row 3: '{"a": 0}')""",
+                HINT_NUMERIC,
+            ),
+        ),
+        Case(
+            "list_among_rewards.jsonl",
+            b'{"prompt_id":"p1","reward":1}\n{"prompt_id":"p1","reward":true}\n'
+            b'{"prompt_id":"p2","reward":[0]}\n',
+            3,
+            (
+                "error: reward column 'reward' holds String values, not numbers (row 3: '[0]')",
+                HINT_NUMERIC,
+            ),
+        ),
+        Case(  # an extra field no one type fits: carried through as JSON text
+            "mixed_kind_extra_field.jsonl",
+            b'{"prompt_id":"p1","reward":1,"info":{"a":1,"b":2,"c":3}}\n'
+            b'{"prompt_id":"p1","reward":0.5,"info":[1,2]}\n'
+            b'{"prompt_id":"p2","reward":0,"info":{"a":[1],"b":2,"c":3}}\n',
+            0,
+            advantages=JSONL_ADVANTAGES,
+        ),
+    ]
+
+
 def cases() -> list[Case]:
     """The corpus (see the module docstring)."""
     parquet = _parquet(GOOD_CSV)
