@@ -503,7 +503,7 @@ def test_opo_takes_the_logs_length_column(tmp_path: Path) -> None:
     assert missing.exit_code == 2
     assert missing.output.splitlines()[0] == "error: estimator opo needs --length-col"
     weighted = CliRunner().invoke(
-        app, ["compute", str(source), "--preset", "openrlhf-reinforce-baseline", "-o", "-"]
+        app, ["compute", str(source), "-e", "reinforce_pp_baseline", "--token-weighted", "-o", "-"]
     )
     assert weighted.exit_code == 2
     assert weighted.output.splitlines()[0] == "error: --token-weighted needs --length-col"

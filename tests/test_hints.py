@@ -2,6 +2,7 @@
 
 - verify names the sibling preset, or the reward columns, that reproduce the logged column;
 - a count of reward weights that does not fit names the columns taken as rewards;
+- a preset that weights by tokens, on a log without lengths, names a candidate column;
 - an unknown preset suggests the preset it extends (``verl-grpo``: ``verl``);
 - engine errors under --low-memory name --low-memory;
 - a JSONL with an accepted NaN and a later Infinity blames the Infinity line;
@@ -102,6 +103,42 @@ class TestWeightsCount:
             "num_tokens\nhint: give one weight per reward column, or name the rewards: "
             "-r accuracy_reward -r format_reward\n"
         )
+
+
+class TestLengthFromPreset:
+    """A preset that weights by tokens, on a log with no length column, names the preset
+    (the user typed no --token-weighted) and a column that may hold the token counts."""
+
+    @pytest.mark.parametrize(
+        ("extra", "hint"),
+        [
+            (
+                {"completion_id": [1, 2], "n_tokens": [30.0, 41.0], "chars": [90, 120]},
+                "--length-col n_tokens",
+            ),
+            ({"completion_id": [1, 2], "chars": [90, 120]}, "--length-col chars"),
+            (
+                {"completion_id": [1, 2]},
+                "--length-col COL (no numeric column here looks like one)",
+            ),
+        ],
+    )
+    def test_names_the_preset_and_a_candidate(
+        self, runner: CliRunner, tmp_path: Path, extra: dict[str, list[object]], hint: str
+    ) -> None:
+        source = tmp_path / "log.csv"
+        pl.DataFrame({"prompt_id": ["a", "a"], "reward": [1.0, 0.0], **extra}).write_csv(source)
+        result = runner.invoke(
+            app, ["compute", str(source), "--preset", "verl-reinforce-pp-baseline", "-o", "-"]
+        )
+        assert result.exit_code == 2
+        assert result.stderr == (
+            "error: --preset verl-reinforce-pp-baseline weights batch statistics by response "
+            "tokens (--token-weighted) and the log has no length column (length, "
+            "completion_length, response_length)\n"
+            f"hint: name the column of token counts: {hint}\n"
+        )
+        assert result.stdout == ""
 
 
 class TestPresetSuggestions:
