@@ -1,7 +1,7 @@
 """Hints that point the right way, and TRL's repeated steps.
 
 - verify names the sibling preset, or the reward columns, that reproduce the logged column;
-- a count of reward weights that does not fit names the columns taken as rewards;
+- a count of reward weights that does not fit names the column that is no reward, and -r;
 - a preset that weights by tokens, on a log without lengths, names a candidate column;
 - an unknown preset suggests the preset it extends (``verl-grpo``: ``verl``);
 - engine errors under --low-memory name --low-memory;
@@ -90,18 +90,53 @@ class TestSiblingPresets:
 
 
 class TestWeightsCount:
-    def test_names_the_columns_and_suggests_r(self, runner: CliRunner, tmp_path: Path) -> None:
-        frame = trl_log().with_columns(num_tokens=pl.lit(12.0))
+    @pytest.mark.parametrize(
+        ("extra", "weights"),
+        [("num_tokens", "1,0.5"), ("seed", "1"), ("sample_id", "1,0.5,2,3")],
+    )
+    def test_names_the_column_that_is_no_reward_first(
+        self, runner: CliRunner, tmp_path: Path, extra: str, weights: str
+    ) -> None:
+        frame = trl_log().with_columns(pl.lit(12).alias(extra))
         source = tmp_path / "extra.parquet"
         frame.write_parquet(source)
+        result = runner.invoke(
+            app, ["verify", str(source), "--preset", "trl", "--reward-weights", weights]
+        )
+        assert result.exit_code == 2
+        count = len(weights.split(","))
+        assert result.stderr == (
+            f"error: {count} reward weight(s) for 3 reward column(s): accuracy_reward, "
+            f"format_reward, {extra}\nhint: {extra} is not a reward: name the rewards with "
+            "-r accuracy_reward -r format_reward\n"
+        )
+
+    def test_a_column_that_may_be_a_reward_keeps_the_weights_hint(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "extra.parquet"
+        trl_log().with_columns(len_reward=pl.lit(0.5)).write_parquet(source)
         result = runner.invoke(
             app, ["verify", str(source), "--preset", "trl", "--reward-weights", "1,0.5"]
         )
         assert result.exit_code == 2
-        assert result.stderr == (
-            "error: 2 reward weight(s) for 3 reward column(s): accuracy_reward, format_reward, "
-            "num_tokens\nhint: give one weight per reward column, or name the rewards: "
+        assert result.stderr.endswith(
+            "hint: give one weight per reward column, or name the rewards: "
             "-r accuracy_reward -r format_reward\n"
+        )
+
+    def test_verify_without_weights_names_the_column_and_two_weights(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "extra.parquet"
+        trl_log().with_columns(num_tokens=pl.lit(12.0)).write_parquet(source)
+        result = runner.invoke(app, ["verify", str(source), "--preset", "trl"])
+        assert result.exit_code == 1
+        assert result.stderr.endswith(
+            "hint: 60 of 64 rows differ and 3 reward columns are summed (accuracy_reward, "
+            "format_reward, num_tokens; weights 1, 1, 1); num_tokens is not a reward: name "
+            "the rewards with -r accuracy_reward -r format_reward and the trainer's weights "
+            "with --reward-weights W1,W2 (TRL: GRPOConfig reward_weights)\n"
         )
 
 

@@ -4,7 +4,6 @@ per-group table and the run's figures."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from dataclasses import replace as replace_field
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from grpo_cli.core.columns import COUNTER_NAME, LENGTH_NAME
 from grpo_cli.core.engine_options import EngineOptions, split_engine
 from grpo_cli.core.errors import Message, OptionsError, Verbatim, option
 from grpo_cli.core.layouts import apply_layout, detect_layout, within_steps
@@ -187,12 +187,8 @@ def length_candidate(schema: pl.Schema, taken: Collection[object]) -> str | None
     first integer one not named like an id, index, step or seed; never one in ``taken``
     (the group, reward and batch columns). None when no column fits."""
     free = [(name, dtype) for name, dtype in schema.items() if name not in taken]
-    named = (n for n, d in free if d.is_numeric() and re.search("len|tok", n, re.I))
-    counts = (
-        n
-        for n, d in free
-        if d.is_integer() and not re.search("(id|idx|index|step|seed|epoch|rank)$", n, re.I)
-    )
+    named = (n for n, d in free if d.is_numeric() and LENGTH_NAME.search(n))
+    counts = (n for n, d in free if d.is_integer() and not COUNTER_NAME.search(n))
     return next(named, None) or next(counts, None)
 
 
