@@ -119,7 +119,8 @@ def check_list_dtype(schema: pl.Schema, column: str) -> None:
 
 
 def describe_bad_reward(frame: pl.DataFrame, column: str) -> str:
-    """A short example of a non-numeric reward value, for error messages: ``row 3: 'abc'``."""
+    """A short example of a non-numeric reward value, for error messages: ``row 2: 'abc'``
+    (rows count from 0 in the order read, as ``explain --row`` and ``--diff-out`` do)."""
     series = frame.get_column(column)
     if series.dtype != pl.String:
         return ""
@@ -128,7 +129,7 @@ def describe_bad_reward(frame: pl.DataFrame, column: str) -> str:
     if not bad.any():
         return ""
     index = int(bad.arg_true()[0])
-    return f" (row {index + 1}: {series[index]!r})"
+    return f" (row {index}: {series[index]!r})"
 
 
 def check_frame(

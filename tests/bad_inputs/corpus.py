@@ -136,7 +136,7 @@ def cases() -> list[Case]:
             b"prompt_id,reward\np1,1\np1,abc\n",
             3,
             (
-                "error: reward column 'reward' holds String values, not numbers (row 2: 'abc')",
+                "error: reward column 'reward' holds String values, not numbers (row 1: 'abc')",
                 HINT_NUMERIC,
             ),
         ),
