@@ -3,7 +3,8 @@
 - verify names the sibling preset, or the reward columns, that reproduce the logged column;
 - a count of reward weights that does not fit names the column that is no reward, and -r;
 - a preset that weights by tokens, on a log without lengths, names a candidate column;
-- an unknown preset suggests the preset it extends (``verl-grpo``: ``verl``);
+- an unknown preset suggests the preset it extends (``verl-grpo``: ``verl``) and those that
+  hold it (``open-rlhf``: every ``openrlhf-...``);
 - engine errors under --low-memory name --low-memory;
 - a JSONL with an accepted NaN and a later Infinity blames the Infinity line;
 - a TRL log that repeats a generation under consecutive steps is counted once.
@@ -181,7 +182,31 @@ class TestPresetSuggestions:
         with pytest.raises(OptionsError) as info:
             get_preset("verl-grpo")
         assert info.value.hint is not None
-        assert info.value.hint.startswith("did you mean verl or ")
+        assert info.value.hint.startswith(
+            "did you mean verl, verl-grpo-passk, verl-dr-grpo or verl-gpg? "
+        )
+
+    @pytest.mark.parametrize(
+        ("typed", "suggested"),
+        [
+            (
+                "open-rlhf",
+                "openrlhf-group-norm, openrlhf-rloo, openrlhf-dr-grpo or "
+                "openrlhf-reinforce-baseline",
+            ),
+            ("rlhf_rloo", "openrlhf-rloo or verl-rloo"),
+            ("passk", "verl-grpo-passk"),
+            ("group-norm", "openrlhf-group-norm"),
+        ],
+    )
+    def test_names_that_hold_the_spelling_come(
+        self, runner: CliRunner, typed: str, suggested: str
+    ) -> None:
+        result = runner.invoke(app, ["compute", "x.csv", "--preset", typed])
+        assert result.exit_code == 2
+        assert result.stderr.startswith(
+            f"error: unknown preset {typed!r}\nhint: did you mean {suggested}? (choose one of: "
+        )
 
     def test_a_close_spelling_still_comes(self) -> None:
         with pytest.raises(OptionsError) as info:
