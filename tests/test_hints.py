@@ -6,6 +6,7 @@
 - an unknown preset suggests the preset it extends (``verl-grpo``: ``verl``) and those that
   hold it (``open-rlhf``: every ``openrlhf-...``);
 - engine errors under --low-memory name --low-memory;
+- a reward written as the text None, null or N/A says how a missing reward is written;
 - a JSONL with an accepted NaN and a later Infinity blames the Infinity line;
 - a TRL log that repeats a generation under consecutive steps is counted once.
 """
@@ -231,6 +232,30 @@ def test_low_memory_errors_name_low_memory(runner: CliRunner, tmp_path: Path) ->
         "error: --low-memory (--backend partitioned) does not support --singleton drop"
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "cell"),
+    [
+        ("log.csv", "prompt_id,reward\na,1\na,None\n", "None"),
+        ("log.csv", "prompt_id,reward\na,1\na, N/A\n", " N/A"),
+        ("log.csv", "prompt_id,reward\na,1\na,NULL\n", "NULL"),
+        ("log.jsonl", '{"prompt_id":"a","reward":1}\n{"prompt_id":"a","reward":"null"}\n', "null"),
+    ],
+)
+def test_a_missing_reward_spelled_as_text_says_how_to_write_it(
+    runner: CliRunner, tmp_path: Path, name: str, body: str, cell: str
+) -> None:
+    source = tmp_path / name
+    source.write_text(body)
+    result = runner.invoke(app, ["compute", str(source), "-o", str(tmp_path / "out.csv")])
+    assert result.exit_code == 3
+    assert result.stderr == (
+        f"error: reward column 'reward' holds String values, not numbers (row 1: {cell!r})\n"
+        "hint: a missing reward is an empty CSV cell, NaN or JSON null, not the text "
+        f"{cell!r}: write missing rewards that way (--nulls says what they get)\n"
+    )
+    assert not (tmp_path / "out.csv").exists()
 
 
 def test_infinity_after_nan_blames_the_infinity_line(runner: CliRunner, tmp_path: Path) -> None:
