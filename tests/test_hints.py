@@ -7,6 +7,7 @@
   hold it (``open-rlhf``: every ``openrlhf-...``);
 - engine errors under --low-memory name --low-memory;
 - a reward written as the text None, null or N/A says how a missing reward is written;
+- CSV or JSON text named .parquet is said to be that text, with the --format that reads it;
 - a JSONL with an accepted NaN and a later Infinity blames the Infinity line;
 - a TRL log that repeats a generation under consecutive steps is counted once.
 """
@@ -256,6 +257,31 @@ def test_a_missing_reward_spelled_as_text_says_how_to_write_it(
         f"{cell!r}: write missing rewards that way (--nulls says what they get)\n"
     )
     assert not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "fmt", "kind"),
+    [
+        (b"prompt_id,reward\na,1\n", "csv", "CSV"),
+        (b'{"prompt_id":"a","reward":1}\n', "jsonl", "JSON"),
+    ],
+)
+def test_text_named_parquet_is_not_called_truncated(
+    runner: CliRunner, tmp_path: Path, body: bytes, fmt: str, kind: str
+) -> None:
+    source = tmp_path / "log.parquet"
+    source.write_bytes(body)
+    result = runner.invoke(app, ["compute", str(source), "-o", str(tmp_path / "out.csv")])
+    assert result.exit_code == 3
+    assert result.stderr == (
+        f"error: {source} is not Parquet (it looks like {kind} text)\n"
+        f"hint: give --format {fmt} or rename it\n"
+    )
+    again = runner.invoke(app, ["compute", str(source), "--format", fmt, "-o", "-", "-q"])
+    assert again.exit_code == 0
+    assert again.stdout.splitlines()[-1] == (
+        "a,1,0.0" if fmt == "csv" else '{"prompt_id":"a","reward":1,"advantage":0.0}'
+    )
 
 
 def test_infinity_after_nan_blames_the_infinity_line(runner: CliRunner, tmp_path: Path) -> None:
