@@ -27,8 +27,9 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.jobs.pipeline import annotate
+from tests.conftest import import_or_skip
 
-ray = pytest.importorskip("ray", reason="--backend ray needs pip install 'grpo-adv[ray]'")
+ray = import_or_skip("ray")
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"}

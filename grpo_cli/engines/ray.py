@@ -29,8 +29,8 @@ from their tasks) replaces its own part; the output folder is written beside its
 path and renamed when complete. The driver never holds the data: only the partials and the
 byte counts come back to it.
 
-Ray is imported only on this path, here, in ray_cluster, ray_lean and ray_tasks (``pip install
-'grpo-adv[ray]'``).
+Ray is imported only on this path, here, in ray_cluster, ray_lean and ray_tasks
+(``.venv/bin/pip install -e '.[ray]'``).
 """
 
 from __future__ import annotations

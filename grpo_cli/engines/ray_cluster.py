@@ -59,13 +59,14 @@ from grpo_cli.core.errors import (
     OptionsError,
     Spelling,
     Verbatim,
+    install_command,
     keyword_spelling,
     option,
 )
 from grpo_cli.engines.ray_lean import lean_start, system_config
 from grpo_cli.io import interrupts
 
-INSTALL_HINT: Final = "pip install 'grpo-adv[ray]'"
+INSTALL_HINT: Final = install_command("ray")
 OWNER_ENV: Final = "GRPO_ADV_RAY_SESSION"  # the private Ray's folder, in its processes' env
 TEMP_PREFIX: Final = "grpo-adv-ray."
 CONNECT_TIMEOUT_S: Final = 10.0  # a TCP probe of HOST:PORT before Ray is asked to attach
