@@ -417,7 +417,12 @@ class TestRefusals:
         assert done.returncode == 4, done.stderr
         lines = done.stderr.strip().splitlines()
         assert lines[0].startswith(f"error: cannot reach the Ray cluster at 127.0.0.1:{port}")
-        assert len(lines) == 2 and lines[1].startswith("hint: ")
+        assert lines[1:] == [
+            "hint: check the address (ray status on the head node shows it); a cluster with "
+            "token authentication (ray start with RAY_AUTH_MODE=token, or a token on the head) "
+            "also needs its token here (RAY_AUTH_TOKEN or ~/.ray/auth_token); or drop "
+            "--ray-address to run on a private local Ray"
+        ]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
 
 
