@@ -42,7 +42,10 @@ def import_or_skip(module: str) -> ModuleType:
     """The optional dependency ``module`` (torch, ray, matplotlib), or a skip whose reason
     (shown by ``make test``: pytest -ra) names the command that installs it."""
     extra = EXTRAS[module]
-    return pytest.importorskip(module, reason=f"needs {module}: {install_command(extra)}")
+    found: ModuleType = pytest.importorskip(
+        module, reason=f"needs {module}: {install_command(extra)}"
+    )
+    return found
 
 
 @pytest.fixture
