@@ -114,11 +114,12 @@ class TestWeightsCount:
             "-r accuracy_reward -r format_reward\n"
         )
 
+    @pytest.mark.parametrize("extra", ["len_reward", "length_penalty"])
     def test_a_column_that_may_be_a_reward_keeps_the_weights_hint(
-        self, runner: CliRunner, tmp_path: Path
+        self, runner: CliRunner, tmp_path: Path, extra: str
     ) -> None:
         source = tmp_path / "extra.parquet"
-        trl_log().with_columns(len_reward=pl.lit(0.5)).write_parquet(source)
+        trl_log().with_columns(pl.lit(0.5).alias(extra)).write_parquet(source)
         result = runner.invoke(
             app, ["verify", str(source), "--preset", "trl", "--reward-weights", "1,0.5"]
         )

@@ -76,8 +76,9 @@ COUNTER_NAME: Final = re.compile("(id|idx|index|step|seed|epoch|rank)$", re.IGNO
 def not_a_reward(name: str) -> bool:
     """Whether a column's name says it holds no reward, whatever its type: a length, a
     token count or a counter (``num_tokens``, ``completion_length``, ``seed``,
-    ``sample_id``) with neither ``reward`` nor ``score`` in it (``len_reward`` may be one)."""
-    if re.search("reward|score", name, re.IGNORECASE):
+    ``sample_id``) with no ``reward``, ``score``, ``penalty`` or ``bonus`` in it
+    (``len_reward`` and ``length_penalty`` may be rewards)."""
+    if re.search("reward|score|penalty|bonus", name, re.IGNORECASE):
         return False
     return bool(LENGTH_NAME.search(name) or COUNTER_NAME.search(name))
 
