@@ -25,6 +25,7 @@ demo: $(STAMP)
 	$(BIN)/grpo-adv summarize $(DEMO_OUT)/rewards.adv.parquet -o $(DEMO_OUT)/steps.md --force
 	$(BIN)/grpo-adv plot $(DEMO_OUT)/rewards.adv.parquet -o $(DEMO_OUT)/report.png --force
 	$(BIN)/grpo-adv explain sample_data/rewards.parquet --group p007
+	@echo "--- run grpo-adv yourself: $(BIN)/grpo-adv -h, or source $(BIN)/activate and then grpo-adv -h"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import settings
 from typer.testing import CliRunner
 
-from grpo_cli.core.errors import GrpoAdvError, Message, as_text
+from grpo_cli.core.errors import GrpoAdvError, Message, as_text, install_command
 
 # Property tests: random exploration locally (new examples each run, failures remembered in
 # .hypothesis/); in CI (CI=true) a fixed, derandomized search, so a submission never fails
@@ -33,6 +33,19 @@ SAMPLE_FILES = {
     "csv": SAMPLE_DIR / "rewards.csv",
     "jsonl": SAMPLE_DIR / "rewards.jsonl",
 }
+
+
+EXTRAS = {"torch": "torch", "ray": "ray", "matplotlib": "plot"}
+
+
+def import_or_skip(module: str) -> ModuleType:
+    """The optional dependency ``module`` (torch, ray, matplotlib), or a skip whose reason
+    (shown by ``make test``: pytest -ra) names the command that installs it."""
+    extra = EXTRAS[module]
+    found: ModuleType = pytest.importorskip(
+        module, reason=f"needs {module}: {install_command(extra)}"
+    )
+    return found
 
 
 @pytest.fixture

@@ -225,7 +225,7 @@ def test_errors_say_one_line_and_a_hint(
             ["compute", csv, "-r", "task"],
             None,
             3,
-            "error: reward column 'task' holds String values, not numbers (row 1: 'math')\n"
+            "error: reward column 'task' holds String values, not numbers (row 0: 'math')\n"
             "hint: rewards must be numeric; check --reward-col, or convert the column\n",
         ),
         (
@@ -305,7 +305,7 @@ def test_failed_run_leaves_no_output_file(runner: CliRunner, tmp_path: Path) -> 
     out = tmp_path / "out.parquet"
     code, err = _run_error(runner, ["compute", str(bad), "-o", str(out)])
     assert code == 3
-    assert err.startswith("error: reward column 'reward' holds String values, not numbers (row 2:")
+    assert err.startswith("error: reward column 'reward' holds String values, not numbers (row 1:")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv"]
 
 
@@ -503,7 +503,7 @@ def test_opo_takes_the_logs_length_column(tmp_path: Path) -> None:
     assert missing.exit_code == 2
     assert missing.output.splitlines()[0] == "error: estimator opo needs --length-col"
     weighted = CliRunner().invoke(
-        app, ["compute", str(source), "--preset", "openrlhf-reinforce-baseline", "-o", "-"]
+        app, ["compute", str(source), "-e", "reinforce_pp_baseline", "--token-weighted", "-o", "-"]
     )
     assert weighted.exit_code == 2
     assert weighted.output.splitlines()[0] == "error: --token-weighted needs --length-col"

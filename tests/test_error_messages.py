@@ -199,7 +199,7 @@ class TestHints:
     def test_torch_hint_is_the_users(self) -> None:
         from grpo_cli.engines.torch import INSTALL_HINT
 
-        assert INSTALL_HINT == "pip install 'grpo-adv[torch]'"
+        assert INSTALL_HINT == ".venv/bin/pip install -e '.[torch]' (in the grpo-adv checkout)"
 
     def test_batch_estimator_without_batch_column_names_the_step_column(
         self, tmp_path: Path
@@ -297,6 +297,9 @@ def test_a_torch_that_fails_to_load_is_an_options_error_not_a_bug(tmp_path: Path
         "error: --backend torch needs PyTorch, which failed to load: OSError: "
         "libcudart.so.13: cannot open shared object file"
     )
-    assert lines[1].startswith("hint: reinstall it (pip install 'grpo-adv[torch]')")
+    assert lines[1] == (
+        "hint: reinstall it with: .venv/bin/pip install -e '.[torch]' (in the grpo-adv "
+        "checkout); or leave --backend out (the Polars engine)"
+    )
     assert "Traceback" not in done.stderr
     assert not out.exists()

@@ -22,7 +22,7 @@ from grpo_cli.core.columns import UID_GROUP
 from grpo_cli.core.errors import InputError
 from grpo_cli.jobs.pipeline import annotate, resolve
 from grpo_cli.report.explain import Explanation, explain_one
-from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, load_script, token_dump
+from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, import_or_skip, load_script, token_dump
 from tests.test_presets import hostile_log
 
 G = 4
@@ -353,7 +353,7 @@ class TestVerlDump:
 class TestBackend:
     @pytest.mark.parametrize("estimator", ["grpo", "batch_std", "reinforce_pp_baseline"])
     def test_torch_backend_from_python(self, estimator: str) -> None:
-        pytest.importorskip("torch")
+        import_or_skip("torch")
         frame = pl.read_parquet(SAMPLE_FILES["parquet"])
         given = {"estimator": estimator, "backend": "torch", "device": "cpu"}
         explanation = explain_one(frame, None, given, "p015")

@@ -248,7 +248,7 @@ class TestApi:
         with pytest.raises(InputError) as info:
             compute_advantages(log)
         assert info.value.message == (
-            "reward column 'reward' holds String values, not numbers (row 2: 'abc')"
+            "reward column 'reward' holds String values, not numbers (row 1: 'abc')"
         )
         assert info.value.exit_code == 3
 

@@ -51,6 +51,15 @@ def test_compute_help_groups_its_options() -> None:
     assert "--device DEVICE" in text and "Default: auto." in text
 
 
+def test_group_col_help_gives_the_default_with_a_step_column() -> None:
+    text = " ".join(help_of("compute").split())
+    assert (
+        "Column identifying a group; repeat for a composite key (-g step -g prompt_id). "
+        "Default: step, prompt_id when the log has a step column (the first of step, "
+        "global_step, training_step, iteration, batch, batch_id, epoch), else prompt_id."
+    ) in text
+
+
 EXAMPLE_LINES = [line for examples in EXAMPLES.values() for line, _ in examples]
 
 

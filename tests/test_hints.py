@@ -1,9 +1,13 @@
 """Hints that point the right way, and TRL's repeated steps.
 
 - verify names the sibling preset, or the reward columns, that reproduce the logged column;
-- a count of reward weights that does not fit names the columns taken as rewards;
-- an unknown preset suggests the preset it extends (``verl-grpo``: ``verl``);
+- a count of reward weights that does not fit names the column that is no reward, and -r;
+- a preset that weights by tokens, on a log without lengths, names a candidate column;
+- an unknown preset suggests the preset it extends (``verl-grpo``: ``verl``) and those that
+  hold it (``open-rlhf``: every ``openrlhf-...``);
 - engine errors under --low-memory name --low-memory;
+- a reward written as the text None, null or N/A says how a missing reward is written;
+- CSV or JSON text named .parquet is said to be that text, with the --format that reads it;
 - a JSONL with an accepted NaN and a later Infinity blames the Infinity line;
 - a TRL log that repeats a generation under consecutive steps is counted once.
 """
@@ -89,19 +93,91 @@ class TestSiblingPresets:
 
 
 class TestWeightsCount:
-    def test_names_the_columns_and_suggests_r(self, runner: CliRunner, tmp_path: Path) -> None:
-        frame = trl_log().with_columns(num_tokens=pl.lit(12.0))
+    @pytest.mark.parametrize(
+        ("extra", "weights"),
+        [("num_tokens", "1,0.5"), ("seed", "1"), ("sample_id", "1,0.5,2,3")],
+    )
+    def test_names_the_column_that_is_no_reward_first(
+        self, runner: CliRunner, tmp_path: Path, extra: str, weights: str
+    ) -> None:
+        frame = trl_log().with_columns(pl.lit(12).alias(extra))
         source = tmp_path / "extra.parquet"
         frame.write_parquet(source)
+        result = runner.invoke(
+            app, ["verify", str(source), "--preset", "trl", "--reward-weights", weights]
+        )
+        assert result.exit_code == 2
+        count = len(weights.split(","))
+        assert result.stderr == (
+            f"error: {count} reward weight(s) for 3 reward column(s): accuracy_reward, "
+            f"format_reward, {extra}\nhint: {extra} is not a reward: name the rewards with "
+            "-r accuracy_reward -r format_reward\n"
+        )
+
+    @pytest.mark.parametrize("extra", ["len_reward", "length_penalty"])
+    def test_a_column_that_may_be_a_reward_keeps_the_weights_hint(
+        self, runner: CliRunner, tmp_path: Path, extra: str
+    ) -> None:
+        source = tmp_path / "extra.parquet"
+        trl_log().with_columns(pl.lit(0.5).alias(extra)).write_parquet(source)
         result = runner.invoke(
             app, ["verify", str(source), "--preset", "trl", "--reward-weights", "1,0.5"]
         )
         assert result.exit_code == 2
-        assert result.stderr == (
-            "error: 2 reward weight(s) for 3 reward column(s): accuracy_reward, format_reward, "
-            "num_tokens\nhint: give one weight per reward column, or name the rewards: "
+        assert result.stderr.endswith(
+            "hint: give one weight per reward column, or name the rewards: "
             "-r accuracy_reward -r format_reward\n"
         )
+
+    def test_verify_without_weights_names_the_column_and_two_weights(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "extra.parquet"
+        trl_log().with_columns(num_tokens=pl.lit(12.0)).write_parquet(source)
+        result = runner.invoke(app, ["verify", str(source), "--preset", "trl"])
+        assert result.exit_code == 1
+        assert result.stderr.endswith(
+            "hint: 60 of 64 rows differ and 3 reward columns are summed (accuracy_reward, "
+            "format_reward, num_tokens; weights 1, 1, 1); num_tokens is not a reward: name "
+            "the rewards with -r accuracy_reward -r format_reward and the trainer's weights "
+            "with --reward-weights W1,W2 (TRL: GRPOConfig reward_weights)\n"
+        )
+
+
+class TestLengthFromPreset:
+    """A preset that weights by tokens, on a log with no length column, names the preset
+    (the user typed no --token-weighted) and a column that may hold the token counts."""
+
+    @pytest.mark.parametrize(
+        ("extra", "hint"),
+        [
+            (
+                {"completion_id": [1, 2], "n_tokens": [30.0, 41.0], "chars": [90, 120]},
+                "--length-col n_tokens",
+            ),
+            ({"completion_id": [1, 2], "chars": [90, 120]}, "--length-col chars"),
+            (
+                {"completion_id": [1, 2]},
+                "--length-col COL (no numeric column here looks like one)",
+            ),
+        ],
+    )
+    def test_names_the_preset_and_a_candidate(
+        self, runner: CliRunner, tmp_path: Path, extra: dict[str, list[object]], hint: str
+    ) -> None:
+        source = tmp_path / "log.csv"
+        pl.DataFrame({"prompt_id": ["a", "a"], "reward": [1.0, 0.0], **extra}).write_csv(source)
+        result = runner.invoke(
+            app, ["compute", str(source), "--preset", "verl-reinforce-pp-baseline", "-o", "-"]
+        )
+        assert result.exit_code == 2
+        assert result.stderr == (
+            "error: --preset verl-reinforce-pp-baseline weights batch statistics by response "
+            "tokens (--token-weighted) and the log has no length column (length, "
+            "completion_length, response_length)\n"
+            f"hint: name the column of token counts: {hint}\n"
+        )
+        assert result.stdout == ""
 
 
 class TestPresetSuggestions:
@@ -109,7 +185,31 @@ class TestPresetSuggestions:
         with pytest.raises(OptionsError) as info:
             get_preset("verl-grpo")
         assert info.value.hint is not None
-        assert info.value.hint.startswith("did you mean verl or ")
+        assert info.value.hint.startswith(
+            "did you mean verl, verl-grpo-passk, verl-dr-grpo or verl-gpg? "
+        )
+
+    @pytest.mark.parametrize(
+        ("typed", "suggested"),
+        [
+            (
+                "open-rlhf",
+                "openrlhf-group-norm, openrlhf-rloo, openrlhf-dr-grpo or "
+                "openrlhf-reinforce-baseline",
+            ),
+            ("rlhf_rloo", "openrlhf-rloo or verl-rloo"),
+            ("passk", "verl-grpo-passk"),
+            ("group-norm", "openrlhf-group-norm"),
+        ],
+    )
+    def test_names_that_hold_the_spelling_come(
+        self, runner: CliRunner, typed: str, suggested: str
+    ) -> None:
+        result = runner.invoke(app, ["compute", "x.csv", "--preset", typed])
+        assert result.exit_code == 2
+        assert result.stderr.startswith(
+            f"error: unknown preset {typed!r}\nhint: did you mean {suggested}? (choose one of: "
+        )
 
     def test_a_close_spelling_still_comes(self) -> None:
         with pytest.raises(OptionsError) as info:
@@ -134,6 +234,55 @@ def test_low_memory_errors_name_low_memory(runner: CliRunner, tmp_path: Path) ->
         "error: --low-memory (--backend partitioned) does not support --singleton drop"
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "cell"),
+    [
+        ("log.csv", "prompt_id,reward\na,1\na,None\n", "None"),
+        ("log.csv", "prompt_id,reward\na,1\na, N/A\n", " N/A"),
+        ("log.csv", "prompt_id,reward\na,1\na,NULL\n", "NULL"),
+        ("log.jsonl", '{"prompt_id":"a","reward":1}\n{"prompt_id":"a","reward":"null"}\n', "null"),
+    ],
+)
+def test_a_missing_reward_spelled_as_text_says_how_to_write_it(
+    runner: CliRunner, tmp_path: Path, name: str, body: str, cell: str
+) -> None:
+    source = tmp_path / name
+    source.write_text(body)
+    result = runner.invoke(app, ["compute", str(source), "-o", str(tmp_path / "out.csv")])
+    assert result.exit_code == 3
+    assert result.stderr == (
+        f"error: reward column 'reward' holds String values, not numbers (row 1: {cell!r})\n"
+        "hint: a missing reward is an empty CSV cell, NaN or JSON null, not the text "
+        f"{cell!r}: write missing rewards that way (--nulls says what they get)\n"
+    )
+    assert not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "fmt", "kind"),
+    [
+        (b"prompt_id,reward\na,1\n", "csv", "CSV"),
+        (b'{"prompt_id":"a","reward":1}\n', "jsonl", "JSON"),
+    ],
+)
+def test_text_named_parquet_is_not_called_truncated(
+    runner: CliRunner, tmp_path: Path, body: bytes, fmt: str, kind: str
+) -> None:
+    source = tmp_path / "log.parquet"
+    source.write_bytes(body)
+    result = runner.invoke(app, ["compute", str(source), "-o", str(tmp_path / "out.csv")])
+    assert result.exit_code == 3
+    assert result.stderr == (
+        f"error: {source} is not Parquet (it looks like {kind} text)\n"
+        f"hint: give --format {fmt} or rename it\n"
+    )
+    again = runner.invoke(app, ["compute", str(source), "--format", fmt, "-o", "-", "-q"])
+    assert again.exit_code == 0
+    assert again.stdout.splitlines()[-1] == (
+        "a,1,0.0" if fmt == "csv" else '{"prompt_id":"a","reward":1,"advantage":0.0}'
+    )
 
 
 def test_infinity_after_nan_blames_the_infinity_line(runner: CliRunner, tmp_path: Path) -> None:

@@ -119,6 +119,13 @@ def test_reads_a_stream() -> None:
             "cut.parquet",
             "{path} is not a complete Parquet file (no PAR1 footer: truncated?)",
         ),
+        (
+            b"prompt_id,reward\na,1\n",
+            "csv.parquet",
+            "{path} is not Parquet (it looks like CSV text)",
+        ),
+        (b'{"prompt_id":"a"}\n', "json.parquet", "{path} is not Parquet (it looks like JSON text)"),
+        (b"\x00\x01garbage", "bin.parquet", "{path} is not Parquet (it does not start with PAR1)"),
     ],
 )
 def test_read_errors(tmp_path: Path, content: bytes, name: str, message: str) -> None:

@@ -17,6 +17,7 @@ from grpo_cli import compute_advantages, run_job
 from grpo_cli.core.errors import OptionsError, OutputError
 from grpo_cli.jobs.pipeline import annotate
 from grpo_cli.jobs.run import JobResult
+from tests.conftest import import_or_skip
 from tests.test_outputs import _host_tag
 
 
@@ -45,7 +46,7 @@ def test_run_job_writes_what_compute_advantages_returns(
     tmp_path: Path, backend: str, options: dict[str, Any]
 ) -> None:
     if backend == "torch":
-        pytest.importorskip("torch")
+        import_or_skip("torch")
     log = reward_log()
     source, out = tmp_path / "log.parquet", tmp_path / "out.parquet"
     log.write_parquet(source)

@@ -165,6 +165,23 @@ def test_a_parquet_file_without_rows_is_an_input_error(runner: CliRunner, tmp_pa
         assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.parquet"]
 
 
+def test_a_trl_dump_is_refused_with_the_route_that_works(runner: CliRunner, tmp_path: Path) -> None:
+    """Its groups are runs of rows: refused as --backend ray refuses it, not with a hint
+    to pass the --preset trl the user gave."""
+    source = sorted((ROOT / "sample_data" / "trl_completions").iterdir())[0]
+    out = tmp_path / "out.parquet"
+    result = runner.invoke(
+        app, ["compute", str(source), "--preset", "trl", "--low-memory", "-o", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --low-memory does not support a TRL completions log (its groups are "
+        "num_generations consecutive rows, which need the rows in order)\n"
+        "hint: drop --low-memory: the default engine infers num_generations from the log\n"
+    )
+    assert not out.exists()
+
+
 def test_a_file_named_with_glob_characters_is_read_as_named(
     runner: CliRunner, tmp_path: Path
 ) -> None:

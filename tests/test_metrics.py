@@ -23,6 +23,7 @@ from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.engines.partitioned import annotate_to_parquet
 from grpo_cli.jobs.pipeline import annotate
 from grpo_cli.report.summarize import summarize
+from tests.conftest import import_or_skip
 from tests.trainer_reference import trl_nanstd
 
 NEAR = 1.000000001  # 1e-9 from 1.0: TRL's isclose(std, 0) counts the group (std 7.1e-10)
@@ -117,7 +118,7 @@ class TestTrlEverywhere:
         assert report.steps["frac_reward_zero_std"].to_list() == TRL_STEPS
 
     def test_the_torch_engine(self) -> None:
-        pytest.importorskip("torch")
+        import_or_skip("torch")
         run = annotate(case_log(), backend="torch", device="cpu").run
         assert run.frac_reward_zero_std == TRL_OVERALL
         assert (run.groups, run.zero_std_groups, run.group_size_median) == (4, 1, 2.0)

@@ -31,7 +31,7 @@ from grpo_cli.report.plot import (
     zero_std_top,
 )
 from grpo_cli.report.summarize import Report, summarize
-from tests.conftest import SAMPLE_DIR, SAMPLE_FILES
+from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, import_or_skip
 
 FLAT_SHARE = 4 / 1000  # one flat group of 4 among the 1000 responses of step 3
 
@@ -65,7 +65,7 @@ def _titled(fig: Any, text: str) -> list[Any]:
 
 @pytest.fixture
 def plt() -> Any:
-    pytest.importorskip("matplotlib")
+    import_or_skip("matplotlib")
     import matplotlib.pyplot
 
     yield matplotlib.pyplot
@@ -358,7 +358,7 @@ MAGIC = {
 class TestPlot:
     @pytest.mark.parametrize("suffix", [".png", ".svg", ".pdf", ".html"])
     def test_dashboard_file(self, runner: CliRunner, tmp_path: Path, suffix: str) -> None:
-        pytest.importorskip("matplotlib")
+        import_or_skip("matplotlib")
         annotated = tmp_path / "annotated.parquet"
         assert (
             runner.invoke(
@@ -378,7 +378,7 @@ class TestPlot:
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
     def test_png_size(self, runner: CliRunner, tmp_path: Path) -> None:
-        pytest.importorskip("matplotlib")
+        import_or_skip("matplotlib")
         import struct
 
         out = tmp_path / "r.png"
@@ -403,7 +403,9 @@ class TestPlot:
         result = runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)])
         assert result.exit_code == 2
         assert "plot needs matplotlib" in result.output
-        assert "pip install 'grpo-adv[plot]'" in result.output
+        assert result.stderr.endswith(
+            "hint: install it with: .venv/bin/pip install -e '.[plot]' (in the grpo-adv checkout)\n"
+        )
         assert not out.exists()
 
     def test_existing_output_needs_force(self, runner: CliRunner, tmp_path: Path) -> None:

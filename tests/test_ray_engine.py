@@ -27,8 +27,9 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.jobs.pipeline import annotate
+from tests.conftest import import_or_skip
 
-ray = pytest.importorskip("ray", reason="--backend ray needs pip install 'grpo-adv[ray]'")
+ray = import_or_skip("ray")
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"}
@@ -434,7 +435,12 @@ class TestRefusals:
         assert done.returncode == 4, done.stderr
         lines = done.stderr.strip().splitlines()
         assert lines[0].startswith(f"error: cannot reach the Ray cluster at 127.0.0.1:{port}")
-        assert len(lines) == 2 and lines[1].startswith("hint: ")
+        assert lines[1:] == [
+            "hint: check the address (ray status on the head node shows it); a cluster with "
+            "token authentication (ray start with RAY_AUTH_MODE=token, or a token on the head) "
+            "also needs its token here (RAY_AUTH_TOKEN or ~/.ray/auth_token); or drop "
+            "--ray-address to run on a private local Ray"
+        ]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
 
 
@@ -733,31 +739,38 @@ def test_leftovers_of_a_killed_watcher_are_reaped(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("local_ray")
-@pytest.mark.parametrize("damage", ["truncated", "corrupt_pages"])
+@pytest.mark.parametrize("damage", ["truncated", "corrupt_pages", "empty", "csv"])
 def test_unreadable_parquet_shard_is_an_input_error(
     runner: CliRunner, tmp_path: Path, damage: str
 ) -> None:
-    """A damaged Parquet shard (not the first): exit 3 naming it, the cause in plain text
-    (no colour codes), no internal error, nothing written."""
+    """A damaged Parquet shard (not the first): exit 3 naming it with the default engine's
+    very message (the cause in plain text, no colour codes), no internal error, nothing
+    written."""
     write_shards(reward_log(rows=300), tmp_path / "in", shards=3)
     bad = tmp_path / "in" / "shard-2.parquet"
     data = bad.read_bytes()
     if damage == "truncated":
         bad.write_bytes(data[: len(data) // 2])
-    else:
+    elif damage == "corrupt_pages":
         pages = bytearray(data)
         for i in range(100, len(pages) - 600):
             pages[i] = (pages[i] * 7 + 13) % 256
         bad.write_bytes(bytes(pages))
-    result = run_cli(
-        runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", str(tmp_path / "out")
-    )
-    assert result.exit_code == 3, result.output
-    first = result.output.splitlines()[0]
-    if damage == "truncated":
-        assert first == f"error: {bad} is not a complete Parquet file (no PAR1 footer: truncated?)"
     else:
-        assert first.startswith(f"error: cannot read {bad} as parquet: ")
+        bad.write_bytes(b"" if damage == "empty" else b"prompt_id,reward\np1,1\n")
+    out = str(tmp_path / "out")
+    result = run_cli(runner, "compute", str(tmp_path / "in"), "--backend", "ray", "-o", out)
+    assert result.exit_code == 3, result.output
+    expected = {
+        "truncated": f"{bad} is not a complete Parquet file (no PAR1 footer: truncated?)",
+        "corrupt_pages": f"cannot read {bad} as parquet: Couldn't deserialize thrift: "
+        "TProtocolException: Invalid data",
+        "empty": f"{bad} is empty",
+        "csv": f"{bad} is not Parquet (it looks like CSV text)",
+    }
+    assert result.output.splitlines()[0] == "error: " + expected[damage]
+    default = run_cli(runner, "compute", str(tmp_path / "in"), "-o", out)
+    assert (default.exit_code, default.output) == (3, result.output)
     assert "\x1b" not in result.output and "internal error" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
+
+from tests.conftest import import_or_skip
 
 
 def test_without_ray_installed(tmp_path: Path) -> None:
@@ -29,6 +32,16 @@ def test_without_ray_installed(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "error: --backend ray needs Ray, which is not installed",
-        "hint: install it with: pip install 'grpo-adv[ray]'",
+        "hint: install it with: .venv/bin/pip install -e '.[ray]' (in the grpo-adv checkout)",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
+
+
+def test_the_skipped_ray_tests_say_how_to_run_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make test`` without Ray lists the skip reason (pytest -ra): the install command."""
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(pytest.skip.Exception) as info:
+        import_or_skip("ray")
+    assert (
+        info.value.msg == "needs ray: .venv/bin/pip install -e '.[ray]' (in the grpo-adv checkout)"
+    )

@@ -47,6 +47,36 @@ def test_readme_summary_block_is_what_compute_prints(
     assert result.stderr == block
 
 
+@pytest.mark.parametrize(
+    "example",
+    [
+        "$ grpo-adv compare sample_data/rewards.parquet --preset trl --preset verl --estimator "
+        "dr_grpo --top 3 -o compared.parquet",
+        "$ grpo-adv explain sample_data/rewards.parquet --row 42 --ddof 0",
+    ],
+)
+def test_readme_output_blocks_are_what_the_commands_print(
+    example: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The block after an example is the output of its command at 101 columns (for explain,
+    of the first example above it: ``--group p007``)."""
+    from typer.testing import CliRunner
+
+    from grpo_cli.cli import app
+
+    shutil.copytree(SAMPLE_DIR, tmp_path / "sample_data")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "101")
+    block = README.split(example + "\n```\n\n", 1)[1].split("\n", 1)[1].split("```", 1)[0]
+    if "explain" in example:
+        args = ["explain", "sample_data/rewards.parquet", "--group", "p007"]
+    else:
+        args = example.removeprefix("$ grpo-adv ").split()
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0
+    assert result.output == block
+
+
 def test_readme_lists_every_exit_code_the_errors_module_defines() -> None:
     """The README's exit-code table and ``grpo_cli.core.errors``' EXIT_* constants and its
     docstring's table name the same codes."""

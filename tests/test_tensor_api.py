@@ -16,9 +16,10 @@ from grpo_cli.core.estimators import ESTIMATORS
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.presets import PRESETS
 from tests import trainer_reference as ref
+from tests.conftest import import_or_skip
 from tests.test_presets import hostile_log
 
-torch = pytest.importorskip("torch")
+torch = import_or_skip("torch")
 
 # The estimators on a tensor: all but process supervision (lists of step rewards).
 RESPONSE_ESTIMATORS = [name for name, e in ESTIMATORS.items() if e.unit == "response"]

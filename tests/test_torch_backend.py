@@ -17,10 +17,10 @@ from grpo_cli.core.errors import OptionsError
 from grpo_cli.core.estimators import ESTIMATORS
 from grpo_cli.core.presets import PRESETS
 from grpo_cli.jobs.pipeline import annotate
-from tests.conftest import ROOT, SAMPLE_FILES
+from tests.conftest import ROOT, SAMPLE_FILES, import_or_skip
 from tests.test_presets import hostile_log
 
-torch = pytest.importorskip("torch")
+torch = import_or_skip("torch")
 
 # Every policy, alone or where two meet (each run on every estimator, Polars vs torch).
 POLICIES: list[dict[str, Any]] = [

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Final, get_type_hints
 
 import typer
 
+from grpo_cli.core.columns import STEP_COLUMNS
 from grpo_cli.core.engine_options import BACKENDS, DEVICES
 from grpo_cli.core.errors import OptionRef, OptionsError, Verbatim
 from grpo_cli.core.estimators import ESTIMATORS
@@ -110,7 +111,8 @@ GroupCol = Annotated[
         "-g",
         metavar="COL",
         help="Column identifying a group; repeat for a composite key "
-        "(-g step -g prompt_id). Default: prompt_id.",
+        "(-g step -g prompt_id). Default: step, prompt_id when the log has a step column "
+        f"(the first of {', '.join(STEP_COLUMNS)}), else prompt_id.",
         show_default=False,
     ),
 ]

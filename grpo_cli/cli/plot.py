@@ -69,7 +69,7 @@ def plot_cmd(
     """Draw a dashboard: advantage and reward histograms, per-step curves.
 
     PNG, SVG, PDF or HTML (the figure and the tables); without -o, <stem>.report.png
-    beside the input. Needs the plot extra: pip install 'grpo-adv[plot]'.
+    beside the input. Needs matplotlib: .venv/bin/pip install -e '.[plot]' (make adds it).
     """
     from grpo_cli.cli.render import print_warning, stderr_console
     from grpo_cli.report.plot import run_plot

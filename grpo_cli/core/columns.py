@@ -1,5 +1,5 @@
 """Every temporary column grpo-adv adds to a frame, named once (and the log columns that
-number steps).
+number steps, and the names that say what a log column holds).
 
 They all start with ``__grpo_``, never reach an output, and error messages never list them.
 This module imports nothing, so any module may use it.
@@ -7,6 +7,7 @@ This module imports nothing, so any module may use it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable
 from typing import Final
 
@@ -81,6 +82,22 @@ STEP_COLUMNS: Final = (
 # it names the prompt (every response of a group shares it); a verl dump's
 # ``{uuid}_{session}_{index}`` names the response (see core.run_summary.response_id).
 RESPONSE_IDS: Final = ("completion_id", "response_id", "sample_id")
+
+# Names that say a log column holds response lengths (``num_tokens``, ``seq_len``) or numbers
+# something (``sample_id``, ``seed``, ``epoch``).
+LENGTH_NAME: Final = re.compile("len|tok", re.IGNORECASE)
+COUNTER_NAME: Final = re.compile("(id|idx|index|step|seed|epoch|rank)$", re.IGNORECASE)
+
+
+def not_a_reward(name: str) -> bool:
+    """Whether a column's name says it holds no reward, whatever its type: a length, a
+    token count or a counter (``num_tokens``, ``completion_length``, ``seed``,
+    ``sample_id``) with no ``reward``, ``score``, ``penalty`` or ``bonus`` in it
+    (``len_reward`` and ``length_penalty`` may be rewards)."""
+    if re.search("reward|score|penalty|bonus", name, re.IGNORECASE):
+        return False
+    return bool(LENGTH_NAME.search(name) or COUNTER_NAME.search(name))
+
 
 # The names a log's own advantage column goes by, in order of preference: grpo-adv's and
 # TRL's ``advantage``, then ``advantages`` (verl's name for the advantage tensor).

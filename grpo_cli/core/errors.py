@@ -335,6 +335,13 @@ class ClusterError(OutputError):
     as for an output that cannot be written: nothing was written)."""
 
 
+def install_command(extra: str) -> str:
+    """The command that adds the optional dependencies ``extra`` of pyproject.toml
+    (``ray``, ``torch``, ``plot``): grpo-adv is on no package registry, so it is installed
+    again from its checkout, into the ``.venv`` that ``make`` creates."""
+    return f".venv/bin/pip install -e '.[{extra}]' (in the grpo-adv checkout)"
+
+
 def first_line(text: str, default: str = "") -> str:
     """The first line of an exception's text (``default`` when it has none): what a
     one-line message quotes of a cause."""

@@ -29,19 +29,25 @@ def canonical(value: str, names: Collection[str]) -> str | None:
 
 def match_name(value: str, names: Collection[str], what: Message, *, see: str = "") -> str:
     """The name in ``names`` that ``value`` spells (see :func:`canonical`); otherwise an
-    OptionsError ``unknown WHAT 'VALUE'`` whose hint suggests the longest name ``value``
-    starts with (``verl-grpo``: ``verl``), then the closest spellings, and lists them all
-    (``see``: where to read more, appended to the hint)."""
+    OptionsError ``unknown WHAT 'VALUE'`` whose hint suggests up to four names: the longest
+    name ``value`` starts with (``verl-grpo``: ``verl``), the names that hold ``value`` (3
+    characters or more, without case and separators: ``open-rlhf`` suggests every
+    ``openrlhf-...``, ``passk`` ``verl-grpo-passk``), then the closest spellings; and lists
+    them all (``see``: where to read more, appended to the hint)."""
     found = canonical(value, names)
     if found is not None:
         return found
     keys = {_key(name): name for name in names}
     typed = _key(value)
     # a name the value extends (``verl-grpo`` is ``verl`` with its estimator spelled out)
-    # comes first, the longest such; then the closest spellings
+    # comes first, the longest such; then the names the value is part of; then the closest
     prefixes = sorted((k for k in keys if k and typed.startswith(k)), key=len, reverse=True)
+    holding = [k for k in keys if len(typed) >= 3 and typed in k]
     similar = difflib.get_close_matches(typed, list(keys), n=2, cutoff=0.6)
-    close = [keys[k] for k in dict.fromkeys([*prefixes[:1], *similar])]
+    close = [keys[k] for k in dict.fromkeys([*prefixes[:1], *holding, *similar])][:4]
     listing = f"choose one of: {', '.join(names)}{see}"
-    hint = f"did you mean {' or '.join(close)}? ({listing})" if close else listing
+    if not close:
+        raise OptionsError("unknown " + what + f" {value!r}", hint=listing, value=value)
+    either = close[0] if len(close) == 1 else f"{', '.join(close[:-1])} or {close[-1]}"
+    hint = f"did you mean {either}? ({listing})"
     raise OptionsError("unknown " + what + f" {value!r}", hint=hint, value=value)

@@ -11,7 +11,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
-from grpo_cli.core.errors import Message, OptionsError, Verbatim, option
+from grpo_cli.core.columns import not_a_reward
+from grpo_cli.core.errors import Message, OptionsError, Text, Verbatim, option
 
 if TYPE_CHECKING:
     from grpo_cli.core.estimators import Estimator
@@ -235,12 +236,15 @@ class AdvantageOptions:
                 raise OptionsError(
                     f"{len(weights)} reward weight(s) for {len(columns)} reward column(s): "
                     + ", ".join(columns),
-                    hint="give one weight per reward column, or name the rewards: " + named
-                    if len(weights) < len(columns)
-                    else "give one weight per "
-                    + option("reward_cols")
-                    + ", e.g. "
-                    + option("reward_weights", (1, 0.5)),
+                    hint=not_rewards_hint(columns)
+                    or (
+                        "give one weight per reward column, or name the rewards: " + named
+                        if len(weights) < len(columns)
+                        else "give one weight per "
+                        + option("reward_cols")
+                        + ", e.g. "
+                        + option("reward_weights", (1, 0.5))
+                    ),
                     value=weights,
                 )
             if not all(math.isfinite(w) for w in weights):
@@ -293,3 +297,19 @@ class AdvantageOptions:
                 hint=f"valid options: {', '.join(sorted(known))}",
             )
         return replace(self, **overrides)
+
+
+def not_rewards_hint(columns: tuple[str, ...]) -> Text | None:
+    """For reward ``columns`` of which some are named as no reward (a TRL log's
+    ``num_tokens`` or ``seed``, taken as a reward because it is numeric: see
+    :func:`grpo_cli.core.columns.not_a_reward`): "num_tokens is not a reward: name the
+    rewards with -r accuracy_reward -r format_reward". None when every column may be a reward,
+    or none would be left."""
+    others = [c for c in columns if not_a_reward(c)]
+    rewards = tuple(c for c in columns if c not in others)
+    if not others or not rewards:
+        return None
+    verb = "is not a reward" if len(others) == 1 else "are not rewards"
+    return f"{', '.join(others)} {verb}: name the rewards with " + option(
+        "reward_cols", rewards, short=True
+    )

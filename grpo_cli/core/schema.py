@@ -119,19 +119,31 @@ def check_list_dtype(schema: pl.Schema, column: str) -> None:
     )
 
 
-def describe_bad_reward(frame: pl.DataFrame, column: str) -> str:
-    """A short example of a non-numeric reward value, for error messages: ``row 3: 'abc'``,
-    the first that is neither a number written as text nor ``true``/``false`` (a JSONL
-    boolean among text)."""
+NULL_SPELLINGS: Final = frozenset({"none", "null", "nil", "na", "n/a", "missing", "-"})
+"""Text that a log writer meant as a missing value (Python's ``None``, ``null``, ``N/A``):
+compared without case or surrounding spaces."""
+
+
+def describe_bad_reward(frame: pl.DataFrame, exc: InputError, column: str) -> None:
+    """Add to ``exc`` (a reward column of text) its first value that is not a number, as an
+    example: `` (row 2: 'abc')`` (rows count from 0 in the order read, as ``explain --row``
+    and ``--diff-out`` do); a value that spells a missing one (``None``, ``null``, ``N/A``:
+    :data:`NULL_SPELLINGS`) gets the hint that says how a missing reward is written."""
     series = frame.get_column(column)
     if series.dtype != pl.String:
-        return ""
+        return
     as_float = series.cast(pl.Float64, strict=False)
     bad = series.is_not_null() & as_float.is_null() & ~series.is_in(("true", "false"))
     if not bad.any():
-        return ""
+        return
     index = int(bad.arg_true()[0])
-    return f" (row {index + 1}: {series[index]!r})"
+    value = series[index]
+    exc.text += f" (row {index}: {value!r})"
+    if value.strip().lower() in NULL_SPELLINGS:
+        exc.hint_text = (
+            f"a missing reward is an empty CSV cell, NaN or JSON null, not the text {value!r}: "
+            "write missing rewards that way (" + option("nulls") + " says what they get)"
+        )
 
 
 def check_frame(
@@ -201,7 +213,7 @@ def _check_reward_column(
         check_numeric_dtype(schema, column, "reward")
     except InputError as exc:
         if isinstance(frame, pl.DataFrame):
-            exc.text += describe_bad_reward(frame, column)
+            describe_bad_reward(frame, exc, column)
         raise
 
 

@@ -29,8 +29,8 @@ from their tasks) replaces its own part; the output folder is written beside its
 path and renamed when complete. The driver never holds the data: only the partials and the
 byte counts come back to it.
 
-Ray is imported only on this path, here, in ray_cluster, ray_lean and ray_tasks (``pip install
-'grpo-adv[ray]'``).
+Ray is imported only on this path, here, in ray_cluster, ray_lean and ray_tasks
+(``.venv/bin/pip install -e '.[ray]'``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from grpo_cli.core.run_summary import Repeats, RunSummary
 from grpo_cli.engines import FileJob, ray_tasks
 from grpo_cli.engines.batch_partials import merged_stats, needs_batch_stats
 from grpo_cli.engines.narrow import merge_repeats
-from grpo_cli.engines.ray_cluster import first_line, import_ray, session
+from grpo_cli.engines.ray_cluster import import_ray, session
 from grpo_cli.engines.ray_tasks import PIECE_STRIDE, ROW_BITS, Piece, Shuffle
 from grpo_cli.io.read import scan_parquet_file
 
@@ -378,34 +378,47 @@ def _grpo_cause(exc: BaseException) -> GrpoAdvError | None:
 
 def _unreadable_input(job: FileJob) -> InputError | None:
     """After a failure on the cluster: the first Parquet input this machine cannot read
-    either, named, with the cause in plain text (the error the Polars engine gives for a
-    truncated file, ``cannot read FILE as parquet: ...`` otherwise); None when every input
-    reads (the failure was something else). Read batch by batch (bounded memory); only
-    on this error path. JSONL and CSV inputs are read by grpo-adv's reader on the
-    cluster, which names the file itself."""
-    from grpo_cli.io.formats import PARQUET_MAGIC, format_from_suffix, uncompressed_name
-    from grpo_cli.io.read import truncated_parquet
+    either, named with the error the Polars engine gives for it (empty, not Parquet,
+    truncated, a footer that points outside the file, ``cannot read FILE as parquet: ...``
+    with Polars' cause); None when every input reads (the failure was something else).
+    Read batch by batch (bounded memory); only on this error path. JSONL and CSV inputs
+    are read by grpo-adv's reader on the cluster, which names the file itself."""
+    from grpo_cli.io.formats import (
+        PARQUET_MAGIC,
+        SNIFF_BYTES,
+        format_from_suffix,
+        uncompressed_name,
+    )
+    from grpo_cli.io.read import (
+        check_parquet_layout,
+        empty_input,
+        not_parquet,
+        truncated_parquet,
+        unreadable_parquet,
+    )
 
     for path in job.sources:
         fmt = job.input_format or format_from_suffix(uncompressed_name(path))
         if fmt != "parquet":
             continue
+        name = str(path)
         try:
             with path.open("rb") as handle:
-                head = handle.read(4)
+                head = handle.read(SNIFF_BYTES)
                 size = handle.seek(0, 2)
                 handle.seek(max(size - 4, 0))
                 tail = handle.read(4)
-            if head == PARQUET_MAGIC and (tail != PARQUET_MAGIC or size < 12):
-                return truncated_parquet(str(path))
-            import pyarrow.parquet as pq
-
-            for _ in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS):
+            if size == len(head) and not head.strip():
+                return empty_input(name)
+            if not head.startswith(PARQUET_MAGIC):
+                return not_parquet(name, head)
+            if tail != PARQUET_MAGIC or size < 12:
+                return truncated_parquet(name)
+            check_parquet_layout(path, name)
+            for _ in scan_parquet_file(path).collect_batches(chunk_size=READ_BATCH_ROWS):
                 pass
+        except InputError as exc:
+            return exc
         except Exception as exc:
-            return InputError(
-                f"cannot read {path} as parquet: {first_line(str(exc)) or type(exc).__name__}",
-                hint="the file may be truncated, corrupt or not Parquet: write it again, or "
-                "leave it out",
-            )
+            return unreadable_parquet(name, str(exc))
     return None

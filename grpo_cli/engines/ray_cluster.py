@@ -17,10 +17,11 @@
 - **``--ray-address auto``**: the cluster this machine belongs to (``RAY_ADDRESS``, then
   the last ``ray start``); **``HOST:PORT``**: that one (not ``ray://``, Ray Client: see
   :class:`grpo_cli.core.engine_options.EngineOptions`). Nothing
-  listening: exit 4 at once. A cluster that asks for a token (``ray start``'s default)
-  while ``RAY_AUTH_MODE`` is unset: the user's own token (``RAY_AUTH_TOKEN``,
-  ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) is used, and said; without one, exit 4
-  at once.
+  listening: exit 4 at once. A cluster that asks for a token (``ray start`` with
+  ``RAY_AUTH_MODE=token``, or with a token already on the head node; without either it
+  starts without token authentication) while ``RAY_AUTH_MODE`` is unset: the user's own
+  token (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) is used, and
+  said; without one, exit 4 at once.
 - The run says in one note which cluster it uses. While Ray runs, the process's standard
   output and error go to ``/dev/null`` (Ray prints worker deaths on standard output and its
   C++ core logs on standard error; only data may reach standard output). A cluster whose
@@ -59,13 +60,14 @@ from grpo_cli.core.errors import (
     OptionsError,
     Spelling,
     Verbatim,
+    install_command,
     keyword_spelling,
     option,
 )
 from grpo_cli.engines.ray_lean import lean_start, system_config
 from grpo_cli.io import interrupts
 
-INSTALL_HINT: Final = "pip install 'grpo-adv[ray]'"
+INSTALL_HINT: Final = install_command("ray")
 OWNER_ENV: Final = "GRPO_ADV_RAY_SESSION"  # the private Ray's folder, in its processes' env
 TEMP_PREFIX: Final = "grpo-adv-ray."
 CONNECT_TIMEOUT_S: Final = 10.0  # a TCP probe of HOST:PORT before Ray is asked to attach
@@ -491,8 +493,8 @@ def _unreachable(name: str, why: str, *, private: bool = False) -> ClusterError:
     return ClusterError(
         f"cannot reach {name}: {why}; nothing was written",
         hint="check the address (ray status on the head node shows it); a cluster with "
-        "token authentication (ray start's default) also needs its token here "
-        "(RAY_AUTH_TOKEN or ~/.ray/auth_token); or drop "
+        "token authentication (ray start with RAY_AUTH_MODE=token, or a token on the head) "
+        "also needs its token here (RAY_AUTH_TOKEN or ~/.ray/auth_token); or drop "
         + option("ray_address")
         + " to run on a private local Ray",
     )

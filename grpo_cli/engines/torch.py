@@ -47,6 +47,7 @@ from grpo_cli.core.errors import (
     Message,
     OptionsError,
     first_line,
+    install_command,
     is_out_of_memory,
     option,
 )
@@ -57,7 +58,7 @@ from grpo_cli.core.plan import Plan, collision_columns
 from grpo_cli.core.policies import apply_policies
 from grpo_cli.core.rewards import reward_expr
 
-INSTALL_HINT: Final = "pip install 'grpo-adv[torch]'"
+INSTALL_HINT: Final = install_command("torch")
 
 
 _IMPORT: dict[str, threading.Thread] = {}  # the background import, once started
@@ -94,7 +95,7 @@ def import_torch() -> Any:
         if exc.name == "torch" or "No module named 'torch'" in str(exc):  # not there
             raise OptionsError(
                 option("backend", "torch") + " needs PyTorch, which is not installed",
-                hint=INSTALL_HINT,
+                hint="install it with: " + INSTALL_HINT,
             ) from None
         raise _broken_torch(exc) from None
     except Exception as exc:  # a broken install: a CUDA library missing (OSError), ...
@@ -108,7 +109,7 @@ def _broken_torch(exc: Exception) -> OptionsError:
     return OptionsError(
         option("backend", "torch")
         + f" needs PyTorch, which failed to load: {type(exc).__name__}: {detail}",
-        hint="reinstall it (" + INSTALL_HINT + "), or leave " + option("backend") + " out "
+        hint="reinstall it with: " + INSTALL_HINT + "; or leave " + option("backend") + " out "
         "(the Polars engine)",
     )
 

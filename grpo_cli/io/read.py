@@ -93,10 +93,7 @@ def read_rewards(
         name = STDIN_NAME
     data = decompress(data, name)
     if not data.strip():
-        raise InputError(
-            f"{name} is empty",
-            hint="give a reward log with a header or JSON objects and at least one row",
-        )
+        raise empty_input(name)
     if fmt is None:
         fmt = sniff_format(data[:SNIFF_BYTES])
     warnings: tuple[str, ...] = ()
@@ -136,11 +133,40 @@ def _read_file_bytes(path: Path) -> bytes:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def empty_input(name: str) -> InputError:
+    """The error for an input with nothing in it (or only blanks)."""
+    return InputError(
+        f"{name} is empty",
+        hint="give a reward log with a header or JSON objects and at least one row",
+    )
+
+
 def truncated_parquet(name: str) -> InputError:
     """The error for a Parquet file without its footer."""
     return InputError(
         f"{name} is not a complete Parquet file (no PAR1 footer: truncated?)",
         hint="write the file again, or pass " + option("input_format") + " if it is not Parquet",
+    )
+
+
+def not_parquet(name: str, head: bytes) -> InputError:
+    """The error for a file read as Parquet (by its name, or ``--format parquet``) whose
+    first bytes (``head``) are not PAR1: CSV or JSON text is named as such (a CSV saved
+    under ``.parquet``), with the --format that reads it; other bytes are not guessed at."""
+    try:
+        text = head.decode()
+    except UnicodeDecodeError as bad:  # text cut inside a character is still text
+        text = head[: bad.start].decode() if bad.reason == "unexpected end of data" else ""
+    if not text.strip() or "\x00" in text:
+        return InputError(
+            f"{name} is not Parquet (it does not start with PAR1)",
+            hint="write it again as Parquet, or pass " + option("input_format") + " if it is "
+            "another format",
+        )
+    fmt = sniff_format(head)
+    return InputError(
+        f"{name} is not Parquet (it looks like {'CSV' if fmt == 'csv' else 'JSON'} text)",
+        hint="give " + option("input_format", fmt) + " or rename it",
     )
 
 
@@ -251,6 +277,8 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
     import io
 
     buffer = io.BytesIO(data)
+    if fmt == "parquet" and not data.startswith(PARQUET_MAGIC):
+        raise not_parquet(name, data[:SNIFF_BYTES])
     if fmt == "parquet" and not data.endswith(PARQUET_MAGIC):
         raise truncated_parquet(name)
     try:

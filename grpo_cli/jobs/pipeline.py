@@ -4,7 +4,7 @@ per-group table and the run's figures."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from dataclasses import replace as replace_field
 from functools import cached_property
@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from grpo_cli.core.columns import COUNTER_NAME, LENGTH_NAME
 from grpo_cli.core.engine_options import EngineOptions, split_engine
-from grpo_cli.core.errors import Message, option
+from grpo_cli.core.errors import Message, OptionsError, Verbatim, option
 from grpo_cli.core.layouts import apply_layout, detect_layout, within_steps
 from grpo_cli.core.metrics import LENGTH_COLUMNS
 from grpo_cli.core.options import AdvantageOptions
@@ -112,7 +113,7 @@ def resolve(
     warnings: list[Message] = []
     frame, fields, derived = apply_layout(frame, layout, fields, explicit.keys(), warnings)
     fields = within_steps(frame.columns, fields, explicit.keys())
-    fields = length_from_columns(frame.columns, fields, estimator, warnings)
+    fields = length_from_columns(frame.schema, fields, estimator, warnings, preset, explicit)
     return Resolved(
         frame=frame,
         options=AdvantageOptions(**fields),
@@ -133,20 +134,62 @@ def needs_length(fields: dict[str, Any], estimator: Estimator) -> bool:
 
 
 def length_from_columns(
-    columns: Sequence[str], fields: dict[str, Any], estimator: Estimator, warnings: list[Message]
+    schema: pl.Schema,
+    fields: dict[str, Any],
+    estimator: Estimator,
+    warnings: list[Message],
+    preset: str | None = None,
+    explicit: Collection[str] = (),
 ) -> dict[str, Any]:
     """Options that need a length column and name none take the log's ``length`` (or
-    ``completion_length``, ``response_length``), with a warning saying so; without one,
-    the options' own error asks for ``length_col``."""
+    ``completion_length``, ``response_length``), with a warning saying so. Without one, a
+    preset that weights by tokens (``token_weighted`` not among the ``explicit`` options) is
+    refused here, naming the preset and a candidate column (:func:`length_candidate`);
+    otherwise the options' own error asks for ``length_col``."""
     if not needs_length(fields, estimator):
         return fields
-    found = next((c for c in LENGTH_COLUMNS if c in columns), None)
+    found = next((c for c in LENGTH_COLUMNS if c in schema), None)
     if found is None:
+        if (
+            preset is not None
+            and "length" not in estimator.needs
+            and "token_weighted" not in explicit
+        ):
+            taken = {
+                *fields.get("group_cols", ()),
+                *fields.get("reward_cols", ()),
+                fields.get("batch_col"),
+            }
+            candidate = length_candidate(schema, taken)
+            raise OptionsError(
+                option("preset", preset)
+                + " weights batch statistics by response tokens ("
+                + option("token_weighted")
+                + ") and the log has no length column ("
+                + ", ".join(LENGTH_COLUMNS)
+                + ")",
+                hint=(
+                    "name the column of token counts: "
+                    + option("length_col", Verbatim(candidate or "COL"))
+                    + ("" if candidate else " (no numeric column here looks like one)")
+                ),
+            )
         return fields
     warnings.append(
         f"using the length column {found!r} (" + option("length_col") + " names another)"
     )
     return {**fields, "length_col": found}
+
+
+def length_candidate(schema: pl.Schema, taken: Collection[object]) -> str | None:
+    """The column of ``schema`` most likely to hold response lengths, for a hint: the first
+    numeric one whose name says length or tokens (``num_tokens``, ``seq_len``), else the
+    first integer one not named like an id, index, step or seed; never one in ``taken``
+    (the group, reward and batch columns). None when no column fits."""
+    free = [(name, dtype) for name, dtype in schema.items() if name not in taken]
+    named = (n for n, d in free if d.is_numeric() and LENGTH_NAME.search(n))
+    counts = (n for n, d in free if d.is_integer() and not COUNTER_NAME.search(n))
+    return next(named, None) or next(counts, None)
 
 
 def annotate(

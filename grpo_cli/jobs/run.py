@@ -214,6 +214,7 @@ def run_job(
             _run_file(
                 sources,
                 decided,
+                preset,
                 explicit,
                 target,
                 out_dir,
@@ -439,6 +440,7 @@ def check_options(
 def _run_file(
     sources: list[str],
     decided: Plan,
+    preset: str | None,
     explicit: dict[str, Any],
     output: str | None,
     out_dir: Path | None,
@@ -449,6 +451,8 @@ def _run_file(
 ) -> JobResult:
     """A file engine (``backend="partitioned"``): one Parquet file in, one Parquet file
     out, bounded memory."""
+
+    import polars as pl
 
     from grpo_cli.core.plan import parquet_plan
     from grpo_cli.engines import FileJob, check, get_engine
@@ -488,6 +492,7 @@ def _run_file(
     schema = lazy.collect_schema()
     if not rows:  # the other engines' error (its partitions would be empty folders)
         raise no_rows(str(source), list(schema))
+    _refuse_positional_layout(pl.DataFrame(schema=schema), preset, explicit, named)
     options = _within_steps(options, schema, explicit)
     plan = parquet_plan(lazy, options, decided.engine, estimator=decided.estimator)
     target, fmt = output_target([str(source)], output, output_format, "parquet")
@@ -648,7 +653,7 @@ def _refuse_positional_layout(
     empty: Any, preset: str | None, explicit: dict[str, Any], name: Message
 ) -> None:
     """A TRL completions log has no prompt id: its groups are num_generations consecutive
-    rows, which a dataset engine (rows in no order) cannot form. Refused once, with the
+    rows, which an engine that takes them in no order cannot form. Refused once, with the
     route that works."""
     from grpo_cli.core.layouts import detect_layout
     from grpo_cli.core.presets import get_preset

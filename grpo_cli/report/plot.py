@@ -16,7 +16,7 @@ HTML embeds the SVG and the overall and per-step tables, styled to fit the page 
 table layout at the page's width, long names wrapped, a horizontal scroll bar rather than
 an overflowing page when there are many columns).
 
-matplotlib is an optional extra (``pip install 'grpo-adv[plot]'``), imported only here and
+matplotlib is an optional extra (``.venv/bin/pip install -e '.[plot]'``), imported only here and
 only when a plot is drawn, with the non-interactive Agg backend.
 """
 
@@ -32,7 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
-from grpo_cli.core.errors import OptionsError, Spelling, Verbatim, keyword_spelling, option
+from grpo_cli.core.errors import (
+    OptionsError,
+    Spelling,
+    Verbatim,
+    install_command,
+    keyword_spelling,
+    option,
+)
 from grpo_cli.report.summarize import Report
 
 PLOT_FORMATS: Final = {
@@ -42,7 +49,7 @@ PLOT_FORMATS: Final = {
     ".html": "html",
     ".htm": "html",
 }
-INSTALL_HINT: Final = "pip install 'grpo-adv[plot]' (matplotlib)"
+INSTALL_HINT: Final = "install it with: " + install_command("plot")
 DEFAULT_SUFFIX: Final = ".report.png"
 DPI: Final = 110
 WIDTH_IN: Final = 12.0

@@ -26,7 +26,7 @@ import polars as pl
 
 from grpo_cli.core.columns import RECOMPUTED_KEY as RECOMPUTED
 from grpo_cli.core.columns import ROW_KEY as ROW  # the input row number, shown as ``row``
-from grpo_cli.core.columns import logged_advantage
+from grpo_cli.core.columns import logged_advantage, not_a_reward
 from grpo_cli.core.errors import (
     GrpoAdvError,
     InputError,
@@ -44,7 +44,7 @@ from grpo_cli.core.layouts import (
     prompt_runs,
     runs_group_size,
 )
-from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.options import AdvantageOptions, not_rewards_hint
 from grpo_cli.core.presets import get_preset
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, span_warnings
 from grpo_cli.jobs.compute import annotate_frame
@@ -440,13 +440,17 @@ def _hints(
                 + option("group_size", runs_g)
                 + " (your num_generations), or leave it out to infer it"
             )
-    if not hints and len(options.reward_cols) > 1 and 2 * rows_over > rows:
+    columns = options.reward_cols
+    if not hints and len(columns) > 1 and 2 * rows_over > rows:
         weights = ", ".join(f"{w:g}" for w in options.weights)
+        fix = not_rewards_hint(columns)
+        count = len(columns) - (0 if fix is None else sum(map(not_a_reward, columns)))
         hints.append(
-            f"{rows_over:,} of {rows:,} rows differ and {len(options.reward_cols)} reward "
-            f"columns are summed ({', '.join(options.reward_cols)}; weights {weights}): give "
-            "the trainer's weights with "
-            + option("reward_weights", (Verbatim("W1"), Verbatim("W2")))
+            f"{rows_over:,} of {rows:,} rows differ and {len(columns)} reward columns are "
+            f"summed ({', '.join(columns)}; weights {weights})"
+            + (": give" if fix is None else "; " + fix + " and")
+            + " the trainer's weights with "
+            + option("reward_weights", tuple(Verbatim(f"W{i + 1}") for i in range(count)))
             + " (TRL: GRPOConfig reward_weights)"
         )
     return tuple(hints)

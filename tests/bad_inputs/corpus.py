@@ -126,7 +126,7 @@ def kind_cases() -> list[Case]:
             3,
             (
                 "error: reward column 'reward' holds String values, not numbers "
-                """(row 3: '{"a": 0}')""",
+                """(row 2: '{"a": 0}')""",
                 HINT_NUMERIC,
             ),
         ),
@@ -136,7 +136,7 @@ def kind_cases() -> list[Case]:
             b'{"prompt_id":"p2","reward":[0]}\n',
             3,
             (
-                "error: reward column 'reward' holds String values, not numbers (row 3: '[0]')",
+                "error: reward column 'reward' holds String values, not numbers (row 2: '[0]')",
                 HINT_NUMERIC,
             ),
         ),
@@ -187,7 +187,7 @@ def cases() -> list[Case]:
             b"prompt_id,reward\np1,1\np1,abc\n",
             3,
             (
-                "error: reward column 'reward' holds String values, not numbers (row 2: 'abc')",
+                "error: reward column 'reward' holds String values, not numbers (row 1: 'abc')",
                 HINT_NUMERIC,
             ),
         ),
