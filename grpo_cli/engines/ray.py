@@ -332,10 +332,11 @@ def _stem(relative: Path) -> str:
 
 def _parquet_footer(path: Path) -> tuple[int, pl.Schema | None]:
     """The row count and the schema a Parquet file's footer gives, as Polars reads them
-    (the types the tasks will see); ``path`` as given (messages name it so). A footer that does not describe a readable file (data
-    outside the file, repeated column names) is refused here, before Ray starts
-    (:func:`grpo_cli.io.read.check_parquet_layout`: Polars panics on the workers
-    otherwise); a schema Polars cannot read is None, and the map task names the file."""
+    (the types the tasks will see); ``path`` as given, as messages name it. A footer that
+    does not describe a readable file (truncated, data outside the file, repeated column
+    names) is refused here, before Ray starts (:func:`grpo_cli.io.read.check_parquet_layout`:
+    Polars panics on the workers otherwise); a schema Polars cannot read is None, and the
+    map task names the file."""
     from grpo_cli.io.read import check_parquet_layout
 
     rows = check_parquet_layout(path, str(path))
@@ -372,26 +373,18 @@ def _grpo_cause(exc: BaseException) -> GrpoAdvError | None:
 
 def _unreadable_input(job: FileJob) -> InputError | None:
     """After a failure on the cluster: the first Parquet input this machine cannot read
-    either, named, with the cause in plain text (the error the Polars engine gives for a
-    truncated file, ``cannot read FILE as parquet: ...`` otherwise); None when every input
-    reads (the failure was something else). Read batch by batch (bounded memory); only
-    on this error path. JSONL and CSV inputs are read by grpo-adv's reader on the
-    cluster, which names the file itself."""
-    from grpo_cli.io.formats import PARQUET_MAGIC, format_from_suffix, uncompressed_name
-    from grpo_cli.io.read import truncated_parquet
+    either, named, with the cause in plain text (``cannot read FILE as parquet: ...``; a
+    truncated file's footer was refused before Ray started, see :func:`_parquet_footer`);
+    None when every input reads (the failure was something else). Read batch by batch
+    (bounded memory); only on this error path. JSONL and CSV inputs are read by
+    grpo-adv's reader on the cluster, which names the file itself."""
+    from grpo_cli.io.formats import format_from_suffix, uncompressed_name
 
     for path in job.sources:
         fmt = job.input_format or format_from_suffix(uncompressed_name(path))
         if fmt != "parquet":
             continue
         try:
-            with path.open("rb") as handle:
-                head = handle.read(4)
-                size = handle.seek(0, 2)
-                handle.seek(max(size - 4, 0))
-                tail = handle.read(4)
-            if head == PARQUET_MAGIC and (tail != PARQUET_MAGIC or size < 12):
-                return truncated_parquet(str(path))
             import pyarrow.parquet as pq
 
             for _ in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS):

@@ -5,8 +5,9 @@ Compressed inputs (from files or standard input) are decompressed first (see
 has semicolons, tabs or pipes; key columns are read as text, then given back the number type
 when every value reads back as the very same text (:func:`typed_keys`). A reward column of
 numbers written as text is read as numbers when every value parses (see
-:mod:`grpo_cli.jobs.compute`). Parquet files are checked through their footer when Polars
-fails on them, so that a damaged file is an input error naming it (exit 3), never a crash.
+:mod:`grpo_cli.jobs.compute`). A Parquet file's footer is checked before Polars reads it
+(:func:`check_parquet_layout`), so that a damaged file is an input error naming it (exit 3),
+never a crash nor Rust's panic text.
 Several inputs (files, folders, globs) are read in natural order and concatenated, with the
 file each row came from.
 
