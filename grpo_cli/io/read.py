@@ -130,7 +130,7 @@ def _read_file_bytes(path: Path, fmt: str | None) -> bytes:
     """The bytes of the file ``path`` (a pipe's as :func:`_read_stream` reads them); an
     InputError for a missing path, a folder, a device or a file that cannot be read."""
     try:
-        if not is_pipe(path):
+        if not _is_pipe(path):
             return path.read_bytes()
         with path.open("rb") as handle:
             return _read_stream(handle, str(path), fmt)
@@ -153,7 +153,7 @@ def _unreadable(path: Path, exc: OSError) -> InputError:
     return InputError(f"cannot read {path}: {exc.strerror or exc}")
 
 
-def is_pipe(path: Path) -> bool:
+def _is_pipe(path: Path) -> bool:
     """Whether ``path`` is a pipe (a FIFO, ``<(cmd)``) rather than a regular file. Raises
     FileNotFoundError, IsADirectoryError, and an InputError for anything else (a device
     such as ``/dev/zero``, a socket), refused before a byte is read."""
@@ -162,10 +162,10 @@ def is_pipe(path: Path) -> bool:
         return stat.S_ISFIFO(mode)
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(path)
-    raise not_a_file(str(path), mode)
+    raise _not_a_file(str(path), mode)
 
 
-def not_a_file(name: str, mode: int) -> InputError:
+def _not_a_file(name: str, mode: int) -> InputError:
     """The error for an input that is a device or a socket (``mode``: its ``st_mode``)."""
     kind = "character device" if stat.S_ISCHR(mode) else "block device"
     kind = "socket" if stat.S_ISSOCK(mode) else kind
@@ -181,7 +181,7 @@ def require_file(path: Path, engine: Message) -> None:
     device, and an OptionsError for a pipe, which only the in-memory engines read (once,
     as standard input too)."""
     try:
-        pipe = is_pipe(path)
+        pipe = _is_pipe(path)
     except OSError as exc:
         raise _unreadable(path, exc) from None
     if pipe:
@@ -206,7 +206,7 @@ def _read_stream(stream: BinaryIO, name: str, fmt: str | None) -> bytes:
     if mode is not None and stat.S_ISREG(mode):
         return stream.read()
     if mode is not None and not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
-        raise not_a_file(name, mode)
+        raise _not_a_file(name, mode)
     head = stream.read(SNIFF_BYTES)
     if compression_of(head) is not None:
         return head + stream.read()
