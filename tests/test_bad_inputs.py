@@ -3,24 +3,38 @@ a real SIGTERM in the middle of a write, and a fuzz test of the readers."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.core.errors import GrpoAdvError
 from grpo_cli.io.read import read_rewards
-from tests.bad_inputs.corpus import GOOD_JSONL, JSONL_ADVANTAGES, Case, cases, kind_cases
+from tests.bad_inputs.corpus import (
+    GOOD_JSONL,
+    HINT_DAMAGED,
+    HINT_FIRST_LINE,
+    HINT_PARQUET,
+    JSONL_ADVANTAGES,
+    Case,
+    cases,
+    kind_cases,
+)
 from tests.conftest import ROOT, SAMPLE_FILES
 
 CASES = cases()
@@ -264,3 +278,200 @@ def test_truncated_parquet_with_low_memory(runner: CliRunner, tmp_path: Path) ->
         f"error: {source} is not a complete Parquet file (no PAR1 footer: truncated?)"
     )
     assert _leftovers(tmp_path, {"cut.parquet"}) == []
+
+
+MEMORY_LIMIT = 2 << 30  # the address space a run may take: /dev/zero grew past 6 GiB in 6 s
+ENGINE_ARGS = {
+    "default": ("-o", "out.parquet"),
+    "low-memory": ("--low-memory", "-o", "out.parquet"),
+    "ray": ("--backend", "ray", "-o", "out"),
+}
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def _run_limited(
+    folder: Path, command: str, stdin: Any = subprocess.DEVNULL, timeout: float = 60
+) -> tuple[int, list[str]]:
+    """``command`` (a bash line in ``folder``, ``grpo-adv`` being this checkout's CLI) in
+    at most MEMORY_LIMIT of address space and ``timeout`` seconds: its exit code and
+    stderr lines."""
+    cli = f"{sys.executable} -m grpo_cli"
+    done = subprocess.run(
+        ["bash", "-c", command.replace("grpo-adv", cli)],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+        stdin=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=_limit_memory,
+        check=False,
+    )
+    return done.returncode, done.stderr.splitlines()
+
+
+NOT_A_FILE_HINT = "hint: give a reward log file, or pipe one in: cat log.jsonl | grpo-adv compute -"
+
+
+class TestNotALog:
+    """Inputs that are not a reward log are refused in bounded memory and time (exit 3,
+    one error line and its hint), whatever the engine: a device, a stream of binary or of
+    one endless line; nothing is written."""
+
+    @pytest.mark.parametrize("engine", ENGINE_ARGS)
+    def test_a_device_is_refused_at_once(self, tmp_path: Path, engine: str) -> None:
+        args = " ".join(ENGINE_ARGS[engine])
+        code, stderr = _run_limited(tmp_path, f"grpo-adv compute /dev/zero {args}")
+        assert code == 3
+        assert stderr == [
+            "error: /dev/zero is a character device, not a file or a pipe",
+            NOT_A_FILE_HINT,
+        ]
+        assert list(tmp_path.iterdir()) == []
+
+    def test_standard_input_from_a_device(self, tmp_path: Path) -> None:
+        with Path("/dev/zero").open("rb") as zeros:
+            code, stderr = _run_limited(tmp_path, "grpo-adv compute - -o out.csv", stdin=zeros)
+        assert code == 3
+        assert stderr == [
+            "error: <stdin> is a character device, not a file or a pipe",
+            NOT_A_FILE_HINT,
+        ]
+
+    @pytest.mark.parametrize(
+        ("stream", "args", "error", "hint"),
+        [
+            (
+                "cat /dev/zero",
+                "",
+                "<stdin> is not a text log (a NUL byte at offset 0)",
+                "hint: CSV and JSONL logs are UTF-8 text; for Parquet, name the file .parquet "
+                "or pass --format parquet",
+            ),
+            (
+                "cat /dev/zero",
+                "--format parquet",
+                "cannot read <stdin> as parquet: it does not start with PAR1",
+                "hint: the file may be truncated or not Parquet; pass --format to read it as "
+                "another",
+            ),
+            (
+                "tr '\\0' a < /dev/zero",
+                "",
+                "<stdin> is not a reward log: the header line of a CSV log is longer than 1 MiB",
+                HINT_FIRST_LINE,
+            ),
+            (
+                "(printf '{'; tr '\\0' a < /dev/zero)",
+                "",
+                "<stdin> is not a reward log: the first line of a JSONL log is longer than 64 MiB",
+                HINT_FIRST_LINE,
+            ),
+        ],
+        ids=["zeros", "zeros-as-parquet", "endless-header", "endless-json-line"],
+    )
+    def test_an_endless_pipe_is_refused_at_its_first_bytes(
+        self, tmp_path: Path, stream: str, args: str, error: str, hint: str
+    ) -> None:
+        code, stderr = _run_limited(tmp_path, f"{stream} | grpo-adv compute - {args} -o out.csv")
+        assert code == 3
+        assert stderr == [f"error: {error}", hint]
+        assert list(tmp_path.iterdir()) == []
+
+
+@contextlib.contextmanager
+def _fifo_serving(path: Path, data: bytes) -> Iterator[None]:
+    """A FIFO at ``path`` whose writer (a thread) writes ``data`` once a reader opens it;
+    on exit the writer is released even if nothing read it."""
+    os.mkfifo(path)
+
+    def write() -> None:
+        with contextlib.suppress(BrokenPipeError), path.open("wb") as fifo:
+            fifo.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        yield
+    finally:
+        if writer.is_alive():  # never opened: open it to let the writer through
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            writer.join(timeout=10)
+            os.close(fd)
+        writer.join(timeout=10)
+        assert not writer.is_alive()
+
+
+class TestFifo:
+    """A FIFO (``mkfifo``, ``<(cmd)``) is read once, as standard input is: by the default
+    engine; the engines that open their input again refuse it at once with the route that
+    works."""
+
+    @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+    def test_the_default_engine_reads_a_fifo(self, tmp_path: Path, fmt: str) -> None:
+        source = SAMPLE_FILES[fmt]
+        with _fifo_serving(tmp_path / f"in.{fmt}", source.read_bytes()):
+            code, stderr = _run_limited(tmp_path, f"grpo-adv compute in.{fmt} -o out.csv -q")
+        assert code == 0, stderr
+        code, stderr = _run_limited(tmp_path, f"grpo-adv compute {source} -o file.csv -q")
+        assert code == 0, stderr
+        expected = pl.read_csv(tmp_path / "file.csv")
+        assert expected.height == 570
+        got = pl.read_csv(tmp_path / "out.csv")  # the last digit of a sum may differ
+        assert_frame_equal(got, expected, check_exact=False, rel_tol=1e-14, abs_tol=1e-14)
+
+    @pytest.mark.parametrize(
+        ("engine", "fmt"),
+        [("low-memory", "parquet"), ("ray", "parquet"), ("ray", "jsonl")],
+    )
+    def test_engines_that_open_an_input_again_refuse_a_fifo(
+        self, tmp_path: Path, engine: str, fmt: str
+    ) -> None:
+        named = "--low-memory" if engine == "low-memory" else "--backend ray"
+        args = " ".join(ENGINE_ARGS[engine])
+        with _fifo_serving(tmp_path / f"in.{fmt}", SAMPLE_FILES[fmt].read_bytes()):
+            code, stderr = _run_limited(tmp_path, f"grpo-adv compute in.{fmt} {args}", timeout=30)
+        assert code == 2
+        assert stderr == [
+            f"error: {named} reads a file it can open again and seek; in.{fmt} is a pipe",
+            f"hint: drop {named}: the default engine reads a pipe (or - for standard input)",
+        ]
+        assert [p.name for p in tmp_path.iterdir()] == [f"in.{fmt}"]
+
+
+def _cut_where_polars_panics(parquet: bytes) -> bytes:
+    """The sample log cut at 22% of its data, its footer re-appended: Polars' reader
+    panics on it (Rust's panic text on stderr, from the reader's threads)."""
+    footer = int.from_bytes(parquet[-8:-4], "little") + 8
+    return parquet[: (len(parquet) - footer) * 22 // 100] + parquet[-footer:]
+
+
+@pytest.mark.parametrize("engine", ENGINE_ARGS)
+def test_a_file_polars_panics_on_gives_only_our_lines(tmp_path: Path, engine: str) -> None:
+    """Nothing but grpo-adv's own two lines on stderr: the footer is checked before Polars
+    reads the file (the Ray engine reads a folder: the damaged file is its second)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    data = SAMPLE_FILES["parquet"].read_bytes()
+    (folder / "a.parquet").write_bytes(data)
+    bad = folder / "b.parquet"
+    bad.write_bytes(_cut_where_polars_panics(data))
+    given = "in" if engine == "ray" else "in/b.parquet"
+    code, stderr = _run_limited(
+        tmp_path, f"grpo-adv compute {given} {' '.join(ENGINE_ARGS[engine])}"
+    )
+    assert code == 3
+    cause = (
+        "row group 0, column task: its data lies outside the file (bytes 1375..1540 of 2928); "
+        "the file is truncated or corrupt"
+    )
+    assert stderr == [
+        f"error: cannot read in/b.parquet as parquet: {cause}",
+        HINT_DAMAGED if engine == "low-memory" else HINT_PARQUET,
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["in"]

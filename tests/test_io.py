@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -306,3 +307,76 @@ def test_mixed_kinds_warned_once_and_written_back(
     assert written["advantage"].to_list() == pytest.approx(
         [0.7071067, -0.7071067, -0.7071067, 0.7071067], rel=1e-6
     )
+
+
+def _parquet_variants(folder: Path) -> list[Path]:
+    """Parquet files whose footers differ in shape: Polars' and pyarrow's writers, many
+    row groups, dictionary pages, statistics, page indexes, nested, map and boolean
+    columns, key-value metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    log = pl.read_parquet(SAMPLE_FILES["parquet"])
+    log.write_parquet(folder / "polars.parquet", row_group_size=50)
+    table = log.to_arrow().replace_schema_metadata({"writer": "test"})
+    pq.write_table(table, folder / "pyarrow.parquet", row_group_size=100, write_page_index=True)
+    nested = pa.table(
+        {
+            "s": pa.array([{"a": 1, "b": [1, 2]}, None] * 5),
+            "m": pa.array([[("k", 1)], []] * 5, type=pa.map_(pa.string(), pa.int64())),
+            "flag": [True, False] * 5,
+            "x": pa.array([1.5, None] * 5),
+        }
+    )
+    pq.write_table(nested, folder / "nested.parquet", use_dictionary=False)
+    return [SAMPLE_FILES["parquet"], *sorted(folder.glob("*.parquet"))]
+
+
+def test_the_parquet_footer_check_reads_what_pyarrow_reads(tmp_path: Path) -> None:
+    """check_parquet_layout's own footer reader (Thrift's compact protocol) gives the row
+    count pyarrow reads, on files and on their bytes, and passes every sound file."""
+    import pyarrow.parquet as pq
+
+    from grpo_cli.io.read import check_parquet_layout
+
+    for path in _parquet_variants(tmp_path):
+        rows = pq.read_metadata(path).num_rows
+        assert check_parquet_layout(path, path.name) == rows > 0
+        assert check_parquet_layout(path.read_bytes(), path.name) == rows
+
+
+def test_no_cut_parquet_file_passes_the_check_and_makes_polars_panic() -> None:
+    """The sample cut at every 7th byte of its data, footer re-appended: the footer check
+    refuses it, or Polars reads it (or raises an error) without panicking."""
+    from grpo_cli.io.read import check_parquet_layout
+
+    data = SAMPLE_FILES["parquet"].read_bytes()
+    footer = int.from_bytes(data[-8:-4], "little") + 8
+    refused = 0
+    for end in range(4, len(data) - footer, 7):
+        cut = data[:end] + data[-footer:]
+        try:
+            check_parquet_layout(cut, "cut.parquet")
+        except InputError as exc:
+            assert exc.message.startswith("cannot read cut.parquet as parquet: row group 0")
+            refused += 1
+            continue
+        with contextlib.suppress(pl.exceptions.PolarsError):
+            pl.read_parquet(io.BytesIO(cut))
+    assert refused > 900
+
+
+@pytest.mark.parametrize(
+    ("footer", "cause"),
+    [
+        (b"\x15\x04", "its footer is not Parquet metadata"),  # a struct cut short
+        (b"\xff" * 40, "its footer is not Parquet metadata"),
+    ],
+)
+def test_a_footer_that_is_not_parquet_metadata(footer: bytes, cause: str) -> None:
+    from grpo_cli.io.read import check_parquet_layout
+
+    data = b"PAR1" + b"\x00" * 8 + footer + len(footer).to_bytes(4, "little") + b"PAR1"
+    with pytest.raises(InputError) as info:
+        check_parquet_layout(data, "x.parquet")
+    assert info.value.message == f"cannot read x.parquet as parquet: {cause}"

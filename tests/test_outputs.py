@@ -89,7 +89,7 @@ def test_the_fuzz_input_that_failed_by_chance(runner: CliRunner) -> None:
     assert result.exit_code == 3
     lines = result.stderr.splitlines()
     assert len(lines) == 2 and lines[0].startswith("error: ") and lines[1].startswith("hint: ")
-    assert lines[0] == "error: <stdin> has no rows (columns: \\n)"
+    assert lines[0] == "error: <stdin> is not a text log (a NUL byte at offset 2)"
 
 
 def test_property_tests_are_derandomized_in_ci() -> None:

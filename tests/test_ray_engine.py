@@ -406,6 +406,21 @@ class TestRefusals:
         assert "reads files, not standard input" in stdin.output
         assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
 
+    def test_repeated_column_names_are_an_input_error(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        """A shard with two columns of one name (pyarrow writes them): exit 3 with the
+        default engine's message, before Ray starts (it was DuplicateError, exit 70)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        paths = write_shards(reward_log(rows=20), tmp_path / "in", shards=2)
+        columns = [pa.array(["p1", "p1"]), pa.array([1.0, 0.0]), pa.array([2.0, 3.0])]
+        pq.write_table(pa.table(columns, names=["prompt_id", "reward", "reward"]), paths[1])
+        assert_input_refused(
+            runner, tmp_path, f"error: {paths[1]} has more than one column named 'reward'\n"
+        )
+
     def test_ray_address_needs_backend_ray(self, runner: CliRunner) -> None:
         result = run_cli(runner, "compute", "x.parquet", "--ray-address", "auto")
         assert result.exit_code == 2

@@ -7,11 +7,16 @@ when every value reads back as the very same text (:func:`typed_keys`). A reward
 numbers written as text is read as numbers when every value parses (see
 :mod:`grpo_cli.jobs.compute`). A JSONL field of numbers, numbers written as text and booleans
 is read as numbers; one whose values no one type fits (an object on one line, a list on
-another) is read as JSON text, with a warning (:func:`_read_jsonl`). Parquet files are
-checked through their footer when Polars fails on them, so that a damaged file is an input
-error naming it (exit 3), never a crash.
+another) is read as JSON text, with a warning (:func:`_read_jsonl`). A Parquet file's footer
+is checked before Polars reads it (:func:`check_parquet_layout`), so that a damaged file is
+an input error naming it (exit 3), never a crash nor Rust's panic text.
 Several inputs (files, folders, globs) are read in natural order and concatenated, with the
 file each row came from.
+
+An input that is not a log is refused in bounded memory and time: a device (``/dev/zero``,
+as a path or as standard input) at once; a pipe whose first bytes are not its format's (a
+NUL byte in text, Parquet without ``PAR1``) at those bytes; a CSV header or a first JSONL
+line longer than FIRST_LINE_LIMITS before it is parsed, and a pipe is read no further.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
+import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final
 
 import polars as pl
 
@@ -37,6 +44,7 @@ from grpo_cli.io.formats import (
     PARQUET_MAGIC,
     SNIFF_BYTES,
     STDIN_NAME,
+    compression_of,
     decompress,
     error_line,
     format_from_suffix,
@@ -44,6 +52,14 @@ from grpo_cli.io.formats import (
 )
 
 CSV_SEPARATORS: Final = (";", "\t", "|")
+FIRST_LINE_LIMITS: Final = {"csv": 1 << 20, "jsonl": 64 << 20}
+"""The longest first line of a CSV log (its header: 1 MiB is some 100,000 names, which
+Polars parses in half a second; 8 MB took it 5 s and 750 MB) and of a JSONL log (one
+response's object, token lists and all). Past it the input is not a reward log."""
+TEXT_HINT: Final = (
+    "CSV and JSONL logs are UTF-8 text; for Parquet, name the file .parquet or pass "
+    + option("input_format", "parquet")
+)
 
 
 @dataclass(frozen=True)
@@ -79,7 +95,6 @@ def read_rewards(
         source = sys.stdin.buffer
     if isinstance(source, str | Path):
         path = Path(source)
-        data = _read_file_bytes(path)
         name = str(path)
         if fmt is None:
             fmt = format_from_suffix(path)
@@ -88,14 +103,16 @@ def read_rewards(
                     f"{name} is a Markdown file, not a reward log",
                     hint="give a Parquet, CSV or JSONL file",
                 )
+        data = _read_file_bytes(path, fmt)
     else:
-        data = source.read()
         name = STDIN_NAME
+        data = _read_stream(source, name, fmt)
     data = decompress(data, name)
-    if not data.strip():
+    if not data or data.isspace():  # (strip would copy the whole log)
         raise empty_input(name)
     if fmt is None:
         fmt = sniff_format(data[:SNIFF_BYTES])
+    _check_first_line(data, fmt, name)
     warnings: tuple[str, ...] = ()
     if fmt == "jsonl":
         frame, warnings = _read_jsonl(data, name)
@@ -114,23 +131,117 @@ def no_rows(name: str, columns: Sequence[str]) -> InputError:
     )
 
 
-def _read_file_bytes(path: Path) -> bytes:
+def _read_file_bytes(path: Path, fmt: str | None) -> bytes:
+    """The bytes of the file ``path`` (a pipe's as :func:`_read_stream` reads them); an
+    InputError for a missing path, a folder, a device or a file that cannot be read."""
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(
-            f"no such file: {path}", hint="check the path, or give - to read standard input"
-        ) from None
-    except IsADirectoryError:
-        raise InputError(
-            f"{path} is a directory, not a file", hint="give the path of one reward log file"
-        ) from None
-    except PermissionError:
-        raise InputError(
-            f"permission denied reading {path}", hint="check the file's permissions"
-        ) from None
+        if not _is_pipe(path):
+            return path.read_bytes()
+        with path.open("rb") as handle:
+            return _read_stream(handle, str(path), fmt)
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: Path, exc: OSError) -> InputError:
+    """The error for a path that cannot be read (``exc``: why)."""
+    if isinstance(exc, FileNotFoundError):
+        return InputError(
+            f"no such file: {path}", hint="check the path, or give - to read standard input"
+        )
+    if isinstance(exc, IsADirectoryError):
+        return InputError(
+            f"{path} is a directory, not a file", hint="give the path of one reward log file"
+        )
+    if isinstance(exc, PermissionError):
+        return InputError(f"permission denied reading {path}", hint="check the file's permissions")
+    return InputError(f"cannot read {path}: {exc.strerror or exc}")
+
+
+def _is_pipe(path: Path) -> bool:
+    """Whether ``path`` is a pipe (a FIFO, ``<(cmd)``) rather than a regular file. Raises
+    FileNotFoundError, IsADirectoryError, and an InputError for anything else (a device
+    such as ``/dev/zero``, a socket), refused before a byte is read."""
+    mode = path.stat().st_mode
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
+        return stat.S_ISFIFO(mode)
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(path)
+    raise _not_a_file(str(path), mode)
+
+
+def _not_a_file(name: str, mode: int) -> InputError:
+    """The error for an input that is a device or a socket (``mode``: its ``st_mode``)."""
+    kind = "character device" if stat.S_ISCHR(mode) else "block device"
+    kind = "socket" if stat.S_ISSOCK(mode) else kind
+    return InputError(
+        f"{name} is a {kind}, not a file or a pipe",
+        hint="give a reward log file, or pipe one in: cat log.jsonl | grpo-adv compute -",
+    )
+
+
+def require_file(path: Path, engine: Message) -> None:
+    """For the engines that open an input more than once (``--low-memory``, ``--backend
+    ray``): the InputError of :func:`read_rewards` for a missing path, a folder or a
+    device, and an OptionsError for a pipe, which only the in-memory engines read (once,
+    as standard input too)."""
+    try:
+        pipe = _is_pipe(path)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    if pipe:
+        raise OptionsError(
+            engine + f" reads a file it can open again and seek; {path} is a pipe",
+            hint="drop " + engine + ": the default engine reads a pipe (or - for standard input)",
+            path=path,
+        )
+
+
+def _read_stream(stream: BinaryIO, name: str, fmt: str | None) -> bytes:
+    """The bytes of standard input or a pipe (format ``fmt``, or None: sniffed), read in
+    bounded memory until they look like a reward log: a device is refused at once (a
+    terminal is refused earlier, by the caller); the first SNIFF_BYTES must hold no NUL
+    byte for a text format and start with ``PAR1`` for Parquet (unless compressed: then
+    the whole stream is read and decompressed); a first line past FIRST_LINE_LIMITS is
+    refused when it reaches the limit. A regular file (``- < log.csv``) is read whole."""
+    try:
+        mode: int | None = os.fstat(stream.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # not a file descriptor (io.BytesIO)
+        mode = None
+    if mode is not None and stat.S_ISREG(mode):
+        return stream.read()
+    if mode is not None and not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        raise _not_a_file(name, mode)
+    head = stream.read(SNIFF_BYTES)
+    if compression_of(head) is not None:
+        return head + stream.read()
+    fmt = fmt or sniff_format(head)
+    if fmt == "parquet" and head and not head.startswith(PARQUET_MAGIC):
+        raise unreadable_parquet(name, "it does not start with PAR1")
+    if fmt != "parquet" and b"\0" in head:
+        raise InputError(
+            f"{name} is not a text log (a NUL byte at offset {head.index(0)})", hint=TEXT_HINT
+        )
+    parts = [head]
+    limit = FIRST_LINE_LIMITS.get(fmt)
+    if limit is not None and b"\n" not in head:
+        parts.append(stream.readline(limit + 1 - len(head)))
+        _check_first_line(b"".join(parts), fmt, name)
+    parts.append(stream.read())
+    return b"".join(parts)
+
+
+def _check_first_line(data: bytes, fmt: str, name: str) -> None:
+    """Refuse a CSV or JSONL log whose first line is longer than FIRST_LINE_LIMITS
+    (before Polars parses it: a 200 MB CSV header took it minutes and 9 GB)."""
+    limit = FIRST_LINE_LIMITS.get(fmt)
+    if limit is None or len(data) <= limit or data.find(b"\n", 0, limit + 1) >= 0:
+        return
+    what = "the header line of a CSV log" if fmt == "csv" else "the first line of a JSONL log"
+    raise InputError(
+        f"{name} is not a reward log: {what} is longer than {limit >> 20} MiB",
+        hint="a CSV log's first line names its columns; a JSONL log holds one JSON object per line",
+    )
 
 
 def empty_input(name: str) -> InputError:
@@ -180,14 +291,11 @@ def scan_parquet_file(path: Path | str) -> pl.LazyFrame:
 
 def check_parquet_file(path: Path) -> int:
     """For the engines that read a Parquet file themselves (``--low-memory``, ``--backend
-    ray``): raise unless ``path`` starts (OptionsError) and ends (InputError: truncated)
-    like a Parquet file, and its footer describes data that lies inside the file
-    (:func:`check_parquet_layout`), reading the footer only. Returns its row count."""
+    ray``): raise unless ``path`` starts like a Parquet file (OptionsError) and its footer
+    passes :func:`check_parquet_layout` (InputError), reading the footer only. Returns its
+    row count."""
     with path.open("rb") as handle:
         head = handle.read(4)
-        size = handle.seek(0, os.SEEK_END)
-        handle.seek(max(size - 4, 0))
-        tail = handle.read(4)
     if head != PARQUET_MAGIC:
         low_memory = option("backend", "partitioned", alias="alone")
         raise OptionsError(
@@ -196,8 +304,6 @@ def check_parquet_file(path: Path) -> int:
             "pl.scan_csv('IN.csv').sink_parquet('IN.parquet')\"), or drop " + low_memory,
             path=path,
         )
-    if tail != PARQUET_MAGIC or size < 12:
-        raise truncated_parquet(str(path))
     return check_parquet_layout(path, str(path), PARQUET_DAMAGED_HINT)
 
 
@@ -222,45 +328,132 @@ def unreadable_parquet(name: str, cause: str, hint: Message = PARQUET_HINT) -> I
 
 
 def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUET_HINT) -> int:
-    """Raise an InputError unless the Parquet footer of ``source`` (a path, or the file's
-    bytes) can be read and every column chunk it lists lies inside the file, before the
-    footer; return the row count the footer gives. A file cut in the middle with its
-    footer re-appended passes the magic-byte checks, and Polars' readers panic on it
-    instead of reporting an error."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        if isinstance(source, bytes):
-            size = len(source)
-            footer = int.from_bytes(source[-8:-4], "little")
-            meta = pq.read_metadata(pa.BufferReader(source))
-        else:
-            size = source.stat().st_size
-            with source.open("rb") as handle:
-                handle.seek(size - 8)
-                footer = int.from_bytes(handle.read(4), "little")
-            meta = pq.read_metadata(source)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise unreadable_parquet(name, str(exc), hint) from None
+    """Raise an InputError unless ``source`` (a path, or the file's bytes) ends with a
+    Parquet footer (else :func:`truncated_parquet`) that can be read, whose column chunks
+    all lie inside the file, before the footer, and whose columns have distinct names;
+    return the row count the footer gives. Every reader of a Parquet input checks it first
+    (a fraction of a millisecond: the footer only, without pyarrow's 0.1 s import): a file
+    cut in the middle with its footer re-appended passes the magic-byte checks, and
+    Polars' readers panic on it, printing Rust's panic text on stderr before any error is
+    raised; Polars refuses repeated names only in the in-memory reader."""
+    if isinstance(source, bytes):
+        size, tail = len(source), source[-8:]
+        footer = int.from_bytes(tail[:4], "little")
+        meta = source[max(size - 8 - footer, 0) : size - 8]
+    else:
+        with source.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(size - 8, 0))
+            tail = handle.read(8)
+            footer = int.from_bytes(tail[:4], "little")
+            handle.seek(max(size - 8 - footer, 0))
+            meta = handle.read(min(footer, max(size - 8, 0)))
+    if size < 12 or tail[4:] != PARQUET_MAGIC:
+        raise truncated_parquet(name)
     end = size - 8 - footer
-    for group in range(meta.num_row_groups):
-        row_group = meta.row_group(group)
-        for index in range(row_group.num_columns):
-            chunk = row_group.column(index)
-            starts = [chunk.data_page_offset]
-            if chunk.has_dictionary_page and chunk.dictionary_page_offset:
-                starts.append(chunk.dictionary_page_offset)
-            start = min(starts)
-            if start < 4 or start + chunk.total_compressed_size > end:
+    try:
+        if end < 4:
+            raise ValueError(f"a footer of {footer} bytes in a file of {size}")
+        fields, _ = _thrift(meta, 0, _STRUCT)
+        groups, columns = fields.get(4, []), _top_level_names(fields[2])
+    except (IndexError, KeyError, TypeError, ValueError, RecursionError, struct.error):
+        raise unreadable_parquet(name, "its footer is not Parquet metadata", hint) from None
+    for group, row_group in enumerate(groups):
+        for chunk in row_group.get(1, []):
+            info = chunk.get(3, {})
+            start = min(info.get(9, 0), info.get(11) or info.get(9, 0))
+            stop = start + info.get(7, 0)
+            if start < 4 or stop > end:
+                column = ".".join(part.decode(errors="replace") for part in info.get(3, []))
                 raise unreadable_parquet(
                     name,
-                    f"row group {group}, column {chunk.path_in_schema}: its data lies outside "
-                    f"the file (bytes {start}..{start + chunk.total_compressed_size} of {size}); "
-                    "the file is truncated or corrupt",
+                    f"row group {group}, column {column}: its data lies outside the file "
+                    f"(bytes {start}..{stop} of {size}); the file is truncated or corrupt",
                     hint,
                 )
-    return int(meta.num_rows)
+    seen: set[str] = set()
+    for column in columns:
+        if column in seen:
+            raise duplicate_column(name, column)
+        seen.add(column)
+    return int(fields.get(3, 0))
+
+
+_STRUCT: Final = 12
+
+
+def _thrift(data: bytes, pos: int, kind: int) -> tuple[Any, int]:
+    """One value of type ``kind`` in Thrift's compact protocol (the encoding of a Parquet
+    footer) at ``pos`` of ``data``, and the position after it: a struct as a dict of its
+    fields by id, a list or a set as a list, a map as a list of pairs, a string as bytes.
+    Malformed data raises IndexError or ValueError (every element takes a byte at least:
+    a count that lies runs off the end)."""
+    if kind in (1, 2, 3):  # a boolean in a list, or a byte
+        return data[pos], pos + 1
+    if kind in (4, 5, 6):  # integers: zigzag varints
+        raw, pos = _varint(data, pos)
+        return raw >> 1 ^ -(raw & 1), pos
+    if kind == 7:
+        return struct.unpack_from("<d", data, pos)[0], pos + 8
+    if kind == 8:
+        size, pos = _varint(data, pos)
+        return data[pos : pos + size], pos + size
+    if kind in (9, 10):
+        head, pos = data[pos], pos + 1
+        size = head >> 4
+        if size == 15:
+            size, pos = _varint(data, pos)
+        items = []
+        for _ in range(size):
+            item, pos = _thrift(data, pos, head & 15)
+            items.append(item)
+        return items, pos
+    if kind == 11:
+        size, pos = _varint(data, pos)
+        if not size:
+            return [], pos
+        types, pos = data[pos], pos + 1
+        pairs = []
+        for _ in range(size):
+            key, pos = _thrift(data, pos, types >> 4)
+            value, pos = _thrift(data, pos, types & 15)
+            pairs.append((key, value))
+        return pairs, pos
+    if kind == _STRUCT:
+        fields: dict[int, Any] = {}
+        field = 0
+        while data[pos]:
+            head, pos = data[pos], pos + 1
+            if head >> 4:
+                field += head >> 4
+            else:
+                field, pos = _thrift(data, pos, 4)
+            if head & 15 in (1, 2):  # a boolean field: its value is its type
+                fields[field] = head & 15 == 1
+            else:
+                fields[field], pos = _thrift(data, pos, head & 15)
+        return fields, pos + 1
+    raise ValueError(f"unknown Thrift type {kind}")
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while data[pos] & 0x80:
+        value |= (data[pos] & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+    return value | data[pos] << shift, pos + 1
+
+
+def _top_level_names(schema: list[dict[int, Any]]) -> list[str]:
+    """The top-level column names of a Parquet schema (its elements depth first: name 4,
+    number of children 5; the first is the root)."""
+    names, index = [], 1
+    for _ in range(schema[0].get(5, 0)):
+        names.append(schema[index][4].decode(errors="replace"))
+        pending, index = schema[index].get(5, 0), index + 1
+        while pending:  # skip the column's nested fields
+            pending, index = pending - 1 + schema[index].get(5, 0), index + 1
+    return names
 
 
 def csv_separator(data: bytes) -> str:
@@ -279,17 +472,11 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
     buffer = io.BytesIO(data)
     if fmt == "parquet" and not data.startswith(PARQUET_MAGIC):
         raise not_parquet(name, data[:SNIFF_BYTES])
-    if fmt == "parquet" and not data.endswith(PARQUET_MAGIC):
-        raise truncated_parquet(name)
+    if fmt == "parquet":
+        check_parquet_layout(data, name)
     try:
         if fmt == "parquet":
-            try:
-                return pl.read_parquet(buffer)
-            except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError):
-                # Only a file Polars failed on pays for the footer check (pyarrow's import
-                # is 0.1 s): a damaged one gets its own message; Polars panics on some.
-                check_parquet_layout(data, name)
-                raise
+            return pl.read_parquet(buffer)
         if fmt == "csv":
             overrides: dict[str, pl.DataType] = {col: pl.String() for col in string_cols}
             frame = pl.read_csv(
@@ -302,7 +489,7 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
             return typed_keys(frame, string_cols)
         if fmt == "json":
             return pl.read_json(buffer, infer_schema_length=None)
-    except pl.exceptions.PolarsError as exc:
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as exc:
         raise _parse_error(data, fmt, name, exc) from None
     raise OptionsError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(DATA_FORMATS)}")
 
@@ -452,15 +639,18 @@ def typed_keys(frame: pl.DataFrame, string_cols: Iterable[str]) -> pl.DataFrame:
 
 def _check_unique_header(frame: pl.DataFrame, name: str) -> None:
     """Polars renames a repeated CSV column ``c`` to ``c_duplicated_0``: refuse instead."""
-    import re
-
     for column in frame.columns:
         match = re.fullmatch(r"(.+)_duplicated_\d+", column)
         if match and match.group(1) in frame.columns:
-            raise InputError(
-                f"{name} has more than one column named {match.group(1)!r}",
-                hint="rename the columns so that every name is unique",
-            )
+            raise duplicate_column(name, match.group(1))
+
+
+def duplicate_column(name: str, column: str) -> InputError:
+    """The error for a log with two columns named ``column`` (CSV or Parquet)."""
+    return InputError(
+        f"{name} has more than one column named {column!r}",
+        hint="rename the columns so that every name is unique",
+    )
 
 
 def _parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError:
@@ -471,8 +661,7 @@ def _parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError
         except UnicodeDecodeError as bad:
             return InputError(
                 f"{name} is not UTF-8 text (byte 0x{data[bad.start]:02x} at offset {bad.start})",
-                hint="CSV and JSONL logs are UTF-8 text; for Parquet, name the file .parquet "
-                "or pass " + option("input_format", "parquet"),
+                hint=TEXT_HINT,
             )
     if fmt == "jsonl":
         located = _locate_bad_json_line(data)

@@ -462,7 +462,7 @@ def _run_file(
         check_parquet_file,
         expand_sources,
         no_rows,
-        read_rewards,
+        require_file,
         scan_parquet_file,
     )
     from grpo_cli.io.write import check_output_path
@@ -485,8 +485,7 @@ def _run_file(
             + ")",
         )
     source = paths[0]
-    if not source.is_file():
-        read_rewards(source)  # raises the usual missing / folder / permission error
+    require_file(source, named)
     rows = check_parquet_file(source)
     lazy = scan_parquet_file(source)
     schema = lazy.collect_schema()
@@ -551,7 +550,7 @@ def _run_dataset(
     from grpo_cli.core.run_summary import response_id
     from grpo_cli.engines import FileJob, check, get_engine
     from grpo_cli.io.atomic import atomic_folder, check_output_folder
-    from grpo_cli.io.read import expand_sources
+    from grpo_cli.io.read import expand_sources, require_file
     from grpo_cli.jobs.outputs import normalized_format, remove_leftovers
 
     engine = get_engine(decided.engine.backend)
@@ -573,6 +572,8 @@ def _run_dataset(
         )
     fmt = normalized_format(input_format)
     paths = expand_sources(sources)
+    for path in paths:
+        require_file(path, name)
     target = Path(output)
     remove_leftovers([target, summary_path], warn)  # whatever this run's fate
     check_output_folder(target, force=force, protected=paths)

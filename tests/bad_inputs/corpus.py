@@ -90,6 +90,17 @@ def _damaged_page(parquet: bytes) -> bytes:
     return bytes(damaged)
 
 
+def _duplicate_columns_parquet() -> bytes:
+    """A Parquet file with two columns named ``reward`` (pyarrow writes it; Polars cannot)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = [pa.array(["p1", "p1"]), pa.array([1.0, 0.0]), pa.array([2.0, 3.0])]
+    buffer = io.BytesIO()
+    pq.write_table(pa.table(columns, names=["prompt_id", "reward", "reward"]), buffer)
+    return buffer.getvalue()
+
+
 HINT_PARQUET = "hint: the file may be truncated or not Parquet; pass --format to read it as another"
 HINT_DAMAGED = "hint: the file is truncated or damaged: write it again"
 CUT_CAUSE = (
@@ -98,6 +109,11 @@ CUT_CAUSE = (
 )
 DEEP = b"[" * 100_000 + b"]" * 100_000  # RecursionError in Python's json module
 DAMAGED_CAUSE = "parquet: File out of specification: zstd error: Data corruption detected"
+WIDE_HEADER = b",".join(b"column_%d" % i for i in range(120_000)) + b"\nrow\n"  # 1.3 MB
+HINT_FIRST_LINE = (
+    "hint: a CSV log's first line names its columns; a JSONL log holds one JSON object per line"
+)
+HINT_UNIQUE = "hint: rename the columns so that every name is unique"
 
 
 def kind_cases() -> list[Case]:
@@ -270,7 +286,36 @@ def cases() -> list[Case]:
             3,
             (
                 "error: duplicate_columns.csv has more than one column named 'reward'",
-                "hint: rename the columns so that every name is unique",
+                HINT_UNIQUE,
+            ),
+        ),
+        Case(
+            "duplicate_columns.parquet",
+            _duplicate_columns_parquet(),
+            3,
+            (
+                "error: duplicate_columns.parquet has more than one column named 'reward'",
+                HINT_UNIQUE,
+            ),
+        ),
+        Case(
+            "duplicate_columns_lowmem.parquet",
+            _duplicate_columns_parquet(),
+            3,
+            (
+                "error: duplicate_columns_lowmem.parquet has more than one column named 'reward'",
+                HINT_UNIQUE,
+            ),
+            args=("--low-memory",),
+        ),
+        Case(
+            "wide_header.csv",
+            WIDE_HEADER,
+            3,
+            (
+                "error: wide_header.csv is not a reward log: the header line of a CSV log is "
+                "longer than 1 MiB",
+                HINT_FIRST_LINE,
             ),
         ),
         Case("utf8_bom.csv", b"\xef\xbb\xbf" + GOOD_CSV, 0, advantages=GOOD_ADVANTAGES),
