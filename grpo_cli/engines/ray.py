@@ -385,19 +385,8 @@ def _unreadable_input(job: FileJob) -> InputError | None:
     with Polars' cause); None when every input reads (the failure was something else).
     Read batch by batch (bounded memory); only on this error path. JSONL and CSV inputs
     are read by grpo-adv's reader on the cluster, which names the file itself."""
-    from grpo_cli.io.formats import (
-        PARQUET_MAGIC,
-        SNIFF_BYTES,
-        format_from_suffix,
-        uncompressed_name,
-    )
-    from grpo_cli.io.read import (
-        check_parquet_layout,
-        empty_input,
-        not_parquet,
-        truncated_parquet,
-        unreadable_parquet,
-    )
+    from grpo_cli.io.formats import format_from_suffix, uncompressed_name
+    from grpo_cli.io.read import check_parquet_layout, unreadable_parquet
 
     for path in job.sources:
         fmt = job.input_format or format_from_suffix(uncompressed_name(path))
@@ -405,17 +394,6 @@ def _unreadable_input(job: FileJob) -> InputError | None:
             continue
         name = str(path)
         try:
-            with path.open("rb") as handle:
-                head = handle.read(SNIFF_BYTES)
-                size = handle.seek(0, 2)
-                handle.seek(max(size - 4, 0))
-                tail = handle.read(4)
-            if size == len(head) and not head.strip():
-                return empty_input(name)
-            if not head.startswith(PARQUET_MAGIC):
-                return not_parquet(name, head)
-            if tail != PARQUET_MAGIC or size < 12:
-                return truncated_parquet(name)
             check_parquet_layout(path, name)
             for _ in scan_parquet_file(path).collect_batches(chunk_size=READ_BATCH_ROWS):
                 pass

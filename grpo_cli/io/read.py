@@ -328,14 +328,25 @@ def unreadable_parquet(name: str, cause: str, hint: Message = PARQUET_HINT) -> I
 
 
 def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUET_HINT) -> int:
-    """Raise an InputError unless ``source`` (a path, or the file's bytes) ends with a
-    Parquet footer (else :func:`truncated_parquet`) that can be read, whose column chunks
+    """Raise an InputError unless ``source`` (a path, or the file's bytes) holds something
+    (else :func:`empty_input`), starts with PAR1 (else :func:`not_parquet`, which names CSV or
+    JSON text), ends with a Parquet footer (else :func:`truncated_parquet`) that can be
+    read, whose column chunks
     all lie inside the file, before the footer, and whose columns have distinct names;
     return the row count the footer gives. Every reader of a Parquet input checks it first
     (a fraction of a millisecond: the footer only, without pyarrow's 0.1 s import): a file
     cut in the middle with its footer re-appended passes the magic-byte checks, and
     Polars' readers panic on it, printing Rust's panic text on stderr before any error is
     raised; Polars refuses repeated names only in the in-memory reader."""
+    if isinstance(source, bytes):
+        head = source[:SNIFF_BYTES]
+    else:
+        with source.open("rb") as handle:
+            head = handle.read(SNIFF_BYTES)
+    if not head.strip():
+        raise empty_input(name)
+    if not head.startswith(PARQUET_MAGIC):
+        raise not_parquet(name, head)
     if isinstance(source, bytes):
         size, tail = len(source), source[-8:]
         footer = int.from_bytes(tail[:4], "little")
@@ -470,8 +481,6 @@ def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataF
     import io
 
     buffer = io.BytesIO(data)
-    if fmt == "parquet" and not data.startswith(PARQUET_MAGIC):
-        raise not_parquet(name, data[:SNIFF_BYTES])
     if fmt == "parquet":
         check_parquet_layout(data, name)
     try:
