@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import errno
 import functools
 import os
 import sys
@@ -199,13 +198,6 @@ def root(
     """
 
 
-def _is_broken_pipe(exc: BaseException) -> bool:
-    # Polars raises a plain OSError("Broken pipe") on a closed stdout, not BrokenPipeError.
-    return isinstance(exc, OSError) and (
-        exc.errno == errno.EPIPE or "broken pipe" in str(exc).lower()
-    )
-
-
 @contextlib.contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn core errors into one line plus a hint on stderr and the documented exit code."""
@@ -235,9 +227,9 @@ def _user_errors() -> Iterator[None]:
         code = EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_TERMINATED
         raise typer.Exit(code) from None
     except OSError as exc:
-        if _is_broken_pipe(exc):
-            from grpo_cli.cli.render import silence
+        from grpo_cli.io.write import is_broken_pipe, silence
 
+        if is_broken_pipe(exc):
             try:  # stderr's reader gone (its console silenced it): stdout's data goes out
                 sys.stdout.flush()
             except (OSError, ValueError):
