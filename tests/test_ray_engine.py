@@ -591,12 +591,23 @@ def test_private_ray_follows_no_other_cluster(tmp_path: Path) -> None:
     shutil.rmtree(temp)
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_interrupted_private_run_leaves_nothing(tmp_path: Path, sig: int, code: int) -> None:
+@pytest.mark.parametrize(
+    ("sig", "code", "inherited"),
+    [
+        (signal.SIGINT, 130, signal.SIG_DFL),
+        (signal.SIGTERM, 143, signal.SIG_DFL),
+        (signal.SIGINT, 130, signal.SIG_IGN),
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGINT-inherited-ignored"],
+)
+def test_interrupted_private_run_leaves_nothing(
+    tmp_path: Path, sig: int, code: int, inherited: signal.Handlers
+) -> None:
     """Ctrl-C or SIGTERM while the private Ray starts (``ray.init`` installs its own
     SIGTERM handler): exit 130 or 143 with the one-line message, no staging folder, no
-    Ray process, no temporary folder. (A log that takes seconds: the signal lands while
-    the run lasts whenever it comes, the start taking about a second.)"""
+    Ray process, no temporary folder; also where SIGINT was inherited as ignored (a
+    script's background job: the run went on to exit 0). (A log that takes seconds: the
+    signal lands while the run lasts whenever it comes, the start taking about a second.)"""
     temp, home = _short_temp(), tmp_path / "home"
     home.mkdir()
     write_shards(reward_log(rows=2_000_000), tmp_path / "in", shards=4)
@@ -604,7 +615,7 @@ def test_interrupted_private_run_leaves_nothing(tmp_path: Path, sig: int, code: 
         [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
          "-o", str(tmp_path / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_private_env(temp, home),
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, inherited),
     )  # fmt: skip
     folder = _wait_for_private_ray(temp, run)
     run.send_signal(sig)
