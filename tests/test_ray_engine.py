@@ -512,24 +512,36 @@ def _short_temp() -> Path:
 
 
 def _marked(folder: Path | None = None) -> list[int]:
-    """Live processes of private Rays (of ``folder``'s, or of any)."""
-    from grpo_cli.engines.ray_cluster import OWNER_ENV
+    """Live processes of private Rays (of ``folder``'s, or of any): their environment
+    names the folder, or they hold a file open in it (Ray's agents overwrite their
+    environment's memory when they rename themselves, ``ray::DashboardAgent``)."""
+    from grpo_cli.engines.ray_cluster import OWNER_ENV, TEMP_PREFIX
 
+    wanted = f"{OWNER_ENV}={folder}".encode() if folder else f"{OWNER_ENV}=".encode()
+    inside = f"{folder}/" if folder else f"/{TEMP_PREFIX}"
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             environ = (entry / "environ").read_bytes().split(b"\0")
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        wanted = f"{OWNER_ENV}={folder}".encode() if folder else f"{OWNER_ENV}=".encode()
-        if state != "Z" and any(
-            e.startswith(wanted) if folder is None else e == wanted for e in environ
-        ):
+        named = any(e.startswith(wanted) if folder is None else e == wanted for e in environ)
+        if state != "Z" and (named or _holds(entry, inside)):
             found.append(int(entry.name))
     return found
+
+
+def _holds(process: Path, inside: str) -> bool:
+    """Whether the process of ``/proc/PID`` has a file open whose path holds ``inside``."""
+    with contextlib.suppress(OSError):
+        for fd in (process / "fd").iterdir():
+            with contextlib.suppress(OSError):
+                if inside in str(fd.readlink()):
+                    return True
+    return False
 
 
 def _private_env(temp: Path, home: Path) -> dict[str, str]:
@@ -659,7 +671,8 @@ def _wait_for_tasks(folder: Path, run: subprocess.Popen[Any]) -> None:
 
 def test_private_ray_dies_with_its_command(tmp_path: Path) -> None:
     """``kill -9`` of the command: its watcher stops every process of the private Ray
-    and removes its folder within seconds."""
+    (its agents too, ``ray::DashboardAgent`` and ``ray::RuntimeEnvAgent``, which lived
+    on for 60 s) and removes its folder within seconds."""
     temp, home = _short_temp(), tmp_path / "home"
     home.mkdir()
     write_shards(reward_log(rows=4_000_000), tmp_path / "in", shards=4)  # seconds of work

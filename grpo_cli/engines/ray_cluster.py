@@ -385,9 +385,13 @@ def stop_monitor(folder: Path) -> None:
 
 
 def _marked(folder: Path, command: bytes | None = None) -> list[int]:
-    """The processes (not this one) whose environment names ``folder`` as their Ray
-    session, and whose command line holds ``command`` when given (Linux: ``/proc``)."""
+    """The processes (not this one) of the private Ray of ``folder``, and with ``command``
+    only those whose command line holds it (Linux: ``/proc``): those whose environment
+    names ``folder`` as their Ray session, or that hold a file open in it (Ray's log
+    files). Ray's agents rename themselves (``ray::DashboardAgent``), which overwrites
+    the memory /proc shows as their environment: only their open logs tell."""
     marker = f"{OWNER_ENV}={folder}".encode()
+    inside = f"{folder.resolve()}/"
     proc = Path("/proc")
     pids = [int(p.name) for p in proc.iterdir() if p.name.isdigit()] if proc.is_dir() else []
     found = []
@@ -400,9 +404,19 @@ def _marked(folder: Path, command: bytes | None = None) -> list[int]:
                 continue
         except OSError:
             continue
-        if marker in environ.split(b"\0"):
+        if marker in environ.split(b"\0") or _holds_a_file_in(pid, inside):
             found.append(pid)
     return found
+
+
+def _holds_a_file_in(pid: int, folder: str) -> bool:
+    """Whether process ``pid`` has a file open under ``folder`` (a path ending in /)."""
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if str(fd.readlink()).startswith(folder):
+                    return True
+    return False
 
 
 def reap_leftovers() -> list[Path]:
