@@ -1277,6 +1277,61 @@ def test_a_private_ray_that_fails_to_start_is_one_line_exit_4() -> None:
     assert caught.value.exit_code == 4
 
 
+def test_a_long_temporary_folder_still_starts_a_private_ray(tmp_path: Path) -> None:
+    """A ``$TMPDIR`` too long for the Unix sockets Ray puts in its folder (AF_UNIX: 107
+    bytes; here 60 characters) sends the private Ray's folder to /tmp (it was exit 4,
+    "AF_UNIX path length cannot exceed 107 bytes", with a hint blaming memory); removed
+    at the end as usual."""
+    from grpo_cli.engines.ray_cluster import TEMP_PREFIX
+
+    temp = _short_temp()
+    long_temp = temp / ("t" * (60 - len(str(temp)) - 1))
+    long_temp.mkdir()
+    assert len(str(long_temp)) == 60
+    (tmp_path / "home").mkdir()
+    write_shards(reward_log(rows=300), tmp_path / "in", shards=2)
+    before = set(Path("/tmp").glob(f"{TEMP_PREFIX}*"))
+    done = subprocess.run(
+        [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
+         "-o", str(tmp_path / "out"), "-q"],
+        capture_output=True, text=True, env=_private_env(long_temp, tmp_path / "home"),
+        timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert read_parts(tmp_path / "out").height == 300
+    assert list(long_temp.iterdir()) == []
+    assert set(Path("/tmp").glob(f"{TEMP_PREFIX}*")) <= before
+    shutil.rmtree(temp)
+
+
+def test_a_socket_path_too_long_is_said() -> None:
+    """Where Ray's socket paths still exceed 107 bytes, the message says so and how to
+    fix it (the hint blamed memory and /dev/shm)."""
+    from types import SimpleNamespace
+
+    from grpo_cli.core.errors import ClusterError, keyword_spelling
+    from grpo_cli.engines import ray_cluster
+
+    def init(**_: Any) -> None:
+        raise Exception(
+            "validate_socket_filename failed: AF_UNIX path length cannot exceed 107 bytes: "
+            "/very/long/session_x/sockets/plasma_store"
+        )
+
+    failing = SimpleNamespace(init=init, shutdown=lambda: None)
+    where = ray_cluster._Where("a private local Ray", None, "local")
+    with pytest.raises(ClusterError) as caught:
+        ray_cluster._init(failing, where, 2, [], keyword_spelling, ())
+    _, hint = caught.value.render(keyword_spelling)
+    assert hint == (
+        f"Ray's socket paths in its folder under {ray_cluster._folder_parent()} exceed 107 "
+        "bytes: set TMPDIR to a shorter folder; or give ray_address to run on a Ray "
+        "cluster already running"
+    )
+    assert caught.value.exit_code == 4
+
+
 def test_the_registration_of_a_gcs_that_does_not_answer_is_left_to_ray() -> None:
     """Nothing listening at the GCS's address: no client is made (Ray's own waits 40 s for
     it), and Ray's own wait decides."""

@@ -334,14 +334,29 @@ def _private(env: _Environment, notes: Notes) -> Iterator[_Where]:
                 reaper.wait(timeout=10)
 
 
+SOCKET_PATH_MAX: Final = 107  # bytes of a Unix socket's path (AF_UNIX, Linux)
+# what Ray adds to its folder for its longest socket path (a 7-digit process id)
+RAY_SOCKET_TAIL: Final = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
+SHORT_TEMP: Final = Path("/tmp")
+
+
 def _make_folder() -> Path:
-    """A new folder for Ray's session in the system's temporary folder (short: Ray puts
-    Unix sockets in it), with this process's owner tag in its ``owner`` file."""
+    """A new folder for Ray's session (see :func:`_folder_parent`), with this process's
+    owner tag in its ``owner`` file."""
     from grpo_cli.io.temporaries import owner_tag
 
-    folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+    folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=_folder_parent()))
     (folder / "owner").write_text(owner_tag() + "\n")
     return folder
+
+
+def _folder_parent() -> Path:
+    """Where private Rays' folders are made: the system's temporary folder, or /tmp when
+    that path is too long for the Unix sockets Ray puts in the folder (SOCKET_PATH_MAX:
+    a ``$TMPDIR`` of more than about 20 characters, as clusters often give)."""
+    temp = Path(tempfile.gettempdir())
+    longest = len(os.fsencode(temp)) + len(f"/{TEMP_PREFIX}12345678") + RAY_SOCKET_TAIL
+    return SHORT_TEMP if longest > SOCKET_PATH_MAX and SHORT_TEMP.is_dir() else temp
 
 
 def _start_reaper(folder: Path) -> subprocess.Popen[bytes] | None:
@@ -427,7 +442,7 @@ def reap_leftovers() -> list[Path]:
     here = OWNER_PATTERN.search(owner_tag() + ".")
     assert here is not None
     removed = []
-    for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*"):
+    for folder in _folder_parent().glob(f"{TEMP_PREFIX}*"):
         try:
             match = OWNER_PATTERN.search((folder / "owner").read_text().strip() + ".")
         except OSError:
@@ -493,14 +508,19 @@ def host_port(address: str) -> tuple[str, int]:
 
 def _unreachable(name: str, why: str, *, private: bool = False) -> ClusterError:
     """The error of a cluster that cannot be reached, or (``private``) of a private Ray
-    that does not start."""
+    that does not start (a socket path too long for AF_UNIX named as the cause)."""
     if private:
+        cause = (
+            f"Ray's socket paths in its folder under {_folder_parent()} exceed "
+            f"{SOCKET_PATH_MAX} bytes: set TMPDIR to a shorter folder"
+            if "AF_UNIX path length" in why
+            else "Ray could not start its processes on this machine (check its free memory "
+            "and /dev/shm)"
+        )
         return ClusterError(
             f"cannot start {name}: {why}; nothing was written",
-            hint="Ray could not start its processes on this machine (check its free memory "
-            "and /dev/shm); or give "
-            + option("ray_address")
-            + " to run on a Ray cluster already running",
+            hint=cause + "; or give " + option("ray_address") + " to run on a Ray cluster "
+            "already running",
         )
     return ClusterError(
         f"cannot reach {name}: {why}; nothing was written",
