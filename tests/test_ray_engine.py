@@ -5,6 +5,8 @@ Polars engine on the same rows; groups are spread over several shards."""
 from __future__ import annotations
 
 import contextlib
+import gzip
+import io
 import json
 import os
 import re
@@ -766,6 +768,41 @@ def test_unreadable_parquet_shard_is_an_input_error(
         assert first.startswith(f"error: cannot read {bad} as parquet: ")
     assert "\x1b" not in result.output and "internal error" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+@pytest.mark.usefixtures("local_ray")
+@pytest.mark.parametrize("kind", ["empty", "random_bytes", "gzip_compressed"])
+def test_a_parquet_name_that_is_not_plain_parquet_is_read_as_the_polars_engine_reads_it(
+    runner: CliRunner, tmp_path: Path, kind: str
+) -> None:
+    """An empty or random-bytes ``.parquet`` and a ``.parquet.gz``, first input or not:
+    the Polars engine's exit code and message (3, 3; the Ray engine named --low-memory,
+    which nobody passed), and the same advantages for the compressed file (exit 0)."""
+    log = reward_log(rows=300)
+    good = write_shards(log.slice(0, 150), tmp_path / "in", shards=1)[0]
+    name = tmp_path / "in" / ("b.parquet.gz" if kind == "gzip_compressed" else "b.parquet")
+    if kind == "empty":
+        name.write_bytes(b"")
+    elif kind == "random_bytes":
+        name.write_bytes(np.random.default_rng(1).bytes(5000))
+    else:
+        buffer = io.BytesIO()
+        log.slice(150).write_parquet(buffer)
+        name.write_bytes(gzip.compress(buffer.getvalue()))
+    for inputs in ([name], [good, name]):
+        given = [str(p) for p in inputs]
+        polars = run_cli(runner, "compute", *given, "-o", str(tmp_path / "polars.parquet"))
+        ray_run = run_cli(
+            runner, "compute", *given, "--backend", "ray", "-o", str(tmp_path / "ray")
+        )
+        assert ray_run.exit_code == polars.exit_code == (0 if kind == "gzip_compressed" else 3)
+        if polars.exit_code:
+            assert ray_run.stderr == polars.stderr
+            assert "--low-memory" not in ray_run.stderr
+            continue
+        assert_same(read_parts(tmp_path / "ray"), pl.read_parquet(tmp_path / "polars.parquet"))
+        shutil.rmtree(tmp_path / "ray")
+        (tmp_path / "polars.parquet").unlink()
 
 
 def test_trl_dump_is_refused_once_with_the_route_that_works(

@@ -148,12 +148,7 @@ def check_parquet_file(path: Path) -> int:
     ray``): raise unless ``path`` starts (OptionsError) and ends (InputError: truncated)
     like a Parquet file, and its footer describes data that lies inside the file
     (:func:`check_parquet_layout`), reading the footer only. Returns its row count."""
-    with path.open("rb") as handle:
-        head = handle.read(4)
-        size = handle.seek(0, os.SEEK_END)
-        handle.seek(max(size - 4, 0))
-        tail = handle.read(4)
-    if head != PARQUET_MAGIC:
+    if not is_parquet(path):
         low_memory = option("backend", "partitioned", alias="alone")
         raise OptionsError(
             low_memory + f" needs a Parquet input; {path} is not Parquet",
@@ -161,9 +156,20 @@ def check_parquet_file(path: Path) -> int:
             "pl.scan_csv('IN.csv').sink_parquet('IN.parquet')\"), or drop " + low_memory,
             path=path,
         )
+    with path.open("rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(size - 4, 0))
+        tail = handle.read(4)
     if tail != PARQUET_MAGIC or size < 12:
         raise truncated_parquet(str(path))
     return check_parquet_layout(path, str(path), PARQUET_DAMAGED_HINT)
+
+
+def is_parquet(path: Path) -> bool:
+    """Whether the file ``path`` starts as a Parquet file does (not empty, compressed or
+    another format)."""
+    with path.open("rb") as handle:
+        return handle.read(4) == PARQUET_MAGIC
 
 
 OUTPUT: Final = option("output", short=True)
