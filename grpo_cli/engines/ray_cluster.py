@@ -402,9 +402,10 @@ def stop_monitor(folder: Path) -> None:
 def _marked(folder: Path, command: bytes | None = None) -> list[int]:
     """The processes (not this one) of the private Ray of ``folder``, and with ``command``
     only those whose command line holds it (Linux: ``/proc``): those whose environment
-    names ``folder`` as their Ray session, or that hold a file open in it (Ray's log
-    files). Ray's agents rename themselves (``ray::DashboardAgent``), which overwrites
-    the memory /proc shows as their environment: only their open logs tell."""
+    names ``folder`` as their Ray session, and Ray's renamed processes (``ray::...``) that
+    hold a file open in it (their logs): Ray's agents rename themselves
+    (``ray::DashboardAgent``), which overwrites the memory /proc shows as their
+    environment."""
     marker = f"{OWNER_ENV}={folder}".encode()
     inside = f"{folder.resolve()}/"
     proc = Path("/proc")
@@ -415,11 +416,14 @@ def _marked(folder: Path, command: bytes | None = None) -> list[int]:
             continue
         try:
             environ = (proc / str(pid) / "environ").read_bytes()
-            if command is not None and command not in (proc / str(pid) / "cmdline").read_bytes():
-                continue
+            cmdline = (proc / str(pid) / "cmdline").read_bytes()
         except OSError:
             continue
-        if marker in environ.split(b"\0") or _holds_a_file_in(pid, inside):
+        if command is not None and command not in cmdline:
+            continue
+        if marker in environ.split(b"\0") or (
+            cmdline.startswith(b"ray::") and _holds_a_file_in(pid, inside)
+        ):
             found.append(pid)
     return found
 
