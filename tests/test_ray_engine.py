@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.jobs.pipeline import annotate
+from tests.conftest import ROOT
 
 ray = pytest.importorskip("ray", reason="--backend ray needs pip install 'grpo-adv[ray]'")
 
@@ -692,6 +693,48 @@ def test_private_ray_dies_with_its_command(tmp_path: Path) -> None:
     while (folder.exists() or _marked(folder)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _marked(folder) == []
+    assert not folder.exists()
+    shutil.rmtree(temp)
+
+
+STUCK_SCRIPT = """
+import os, sys
+from pathlib import Path
+from grpo_cli.engines import ray_cluster as rc
+staging = Path(sys.argv[1])
+staging.mkdir()
+with rc._private(rc._Environment(), lambda note: None, [staging]):
+    folder = Path(os.environ[rc.OWNER_ENV])
+    print(folder, flush=True)
+    (folder / "session_x").mkdir()  # Ray's start began, and no head (GCS) runs
+    sum(range(10**12))  # the interpreter held, as Ray's core holds it then
+"""
+
+
+def test_a_run_stuck_in_ray_after_its_head_died_is_ended_with_one_line(tmp_path: Path) -> None:
+    """The private Ray's head (GCS) killed while Ray's core starts in the driver: Ray
+    holds the interpreter, then ends the process 60 s later with exit 1, no message and
+    the staging folder left. The reaper sees the head gone and the heartbeats stopped:
+    within seconds, the one error line on the command's stderr, the staging folder and
+    the Ray folder removed, the command ended (SIGKILL: Ray's core cannot be left)."""
+    temp, staging = _short_temp(), tmp_path / ".out.part"
+    started = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, "-c", STUCK_SCRIPT, str(staging)], capture_output=True, text=True,
+        env={**ENV, "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)},
+        timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert run.returncode == -signal.SIGKILL
+    assert time.monotonic() - started < 20
+    assert run.stderr.splitlines() == [
+        "error: lost a private local Ray: its head stopped answering for 10 s; nothing was written",
+        "hint: check the cluster (ray status on the head node), then run again",
+    ]
+    assert not staging.exists()
+    folder = Path(run.stdout.strip())
+    deadline = time.monotonic() + 10
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not folder.exists()
     shutil.rmtree(temp)
 

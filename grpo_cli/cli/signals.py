@@ -26,13 +26,11 @@ from typing import Final, NoReturn
 from grpo_cli.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from grpo_cli.io.interrupts import SIGNALS
 
+EXIT_CODES: Final = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGTERM: EXIT_TERMINATED}
 _LOADING: Final = "loading"
 _RUNNING: Final = "running"
 _DECIDED: Final = "decided"
 _stage = {"now": _LOADING}
-
-
-EXIT_CODES: Final = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGTERM: EXIT_TERMINATED}
 
 
 def stopped_line(signum: int, *, complete: bool = False) -> str:

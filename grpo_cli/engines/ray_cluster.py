@@ -124,7 +124,7 @@ def session(
         stack.callback(env.restore)
         env.set("RAY_USAGE_STATS_ENABLED", os.environ.get("RAY_USAGE_STATS_ENABLED", "0"))
         if address is None:
-            where = stack.enter_context(_private(env, notes))
+            where = stack.enter_context(_private(env, notes, staging))
         else:
             where = _joined(address, env, notes)
         real_stderr = stack.enter_context(_silenced())
@@ -303,12 +303,18 @@ def _container_limit() -> int | None:
 
 
 @contextlib.contextmanager
-def _private(env: _Environment, notes: Notes) -> Iterator[_Where]:
-    """A temporary folder and a reaper for a private local Ray (see the module
-    docstring); both gone at the end."""
+def _private(env: _Environment, notes: Notes, staging: Sequence[Path]) -> Iterator[_Where]:
+    """A temporary folder and a reaper for a private local Ray (see the module docstring
+    and :func:`_reaper_main`, which removes ``staging`` if it must end the process); both
+    gone at the end."""
     reap_leftovers()
     folder = _make_folder()
-    reaper = _start_reaper(folder)
+    reaper = _start_reaper(folder, staging)
+    beating = threading.Event()
+    if reaper is not None:
+        threading.Thread(
+            target=_heartbeat, args=(reaper, beating), name="grpo-adv-ray-beat", daemon=True
+        ).start()
     try:
         env.set(OWNER_ENV, str(folder))
         env.keep("RAY_AUTH_MODE")  # unset: ray.init turns token authentication on
@@ -325,9 +331,10 @@ def _private(env: _Environment, notes: Notes) -> Iterator[_Where]:
         notes("running on a private local Ray, started for this run (" + aside + ")")
         yield _Where("a private local Ray", None, "local")
     finally:
+        beating.set()
         shutil.rmtree(folder, ignore_errors=True)
         if reaper is not None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):
                 assert reaper.stdin is not None
                 reaper.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -359,16 +366,27 @@ def _folder_parent() -> Path:
     return SHORT_TEMP if longest > SOCKET_PATH_MAX and SHORT_TEMP.is_dir() else temp
 
 
-def _start_reaper(folder: Path) -> subprocess.Popen[bytes] | None:
-    """The watcher that cleans up after this process, however it ends: it waits for the
-    end of its standard input (this process's end), then runs :func:`reap`."""
+def _heartbeat(reaper: subprocess.Popen[bytes], stop: threading.Event) -> None:
+    """A byte to the reaper every PROBE_EVERY_S seconds until ``stop``: this process's
+    interpreter runs (see :func:`_reaper_main`)."""
+    assert reaper.stdin is not None
+    while not stop.wait(PROBE_EVERY_S):
+        try:
+            reaper.stdin.write(b".")
+            reaper.stdin.flush()
+        except (OSError, ValueError):
+            return
+
+
+def _start_reaper(folder: Path, staging: Sequence[Path]) -> subprocess.Popen[bytes] | None:
+    """The watcher that cleans up after this process, however it ends (see
+    :func:`_reaper_main`), on this process's standard error."""
     env = {k: v for k, v in os.environ.items() if k != OWNER_ENV}
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", __name__, str(folder)],
+            [sys.executable, "-m", __name__, str(folder), *map(str, staging)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
             env=env,
             close_fds=True,
         )
@@ -703,15 +721,38 @@ def first_line(text: str) -> str:
     return line.split(". ")[0].rstrip(".")
 
 
-def _reaper_main(folder: str) -> None:
-    """The reaper: wait for the parent's end, then clean up after it."""
+GCS_COMMAND: Final = b"gcs_server"  # the private Ray's head
+STUCK_AFTER_S: Final = 5.0  # the head gone and no heartbeat for this long
+
+
+def _reaper_main(folder: str, staging: Sequence[str]) -> None:
+    """The reaper: wait for the parent's end (of its standard input), then :func:`reap`.
+    Meanwhile, the parent's heartbeats (:func:`_heartbeat`) say that its interpreter
+    runs: when the private Ray's head is gone and they stop for STUCK_AFTER_S, the parent
+    is stuck inside Ray's start (Ray's core holds the interpreter there, then ends the
+    process 60 s later with exit 1 and no message). The reaper then says why on the
+    parent's standard error, removes ``staging`` and ends the parent (SIGKILL: 137)."""
+    import select
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # Ctrl-C reaches the whole process group
-    parent = os.getppid()
-    with contextlib.suppress(OSError):
-        sys.stdin.buffer.read()
-    reap(Path(folder), spare=(parent,))
+    parent, path, beat = os.getppid(), Path(folder), time.monotonic()
+    while True:
+        if select.select([sys.stdin], [], [], PROBE_EVERY_S)[0]:
+            if not os.read(sys.stdin.fileno(), 4096):
+                break  # the parent ended
+            beat = time.monotonic()
+        started = any(path.glob("session_*"))  # Ray's start began: a head should run
+        if started and time.monotonic() - beat >= STUCK_AFTER_S and not _marked(path, GCS_COMMAND):
+            message, hint = lost("a private local Ray").render(keyword_spelling)
+            with contextlib.suppress(OSError):
+                os.write(2, f"error: {message}\nhint: {hint}\n".encode())
+            for part in staging:
+                shutil.rmtree(part, ignore_errors=True)
+            os.kill(parent, signal.SIGKILL)
+            break
+    reap(path, spare=(parent,))
 
 
 if __name__ == "__main__":
-    _reaper_main(sys.argv[1])
+    _reaper_main(sys.argv[1], sys.argv[2:])
