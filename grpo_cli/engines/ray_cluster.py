@@ -5,12 +5,14 @@
   start`` cluster of the machine (``/tmp/ray/ray_current_cluster``) is followed, so a run
   on a verl or OpenRLHF node never lands on the training cluster. Its temporary folder
   (Ray's session folder: sockets, logs, spilled objects) is the command's own,
-  ``grpo-adv-ray.XXXXXXXX`` in the system's temporary folder with an ``owner`` file
+  ``grpo-adv-ray.XXXXXXXX`` in the system's temporary folder (in /tmp where that path is
+  too long for Ray's sockets) with an ``owner`` file
   (:func:`grpo_cli.io.temporaries.owner_tag`), removed when the run ends. Every process of
   that Ray carries the folder's path in its environment (:data:`OWNER_ENV`): a small
   watcher process (``python -m grpo_cli.engines.ray_cluster``, the reaper) waits for the
   command to end, however it ends (``kill -9`` included), then stops those processes and
-  removes the folder; the next run removes what a killed watcher left
+  removes the folder (and ends a command stuck in Ray's start after its head died:
+  :func:`_reaper_main`); the next run removes what a killed watcher left
   (:func:`reap_leftovers`). The private Ray uses token authentication (Ray's default)
   with the user's token when there is one, else a token made for the run (never written
   to ``~/.ray``).
