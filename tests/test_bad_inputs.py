@@ -199,6 +199,60 @@ def test_sigterm_mid_write_leaves_nothing(tmp_path: Path) -> None:
     ]
 
 
+def _handlers_installed(pid: int) -> bool:
+    """Whether grpo-adv's SIGTERM handler is in place in process ``pid`` (Linux: its
+    caught-signals mask in /proc): its first lines have run."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="Linux /proc")
+def test_a_signal_at_any_moment_gives_its_one_line(tmp_path: Path) -> None:
+    """SIGINT or SIGTERM 0 to 350 ms after grpo-adv's first lines ran (loading, parsing,
+    reading, computing, writing, exiting), also with SIGINT inherited as ignored (a
+    script's background job): exit 130 (143) with the one line and no output, or, the
+    run complete before the signal, exit 0 with the whole output."""
+    rows = pl.read_parquet(SAMPLE_FILES["parquet"]).height
+    runs = 20
+    for i in range(runs):
+        sig = (signal.SIGINT, signal.SIGTERM)[i % 2]
+        ignored = i % 4 >= 2
+        out = tmp_path / f"out{i}.parquet"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "grpo_cli", "compute", str(SAMPLE_FILES["parquet"]),
+             "-o", str(out), "-q"],
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not _handlers_installed(process.pid):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.001)
+        time.sleep(0.35 * i / (runs - 1))  # the moment, not a wait
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=30)
+        word = "interrupted" if sig == signal.SIGINT else "terminated"
+        moment = f"run {i}: {sig.name}{' (SIGINT ignored)' if ignored else ''}"
+        if process.returncode == 0:  # complete before the signal
+            assert stderr in (
+                "",
+                f"warning: {word} after the output was written (it is complete)\n",
+            ), moment
+            assert pl.read_parquet(out).height == rows, moment
+            continue
+        assert (process.returncode, stderr) == (
+            130 if sig == signal.SIGINT else 143,
+            f"error: {word}; no output was written\n",
+        ), moment
+        assert not out.exists(), moment
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("out")] == []
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=st.one_of(

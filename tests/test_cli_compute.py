@@ -368,6 +368,30 @@ def test_closed_pipe_on_a_big_output_exits_quietly(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["prompt_id"] == big["prompt_id"][0]
 
 
+def test_closed_stdout_still_shows_warnings_and_summary(tmp_path: Path) -> None:
+    """``... | grpo-adv compute - | head -c 100``: the data ends where the reader stopped,
+    and what is said on stderr (the null-reward warning, the summary) still comes out."""
+    sample = pl.read_parquet(SAMPLE_FILES["parquet"])
+    big = pl.concat([sample.with_columns(pl.col("prompt_id") + f"-{i}") for i in range(50)])
+    big = big.with_columns(
+        pl.when(pl.int_range(pl.len()) < 3).then(None).otherwise(pl.col("reward")).alias("reward")
+    )
+    source = tmp_path / "big.jsonl"
+    big.write_ndjson(source)
+    nulls = big["reward"].null_count() + big["reward"].is_nan().sum()
+    cli = f"{sys.executable} -m grpo_cli"
+    done = _bash_pipeline(f"cat {source} | {cli} compute - | head -c 100")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout) == 100
+    lines = done.stderr.splitlines()
+    assert (
+        f"warning: {nulls:,} null or NaN reward(s): left out of the statistics; "
+        "their advantage is null"
+    ) in lines
+    assert "grpo-adv compute" in lines
+    assert any(line.split() == ["│", "rows", "│", f"{big.height:,}", "│"] for line in lines)
+
+
 @pytest.mark.parametrize(
     "args",
     [

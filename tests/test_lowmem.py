@@ -333,7 +333,8 @@ def slow_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _start(source: Path, out: Path) -> subprocess.Popen[str]:
+def _start(source: Path, out: Path, sigint: Any = signal.SIG_DFL) -> subprocess.Popen[str]:
+    """The run, with SIGINT inherited as ``sigint`` (SIG_IGN: a script's background job)."""
     return subprocess.Popen(
         [sys.executable, "-m", "grpo_cli", "compute", str(source), "--low-memory", "-o",
          str(out), "-q"],
@@ -341,6 +342,7 @@ def _start(source: Path, out: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )  # fmt: skip
 
 
@@ -378,17 +380,26 @@ MOMENTS: dict[str, Callable[[Path], bool]] = {
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="Linux /proc")
 @pytest.mark.parametrize("moment", list(MOMENTS))
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    ("sig", "inherited"),
+    [
+        (signal.SIGINT, signal.SIG_DFL),
+        (signal.SIGTERM, signal.SIG_DFL),
+        (signal.SIGINT, signal.SIG_IGN),
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGINT-inherited-ignored"],
+)
 def test_a_signal_stops_the_run_and_leaves_nothing(
-    tmp_path: Path, slow_log: Path, moment: str, sig: signal.Signals
+    tmp_path: Path, slow_log: Path, moment: str, sig: signal.Signals, inherited: Any
 ) -> None:
     """A real signal at several moments of a --low-memory run: the run ends with 130 (143)
     and the one-line message, no output, no temporary, no worker left; or, when the signal
-    came after the output was put in place, with 0 and the complete output."""
+    came after the output was put in place, with 0 and the complete output. Also where
+    SIGINT was inherited as ignored (a script's background job: the run went on to 0)."""
     source = tmp_path / "log.parquet"
     source.symlink_to(slow_log)
     out = tmp_path / "out.parquet"
-    process = _start(source, out)
+    process = _start(source, out, inherited)
     _wait_for(process, lambda: MOMENTS[moment](tmp_path))
     workers = _children(process.pid)
     process.send_signal(sig)

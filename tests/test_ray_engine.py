@@ -5,6 +5,8 @@ Polars engine on the same rows; groups are spread over several shards."""
 from __future__ import annotations
 
 import contextlib
+import gzip
+import io
 import json
 import os
 import re
@@ -27,7 +29,7 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.jobs.pipeline import annotate
-from tests.conftest import import_or_skip
+from tests.conftest import ROOT, import_or_skip
 
 ray = import_or_skip("ray")
 
@@ -551,24 +553,36 @@ def _short_temp() -> Path:
 
 
 def _marked(folder: Path | None = None) -> list[int]:
-    """Live processes of private Rays (of ``folder``'s, or of any)."""
-    from grpo_cli.engines.ray_cluster import OWNER_ENV
+    """Live processes of private Rays (of ``folder``'s, or of any): their environment
+    names the folder, or they hold a file open in it (Ray's agents overwrite their
+    environment's memory when they rename themselves, ``ray::DashboardAgent``)."""
+    from grpo_cli.engines.ray_cluster import OWNER_ENV, TEMP_PREFIX
 
+    wanted = f"{OWNER_ENV}={folder}".encode() if folder else f"{OWNER_ENV}=".encode()
+    inside = f"{folder}/" if folder else f"/{TEMP_PREFIX}"
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             environ = (entry / "environ").read_bytes().split(b"\0")
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        wanted = f"{OWNER_ENV}={folder}".encode() if folder else f"{OWNER_ENV}=".encode()
-        if state != "Z" and any(
-            e.startswith(wanted) if folder is None else e == wanted for e in environ
-        ):
+        named = any(e.startswith(wanted) if folder is None else e == wanted for e in environ)
+        if state != "Z" and (named or _holds(entry, inside)):
             found.append(int(entry.name))
     return found
+
+
+def _holds(process: Path, inside: str) -> bool:
+    """Whether the process of ``/proc/PID`` has a file open whose path holds ``inside``."""
+    with contextlib.suppress(OSError):
+        for fd in (process / "fd").iterdir():
+            with contextlib.suppress(OSError):
+                if inside in str(fd.readlink()):
+                    return True
+    return False
 
 
 def _private_env(temp: Path, home: Path) -> dict[str, str]:
@@ -630,12 +644,23 @@ def test_private_ray_follows_no_other_cluster(tmp_path: Path) -> None:
     shutil.rmtree(temp)
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_interrupted_private_run_leaves_nothing(tmp_path: Path, sig: int, code: int) -> None:
+@pytest.mark.parametrize(
+    ("sig", "code", "inherited"),
+    [
+        (signal.SIGINT, 130, signal.SIG_DFL),
+        (signal.SIGTERM, 143, signal.SIG_DFL),
+        (signal.SIGINT, 130, signal.SIG_IGN),
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGINT-inherited-ignored"],
+)
+def test_interrupted_private_run_leaves_nothing(
+    tmp_path: Path, sig: int, code: int, inherited: signal.Handlers
+) -> None:
     """Ctrl-C or SIGTERM while the private Ray starts (``ray.init`` installs its own
     SIGTERM handler): exit 130 or 143 with the one-line message, no staging folder, no
-    Ray process, no temporary folder. (A log that takes seconds: the signal lands while
-    the run lasts whenever it comes, the start taking about a second.)"""
+    Ray process, no temporary folder; also where SIGINT was inherited as ignored (a
+    script's background job: the run went on to exit 0). (A log that takes seconds: the
+    signal lands while the run lasts whenever it comes, the start taking about a second.)"""
     temp, home = _short_temp(), tmp_path / "home"
     home.mkdir()
     write_shards(reward_log(rows=2_000_000), tmp_path / "in", shards=4)
@@ -643,7 +668,7 @@ def test_interrupted_private_run_leaves_nothing(tmp_path: Path, sig: int, code: 
         [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
          "-o", str(tmp_path / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_private_env(temp, home),
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, inherited),
     )  # fmt: skip
     folder = _wait_for_private_ray(temp, run)
     run.send_signal(sig)
@@ -687,7 +712,8 @@ def _wait_for_tasks(folder: Path, run: subprocess.Popen[Any]) -> None:
 
 def test_private_ray_dies_with_its_command(tmp_path: Path) -> None:
     """``kill -9`` of the command: its watcher stops every process of the private Ray
-    and removes its folder within seconds."""
+    (its agents too, ``ray::DashboardAgent`` and ``ray::RuntimeEnvAgent``, which lived
+    on for 60 s) and removes its folder within seconds."""
     temp, home = _short_temp(), tmp_path / "home"
     home.mkdir()
     write_shards(reward_log(rows=4_000_000), tmp_path / "in", shards=4)  # seconds of work
@@ -705,6 +731,48 @@ def test_private_ray_dies_with_its_command(tmp_path: Path) -> None:
     while (folder.exists() or _marked(folder)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _marked(folder) == []
+    assert not folder.exists()
+    shutil.rmtree(temp)
+
+
+STUCK_SCRIPT = """
+import os, sys
+from pathlib import Path
+from grpo_cli.engines import ray_cluster as rc
+staging = Path(sys.argv[1])
+staging.mkdir()
+with rc._private(rc._Environment(), lambda note: None, [staging]):
+    folder = Path(os.environ[rc.OWNER_ENV])
+    print(folder, flush=True)
+    (folder / "session_x").mkdir()  # Ray's start began, and no head (GCS) runs
+    sum(range(10**12))  # the interpreter held, as Ray's core holds it then
+"""
+
+
+def test_a_run_stuck_in_ray_after_its_head_died_is_ended_with_one_line(tmp_path: Path) -> None:
+    """The private Ray's head (GCS) killed while Ray's core starts in the driver: Ray
+    holds the interpreter, then ends the process 60 s later with exit 1, no message and
+    the staging folder left. The reaper sees the head gone and the heartbeats stopped:
+    within seconds, the one error line on the command's stderr, the staging folder and
+    the Ray folder removed, the command ended (SIGKILL: Ray's core cannot be left)."""
+    temp, staging = _short_temp(), tmp_path / ".out.part"
+    started = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, "-c", STUCK_SCRIPT, str(staging)], capture_output=True, text=True,
+        env={**ENV, "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)},
+        timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert run.returncode == -signal.SIGKILL
+    assert time.monotonic() - started < 20
+    assert run.stderr.splitlines() == [
+        "error: lost a private local Ray: its head stopped answering for 10 s; nothing was written",
+        "hint: check the cluster (ray status on the head node), then run again",
+    ]
+    assert not staging.exists()
+    folder = Path(run.stdout.strip())
+    deadline = time.monotonic() + 10
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not folder.exists()
     shutil.rmtree(temp)
 
@@ -787,6 +855,41 @@ def test_unreadable_parquet_shard_is_an_input_error(
     assert (default.exit_code, default.output) == (3, result.output)
     assert "\x1b" not in result.output and "internal error" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+@pytest.mark.usefixtures("local_ray")
+@pytest.mark.parametrize("kind", ["empty", "random_bytes", "gzip_compressed"])
+def test_a_parquet_name_that_is_not_plain_parquet_is_read_as_the_polars_engine_reads_it(
+    runner: CliRunner, tmp_path: Path, kind: str
+) -> None:
+    """An empty or random-bytes ``.parquet`` and a ``.parquet.gz``, first input or not:
+    the Polars engine's exit code and message (3, 3; the Ray engine named --low-memory,
+    which nobody passed), and the same advantages for the compressed file (exit 0)."""
+    log = reward_log(rows=300)
+    good = write_shards(log.slice(0, 150), tmp_path / "in", shards=1)[0]
+    name = tmp_path / "in" / ("b.parquet.gz" if kind == "gzip_compressed" else "b.parquet")
+    if kind == "empty":
+        name.write_bytes(b"")
+    elif kind == "random_bytes":
+        name.write_bytes(np.random.default_rng(1).bytes(5000))
+    else:
+        buffer = io.BytesIO()
+        log.slice(150).write_parquet(buffer)
+        name.write_bytes(gzip.compress(buffer.getvalue()))
+    for inputs in ([name], [good, name]):
+        given = [str(p) for p in inputs]
+        polars = run_cli(runner, "compute", *given, "-o", str(tmp_path / "polars.parquet"))
+        ray_run = run_cli(
+            runner, "compute", *given, "--backend", "ray", "-o", str(tmp_path / "ray")
+        )
+        assert ray_run.exit_code == polars.exit_code == (0 if kind == "gzip_compressed" else 3)
+        if polars.exit_code:
+            assert ray_run.stderr == polars.stderr
+            assert "--low-memory" not in ray_run.stderr
+            continue
+        assert_same(read_parts(tmp_path / "ray"), pl.read_parquet(tmp_path / "polars.parquet"))
+        shutil.rmtree(tmp_path / "ray")
+        (tmp_path / "polars.parquet").unlink()
 
 
 def test_trl_dump_is_refused_once_with_the_route_that_works(
@@ -1295,6 +1398,61 @@ def test_a_private_ray_that_fails_to_start_is_one_line_exit_4() -> None:
     )
     assert hint is not None
     assert hint.startswith("Ray could not start its processes on this machine")
+    assert caught.value.exit_code == 4
+
+
+def test_a_long_temporary_folder_still_starts_a_private_ray(tmp_path: Path) -> None:
+    """A ``$TMPDIR`` too long for the Unix sockets Ray puts in its folder (AF_UNIX: 107
+    bytes; here 60 characters) sends the private Ray's folder to /tmp (it was exit 4,
+    "AF_UNIX path length cannot exceed 107 bytes", with a hint blaming memory); removed
+    at the end as usual."""
+    from grpo_cli.engines.ray_cluster import TEMP_PREFIX
+
+    temp = _short_temp()
+    long_temp = temp / ("t" * (60 - len(str(temp)) - 1))
+    long_temp.mkdir()
+    assert len(str(long_temp)) == 60
+    (tmp_path / "home").mkdir()
+    write_shards(reward_log(rows=300), tmp_path / "in", shards=2)
+    before = set(Path("/tmp").glob(f"{TEMP_PREFIX}*"))
+    done = subprocess.run(
+        [str(BIN / "grpo-adv"), "compute", str(tmp_path / "in"), "--backend", "ray",
+         "-o", str(tmp_path / "out"), "-q"],
+        capture_output=True, text=True, env=_private_env(long_temp, tmp_path / "home"),
+        timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert read_parts(tmp_path / "out").height == 300
+    assert list(long_temp.iterdir()) == []
+    assert set(Path("/tmp").glob(f"{TEMP_PREFIX}*")) <= before
+    shutil.rmtree(temp)
+
+
+def test_a_socket_path_too_long_is_said() -> None:
+    """Where Ray's socket paths still exceed 107 bytes, the message says so and how to
+    fix it (the hint blamed memory and /dev/shm)."""
+    from types import SimpleNamespace
+
+    from grpo_cli.core.errors import ClusterError, keyword_spelling
+    from grpo_cli.engines import ray_cluster
+
+    def init(**_: Any) -> None:
+        raise Exception(
+            "validate_socket_filename failed: AF_UNIX path length cannot exceed 107 bytes: "
+            "/very/long/session_x/sockets/plasma_store"
+        )
+
+    failing = SimpleNamespace(init=init, shutdown=lambda: None)
+    where = ray_cluster._Where("a private local Ray", None, "local")
+    with pytest.raises(ClusterError) as caught:
+        ray_cluster._init(failing, where, 2, [], keyword_spelling, ())
+    _, hint = caught.value.render(keyword_spelling)
+    assert hint == (
+        f"Ray's socket paths in its folder under {ray_cluster._folder_parent()} exceed 107 "
+        "bytes: set TMPDIR to a shorter folder; or give ray_address to run on a Ray "
+        "cluster already running"
+    )
     assert caught.value.exit_code == 4
 
 

@@ -3,27 +3,37 @@
 One module per command (``compute``, ``verify``, ``summarize``, ``plot``, ``explain``,
 ``presets``: each defines ``<name>_cmd``); ``params`` declares every shared option once,
 ``outputs`` routes inputs and outputs, ``app`` builds the Typer app, registers the
-commands and maps errors to exit codes.
+commands and maps errors to exit codes (``main``, the console script), ``signals`` says
+how the process answers SIGINT and SIGTERM.
 
 No arithmetic happens here. Polars and Rich are imported inside the commands, so
-``grpo-adv --help`` stays fast. A Ctrl-C while the app loads (the console script imports
-this package first) prints the one-line message and exits 130, not a traceback.
+``grpo-adv --help`` stays fast. While the app loads (the console script imports this
+package first), SIGINT and SIGTERM end the process at once with their one line
+(:func:`grpo_cli.cli.signals.end_at_once`), also where they were inherited as ignored;
+the handlers they replaced are put back once it has loaded, so importing this package
+changes nothing.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+import contextlib
+import signal
+from typing import Any
 
-from grpo_cli.core.errors import EXIT_INTERRUPTED  # a small module: no Polars, no typer
+from grpo_cli.cli.signals import end_at_once  # no Polars, no typer
+from grpo_cli.io.interrupts import SIGNALS
 
+_replaced: dict[signal.Signals, Any] = {}
+with contextlib.suppress(ValueError):  # only the main thread sets handlers
+    for _sig in SIGNALS:
+        _replaced[_sig] = signal.signal(_sig, end_at_once)
 try:
     from grpo_cli.cli.app import app, main
-except KeyboardInterrupt:
-    try:
-        sys.stderr.write("error: interrupted; no output was written\n")
-        sys.stderr.flush()
-    finally:
-        os._exit(EXIT_INTERRUPTED)
+except KeyboardInterrupt:  # not from a signal (end_at_once ends the process)
+    end_at_once(signal.SIGINT)
+finally:
+    for _sig, _handler in _replaced.items():
+        if _handler is not None:  # None: set outside Python, not ours to put back
+            signal.signal(_sig, _handler)
 
 __all__ = ["app", "main"]

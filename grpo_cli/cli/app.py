@@ -1,13 +1,13 @@
-"""The Typer app: the root callback, the commands, core errors mapped to exit codes, and
-SIGTERM. Every command runs inside :func:`_user_errors`, so a command module only raises."""
+"""The Typer app: the root callback, the commands, core errors and signals mapped to exit
+codes. Every command runs inside :func:`_user_errors`, so a command module only raises."""
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import errno
 import functools
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated, Any, Final, NoReturn
@@ -23,15 +23,20 @@ from grpo_cli.cli.help import HelpCommand, epilog
 from grpo_cli.cli.params import flag_spelling
 from grpo_cli.cli.plot import plot_cmd
 from grpo_cli.cli.presets import presets_cmd
+from grpo_cli.cli.signals import (
+    EXIT_CODES,
+    command_started,
+    exit_decided,
+    on_signal,
+    stopped_line,
+)
 from grpo_cli.cli.summarize import summarize_cmd
 from grpo_cli.cli.typer_private import NoArgsIsHelpError, NoSuchOption, UsageError, completion
 from grpo_cli.cli.verify import verify_cmd
 from grpo_cli.core.errors import (
     EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_OUTPUT,
-    EXIT_TERMINATED,
     EXIT_USAGE,
     GrpoAdvError,
     MemoryShortError,
@@ -41,6 +46,7 @@ from grpo_cli.core.errors import (
     first_line,
     option,
 )
+from grpo_cli.io.interrupts import SIGNALS
 
 
 class _Group(TyperGroup):
@@ -76,9 +82,6 @@ class _Group(TyperGroup):
 
             print_error(stderr_console(), _usage_error(exc), flag_spelling)
             sys.exit(EXIT_USAGE)
-        except typer.Abort:  # Ctrl-C while Click parses or prompts
-            _print_interrupted()
-            sys.exit(EXIT_INTERRUPTED)
         sys.exit(returned if isinstance(returned, int) else EXIT_OK)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
@@ -199,53 +202,62 @@ def root(
     """
 
 
-def _is_broken_pipe(exc: BaseException) -> bool:
-    # Polars raises a plain OSError("Broken pipe") on a closed stdout, not BrokenPipeError.
-    return isinstance(exc, OSError) and (
-        exc.errno == errno.EPIPE or "broken pipe" in str(exc).lower()
-    )
-
-
 @contextlib.contextmanager
 def _user_errors() -> Iterator[None]:
-    """Turn core errors into one line plus a hint on stderr and the documented exit code."""
-    from grpo_cli.cli.render import print_error, stderr_console
+    """Turn core errors into one line plus a hint on stderr and the documented exit code;
+    a signal (KeyboardInterrupt, Terminated) into its one line. From the moment the exit
+    is decided (the command returned or raised), signals change nothing
+    (:mod:`grpo_cli.cli.signals`)."""
     from grpo_cli.io import interrupts
 
     interrupts.reset()
+    command_started()
     try:
         yield
-    except typer.Exit:
-        raise
-    except GrpoAdvError as exc:
+    except BaseException as exc:
+        exit_decided()
+        _exit_for(exc)
+    exit_decided()
+
+
+def _exit_for(exc: BaseException) -> NoReturn:
+    """Say on stderr why a command ended with ``exc`` and exit with the documented code
+    (anything but an error or a signal passes on)."""
+    from grpo_cli.cli.render import print_error, stderr_console
+
+    if isinstance(exc, GrpoAdvError):
         print_error(stderr_console(), exc, flag_spelling)  # options named by their flags
         raise typer.Exit(exc.exit_code) from None
-    except (KeyboardInterrupt, Terminated) as exc:
-        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
-        if interrupts.committed():  # the outputs are in place and complete: a success
-            from grpo_cli.cli.render import print_warning
+    if isinstance(exc, KeyboardInterrupt | Terminated):
+        raise typer.Exit(_stopped(exc)) from None
+    if isinstance(exc, typer.Exit) or not isinstance(exc, Exception):
+        raise exc
+    if isinstance(exc, OSError):
+        from grpo_cli.io.write import is_broken_pipe, silence
 
-            print_warning(
-                stderr_console(),
-                f"{what} after the output was written (it is complete)",
-                flag_spelling,
-            )
-            raise typer.Exit(EXIT_OK) from None
-        print_error(stderr_console(), GrpoAdvError(f"{what}; no output was written"), flag_spelling)
-        code = EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_TERMINATED
-        raise typer.Exit(code) from None
-    except OSError as exc:
-        if _is_broken_pipe(exc):
-            from grpo_cli.cli.render import silence
-
+        if is_broken_pipe(exc):
             try:  # stderr's reader gone (its console silenced it): stdout's data goes out
                 sys.stdout.flush()
             except (OSError, ValueError):
                 silence(sys.stdout)  # stdout's reader gone: the exit flush cannot fail then
             raise typer.Exit(EXIT_OK) from None
-        _internal_error(exc)
-    except Exception as exc:
-        _internal_error(exc)
+    _internal_error(exc)
+
+
+def _stopped(exc: KeyboardInterrupt | Terminated) -> int:
+    """Say on stderr that a signal stopped the command, and return the exit code: 130
+    (Ctrl-C) or 143 (SIGTERM), nothing written; 0 when the command's outputs were already
+    in place (complete), said in a warning."""
+    from grpo_cli.cli.render import print_error, print_warning, stderr_console
+    from grpo_cli.io import interrupts
+
+    signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
+    if interrupts.committed():
+        line = stopped_line(signum, complete=True)
+        print_warning(stderr_console(), line, flag_spelling)
+        return EXIT_OK
+    print_error(stderr_console(), GrpoAdvError(stopped_line(signum)), flag_spelling)
+    return EXIT_CODES[signum]
 
 
 def _disk_full_error() -> OutputError:
@@ -318,33 +330,16 @@ for _name, _command in (
     _register(_name, _command)
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
-def _print_interrupted() -> None:
-    """The one line of a Ctrl-C outside a command (start-up, option parsing)."""
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write("error: interrupted; no output was written\n")
-        sys.stderr.flush()
-
-
 def main() -> None:
-    """Console-script entry point. SIGTERM unwinds like Ctrl-C: temporary files are removed
-    and no partial output is left."""
-    import signal
-
+    """Console-script entry point: the app run in this process, signals answered as
+    :mod:`grpo_cli.cli.signals` says, and the process ended (:func:`_exit_now`)."""
     _accept_click_completion_names()
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    for sig in SIGNALS:
+        signal.signal(sig, on_signal)
     try:
         app()
     except SystemExit as done:
         _exit_now(done.code)
-    except KeyboardInterrupt:  # before a command started, or after it ended
-        _print_interrupted()
-        _exit_now(EXIT_INTERRUPTED)
-    except Terminated:
-        _exit_now(EXIT_TERMINATED)
 
 
 def _exit_now(code: str | int | None) -> NoReturn:
@@ -355,6 +350,7 @@ def _exit_now(code: str | int | None) -> NoReturn:
     still running in this process (its exit handlers stop an embedded cluster; the
     command's own Ray is stopped by then, and the interpreter's teardown with Ray loaded
     took 0.3 s more), or a message for an exit code, the interpreter exits as usual."""
+    exit_decided()
     if _ray_running() or not (code is None or isinstance(code, int)):
         sys.exit(code)  # Ray's exit handlers; a message to print, as Python does
     status = code or 0

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -36,18 +35,10 @@ class PipeConsole(Console):
     def on_broken_pipe(self) -> None:
         import errno
 
+        from grpo_cli.io.write import silence
+
         silence(self.file)
         raise BrokenPipeError(errno.EPIPE, "Broken pipe")
-
-
-def silence(stream: IO[str]) -> None:
-    """Point ``stream`` (a closed pipe) at ``/dev/null``, so that nothing written to it
-    later (the exit's flush) fails again."""
-    import os
-
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, stream.fileno())
 
 
 def stderr_console() -> Console:

@@ -5,12 +5,14 @@
   start`` cluster of the machine (``/tmp/ray/ray_current_cluster``) is followed, so a run
   on a verl or OpenRLHF node never lands on the training cluster. Its temporary folder
   (Ray's session folder: sockets, logs, spilled objects) is the command's own,
-  ``grpo-adv-ray.XXXXXXXX`` in the system's temporary folder with an ``owner`` file
+  ``grpo-adv-ray.XXXXXXXX`` in the system's temporary folder (in /tmp where that path is
+  too long for Ray's sockets) with an ``owner`` file
   (:func:`grpo_cli.io.temporaries.owner_tag`), removed when the run ends. Every process of
   that Ray carries the folder's path in its environment (:data:`OWNER_ENV`): a small
   watcher process (``python -m grpo_cli.engines.ray_cluster``, the reaper) waits for the
   command to end, however it ends (``kill -9`` included), then stops those processes and
-  removes the folder; the next run removes what a killed watcher left
+  removes the folder (and ends a command stuck in Ray's start after its head died:
+  :func:`_reaper_main`); the next run removes what a killed watcher left
   (:func:`reap_leftovers`). The private Ray uses token authentication (Ray's default)
   with the user's token when there is one, else a token made for the run (never written
   to ``~/.ray``).
@@ -126,7 +128,7 @@ def session(
         stack.callback(env.restore)
         env.set("RAY_USAGE_STATS_ENABLED", os.environ.get("RAY_USAGE_STATS_ENABLED", "0"))
         if address is None:
-            where = stack.enter_context(_private(env, notes))
+            where = stack.enter_context(_private(env, notes, staging))
         else:
             where = _joined(address, env, notes)
         real_stderr = stack.enter_context(_silenced())
@@ -305,12 +307,18 @@ def _container_limit() -> int | None:
 
 
 @contextlib.contextmanager
-def _private(env: _Environment, notes: Notes) -> Iterator[_Where]:
-    """A temporary folder and a reaper for a private local Ray (see the module
-    docstring); both gone at the end."""
+def _private(env: _Environment, notes: Notes, staging: Sequence[Path]) -> Iterator[_Where]:
+    """A temporary folder and a reaper for a private local Ray (see the module docstring
+    and :func:`_reaper_main`, which removes ``staging`` if it must end the process); both
+    gone at the end."""
     reap_leftovers()
     folder = _make_folder()
-    reaper = _start_reaper(folder)
+    reaper = _start_reaper(folder, staging)
+    beating = threading.Event()
+    if reaper is not None:
+        threading.Thread(
+            target=_heartbeat, args=(reaper, beating), name="grpo-adv-ray-beat", daemon=True
+        ).start()
     try:
         env.set(OWNER_ENV, str(folder))
         env.keep("RAY_AUTH_MODE")  # unset: ray.init turns token authentication on
@@ -327,35 +335,62 @@ def _private(env: _Environment, notes: Notes) -> Iterator[_Where]:
         notes("running on a private local Ray, started for this run (" + aside + ")")
         yield _Where("a private local Ray", None, "local")
     finally:
+        beating.set()
         shutil.rmtree(folder, ignore_errors=True)
         if reaper is not None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):
                 assert reaper.stdin is not None
                 reaper.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 reaper.wait(timeout=10)
 
 
+SOCKET_PATH_MAX: Final = 107  # bytes of a Unix socket's path (AF_UNIX, Linux)
+# what Ray adds to its folder for its longest socket path (a 7-digit process id)
+RAY_SOCKET_TAIL: Final = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
+SHORT_TEMP: Final = Path("/tmp")
+
+
 def _make_folder() -> Path:
-    """A new folder for Ray's session in the system's temporary folder (short: Ray puts
-    Unix sockets in it), with this process's owner tag in its ``owner`` file."""
+    """A new folder for Ray's session (see :func:`_folder_parent`), with this process's
+    owner tag in its ``owner`` file."""
     from grpo_cli.io.temporaries import owner_tag
 
-    folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+    folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=_folder_parent()))
     (folder / "owner").write_text(owner_tag() + "\n")
     return folder
 
 
-def _start_reaper(folder: Path) -> subprocess.Popen[bytes] | None:
-    """The watcher that cleans up after this process, however it ends: it waits for the
-    end of its standard input (this process's end), then runs :func:`reap`."""
+def _folder_parent() -> Path:
+    """Where private Rays' folders are made: the system's temporary folder, or /tmp when
+    that path is too long for the Unix sockets Ray puts in the folder (SOCKET_PATH_MAX:
+    a ``$TMPDIR`` of more than about 20 characters, as clusters often give)."""
+    temp = Path(tempfile.gettempdir())
+    longest = len(os.fsencode(temp)) + len(f"/{TEMP_PREFIX}12345678") + RAY_SOCKET_TAIL
+    return SHORT_TEMP if longest > SOCKET_PATH_MAX and SHORT_TEMP.is_dir() else temp
+
+
+def _heartbeat(reaper: subprocess.Popen[bytes], stop: threading.Event) -> None:
+    """A byte to the reaper every PROBE_EVERY_S seconds until ``stop``: this process's
+    interpreter runs (see :func:`_reaper_main`)."""
+    assert reaper.stdin is not None
+    while not stop.wait(PROBE_EVERY_S):
+        try:
+            reaper.stdin.write(b".")
+            reaper.stdin.flush()
+        except (OSError, ValueError):
+            return
+
+
+def _start_reaper(folder: Path, staging: Sequence[Path]) -> subprocess.Popen[bytes] | None:
+    """The watcher that cleans up after this process, however it ends (see
+    :func:`_reaper_main`), on this process's standard error."""
     env = {k: v for k, v in os.environ.items() if k != OWNER_ENV}
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", __name__, str(folder)],
+            [sys.executable, "-m", __name__, str(folder), *map(str, staging)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
             env=env,
             close_fds=True,
         )
@@ -387,9 +422,14 @@ def stop_monitor(folder: Path) -> None:
 
 
 def _marked(folder: Path, command: bytes | None = None) -> list[int]:
-    """The processes (not this one) whose environment names ``folder`` as their Ray
-    session, and whose command line holds ``command`` when given (Linux: ``/proc``)."""
+    """The processes (not this one) of the private Ray of ``folder``, and with ``command``
+    only those whose command line holds it (Linux: ``/proc``): those whose environment
+    names ``folder`` as their Ray session, and Ray's renamed processes (``ray::...``) that
+    hold a file open in it (their logs): Ray's agents rename themselves
+    (``ray::DashboardAgent``), which overwrites the memory /proc shows as their
+    environment."""
     marker = f"{OWNER_ENV}={folder}".encode()
+    inside = f"{folder.resolve()}/"
     proc = Path("/proc")
     pids = [int(p.name) for p in proc.iterdir() if p.name.isdigit()] if proc.is_dir() else []
     found = []
@@ -398,13 +438,26 @@ def _marked(folder: Path, command: bytes | None = None) -> list[int]:
             continue
         try:
             environ = (proc / str(pid) / "environ").read_bytes()
-            if command is not None and command not in (proc / str(pid) / "cmdline").read_bytes():
-                continue
+            cmdline = (proc / str(pid) / "cmdline").read_bytes()
         except OSError:
             continue
-        if marker in environ.split(b"\0"):
+        if command is not None and command not in cmdline:
+            continue
+        if marker in environ.split(b"\0") or (
+            cmdline.startswith(b"ray::") and _holds_a_file_in(pid, inside)
+        ):
             found.append(pid)
     return found
+
+
+def _holds_a_file_in(pid: int, folder: str) -> bool:
+    """Whether process ``pid`` has a file open under ``folder`` (a path ending in /)."""
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if str(fd.readlink()).startswith(folder):
+                    return True
+    return False
 
 
 def reap_leftovers() -> list[Path]:
@@ -415,7 +468,7 @@ def reap_leftovers() -> list[Path]:
     here = OWNER_PATTERN.search(owner_tag() + ".")
     assert here is not None
     removed = []
-    for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*"):
+    for folder in _folder_parent().glob(f"{TEMP_PREFIX}*"):
         try:
             match = OWNER_PATTERN.search((folder / "owner").read_text().strip() + ".")
         except OSError:
@@ -481,14 +534,19 @@ def host_port(address: str) -> tuple[str, int]:
 
 def _unreachable(name: str, why: str, *, private: bool = False) -> ClusterError:
     """The error of a cluster that cannot be reached, or (``private``) of a private Ray
-    that does not start."""
+    that does not start (a socket path too long for AF_UNIX named as the cause)."""
     if private:
+        cause = (
+            f"Ray's socket paths in its folder under {_folder_parent()} exceed "
+            f"{SOCKET_PATH_MAX} bytes: set TMPDIR to a shorter folder"
+            if "AF_UNIX path length" in why
+            else "Ray could not start its processes on this machine (check its free memory "
+            "and /dev/shm)"
+        )
         return ClusterError(
             f"cannot start {name}: {why}; nothing was written",
-            hint="Ray could not start its processes on this machine (check its free memory "
-            "and /dev/shm); or give "
-            + option("ray_address")
-            + " to run on a Ray cluster already running",
+            hint=cause + "; or give " + option("ray_address") + " to run on a Ray cluster "
+            "already running",
         )
     return ClusterError(
         f"cannot reach {name}: {why}; nothing was written",
@@ -667,15 +725,38 @@ def first_line(text: str) -> str:
     return line.split(". ")[0].rstrip(".")
 
 
-def _reaper_main(folder: str) -> None:
-    """The reaper: wait for the parent's end, then clean up after it."""
+GCS_COMMAND: Final = b"gcs_server"  # the private Ray's head
+STUCK_AFTER_S: Final = 5.0  # the head gone and no heartbeat for this long
+
+
+def _reaper_main(folder: str, staging: Sequence[str]) -> None:
+    """The reaper: wait for the parent's end (of its standard input), then :func:`reap`.
+    Meanwhile, the parent's heartbeats (:func:`_heartbeat`) say that its interpreter
+    runs: when the private Ray's head is gone and they stop for STUCK_AFTER_S, the parent
+    is stuck inside Ray's start (Ray's core holds the interpreter there, then ends the
+    process 60 s later with exit 1 and no message). The reaper then says why on the
+    parent's standard error, removes ``staging`` and ends the parent (SIGKILL: 137)."""
+    import select
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # Ctrl-C reaches the whole process group
-    parent = os.getppid()
-    with contextlib.suppress(OSError):
-        sys.stdin.buffer.read()
-    reap(Path(folder), spare=(parent,))
+    parent, path, beat = os.getppid(), Path(folder), time.monotonic()
+    while True:
+        if select.select([sys.stdin], [], [], PROBE_EVERY_S)[0]:
+            if not os.read(sys.stdin.fileno(), 4096):
+                break  # the parent ended
+            beat = time.monotonic()
+        started = any(path.glob("session_*"))  # Ray's start began: a head should run
+        if started and time.monotonic() - beat >= STUCK_AFTER_S and not _marked(path, GCS_COMMAND):
+            message, hint = lost("a private local Ray").render(keyword_spelling)
+            with contextlib.suppress(OSError):
+                os.write(2, f"error: {message}\nhint: {hint}\n".encode())
+            for part in staging:
+                shutil.rmtree(part, ignore_errors=True)
+            os.kill(parent, signal.SIGKILL)
+            break
+    reap(path, spare=(parent,))
 
 
 if __name__ == "__main__":
-    _reaper_main(sys.argv[1])
+    _reaper_main(sys.argv[1], sys.argv[2:])

@@ -110,10 +110,11 @@ def read_piece(
     piece: Piece, columns: Sequence[str] | None, shuffle: Shuffle
 ) -> tuple[pl.DataFrame, list[str]]:
     """The rows of ``piece``: only ``columns`` of them when given (those present), else
-    every column; a text file by grpo-adv's reader (the same parsing as on one machine:
-    key columns of a CSV file stay text). Also every column name of its file (with
-    ``columns``; a Parquet file's names are not read without)."""
-    if piece.fmt == "parquet":
+    every column; a text file, and a Parquet file whose footer the driver could not read
+    (compressed, damaged), by grpo-adv's reader (the same parsing and errors as on one
+    machine: key columns of a CSV file stay text). Also every column name of its file
+    (with ``columns``; a Parquet file's names are not read without)."""
+    if piece.fmt == "parquet" and piece.rows is not None:
         lazy = scan_parquet_file(piece.path)
         names = []  # asked for with columns only (the map's check): a footer read
         if columns is not None:

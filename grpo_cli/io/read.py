@@ -294,9 +294,7 @@ def check_parquet_file(path: Path) -> int:
     ray``): raise unless ``path`` starts like a Parquet file (OptionsError) and its footer
     passes :func:`check_parquet_layout` (InputError), reading the footer only. Returns its
     row count."""
-    with path.open("rb") as handle:
-        head = handle.read(4)
-    if head != PARQUET_MAGIC:
+    if not is_parquet(path):
         low_memory = option("backend", "partitioned", alias="alone")
         raise OptionsError(
             low_memory + f" needs a Parquet input; {path} is not Parquet",
@@ -305,6 +303,13 @@ def check_parquet_file(path: Path) -> int:
             path=path,
         )
     return check_parquet_layout(path, str(path), PARQUET_DAMAGED_HINT)
+
+
+def is_parquet(path: Path) -> bool:
+    """Whether the file ``path`` starts as a Parquet file does (not empty, compressed or
+    another format)."""
+    with path.open("rb") as handle:
+        return handle.read(4) == PARQUET_MAGIC
 
 
 OUTPUT: Final = option("output", short=True)

@@ -5,9 +5,11 @@ the target may be written (it exists without ``force``, or it is an input: refus
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -125,9 +127,7 @@ def write_table(
     it lands together with the other outputs."""
     fmt = table_format(path, fmt)
     if str(path) == "-":
-        sink = sys.stdout.buffer
-        write_frame(frame, sink, fmt)
-        sink.flush()
+        to_stdout(lambda sink: write_frame(frame, sink, fmt))
         return fmt
     check_output_path(path, force=force, protected=protected, flag=flag)
     if stage is None:
@@ -135,3 +135,35 @@ def write_table(
     else:
         stage(path, lambda sink: write_frame(frame, sink, fmt))
     return fmt
+
+
+def to_stdout(write: Callable[[IO[bytes]], None]) -> None:
+    """Run ``write`` on standard output, then flush it. A reader that closed the pipe
+    (``| head``) ends the data, not the run: standard output is pointed at ``/dev/null``
+    (see :func:`silence`) and the run goes on, so what it says on standard error
+    (warnings, the summary) still comes out, and it exits 0."""
+    sink = sys.stdout.buffer
+    try:
+        write(sink)
+        sink.flush()
+    except OSError as exc:
+        if not is_broken_pipe(exc):
+            raise
+        silence(sys.stdout)
+
+
+def is_broken_pipe(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write to a pipe whose reader is gone (Polars raises a plain
+    ``OSError("Broken pipe (os error 32)")``, with no errno)."""
+    return isinstance(exc, OSError) and (
+        exc.errno == errno.EPIPE or "broken pipe" in str(exc).lower()
+    )
+
+
+def silence(stream: IO[str]) -> None:
+    """Point ``stream`` (a closed pipe) at ``/dev/null``, so that nothing written to it
+    later (the exit's flush) fails again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)

@@ -23,10 +23,6 @@ if TYPE_CHECKING:
     from grpo_cli.io.read import RewardLog
 
 
-def _stdout_binary() -> IO[bytes]:
-    return sys.stdout.buffer
-
-
 def _stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
@@ -137,16 +133,14 @@ def output_targets(
 
 def write_stdout(frame: pl.DataFrame, fmt: str) -> None:
     """Write ``frame`` to standard output (never Parquet to a terminal)."""
-    from grpo_cli.io.write import write_frame
+    from grpo_cli.io.write import to_stdout, write_frame
 
     if fmt == "parquet" and _stdout_is_terminal():
         raise OptionsError(
             "refusing to write Parquet to a terminal",
             hint="redirect it (> out.parquet), pipe it, or give -o FILE",
         )
-    sink = _stdout_binary()
-    write_frame(frame, sink, fmt)
-    sink.flush()
+    to_stdout(lambda sink: write_frame(frame, sink, fmt))
 
 
 def write_outputs(

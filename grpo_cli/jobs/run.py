@@ -635,15 +635,13 @@ def _resolve_on_schema(
     import polars as pl
 
     from grpo_cli.io.formats import format_from_suffix, uncompressed_name
-    from grpo_cli.io.read import read_rewards
+    from grpo_cli.io.read import check_parquet_file, is_parquet, read_rewards, scan_parquet_file
     from grpo_cli.jobs.pipeline import resolve
 
-    if (fmt or format_from_suffix(uncompressed_name(first))) == "parquet":
-        from grpo_cli.io.read import check_parquet_file, scan_parquet_file
-
+    if (fmt or format_from_suffix(uncompressed_name(first))) == "parquet" and is_parquet(first):
         check_parquet_file(first)
         empty = pl.DataFrame(schema=scan_parquet_file(first).collect_schema())
-    else:
+    else:  # as the Polars engine reads it (a compressed Parquet file; its errors)
         key_cols = list(explicit.get("group_cols", ("prompt_id",)))
         empty = read_rewards(first, fmt, string_cols=key_cols).frame.head(0)
     _refuse_positional_layout(empty, preset, explicit, name)
