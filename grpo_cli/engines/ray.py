@@ -337,15 +337,19 @@ def _stem(relative: Path) -> str:
     return str(Path(name).with_suffix("")) if Path(name).suffix else str(name)
 
 
-def _parquet_footer(path: Path) -> tuple[int, pl.Schema | None]:
+def _parquet_footer(path: Path) -> tuple[int | None, pl.Schema | None]:
     """The row count and the schema a Parquet file's footer gives, as Polars reads them
-    (the types the tasks will see); ``path`` as given, as messages name it. A footer that
-    does not describe a readable file (truncated, data outside the file, repeated column
-    names) is refused here, before Ray starts (:func:`grpo_cli.io.read.check_parquet_layout`:
-    Polars panics on the workers otherwise); a schema Polars cannot read is None, and the
-    map task names the file."""
-    from grpo_cli.io.read import check_parquet_layout
+    (the types the tasks will see); ``path`` as given, as messages name it. A file that
+    does not start as Parquet (empty, compressed, another format) is (None, None): the map
+    task reads it with grpo-adv's reader, as the default engine does (a ``.parquet.gz`` is
+    read; other files get its error). A footer that does not describe a readable file
+    (truncated, data outside the file, repeated column names) is refused here, before Ray
+    starts (:func:`grpo_cli.io.read.check_parquet_layout`: Polars panics on the workers
+    otherwise); a schema Polars cannot read is None, and the map task names the file."""
+    from grpo_cli.io.read import check_parquet_layout, is_parquet
 
+    if not is_parquet(path):
+        return None, None
     rows = check_parquet_layout(path, str(path))
     try:
         return rows, scan_parquet_file(path).collect_schema()

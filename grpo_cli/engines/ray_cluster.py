@@ -75,6 +75,7 @@ TEMP_PREFIX: Final = "grpo-adv-ray."
 CONNECT_TIMEOUT_S: Final = 10.0  # a TCP probe of HOST:PORT before Ray is asked to attach
 ATTACH_TIMEOUT_S: Final = 50.0  # ray.init retries an unreachable cluster for minutes
 LOST_AFTER_S: Final = 10.0  # the head unreachable this long: the cluster is lost
+PRIVATE_NAME: Final = "a private local Ray"  # how messages name the run's own Ray
 PROBE_EVERY_S: Final = 1.0
 TOKEN_FILE: Final = Path("~/.ray/auth_token")
 
@@ -333,7 +334,7 @@ def _private(env: _Environment, notes: Notes, staging: Sequence[Path]) -> Iterat
             else auto + " joins this machine's cluster"
         )
         notes("running on a private local Ray, started for this run (" + aside + ")")
-        yield _Where("a private local Ray", None, "local")
+        yield _Where(PRIVATE_NAME, None, "local")
     finally:
         beating.set()
         shutil.rmtree(folder, ignore_errors=True)
@@ -681,11 +682,16 @@ class _Watch:
         self._stop.set()
 
 
-def lost(name: str) -> ClusterError:
-    """The error of a run whose cluster stopped answering."""
+def lost(name: str, after_s: float = LOST_AFTER_S) -> ClusterError:
+    """The error of a run whose cluster stopped answering for ``after_s`` seconds; a
+    private Ray (``name`` names it so) has no head node to check."""
+    private = name == PRIVATE_NAME
     return ClusterError(
-        f"lost {name}: its head stopped answering for {LOST_AFTER_S:.0f} s; nothing was written",
-        hint="check the cluster (ray status on the head node), then run again",
+        f"lost {name}: its head stopped answering for {after_s:.0f} s; nothing was written",
+        hint="run again (its head process was killed or ran out of memory), or use the "
+        "default engine"
+        if private
+        else "check the cluster (ray status on the head node), then run again",
     )
 
 
@@ -748,7 +754,7 @@ def _reaper_main(folder: str, staging: Sequence[str]) -> None:
             beat = time.monotonic()
         started = any(path.glob("session_*"))  # Ray's start began: a head should run
         if started and time.monotonic() - beat >= STUCK_AFTER_S and not _marked(path, GCS_COMMAND):
-            message, hint = lost("a private local Ray").render(keyword_spelling)
+            message, hint = lost(PRIVATE_NAME, STUCK_AFTER_S).render(keyword_spelling)
             with contextlib.suppress(OSError):
                 os.write(2, f"error: {message}\nhint: {hint}\n".encode())
             for part in staging:
