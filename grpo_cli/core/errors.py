@@ -16,6 +16,8 @@ Exit codes (also in the README):
       what the run needs; nothing was written
 70    internal error (a bug: please report it)
 130   interrupted (Ctrl-C); no output file is left behind
+137   ``backend="ray"``: the private Ray's head died while Ray started inside the
+      process, which its watcher then ends (SIGKILL) after one error line
 143   terminated (SIGTERM); no output file is left behind
 ====  ===============================================================
 
@@ -47,6 +49,7 @@ EXIT_OUTPUT = 4
 EXIT_MEMORY = 5
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
+EXIT_KILLED = 137  # by the private Ray's watcher: see grpo_cli.engines.ray_cluster
 EXIT_TERMINATED = 143
 
 
