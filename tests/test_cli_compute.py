@@ -554,7 +554,11 @@ def test_rows_repeated_in_their_group_are_one_warning(
         out = tmp_path / f"{name}.adv.parquet"
         result = runner.invoke(app, ["compute", str(source), "-o", str(out), *engine])
         assert result.exit_code == 0, result.stderr
-        runs[name] = [line for line in result.stderr.splitlines() if "repeat" in line]
+        runs[name] = [
+            line
+            for line in result.stderr.splitlines()
+            if line.startswith("warning:") and "repeat" in line
+        ]
     assert runs == {"twice": [REPEATED], "once": []}
 
 

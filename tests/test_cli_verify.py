@@ -105,6 +105,7 @@ class TestVerify:
             "W1,W2 (TRL: GRPOConfig reward_weights)\n"
         )
 
+    @pytest.mark.usefixtures("width_80")
     def test_worst_groups_are_named_by_their_prompt(self, runner: CliRunner) -> None:
         result = runner.invoke(app, ["verify", str(TRL_DIR), "--preset", "trl"])
         assert "│   10 │           6 │ Question 1-6: what is 6 + 1? │    4 │" in result.stderr
@@ -458,7 +459,11 @@ def test_verify_says_how_many_rows_it_counted_twice(runner: CliRunner, tmp_path:
     result = runner.invoke(app, ["verify", str(twice), "--preset", "verl"])
     assert result.exit_code == 1
     first = "6720cfef-42b4-f91e-f326-15b7f933ba25"
-    assert [line for line in result.stderr.splitlines() if "repeat" in line] == [
+    assert [
+        line
+        for line in result.stderr.splitlines()
+        if line.startswith("warning:") and "repeat" in line
+    ] == [
         f"warning: 24 rows repeat a uid within their group (e.g. uid='{first}_0_0' in the "
         f"group step=1, group='{first}'): duplicated rows count twice in the group's mean "
         "and std"

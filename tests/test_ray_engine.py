@@ -201,7 +201,11 @@ class TestSameAsPolars:
         assert result.exit_code == 0, result.output
         expected = [str(w) for w in annotate(log).warnings if "repeat" in str(w)]
         assert expected[0].startswith("30 rows repeat a completion_id within their group (e.g. ")
-        found = [line for line in result.stderr.splitlines() if "repeat" in line]
+        found = [
+            line
+            for line in result.stderr.splitlines()
+            if line.startswith("warning:") and "repeat" in line
+        ]
         assert found == [f"warning: {expected[0]}"]
 
     def test_run_summary_and_group_table(self, tmp_path: Path) -> None:
