@@ -13,9 +13,11 @@ In order:
 
 A zero-variance group's exact 0 is part of each formula (see the estimators), not a policy.
 
-The rules are written once (:func:`policy_value`) over the formula context's primitives
-(``where``, ``is_null``), so they run on every engine's values: Polars expressions
-(:func:`apply_policies`) and torch tensors (:mod:`grpo_cli.jobs.tensors`).
+:func:`formula` chooses what every engine (and ``explain``) evaluates before them: GDPO
+or the estimator's formula. The rules are written once (:func:`policy_value`) over the
+formula context's primitives (``where``, ``is_null``), so they run on every engine's
+values: Polars expressions (:func:`apply_policies`) and torch tensors
+(:mod:`grpo_cli.jobs.tensors`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,35 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from grpo_cli.core.estimators import gdpo
+
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from grpo_cli.core.estimators import Estimator, FormulaContext, Value
     from grpo_cli.core.options import AdvantageOptions
     from grpo_cli.core.plan import Plan
+
+
+def formula(
+    ctx: FormulaContext,
+    options: AdvantageOptions,
+    estimator: Estimator,
+    rewards: Callable[[], Sequence[FormulaContext]],
+) -> Value:
+    """The formula's value before the policies, on every engine and in ``explain``: GDPO
+    over the contexts of ``options.reward_cols`` (``rewards()``, made only then) under
+    ``aggregation=normalize_then_sum``, else ``estimator.fn(ctx)``."""
+    if options.aggregation != "normalize_then_sum":
+        return estimator.fn(ctx)
+    return gdpo(ctx, list(zip(rewards(), options.weights, strict=True)))
+
+
+def reads_batch(options: AdvantageOptions, estimator: Estimator) -> bool:
+    """Whether the formula reads batch statistics: a batch-scope estimator, or GDPO (its
+    batch whitening of ``s``)."""
+    return estimator.scope == "batch" or options.aggregation == "normalize_then_sum"
+
 
 # The singleton policies that replace the formula's value in one-reward groups (the others
 # keep it: verl, formula; drop removed the rows before).

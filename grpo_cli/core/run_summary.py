@@ -52,6 +52,7 @@ from grpo_cli.core.expressions import collect
 from grpo_cli.core.grouping import profile_aggregations, with_profile, zero_spread
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Keys, Plan, keyed_groups, step_column
+from grpo_cli.core.policies import reads_batch
 from grpo_cli.core.rewards import reward_expr
 
 GROUP_TABLE_COLUMNS: Final = ("size", "n_null", "mean", "std", "min", "max", "zero_std")
@@ -453,10 +454,7 @@ def _singleton_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[
 
 def _batch_warnings(columns: Sequence[str], plan: Plan) -> tuple[Message, ...]:
     options = plan.options
-    batch_level = plan.estimator.scope == "batch"
-    if options.batch_col is not None or not (
-        batch_level or options.aggregation == "normalize_then_sum"
-    ):
+    if options.batch_col is not None or not reads_batch(options, plan.estimator):
         return ()
     column = next((c for c in STEP_COLUMNS if c in columns), None)
     if column is None:

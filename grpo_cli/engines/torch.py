@@ -51,11 +51,11 @@ from grpo_cli.core.errors import (
     is_out_of_memory,
     option,
 )
-from grpo_cli.core.estimators import FormulaContext, Value, gdpo
+from grpo_cli.core.estimators import FormulaContext, Value
 from grpo_cli.core.grouping import stats_columns
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, collision_columns
-from grpo_cli.core.policies import apply_policies
+from grpo_cli.core.policies import apply_policies, formula
 from grpo_cli.core.rewards import reward_expr
 
 INSTALL_HINT: Final = install_command("torch")
@@ -346,19 +346,15 @@ def formula_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> dict[
     SIZE_KEY) and, when the plan's key is hashed, whether two keys share a hash
     (COLLISION: a 0-d bool tensor; see :func:`hash_collides`)."""
     torch, options = ctx.torch, plan.options
-    if options.aggregation == "normalize_then_sum":
-        rewards = [
-            (
-                ctx.with_reward(
-                    float_column(torch, frame, reward_expr(c, options.nulls), ctx.device)
-                ),
-                w,
-            )
-            for c, w in zip(options.reward_cols, options.weights, strict=True)
-        ]
-        raw = gdpo(ctx, rewards)
-    else:
-        raw = plan.estimator.fn(ctx)
+    raw = formula(
+        ctx,
+        options,
+        plan.estimator,
+        lambda: [
+            ctx.with_reward(float_column(torch, frame, reward_expr(c, options.nulls), ctx.device))
+            for c in options.reward_cols
+        ],
+    )
     valid = ctx.count().to(torch.int64)  # the reward's statistics: computed once
     if plan.has_nulls:
         sizes = torch.bincount(ctx.group, minlength=ctx.groups).index_select(0, ctx.group)
