@@ -470,33 +470,19 @@ def explain_group(
     logged_values = (
         [_float(v) for v in logged.to_list()] if logged is not None else [None] * len(rewards)
     )
-    valid = [r for r in rewards if r is not None]
-    n = len(valid)
-    ddof = options.ddof
-    mean = math.fsum(valid) / n if n else None
-    var = (
-        math.fsum((r - mean) ** 2 for r in valid) / (n - ddof)
-        if mean is not None and n > ddof
-        else None
-    )
-    if options.singleton == "verl" and n == 1:  # verl's one-response group: mean 0, std 1
-        mean, var = 0.0, 1.0
-    std = math.sqrt(var) if var is not None else None
     filled = _fill_in(group_rows, batch, group_keys or options.group_cols, options, estimator)
+    n, mean, var = filled.n, filled.mean, filled.var
+    std = math.sqrt(var) if var is not None else None
     notes: list[str] = []
-    # GDPO: no zero-variance rule on the summed reward (each reward is z-scored alone).
-    constant = not filled.per_reward and n >= 2 and max(valid) == min(valid)
-    if constant:
+    if "constant" in filled.overrides:
         notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
     formulas = [
         ("-", None) if r is None else row for r, row in zip(rewards, filled.rows, strict=True)
     ]
     steps = filled.steps
     if not filled.per_reward:
-        steps = _steps(valid, n, mean, var, std, ddof, options.singleton) + steps
-    # compute clips the final advantage unless a whitening clipped its input (clip_stage).
-    whitened = filled.per_reward or estimator.whitens
-    clips_final = options.clip is not None and (options.clip_stage == "advantage" or not whitened)
+        valid = [r for r in rewards if r is not None]
+        steps = _steps(valid, n, mean, var, std, options.ddof, options.singleton) + steps
     if key is None:
         key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
     size = group_rows.height
@@ -513,22 +499,19 @@ def explain_group(
         steps = (f"r = {terms} (a None counts 0)", *steps)
         notes += _none_notes(summed, parts, numbers)
     rows = []
-    for reward, advantage, was, (formula, value), number, step, text, part in zip(
+    for reward, advantage, was, (formula, value), name, number, step, text, part in zip(
         rewards,
         advantages,
         logged_values,
         formulas,
+        filled.overrides,
         numbers,
         step_values,
         texts,
         parts,
         strict=True,
     ):
-        policy = _policy(reward, n, constant, options)
-        if policy is None and value is not None and clips_final and options.clip is not None:
-            lo, hi = options.clip
-            if value < lo or value > hi:
-                policy = f"clipped to [{fmt(lo)}, {fmt(hi)}]"
+        policy = _policy(name, options)
         rows.append(
             ExplainedRow(reward, formula, value, advantage, policy, was, number, step, text, part)
         )
@@ -652,29 +635,28 @@ def _fill_in(
     return fill_in(estimator, options, rewards, groups, shown, lengths, columns)
 
 
-def _policy(r: float | None, n: int, constant: bool, options: AdvantageOptions) -> Message | None:
-    """The rule that sets this row's advantage instead of the formula, if any."""
-    if r is None:
-        if options.nulls == "zero":
-            return (
-                "null reward: left out of the statistics; advantage 0 ("
-                + option("nulls", "zero")
-                + ")"
-            )
+def _policy(name: str | None, options: AdvantageOptions) -> Message | None:
+    """What the rule ``name`` (see :class:`grpo_cli.report.explain_context.FilledIn`) did
+    to a row's advantage, for the reader."""
+    if name == "nulls":
+        nulls = "zero" if options.nulls == "zero" else "exclude"
+        value = "0" if nulls == "zero" else "null"
         return (
-            "null reward: left out of the statistics; advantage null ("
-            + option("nulls", "exclude")
+            f"null reward: left out of the statistics; advantage {value} ("
+            + option("nulls", nulls)
             + ")"
         )
-    if n == 1 and options.singleton in ("zero", "raw", "null"):
+    if name == "singleton":
         value = {"zero": "0", "raw": "the raw reward", "null": "null"}[options.singleton]
         return (
             f"only valid reward of its group: advantage {value} ("
             + option("singleton", options.singleton)
             + ")"
         )
-    if constant:
+    if name == "constant":
         return "zero-variance group: advantage exactly 0"
+    if name == "clip" and options.clip is not None:
+        return f"clipped to [{fmt(options.clip[0])}, {fmt(options.clip[1])}]"
     return None
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.core.estimators import FormulaContext, Value
-from grpo_cli.core.policies import formula
+from grpo_cli.core.policies import final_clip, formula, overrides
 
 if TYPE_CHECKING:
     from grpo_cli.core.estimators import Estimator
@@ -577,13 +577,19 @@ def _folded_leafless(term: Term) -> bool:
 class FilledIn:
     """One group's filled-in formula: the formula line in symbols, the lines stating the
     numbers it shares (named values, batch statistics), and per shown row the formula
-    with its numbers and its value (None where undefined); ``per_reward``: the formula
-    z-scored each reward column on its own (GDPO)."""
+    with its numbers and its value (None where undefined) and the name of the rule that
+    sets its advantage instead (see :func:`overrides`); the group's valid count, mean and
+    variance as the formula reads them; ``per_reward``: the formula z-scored each reward
+    column on its own (GDPO)."""
 
     formula: str
     steps: tuple[str, ...]
     rows: tuple[tuple[str, float | None], ...]
-    per_reward: bool = False
+    overrides: tuple[str | None, ...]
+    n: int
+    mean: float | None
+    var: float | None
+    per_reward: bool
 
 
 def context(
@@ -629,17 +635,57 @@ def fill_in(
 
     result = _term(formula(ctx, options, estimator, per_reward), ctx.size)
     if made:
-        return _per_reward(ctx, made, result, shown, options)
-    formula_line = (
-        "; ".join([*(f"{t.symbol} = {render(t.args[0], None)}" for t in ctx.row_named), ""])
-        + f"A = {render(result, None)}"
+        formula_line, steps, rows = _per_reward(ctx, made, result, shown, options)
+    else:
+        formula_line = (
+            "; ".join([*(f"{t.symbol} = {render(t.args[0], None)}" for t in ctx.row_named), ""])
+            + f"A = {render(result, None)}"
+        )
+        steps = tuple(_unique([*ctx.steps, *ctx.batch_lines()]))
+        rows = []
+        for i in shown:
+            prefix = "".join(f"{t.symbol} = {_row_text(t.args[0], i)}; " for t in ctx.row_named)
+            rows.append((prefix + render(result, i), _number(result, i)))
+    first = shown[0]
+    return FilledIn(
+        formula_line,
+        steps,
+        tuple(rows),
+        _overrides(ctx, result, shown, options, estimator, per_reward=bool(made)),
+        _count(ctx, first),
+        _first(ctx.group_mean(), first),
+        _first(ctx.group_var(), first),
+        bool(made),
     )
-    steps = tuple(_unique([*ctx.steps, *ctx.batch_lines()]))
-    rows = []
+
+
+def _overrides(
+    ctx: ExplainContext,
+    result: Term,
+    shown: Sequence[int],
+    options: AdvantageOptions,
+    estimator: Estimator,
+    *,
+    per_reward: bool,
+) -> tuple[str | None, ...]:
+    """Per shown row, the name of the rule that sets its advantage instead of the
+    formula's value ``result``: a policy's override (``nulls``, ``singleton``: see
+    :func:`grpo_cli.core.policies.overrides`), ``constant`` (the zero-variance rule; not
+    under GDPO, which z-scores each reward alone), ``clip``
+    (:func:`grpo_cli.core.policies.final_clip`), or None."""
+    rules = overrides(ctx, options, estimator, singleton=ctx.is_singleton())
+    constant = ctx.is_constant()
+    bounds = final_clip(options, estimator)
+    names: list[str | None] = []
     for i in shown:
-        prefix = "".join(f"{t.symbol} = {_row_text(t.args[0], i)}; " for t in ctx.row_named)
-        rows.append((prefix + render(result, i), _number(result, i)))
-    return FilledIn(formula_line, steps, tuple(rows))
+        name = next((name for name, holds, _ in rules if holds.values[i]), None)
+        if name is None and not per_reward and constant.values[i]:
+            name = "constant"
+        value = _number(result, i)
+        if name is None and value is not None and bounds is not None:
+            name = "clip" if value < bounds[0] or value > bounds[1] else None
+        names.append(name)
+    return tuple(names)
 
 
 def _number(term: Term, row: int) -> float | None:
@@ -653,10 +699,11 @@ def _per_reward(
     result: Term,
     shown: Sequence[int],
     options: AdvantageOptions,
-) -> FilledIn:
-    """GDPO filled in from its evaluation: each reward column's group statistics and
-    ``z``, the weighted sum ``s`` and its batch whitening (``where(flat, 0, norm(x -
-    mean_b, var_b))``, ``x`` being ``s`` clipped under clip_stage shaped)."""
+) -> tuple[str, tuple[str, ...], list[tuple[str, float | None]]]:
+    """GDPO's formula line, steps and rows, read from its evaluation: each reward
+    column's group statistics and ``z``, the weighted sum ``s`` and its batch whitening
+    (``where(flat, 0, norm(x - mean_b, var_b))``, ``x``: ``s`` clipped under clip_stage
+    shaped)."""
     ddof, first = options.ddof, shown[0]
     lines = [
         f"n = {_count(ctx, first)} valid rewards; aggregation normalize_then_sum: each reward "
@@ -711,7 +758,7 @@ def _per_reward(
         )
     spread, batch = spread_symbol(options), spread_symbol(options, "_b")
     formula_line = f"z_k = (r_k - mean_k) / {spread}; s = sum_k w_k z_k; A = (s - mean_b) / {batch}"
-    return FilledIn(formula_line, tuple(lines), tuple(rows), per_reward=True)
+    return formula_line, tuple(lines), rows
 
 
 def _count(ctx: ExplainContext, row: int) -> int:
