@@ -41,7 +41,7 @@ from grpo_cli.core.columns import (
     VALID_KEY,
 )
 from grpo_cli.core.columns import TORCH_RAW as RAW
-from grpo_cli.core.engine_options import DEVICES, ENGINES, EngineInfo
+from grpo_cli.core.engine_options import ENGINES, EngineInfo
 from grpo_cli.core.errors import (
     MemoryShortError,
     Message,
@@ -115,13 +115,9 @@ def _broken_torch(exc: Exception) -> OptionsError:
 
 
 def resolve_device(torch: Any, device: str) -> Any:
-    """``auto``: CUDA when available, else the CPU; ``cuda`` without CUDA is an error."""
-    if device not in DEVICES:
-        raise OptionsError(
-            "unknown " + option("device") + f" {device!r}",
-            hint="choose auto, cpu or cuda",
-            value=device,
-        )
+    """``auto``: CUDA when available, else the CPU; ``cuda`` without CUDA is an error
+    (``device`` is one of DEVICES: :class:`grpo_cli.core.engine_options.EngineOptions`
+    checked it)."""
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise OptionsError(
