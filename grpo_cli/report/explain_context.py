@@ -709,7 +709,8 @@ def _per_reward(
         f"n = {_count(ctx, first)} valid rewards; aggregation normalize_then_sum: each reward "
         "column is z-scored in the group on its own"
     ]
-    for column, weight, r in zip(options.reward_cols, options.weights, rewards, strict=True):
+    *zs, s = ctx.row_named
+    for column, weight, r, z in zip(options.reward_cols, options.weights, rewards, zs, strict=True):
         n = _count(r, first)
         mean, var = (_first(r.reward_stat(name), first) for name in ("mean", "var"))
         head = f"{column} (weight {fmt(weight)}): n = {n}"
@@ -719,8 +720,9 @@ def _per_reward(
             lines.append(f"{head}; no valid value: z null")
         elif r.is_constant().values[first]:
             lines.append(f"{head}, mean = {fmt(mean)}; every value equal: z = 0")
-        elif var is None:
-            lines.append(f"{head}, mean = {fmt(mean)}; std (ddof={ddof}) undefined: z null")
+        elif var is None:  # eps_mode var_floor floors it at eps: z is then 0, not null
+            z_text = "z null" if all(z.values[i] is None for i in shown) else "z = 0 (var_floor)"
+            lines.append(f"{head}, mean = {fmt(mean)}; std (ddof={ddof}) undefined: {z_text}")
         else:
             lines.append(f"{head}, mean = {fmt(mean)}, std (ddof={ddof}) = {fmt(math.sqrt(var))}")
     flat, _, whitened = result.args
@@ -735,7 +737,6 @@ def _per_reward(
             f"s whitened over the batch's {count} values of s{weighting}: mean_b = "
             f"{fmt(mean_b)}, var_b (ddof={ddof}) = {fmt(var_b)}"
         )
-    *zs, s = ctx.row_named
     rows: list[tuple[str, float | None]] = []
     for i in shown:
         if s.values[i] is None:
