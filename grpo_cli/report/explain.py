@@ -1,15 +1,12 @@
 """``explain``: one group's advantages with every number of the formula filled in, the way
 the reference lessons teach it (no Rich here; :mod:`grpo_cli.cli.render` draws it).
 
-The statistics are recomputed here in plain Python floats, from the group's valid rewards:
-
-    n = number of valid rewards, mean = sum(r) / n,
-    var = sum((r - mean)^2) / (n - ddof), std = sqrt(var)
-
-and each response's advantage is written out with the estimator's formula. The value shown
-as the advantage is the one ``compute`` writes (the same pipeline), so a test can check the
-filled-in arithmetic against it. Policies that override the formula (null reward, one-reward
-group, zero-variance group, clip) are stated per row.
+The formula the engines run (GDPO included) is evaluated over the group's batch in plain
+Python floats by :mod:`grpo_cli.report.explain_context`, which gives the group's n, mean
+and var, each response's filled-in formula, and the name of the rule that replaced its
+value (:mod:`grpo_cli.core.policies`; the zero-variance rule), stated per row. The value
+shown as the advantage is the one ``compute`` writes (the same pipeline), so a test can
+check the filled-in arithmetic against it.
 
 The group is chosen in one of three ways (exactly one; see :func:`check_choice`):
 

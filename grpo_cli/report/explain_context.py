@@ -2,7 +2,8 @@
 batch's numbers in plain Python floats, each value remembering how it was made.
 
 :class:`ExplainContext` is the third formula context (beside the Polars and torch ones, see
-:class:`grpo_cli.core.estimators.FormulaContext`): an estimator's ``fn(ctx)`` runs on it
+:class:`grpo_cli.core.estimators.FormulaContext`): the engines' formula
+(:func:`grpo_cli.core.policies.formula`: the estimator's ``fn(ctx)``, or GDPO) runs on it
 unchanged, so the eps placement, the leave-one-out sum, the token weights, the clip before
 a whitening and every other detail are stated once, in :mod:`grpo_cli.core.estimators`. Each
 value is a :class:`Term`: its numbers (one per row evaluated; None for null) and the
