@@ -478,8 +478,7 @@ def explain_group(
     ]
     steps = filled.steps
     if not filled.per_reward:
-        valid = [r for r in rewards if r is not None]
-        steps = _steps(valid, n, mean, var, std, options.ddof, options.singleton) + steps
+        steps = _steps([r for r in rewards if r is not None], mean, var, options) + steps
     if key is None:
         key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
     size = group_rows.height
@@ -566,17 +565,14 @@ def _float(value: Any) -> float | None:
 
 
 def _steps(
-    valid: list[float],
-    n: int,
-    mean: float | None,
-    var: float | None,
-    std: float | None,
-    ddof: int,
-    singleton: str,
+    valid: list[float], mean: float | None, var: float | None, options: AdvantageOptions
 ) -> tuple[str, ...]:
+    """The lines that state the group's n, mean, var and std (the formula's: see
+    :class:`grpo_cli.report.explain_context.FilledIn`) with the valid rewards."""
+    n, ddof = len(valid), options.ddof
     if n == 0:
         return ("no valid reward in this group",)
-    if n == 1 and singleton == "verl":
+    if n == 1 and options.singleton == "verl":
         return (
             "n = 1 valid reward",
             "mean = 0, std = 1 (singleton=verl: verl's one-response group has mean 0 and std 1)",
@@ -597,7 +593,7 @@ def _steps(
             f"var (ddof={ddof}) = ({squares}) / ({n} - {ddof}) = {fmt(total)} / {n - ddof} "
             f"= {fmt(var)}"
         )
-        lines.append(f"std = sqrt(var) = {fmt(std)}")
+        lines.append(f"std = sqrt(var) = {fmt(math.sqrt(var))}")
     return tuple(lines)
 
 
