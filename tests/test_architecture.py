@@ -341,14 +341,11 @@ def test_estimator_facts() -> None:
 def test_explain_writes_the_formula_the_engines_run(eps_mode: str, formula: str) -> None:
     """explain's formula line is the estimator's own function rendered in symbols (eps
     placed by FormulaContext.norm, the one place), not a text kept beside it."""
-    from grpo_cli.core.options import AdvantageOptions
-    from grpo_cli.report.explain_context import symbolic
-
-    options = AdvantageOptions(eps_mode=eps_mode)
-    assert symbolic(ESTIMATORS["grpo"], options) == formula
-    assert symbolic(ESTIMATORS["batch_std"], options) == formula.replace("var", "var_b").replace(
-        "std", "std_b"
-    )
+    log = pl.DataFrame({"prompt_id": ["p", "p", "q", "q"], "reward": [0.0, 1.0, 0.5, 2.0]})
+    grpo = explain_one(log, None, {"eps_mode": eps_mode}, "p").formula
+    batch = explain_one(log, None, {"eps_mode": eps_mode, "estimator": "batch_std"}, "p").formula
+    assert grpo == formula
+    assert batch == formula.replace("var", "var_b").replace("std", "std_b")
 
 
 def test_a_new_estimator_is_one_decorated_function() -> None:

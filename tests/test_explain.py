@@ -123,6 +123,35 @@ class TestExplain:
         assert rloo.formula == "A = r - (sum - r) / (n - 1)"
         assert rloo.rows[1].formula == "0 - (2.5 - 0) / 3"
 
+    def test_each_policy_is_named_once_for_engines_and_explain(self) -> None:
+        """The policies name the rules that replace the formula's value; explain states
+        the one that decided each row (the first that holds, then the final clip)."""
+        from grpo_cli.core.estimators import ESTIMATORS
+        from grpo_cli.core.options import AdvantageOptions
+        from grpo_cli.core.policies import final_clip, overrides
+        from grpo_cli.report.explain_context import context
+
+        options = AdvantageOptions(nulls="zero", singleton="raw", clip=(-1.0, 1.0))
+        ctx = context(options, [None, 2.0, 1.0, 3.0], [0, 1, 2, 2])
+        rules = overrides(ctx, options, ESTIMATORS["grpo"], singleton=ctx.is_singleton())
+        assert [(name, holds.values) for name, holds, _ in rules] == [
+            ("nulls", [True, False, False, False]),
+            ("singleton", [False, True, False, False]),
+        ]
+        assert final_clip(options, ESTIMATORS["grpo"]) == (-1.0, 1.0)
+        shaped = AdvantageOptions(clip=(-1.0, 1.0), clip_stage="shaped")
+        assert final_clip(shaped, ESTIMATORS["reinforce_pp_baseline"]) is None
+        log = make_log({"b": [5.0, None], "c": [0.0, 1.0, 9.0]})
+        explicit = {"nulls": "zero", "singleton": "raw", "clip": (-1.0, 1.0), "ddof": 0}
+        b = explain_one(log, None, explicit, "b")
+        assert [(str(r.policy), r.advantage) for r in b.rows] == [
+            ('only valid reward of its group: advantage the raw reward (singleton="raw")', 1.0),
+            ('null reward: left out of the statistics; advantage 0 (nulls="zero")', 0.0),
+        ]
+        c = explain_one(log, None, explicit, "c")
+        assert [r.policy for r in c.rows] == [None, None, "clipped to [-1, 1]"]
+        assert c.rows[2].value == pytest.approx(1.40693, abs=1e-5) and c.rows[2].advantage == 1.0
+
     def test_policies_are_stated(self) -> None:
         frame = make_log({"one": [0.3], "flat": [0.5, 0.5], "n": [1.0, None, 0.0]})
         one = explain_one(frame, None, {}, "one")

@@ -272,6 +272,39 @@ class TestGdpo:
                     assert want in policies["clip"]  # type: ignore[operator]
         assert checked > (15 if "clip" in policies and "clip_stage" not in policies else 25)
 
+    def test_the_engines_formula_is_filled_in(self) -> None:
+        """explain evaluates the engines' GDPO: under eps_mode var_floor a one-reward
+        group's undefined variance is floored at eps, so each z is 0 (not null) and is
+        written out as such."""
+        log = pl.DataFrame(
+            {
+                "prompt_id": ["a", "b", "b", "c", "c"],
+                "reward": [1.0, 0.0, 1.0, 2.0, 0.0],
+                "format_reward": [0.5, 0.0, 1.0, 1.0, 1.0],
+            }
+        )
+        explicit = {
+            "reward_cols": ("reward", "format_reward"),
+            "reward_weights": WEIGHTS,
+            "aggregation": "normalize_then_sum",
+            "eps_mode": "var_floor",
+            "eps": 1e-4,
+            "singleton": "formula",
+        }
+        explained = explain_one(log, None, explicit, "a")
+        assert explained.steps[1] == (
+            "reward (weight 1): n = 1, mean = 1; std (ddof=1) undefined: z = 0 (var_floor)"
+        )
+        assert explained.steps[3] == (
+            "s whitened over the batch's 5 values of s: mean_b = 0, var_b (ddof=1) = 0.8125"
+        )
+        (row,) = explained.rows
+        assert row.formula == "s = 1 x 0 + 0.5 x 0 = 0; (0 - 0) / sqrt(max(0.8125, 0.0001))"
+        assert row.value == row.advantage == 0.0
+        b = explain_one(log, None, explicit, "b")
+        expected = annotate(log, None, **explicit).frame["advantage"].to_list()[1:3]
+        assert [r.value for r in b.rows] == pytest.approx(expected, rel=1e-12)
+
     def test_aggregation_option_on_the_command_line(
         self, runner: CliRunner, tmp_path: Path
     ) -> None:

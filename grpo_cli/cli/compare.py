@@ -121,11 +121,7 @@ def compare_cmd(
         console.print(f"{result.frame.height:,} rows with {names} written to {result.written}")
 
 
-def _num(value: float | None) -> str:
-    return "null" if value is None else f"{value:.4g}"
-
-
-def _share(value: float | None) -> str:
+def _percent(value: float | None) -> str:
     return "null" if value is None else f"{value:.2%}"
 
 
@@ -133,7 +129,7 @@ def render_comparison(console: Console, result: Comparison) -> None:
     """The per-method table, then the groups where the methods disagree most."""
     from rich.markup import escape
 
-    from grpo_cli.cli.render import TableColumn, print_table
+    from grpo_cli.cli.render import TableColumn, number, print_table
 
     first = result.methods[0]
     columns = [
@@ -148,12 +144,12 @@ def render_comparison(console: Console, result: Comparison) -> None:
         [
             escape(s.method.label),
             f"{s.responses:,}",
-            _num(s.mean_abs),
-            _num(s.std),
-            _share(s.zero_share),
-            "" if s.method == first else _num(s.max_abs_diff),
-            "" if s.method == first else _num(s.correlation),
-            "" if s.method == first else _share(s.sign_differs),
+            number(s.mean_abs, none="null"),
+            number(s.std, none="null"),
+            _percent(s.zero_share),
+            "" if s.method == first else number(s.max_abs_diff, none="null"),
+            "" if s.method == first else number(s.correlation, none="null"),
+            "" if s.method == first else _percent(s.sign_differs),
         ]
         for s in result.stats
     ]
@@ -174,7 +170,7 @@ def render_comparison(console: Console, result: Comparison) -> None:
         [
             escape(", ".join(f"{name}={value}" for name, value in g.key)),
             f"{g.size:,}",
-            _num(g.max_abs_diff),
+            number(g.max_abs_diff, none="null"),
             escape(g.method.name),
             ", ".join("null" if r is None else f"{r:.4g}" for r in g.rewards),
         ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,10 +19,3 @@ def warner(*, quiet: bool) -> Callable[[Message], None] | None:
     from grpo_cli.cli.render import print_warning, stderr_console
 
     return functools.partial(print_warning, stderr_console(), spell=flag_spelling)
-
-
-def remove_leftovers(targets: list[Path | None], *, quiet: bool) -> None:
-    """:func:`grpo_cli.jobs.outputs.remove_leftovers`, its line on stderr unless --quiet."""
-    from grpo_cli.jobs.outputs import remove_leftovers as remove
-
-    remove(targets, warner(quiet=quiet))

@@ -79,10 +79,9 @@ def print_note(console: Console, message: Message, spell: Spelling) -> None:
     console.print(f"[cyan]note:[/] {_escape(text)}", emoji=False)
 
 
-def _num(value: float | None, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}g}"
+def number(value: float | None, digits: int = 4, none: str = "-") -> str:
+    """A number as the tables show it: ``digits`` significant digits; ``none`` for null."""
+    return none if value is None else f"{value:.{digits}g}"
 
 
 def count_text(count: int) -> str:
@@ -341,10 +340,10 @@ def render_run_summary(
             f"{summary.singleton_groups:,} ({spell(option('singleton', options.singleton))})",
         ),
         ("null rewards", f"{summary.null_rewards:,} ({spell(option('nulls', options.nulls))})"),
-        ("reward mean / std", f"{_num(summary.reward_mean)} / {_num(summary.reward_std)}"),
+        ("reward mean / std", f"{number(summary.reward_mean)} / {number(summary.reward_std)}"),
         (
             "advantage min / max",
-            f"{_num(summary.advantage_min)} / {_num(summary.advantage_max)}",
+            f"{number(summary.advantage_min)} / {number(summary.advantage_max)}",
         ),
         ("estimator", method + ")"),
     ]
@@ -653,7 +652,7 @@ def _value(value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return _num(value, 4)
+        return number(value, 4)
     if isinstance(value, int):
         return f"{value:,}"
     return "-" if value is None else _escape(str(value))
@@ -711,10 +710,10 @@ def render_explanation(console: Console, e: Explanation, spell: Spelling) -> Non
         cells = [str(row.row if numbered else i)]
         if e.step_col:
             cells.append("-" if row.step is None else _escape(str(row.step)))
-        cells += ["None" if v is None else _num(v, 6) for v in row.parts]
-        cells += [_num(row.reward, 6), _escape(formula), _num(row.advantage, 6)]
+        cells += ["None" if v is None else number(v, 6) for v in row.parts]
+        cells += [number(row.reward, 6), _escape(formula), number(row.advantage, 6)]
         if e.logged:
-            cells.append(_num(row.logged, 6))
+            cells.append(number(row.logged, 6))
         if e.text_col:
             cells.append("-" if row.text is None else _escape(row.text))
         rows.append(cells)

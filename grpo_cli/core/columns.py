@@ -19,6 +19,7 @@ CHECK_HASH: Final = "__grpo_check"  # a second, independent hash of it
 CHECK_MAX: Final = "__grpo_check_max"  # per row, its group's largest CHECK_HASH
 REWARD_KEY: Final = "__grpo_reward"  # the one reward the estimator sees
 ROW_KEY: Final = "__grpo_row"  # a row's index in the input
+ROW_HASH: Final = "__grpo_row_hash"  # repeated steps: a hash of a row's other columns
 SIZE_KEY: Final = "__grpo_size"  # rows in the row's group
 VALID_KEY: Final = "__grpo_valid"  # valid rewards in the row's group
 CONSTANT_KEY: Final = "__grpo_constant"  # the row's group has zero variance

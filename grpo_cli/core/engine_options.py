@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from grpo_cli.core.errors import (
     Message,
@@ -19,14 +19,11 @@ from grpo_cli.core.errors import (
     option,
 )
 
-if TYPE_CHECKING:
-    pass
-
 
 @dataclass(frozen=True)
 class EngineInfo:
     """An engine's entry: its ``--backend`` name, a line for ``--help``, the module that
-    implements it, and what it reads and writes (``IO_KINDS``)."""
+    implements it, and what it reads and writes: ``frame``, ``file`` or ``dataset``."""
 
     name: str
     summary: str
@@ -43,9 +40,6 @@ class EngineInfo:
     def reads_files(self) -> bool:
         """Whether it reads its input and writes its output itself."""
         return self.io != "frame"
-
-
-IO_KINDS: Final = ("frame", "file", "dataset")
 
 
 ENGINES: Final[dict[str, EngineInfo]] = {

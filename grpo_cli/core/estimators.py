@@ -562,11 +562,12 @@ def gdpo(batch: FormulaContext, rewards: Sequence[tuple[FormulaContext, float]])
     ``reward`` of ``rewards[k][0]``, weight ``rewards[k][1]``) is z-scored in its group by
     :func:`grpo`, ``z_k = norm(r_k - mean_g, var_g)`` (null where fewer than two valid
     values with ddof 1), ``s = sum_k w_k z_k`` with nulls as 0 (null when every reward is
-    null), then ``A = norm(s - mean_b(s), var_b(s))`` over ``batch``'s batches."""
+    null), then ``A = norm(s - mean_b(s), var_b(s))`` over ``batch``'s batches (``z`` and
+    ``s`` named for explain)."""
     summed = None
     all_null = None
     for ctx, weight in rewards:
-        z = ctx.fill_null(grpo(ctx) * weight, 0.0)
+        z = ctx.fill_null(ctx.named("z", grpo(ctx)) * weight, 0.0)
         null = ctx.is_null(ctx.reward)
         summed = z if summed is None else summed + z
         all_null = null if all_null is None else all_null & null

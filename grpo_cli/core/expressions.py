@@ -9,7 +9,6 @@ from __future__ import annotations
 import polars as pl
 
 from grpo_cli.core.columns import REWARD_KEY, SIZE_KEY
-from grpo_cli.core.estimators import gdpo
 from grpo_cli.core.grouping import group_stat_columns, row_profile, stats_columns
 from grpo_cli.core.plan import (
     Plan,
@@ -19,30 +18,25 @@ from grpo_cli.core.plan import (
     span_flag,
     with_keys,
 )
-from grpo_cli.core.policies import apply_policies
+from grpo_cli.core.policies import apply_policies, formula
 from grpo_cli.core.rewards import combined_reward, reward_expr
-
-
-def gdpo_expr(plan: Plan) -> pl.Expr:
-    """GDPO (see :func:`grpo_cli.core.estimators.gdpo`) over the plan's reward columns."""
-    options = plan.options
-    rewards = [
-        (estimator_context(plan, reward_expr(column, options.nulls)), weight)
-        for column, weight in zip(options.reward_cols, options.weights, strict=True)
-    ]
-    return gdpo(estimator_context(plan), rewards)  # type: ignore[no-any-return]
 
 
 def advantage_expr(plan: Plan, *, precomputed: bool = False) -> pl.Expr:
     """The advantage column (needs the key columns and REWARD_KEY, and with
     ``precomputed`` the group statistics columns): the formula, then the policies."""
+    options = plan.options
     ctx = estimator_context(plan, precomputed=precomputed)
-    if plan.options.aggregation == "normalize_then_sum":
-        raw = gdpo_expr(plan)
-    else:
-        raw = plan.estimator.fn(ctx)
+    raw = formula(
+        ctx,
+        options,
+        plan.estimator,
+        lambda: [
+            estimator_context(plan, reward_expr(c, options.nulls)) for c in options.reward_cols
+        ],
+    )
     value = apply_policies(raw, plan, reward=ctx.reward, singleton=ctx.is_singleton())
-    return value.alias(plan.options.advantage_col)
+    return value.alias(options.advantage_col)
 
 
 def prepare(frame: pl.DataFrame | pl.LazyFrame, plan: Plan) -> pl.LazyFrame:

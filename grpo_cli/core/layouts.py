@@ -36,7 +36,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from grpo_cli.core.columns import STEP_COLUMNS, UID_GROUP, user_columns
+from grpo_cli.core.columns import ROW_HASH, STEP_COLUMNS, UID_GROUP, user_columns
 from grpo_cli.core.errors import InputError, Message, OptionsError, Verbatim, option
 
 TRL_NON_REWARD: Final = frozenset({"step", "advantage"})
@@ -63,12 +63,10 @@ class PromptRun:
     length: int
 
 
-def prompt_runs(
-    frame: pl.DataFrame, batch_col: str | None, prompt_col: str = TRL_PROMPT
-) -> list[PromptRun]:
-    """The runs of consecutive rows of ``frame`` with equal ``prompt_col`` (two nulls are
+def prompt_runs(frame: pl.DataFrame, batch_col: str | None) -> list[PromptRun]:
+    """The runs of consecutive rows of ``frame`` with equal TRL_PROMPT (two nulls are
     equal) and equal ``batch_col`` (a run never crosses a batch boundary), in order."""
-    keys = [c for c in (batch_col, prompt_col) if c is not None and c in frame.columns]
+    keys = [c for c in (batch_col, TRL_PROMPT) if c is not None and c in frame.columns]
     if not keys or frame.height == 0:
         return []
     batch = batch_col if batch_col is not None and batch_col in frame.columns else None
@@ -101,9 +99,7 @@ def runs_group_size(runs: list[PromptRun]) -> int | None:
     return g if g >= 2 and g == min(lengths) else None
 
 
-def infer_group_size(
-    frame: pl.DataFrame, batch_col: str | None, prompt_col: str = TRL_PROMPT
-) -> tuple[int, Message]:
+def infer_group_size(frame: pl.DataFrame, batch_col: str | None) -> tuple[int, Message]:
     """TRL's num_generations from a completions log, and the warning that says so.
 
     TRL logs each prompt's G completions as one run of consecutive rows with the same
@@ -114,7 +110,7 @@ def infer_group_size(
     multiple of the most common run length of 2 or more (or saying every prompt is alone
     in its run). An empty log is an :class:`OptionsError`: give ``--group-size``.
     """
-    runs = prompt_runs(frame, batch_col, prompt_col)
+    runs = prompt_runs(frame, batch_col)
     if not runs:
         raise OptionsError(
             "a TRL completions log has no prompt id, and this one has no rows to infer "
@@ -129,7 +125,7 @@ def infer_group_size(
             raise InputError(
                 "cannot infer "
                 + option("group_size")
-                + f": each of the {len(runs)} runs of equal {prompt_col!r} holds one row",
+                + f": each of the {len(runs)} runs of equal {TRL_PROMPT!r} holds one row",
                 hint=GROUP_SIZE_HINT,
             )
         expected = counts.most_common(1)[0][0]
@@ -138,7 +134,7 @@ def infer_group_size(
         raise InputError(
             "cannot infer "
             + option("group_size")
-            + f": the run of equal {prompt_col!r} at {step}row "
+            + f": the run of equal {TRL_PROMPT!r} at {step}row "
             f"{bad.row} has {bad.length} rows, not a multiple of {expected} (the other runs)",
             hint=GROUP_SIZE_HINT,
         )
@@ -253,11 +249,11 @@ def repeated_steps(frame: pl.DataFrame, step_col: str = "step") -> list[Any]:
         return []
     others = [c for c in frame.columns if c != step_col]
     per_step = (
-        frame.select(step_col, pl.struct(others).hash(7).alias("__hash"))
+        frame.select(step_col, pl.struct(others).hash(7).alias(ROW_HASH))
         .group_by(step_col, maintain_order=True)
-        .agg("__hash")
+        .agg(ROW_HASH)
     )
-    steps, hashes = per_step[step_col].to_list(), per_step["__hash"].to_list()
+    steps, hashes = per_step[step_col].to_list(), per_step[ROW_HASH].to_list()
     rows = frame.partition_by(step_col, as_dict=True, include_key=False, maintain_order=True)
     return [
         steps[i]

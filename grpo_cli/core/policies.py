@@ -13,7 +13,9 @@ In order:
 
 A zero-variance group's exact 0 is part of each formula (see the estimators), not a policy.
 
-The rules are written once (:func:`policy_value`) over the formula context's primitives
+:func:`formula` chooses what every engine (and ``explain``) evaluates before them: GDPO
+or the estimator's formula. The rules are written once (:func:`overrides`,
+:func:`final_clip`; ``explain`` reads them by name) over the formula context's primitives
 (``where``, ``is_null``), so they run on every engine's values: Polars expressions
 (:func:`apply_policies`) and torch tensors (:mod:`grpo_cli.jobs.tensors`).
 """
@@ -24,14 +26,63 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from grpo_cli.core.estimators import gdpo
+
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from grpo_cli.core.estimators import Estimator, FormulaContext, Value
     from grpo_cli.core.options import AdvantageOptions
     from grpo_cli.core.plan import Plan
 
+
+def formula(
+    ctx: FormulaContext,
+    options: AdvantageOptions,
+    estimator: Estimator,
+    rewards: Callable[[], Sequence[FormulaContext]],
+) -> Value:
+    """The formula's value before the policies, on every engine and in ``explain``: GDPO
+    over the contexts of ``options.reward_cols`` (``rewards()``, made only then) under
+    ``aggregation=normalize_then_sum``, else ``estimator.fn(ctx)``."""
+    if options.aggregation != "normalize_then_sum":
+        return estimator.fn(ctx)
+    return gdpo(ctx, list(zip(rewards(), options.weights, strict=True)))
+
+
+def reads_batch(options: AdvantageOptions, estimator: Estimator) -> bool:
+    """Whether the formula reads batch statistics: a batch-scope estimator, or GDPO (its
+    batch whitening of ``s``)."""
+    return estimator.scope == "batch" or options.aggregation == "normalize_then_sum"
+
+
 # The singleton policies that replace the formula's value in one-reward groups (the others
 # keep it: verl, formula; drop removed the rows before).
 SINGLETON_FILLS = ("zero", "raw", "null")
+
+
+def overrides(
+    ctx: FormulaContext,
+    options: AdvantageOptions,
+    estimator: Estimator,
+    *,
+    singleton: Value | None,
+) -> list[tuple[str, Value, Value]]:
+    """The rules 1 and 2 of the module docstring that apply under ``options``, by name
+    (``nulls``, ``singleton``), each with where it holds and the value it sets, the first
+    one holding winning; ``ctx.reward`` is null where the reward is, ``singleton`` true in
+    one-reward groups (None: the unit has no singleton policy)."""
+    rules = [("nulls", ctx.is_null(ctx.reward), 0.0 if options.nulls == "zero" else None)]
+    if singleton is not None and estimator.uses_groups and options.singleton in SINGLETON_FILLS:
+        fill = {"zero": 0.0, "raw": ctx.reward, "null": None}[options.singleton]
+        rules.append(("singleton", singleton, fill))
+    return rules
+
+
+def final_clip(options: AdvantageOptions, estimator: Estimator) -> tuple[float, float] | None:
+    """The bounds of rule 3 (None: no clip, or a whitening clipped its input)."""
+    whitened = options.aggregation == "normalize_then_sum" or estimator.whitens
+    return options.clip if options.clip_stage == "advantage" or not whitened else None
 
 
 def policy_value(
@@ -42,19 +93,13 @@ def policy_value(
     *,
     singleton: Value | None,
 ) -> Value:
-    """``raw`` (the formula's value) with the policies of ``options`` applied (see the
-    module docstring), in ``ctx``'s values: ``ctx.reward`` is null where the reward is,
-    ``singleton`` true in one-reward groups (None: the unit has no singleton policy)."""
+    """``raw`` (the formula's value) with the policies of ``options`` applied (see
+    :func:`overrides` and :func:`final_clip`), in ``ctx``'s values."""
     value = raw
-    if singleton is not None and estimator.uses_groups and options.singleton in SINGLETON_FILLS:
-        fill = {"zero": 0.0, "raw": ctx.reward, "null": None}[options.singleton]
-        value = ctx.where(singleton, fill, value)
-    null_value = 0.0 if options.nulls == "zero" else None
-    result = ctx.where(ctx.is_null(ctx.reward), null_value, value)
-    whitened = options.aggregation == "normalize_then_sum" or estimator.whitens
-    if options.clip is not None and (options.clip_stage == "advantage" or not whitened):
-        result = result.clip(*options.clip)
-    return result
+    for _, holds, fill in reversed(overrides(ctx, options, estimator, singleton=singleton)):
+        value = ctx.where(holds, fill, value)
+    bounds = final_clip(options, estimator)
+    return value if bounds is None else value.clip(*bounds)
 
 
 def apply_policies(

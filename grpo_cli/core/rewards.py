@@ -3,7 +3,7 @@
 Each reward column is cast to Float64 with NaN as null; ``nulls=fill_zero`` fills nulls with
 0; several columns are combined as a weighted sum with nulls counting 0, null only when every
 reward of the row is null (TRL's weighted nansum). GDPO (``normalize_then_sum``) combines
-per-reward z-scores instead: see :func:`grpo_cli.core.expressions.gdpo_expr`.
+per-reward z-scores instead: see :func:`grpo_cli.core.estimators.gdpo`.
 """
 
 from __future__ import annotations

@@ -52,6 +52,7 @@ from grpo_cli.core.expressions import collect
 from grpo_cli.core.grouping import profile_aggregations, with_profile, zero_spread
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Keys, Plan, keyed_groups, step_column
+from grpo_cli.core.policies import reads_batch
 from grpo_cli.core.rewards import reward_expr
 
 GROUP_TABLE_COLUMNS: Final = ("size", "n_null", "mean", "std", "min", "max", "zero_std")
@@ -228,9 +229,7 @@ class GroupSpans:
         )
 
 
-def group_spans(
-    frame: pl.DataFrame, keys: Keys, column: str, size_col: str = SIZE_KEY
-) -> GroupSpans | None:
+def group_spans(frame: pl.DataFrame, keys: Keys, column: str) -> GroupSpans | None:
     """The groups of ``frame`` (with the columns of ``keys``) whose rows hold several values
     of ``column``, or None when every group stays within one value.
 
@@ -243,7 +242,7 @@ def group_spans(
     if flag in frame.columns:  # the engine's flag: one cheap pass
         if not frame.get_column(flag).any():
             return None
-    elif keys.hashed and not _pairs_outnumber_groups(frame, column, size_col):
+    elif keys.hashed and not _pairs_outnumber_groups(frame, column):
         return None
     group = list(keys.group)
     spanning = (
@@ -376,16 +375,16 @@ def repeat_warning(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
     return (Repeats.of(count, column, frame.row(first, named=True), plan.keys.exact).warning(),)
 
 
-def _pairs_outnumber_groups(frame: pl.DataFrame, column: str, size_col: str) -> bool:
+def _pairs_outnumber_groups(frame: pl.DataFrame, column: str) -> bool:
     """Whether some group holds several values of ``column``: the distinct (group hash,
     value) pairs, as one 64-bit hash each, outnumber the groups (counted from each row's
-    group size in ``size_col``: a group of s rows adds 1/s per row; without it, distinct
+    group size in SIZE_KEY: a group of s rows adds 1/s per row; without it, distinct
     hashes). One pass, 2x cheaper than grouping the key; a false "no" needs two pairs to
     share a 64-bit hash (about 1e-8 for a million pairs)."""
     group = pl.col(GROUP_HASH)
     pairs = (group ^ pl.col(column).hash(seed=7)).n_unique()
-    if size_col in frame.columns:
-        groups = (1.0 / pl.col(size_col).cast(pl.Float64)).sum()
+    if SIZE_KEY in frame.columns:
+        groups = (1.0 / pl.col(SIZE_KEY).cast(pl.Float64)).sum()
     else:
         groups = group.n_unique().cast(pl.Float64)
     counts = frame.lazy().select(pairs=pairs, groups=groups).collect(engine="streaming")
@@ -400,14 +399,14 @@ def _value_list(values: list[object]) -> str:
     return f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
-def check_batch_spans(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY) -> None:
+def check_batch_spans(frame: pl.DataFrame, plan: Plan) -> None:
     """Refuse groups whose rows fall in several values of the batch column: batch statistics
     are per batch value, so such a group would be pooled across batches. Positional groups
     are within batches already; a group key holding the batch column cannot span it."""
     column, keys = plan.options.batch_col, plan.keys
     if column is None or column in keys.exact or not keyed_groups(plan):
         return
-    spans = group_spans(frame, keys, column, size_col)
+    spans = group_spans(frame, keys, column)
     if spans is not None:
         raise InputError(
             f"{spans.describe()} (batch column); first: {spans.example}",
@@ -415,7 +414,7 @@ def check_batch_spans(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY)
         )
 
 
-def span_warnings(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY) -> tuple[Message, ...]:
+def span_warnings(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
     """Warning lines: groups that span several values of the log's step-like column (a
     prompt sampled again in a later step pooled into one group); and a batch-level
     estimator without a batch column on a log with a step-like column (every step pooled
@@ -424,19 +423,19 @@ def span_warnings(frame: pl.DataFrame, plan: Plan, size_col: str = SIZE_KEY) -> 
     (:func:`repeat_warning`)."""
     return (
         *_batch_warnings(frame.columns, plan),
-        *_span_warning(frame, plan, size_col),
-        *_singleton_warning(frame, plan, size_col),
+        *_span_warning(frame, plan),
+        *_singleton_warning(frame, plan),
         *repeat_warning(frame, plan),
     )
 
 
-def _singleton_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[Message, ...]:
+def _singleton_warning(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
     """More than half of the groups hold one response: the group key is probably wrong
     (a response id rather than a prompt id). Groups are counted from the rows (a group of
     s rows adds s times 1/s)."""
-    if not keyed_groups(plan) or size_col not in frame.columns or frame.height == 0:
+    if not keyed_groups(plan) or SIZE_KEY not in frame.columns or frame.height == 0:
         return ()
-    size = pl.col(size_col).cast(pl.Float64)
+    size = pl.col(SIZE_KEY).cast(pl.Float64)
     groups, singletons = frame.select(
         (1.0 / size).sum().round().cast(pl.Int64), (size == 1).sum().cast(pl.Int64)
     ).row(0)
@@ -453,10 +452,7 @@ def _singleton_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[
 
 def _batch_warnings(columns: Sequence[str], plan: Plan) -> tuple[Message, ...]:
     options = plan.options
-    batch_level = plan.estimator.scope == "batch"
-    if options.batch_col is not None or not (
-        batch_level or options.aggregation == "normalize_then_sum"
-    ):
+    if options.batch_col is not None or not reads_batch(options, plan.estimator):
         return ()
     column = next((c for c in STEP_COLUMNS if c in columns), None)
     if column is None:
@@ -470,9 +466,9 @@ def _batch_warnings(columns: Sequence[str], plan: Plan) -> tuple[Message, ...]:
     )
 
 
-def _span_warning(frame: pl.DataFrame, plan: Plan, size_col: str) -> tuple[Message, ...]:
+def _span_warning(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
     column = step_column(frame.columns, plan)
-    spans = None if column is None else group_spans(frame, plan.keys, column, size_col)
+    spans = None if column is None else group_spans(frame, plan.keys, column)
     if spans is None:
         return ()
     pooled = "is" if spans.count == 1 else "are"

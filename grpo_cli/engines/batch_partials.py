@@ -36,6 +36,7 @@ from grpo_cli.core import metrics
 from grpo_cli.core.columns import batch_stat_column
 from grpo_cli.core.estimators import EstimatorContext
 from grpo_cli.core.plan import Plan
+from grpo_cli.core.policies import reads_batch
 
 
 def _index_of(inputs: Sequence[tuple[pl.Expr, pl.Expr]], x: pl.Expr) -> int | None:
@@ -73,7 +74,7 @@ class Given:
 
 def needs_batch_stats(plan: Plan) -> bool:
     """Whether the plan's formula reads batch statistics."""
-    return plan.estimator.scope == "batch" or plan.options.aggregation == "normalize_then_sum"
+    return reads_batch(plan.options, plan.estimator)
 
 
 def batch_inputs(plan: Plan) -> tuple[tuple[pl.Expr, pl.Expr], ...]:

@@ -41,7 +41,7 @@ from grpo_cli.core.columns import (
     VALID_KEY,
 )
 from grpo_cli.core.columns import TORCH_RAW as RAW
-from grpo_cli.core.engine_options import DEVICES, ENGINES, EngineInfo
+from grpo_cli.core.engine_options import ENGINES, EngineInfo
 from grpo_cli.core.errors import (
     MemoryShortError,
     Message,
@@ -51,11 +51,11 @@ from grpo_cli.core.errors import (
     is_out_of_memory,
     option,
 )
-from grpo_cli.core.estimators import FormulaContext, Value, gdpo
+from grpo_cli.core.estimators import FormulaContext, Value
 from grpo_cli.core.grouping import stats_columns
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, collision_columns
-from grpo_cli.core.policies import apply_policies
+from grpo_cli.core.policies import apply_policies, formula
 from grpo_cli.core.rewards import reward_expr
 
 INSTALL_HINT: Final = install_command("torch")
@@ -115,13 +115,9 @@ def _broken_torch(exc: Exception) -> OptionsError:
 
 
 def resolve_device(torch: Any, device: str) -> Any:
-    """``auto``: CUDA when available, else the CPU; ``cuda`` without CUDA is an error."""
-    if device not in DEVICES:
-        raise OptionsError(
-            "unknown " + option("device") + f" {device!r}",
-            hint="choose auto, cpu or cuda",
-            value=device,
-        )
+    """``auto``: CUDA when available, else the CPU; ``cuda`` without CUDA is an error
+    (``device`` is one of DEVICES: :class:`grpo_cli.core.engine_options.EngineOptions`
+    checked it)."""
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise OptionsError(
@@ -346,19 +342,15 @@ def formula_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> dict[
     SIZE_KEY) and, when the plan's key is hashed, whether two keys share a hash
     (COLLISION: a 0-d bool tensor; see :func:`hash_collides`)."""
     torch, options = ctx.torch, plan.options
-    if options.aggregation == "normalize_then_sum":
-        rewards = [
-            (
-                ctx.with_reward(
-                    float_column(torch, frame, reward_expr(c, options.nulls), ctx.device)
-                ),
-                w,
-            )
-            for c, w in zip(options.reward_cols, options.weights, strict=True)
-        ]
-        raw = gdpo(ctx, rewards)
-    else:
-        raw = plan.estimator.fn(ctx)
+    raw = formula(
+        ctx,
+        options,
+        plan.estimator,
+        lambda: [
+            ctx.with_reward(float_column(torch, frame, reward_expr(c, options.nulls), ctx.device))
+            for c in options.reward_cols
+        ],
+    )
     valid = ctx.count().to(torch.int64)  # the reward's statistics: computed once
     if plan.has_nulls:
         sizes = torch.bincount(ctx.group, minlength=ctx.groups).index_select(0, ctx.group)

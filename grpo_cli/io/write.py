@@ -33,14 +33,14 @@ from grpo_cli.io.formats import (
 from grpo_cli.io.read import FORCE, OUTPUT
 
 
-def frame_to_markdown(frame: pl.DataFrame, float_format: str = "{:.6g}") -> str:
+def frame_to_markdown(frame: pl.DataFrame) -> str:
     """A GitHub-flavoured Markdown table of ``frame`` (floats to 6 significant digits)."""
 
     def cell(value: object) -> str:
         if value is None:
             return ""
         if isinstance(value, float):
-            return float_format.format(value)
+            return f"{value:.6g}"
         return str(value).replace("|", "\\|").replace("\n", " ")
 
     lines = [

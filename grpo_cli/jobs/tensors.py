@@ -34,9 +34,9 @@ from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any, Final
 
 from grpo_cli.core.errors import InputError, OptionsError
-from grpo_cli.core.estimators import Estimator, gdpo, get_estimator
+from grpo_cli.core.estimators import Estimator, get_estimator
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.core.policies import policy_value
+from grpo_cli.core.policies import formula, policy_value, reads_batch
 from grpo_cli.core.presets import merge_options
 from grpo_cli.engines.torch import TorchContext, context_settings
 
@@ -163,20 +163,14 @@ def group_advantages(
             dropped = ctx.is_singleton()
             parts = [torch.where(dropped, float("nan"), part) for part in parts]
             ctx = ctx.with_reward(torch.where(dropped, float("nan"), reward))
-        if chosen.aggregation == "normalize_then_sum":
-            raw = gdpo(
-                ctx, [(ctx.with_reward(p), w) for p, w in zip(parts, chosen.weights, strict=True)]
-            )
-        else:
-            raw = estimator.fn(ctx)
+        raw = formula(ctx, chosen, estimator, lambda: [ctx.with_reward(p) for p in parts])
         singleton = ctx.is_singleton() if estimator.uses_groups else None
         value = policy_value(
             ctx, torch.broadcast_to(raw, (n,)), chosen, estimator, singleton=singleton
         )
         if dropped is not None:
             value = torch.where(dropped, float("nan"), value)
-        batch_level = estimator.scope == "batch" or chosen.aggregation == "normalize_then_sum"
-        value = _infinite_spoils(ctx, parts, value, batch_level=batch_level)
+        value = _infinite_spoils(ctx, parts, value, batch_level=reads_batch(chosen, estimator))
         dtype = rewards.dtype if rewards.is_floating_point() else torch.float64
         return value.to(dtype)
 

@@ -1,15 +1,12 @@
 """``explain``: one group's advantages with every number of the formula filled in, the way
 the reference lessons teach it (no Rich here; :mod:`grpo_cli.cli.render` draws it).
 
-The statistics are recomputed here in plain Python floats, from the group's valid rewards:
-
-    n = number of valid rewards, mean = sum(r) / n,
-    var = sum((r - mean)^2) / (n - ddof), std = sqrt(var)
-
-and each response's advantage is written out with the estimator's formula. The value shown
-as the advantage is the one ``compute`` writes (the same pipeline), so a test can check the
-filled-in arithmetic against it. Policies that override the formula (null reward, one-reward
-group, zero-variance group, clip) are stated per row.
+The formula the engines run (GDPO included) is evaluated over the group's batch in plain
+Python floats by :mod:`grpo_cli.report.explain_context`, which gives the group's n, mean
+and var, each response's filled-in formula, and the name of the rule that replaced its
+value (:mod:`grpo_cli.core.policies`; the zero-variance rule), stated per row. The value
+shown as the advantage is the one ``compute`` writes (the same pipeline), so a test can
+check the filled-in arithmetic against it.
 
 The group is chosen in one of three ways (exactly one; see :func:`check_choice`):
 
@@ -55,16 +52,13 @@ from grpo_cli.core.errors import (
 )
 from grpo_cli.core.estimators import Estimator
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.core.plan import Keys
+from grpo_cli.core.policies import reads_batch
 from grpo_cli.core.rewards import reward_expr
 from grpo_cli.report.explain_context import (
     FilledIn,
     fill_in,
     fmt,
-    mean_var,
-    norm_filled,
     signed_sum,
-    spread_symbol,
 )
 
 
@@ -456,16 +450,14 @@ def explain_group(
     batch: pl.DataFrame | None = None,
     logged: pl.Series | None = None,
     key: dict[str, Any] | None = None,
-    gdpo: GdpoView | None = None,
     chosen: Message | None = None,
     group_keys: tuple[str, ...] = (),
 ) -> Explanation:
     """Explain ``group_rows`` (one group, with REWARD_KEY and the advantage column);
-    ``batch``: the rows of its batch (with ROW_KEY and the key columns), for an estimator
+    ``batch``: the rows of its batch (with ROW_KEY and the key columns), for a formula
     that reads batch statistics (its groups told apart by ``group_keys``);
     ``logged``: the advantages the input carried for these rows, shown beside ours;
-    ``key``: the group's key as shown (default: its ``group_cols`` values); ``gdpo``: the
-    per-reward values and the batch's ``s`` under ``aggregation=normalize_then_sum``;
+    ``key``: the group's key as shown (default: its ``group_cols`` values);
     ``chosen``: how the group was found; ``estimator``: the options' estimator, looked up
     by the caller (the plan's). Each response's input row (ROW_KEY), step (STEP_COL,
     unless it is part of the key) and the start of its text (the first of TEXT_COLS) come
@@ -475,41 +467,18 @@ def explain_group(
     logged_values = (
         [_float(v) for v in logged.to_list()] if logged is not None else [None] * len(rewards)
     )
-    valid = [r for r in rewards if r is not None]
-    n = len(valid)
-    ddof = options.ddof
-    mean = math.fsum(valid) / n if n else None
-    var = (
-        math.fsum((r - mean) ** 2 for r in valid) / (n - ddof)
-        if mean is not None and n > ddof
-        else None
-    )
-    if options.singleton == "verl" and n == 1:  # verl's one-response group: mean 0, std 1
-        mean, var = 0.0, 1.0
+    filled = _fill_in(group_rows, batch, group_keys or options.group_cols, options, estimator)
+    n, mean, var = filled.n, filled.mean, filled.var
     std = math.sqrt(var) if var is not None else None
-    steps = _steps(valid, n, mean, var, std, ddof, options.singleton)
     notes: list[str] = []
-    if gdpo is not None:
-        # GDPO: no zero-variance rule on the summed reward (each reward is z-scored alone).
-        constant = False
-        gdpo_steps, formulas = _gdpo_formulas(gdpo, options)
-        steps = (
-            f"n = {n} valid rewards; aggregation normalize_then_sum: each reward column is "
-            "z-scored in the group on its own",
-            *gdpo_steps,
-        )
-    else:
-        filled = _fill_in(group_rows, batch, group_keys or options.group_cols, options, estimator)
-        steps += filled.steps
-        constant = n >= 2 and max(valid) == min(valid)
-        if constant:
-            notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
-        formulas = [
-            ("-", None) if r is None else row for r, row in zip(rewards, filled.rows, strict=True)
-        ]
-    # compute clips the final advantage unless a whitening clipped its input (clip_stage).
-    whitened = gdpo is not None or estimator.whitens
-    clips_final = options.clip is not None and (options.clip_stage == "advantage" or not whitened)
+    if "constant" in filled.overrides:
+        notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
+    formulas = [
+        ("-", None) if r is None else row for r, row in zip(rewards, filled.rows, strict=True)
+    ]
+    steps = filled.steps
+    if not filled.per_reward:
+        steps = _steps([r for r in rewards if r is not None], mean, var, options) + steps
     if key is None:
         key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
     size = group_rows.height
@@ -519,29 +488,26 @@ def explain_group(
     step_values = group_rows[step_col].to_list() if step_col else [None] * size
     text_col = next((c for c in TEXT_COLS if c in group_rows.columns), None)
     texts = [cut(v) for v in group_rows[text_col].to_list()] if text_col else [None] * size
-    summed = options.reward_cols if len(options.reward_cols) > 1 and gdpo is None else ()
+    summed = options.reward_cols if len(options.reward_cols) > 1 and not filled.per_reward else ()
     parts = _parts(group_rows, summed)
     if summed:
         terms = " + ".join(f"{fmt(w)} x {c}" for w, c in zip(options.weights, summed, strict=True))
         steps = (f"r = {terms} (a None counts 0)", *steps)
         notes += _none_notes(summed, parts, numbers)
     rows = []
-    for reward, advantage, was, (formula, value), number, step, text, part in zip(
+    for reward, advantage, was, (formula, value), name, number, step, text, part in zip(
         rewards,
         advantages,
         logged_values,
         formulas,
+        filled.overrides,
         numbers,
         step_values,
         texts,
         parts,
         strict=True,
     ):
-        policy = _policy(reward, n, constant, options)
-        if policy is None and value is not None and clips_final and options.clip is not None:
-            lo, hi = options.clip
-            if value < lo or value > hi:
-                policy = f"clipped to [{fmt(lo)}, {fmt(hi)}]"
+        policy = _policy(name, options)
         rows.append(
             ExplainedRow(reward, formula, value, advantage, policy, was, number, step, text, part)
         )
@@ -549,7 +515,7 @@ def explain_group(
         key=key,
         options=options,
         estimator_summary=estimator.summary,
-        formula=gdpo_formula(options) if gdpo is not None else filled.formula,
+        formula=filled.formula,
         size=group_rows.height,
         n=n,
         mean=mean,
@@ -599,17 +565,14 @@ def _float(value: Any) -> float | None:
 
 
 def _steps(
-    valid: list[float],
-    n: int,
-    mean: float | None,
-    var: float | None,
-    std: float | None,
-    ddof: int,
-    singleton: str,
+    valid: list[float], mean: float | None, var: float | None, options: AdvantageOptions
 ) -> tuple[str, ...]:
+    """The lines that state the group's n, mean, var and std (the formula's: see
+    :class:`grpo_cli.report.explain_context.FilledIn`) with the valid rewards."""
+    n, ddof = len(valid), options.ddof
     if n == 0:
         return ("no valid reward in this group",)
-    if n == 1 and singleton == "verl":
+    if n == 1 and options.singleton == "verl":
         return (
             "n = 1 valid reward",
             "mean = 0, std = 1 (singleton=verl: verl's one-response group has mean 0 and std 1)",
@@ -630,147 +593,8 @@ def _steps(
             f"var (ddof={ddof}) = ({squares}) / ({n} - {ddof}) = {fmt(total)} / {n - ddof} "
             f"= {fmt(var)}"
         )
-        lines.append(f"std = sqrt(var) = {fmt(std)}")
+        lines.append(f"std = sqrt(var) = {fmt(math.sqrt(var))}")
     return tuple(lines)
-
-
-@dataclass(frozen=True)
-class GdpoView:
-    """What GDPO (``aggregation=normalize_then_sum``) needs: each reward column's values
-    for the group's rows, and the batch's values of ``s = sum_k w_k z_k`` (clipped first
-    under clip_stage shaped) with their weights (token counts when token_weighted)."""
-
-    columns: tuple[str, ...]
-    weights: tuple[float, ...]
-    values: tuple[list[float | None], ...]
-    batch: list[tuple[float, float]]
-
-
-@dataclass(frozen=True)
-class _ZStats:
-    """One reward column in one group: its valid count, mean and variance (ddof), the
-    ``singleton=verl`` unit statistics, and whether its valid values are all equal."""
-
-    n: int
-    mean: float | None
-    var: float | None
-    constant: bool
-    unit: bool
-
-
-def _zstats(values: list[float | None], options: AdvantageOptions) -> _ZStats:
-    valid = [v for v in values if v is not None]
-    n = len(valid)
-    if options.singleton == "verl" and n == 1:
-        return _ZStats(n, 0.0, 1.0, False, True)
-    if not n:
-        return _ZStats(0, None, None, False, False)
-    mean, var = mean_var(valid, options.ddof)
-    return _ZStats(n, mean, var, n >= 2 and max(valid) == min(valid), False)
-
-
-def _zscore(v: float | None, st: _ZStats, options: AdvantageOptions) -> float | None:
-    """z of one reward value in its group (compute's grpo on that reward alone)."""
-    if v is None or st.mean is None:
-        return None
-    if st.constant:
-        return 0.0
-    if st.var is None:
-        return None
-    return (v - st.mean) / norm_filled(options, st.var)[1]
-
-
-def gdpo_sums(
-    values: tuple[list[float | None], ...] | list[list[float | None]],
-    options: AdvantageOptions,
-) -> tuple[list[float | None], list[list[float | None]], list[_ZStats]]:
-    """For one group: ``s = sum_k w_k z_k`` per row (null when every reward of the row is
-    null; a null z counts 0), the z of each reward column, and each column's statistics."""
-    stats = [_zstats(list(column), options) for column in values]
-    zs = [
-        [_zscore(v, st, options) for v in column] for column, st in zip(values, stats, strict=True)
-    ]
-    sums: list[float | None] = []
-    for i in range(len(values[0]) if values else 0):
-        if all(column[i] is None for column in values):
-            sums.append(None)
-            continue
-        terms = [
-            w * zi for w, z in zip(options.weights, zs, strict=True) if (zi := z[i]) is not None
-        ]
-        sums.append(float(sum(terms)))
-    return sums, zs, stats
-
-
-def _weightedmean_var(pairs: list[tuple[float, float]], ddof: int) -> tuple[float, float]:
-    total = math.fsum(w for _, w in pairs)
-    mean = math.fsum(x * w for x, w in pairs) / total
-    return mean, math.fsum(w * (x - mean) ** 2 for x, w in pairs) / (total - ddof)
-
-
-def _gdpo_formulas(
-    gdpo: GdpoView, options: AdvantageOptions
-) -> tuple[tuple[str, ...], list[tuple[str, float | None]]]:
-    """The lines that state each reward's group statistics and the batch whitening of s,
-    and each row's formula with its value."""
-    ddof = options.ddof
-    sums, zs, stats = gdpo_sums(gdpo.values, options)
-    lines = []
-    for column, weight, st in zip(gdpo.columns, gdpo.weights, stats, strict=True):
-        head = f"{column} (weight {fmt(weight)}): n = {st.n}"
-        if st.unit:
-            lines.append(f"{head}; singleton=verl: mean 0, std 1")
-        elif st.mean is None:
-            lines.append(f"{head}; no valid value: z null")
-        elif st.constant:
-            lines.append(f"{head}, mean = {fmt(st.mean)}; every value equal: z = 0")
-        elif st.var is None:
-            lines.append(f"{head}, mean = {fmt(st.mean)}; std (ddof={ddof}) undefined: z null")
-        else:
-            lines.append(
-                f"{head}, mean = {fmt(st.mean)}, std (ddof={ddof}) = {fmt(math.sqrt(st.var))}"
-            )
-    xs = [x for x, _ in gdpo.batch]
-    flat = len(xs) <= ddof or max(xs) == min(xs)
-    mean_b, var_b = (0.0, 0.0) if flat else _weightedmean_var(gdpo.batch, ddof)
-    weighting = " token-weighted" if options.token_weighted else ""
-    if flat:
-        lines.append(f"every value of s in the batch ({len(xs)}) is equal: every advantage is 0")
-    else:
-        lines.append(
-            f"s whitened over the batch's {len(xs)} values of s{weighting}: mean_b = "
-            f"{fmt(mean_b)}, var_b (ddof={ddof}) = {fmt(var_b)}"
-        )
-    shaped = options.clip if options.clip_stage == "shaped" else None
-    formulas: list[tuple[str, float | None]] = []
-    for i, s in enumerate(sums):
-        if s is None:
-            formulas.append(("-", None))
-            continue
-        terms = [
-            f"{fmt(w)} x {fmt(z[i])}"
-            for w, z in zip(gdpo.weights, zs, strict=True)
-            if z[i] is not None
-        ]
-        text = f"s = {' + '.join(terms) or '0'} = {fmt(s)}"
-        x = s
-        if shaped is not None:
-            x = min(max(s, shaped[0]), shaped[1])
-            text += f", clipped: {fmt(x)}"
-        if flat:
-            formulas.append((f"{text}; every s of the batch is equal", 0.0))
-            continue
-        norm, denominator = norm_filled(options, var_b)
-        formulas.append(
-            (f"{text}; ({fmt(x)} - {fmt(mean_b)}) / {norm}", (x - mean_b) / denominator)
-        )
-    return tuple(lines), formulas
-
-
-def gdpo_formula(options: AdvantageOptions) -> str:
-    """GDPO's formula in symbols, with the eps placement of ``eps_mode``."""
-    spread, batch = spread_symbol(options), spread_symbol(options, "_b")
-    return f"z_k = (r_k - mean_k) / {spread}; s = sum_k w_k z_k; A = (s - mean_b) / {batch}"
 
 
 def _fill_in(
@@ -780,7 +604,7 @@ def _fill_in(
     options: AdvantageOptions,
     estimator: Estimator,
 ) -> FilledIn:
-    """The estimator's formula filled in for ``group_rows`` (see
+    """The formula filled in for ``group_rows`` (see
     :mod:`grpo_cli.report.explain_context`), evaluated over ``batch`` (the rows of its
     batch) when given, else over the group."""
     rows = group_rows if batch is None else batch
@@ -797,32 +621,35 @@ def _fill_in(
     if options.length_col and options.length_col in rows.columns:
         lengths = [_float(v) for v in rows[options.length_col].to_list()]
     rewards = [_float(v) for v in rows[REWARD_KEY].to_list()]
-    return fill_in(estimator, options, rewards, groups, shown, lengths)
+    read = rows.select(
+        reward_expr(c, options.nulls).alias(f"r{i}") for i, c in enumerate(options.reward_cols)
+    )
+    columns = [[_float(v) for v in column.to_list()] for column in read.get_columns()]
+    return fill_in(estimator, options, rewards, groups, shown, lengths, columns)
 
 
-def _policy(r: float | None, n: int, constant: bool, options: AdvantageOptions) -> Message | None:
-    """The rule that sets this row's advantage instead of the formula, if any."""
-    if r is None:
-        if options.nulls == "zero":
-            return (
-                "null reward: left out of the statistics; advantage 0 ("
-                + option("nulls", "zero")
-                + ")"
-            )
+def _policy(name: str | None, options: AdvantageOptions) -> Message | None:
+    """What the rule ``name`` (see :class:`grpo_cli.report.explain_context.FilledIn`) did
+    to a row's advantage, for the reader."""
+    if name == "nulls":
+        nulls = "zero" if options.nulls == "zero" else "exclude"
+        value = "0" if nulls == "zero" else "null"
         return (
-            "null reward: left out of the statistics; advantage null ("
-            + option("nulls", "exclude")
+            f"null reward: left out of the statistics; advantage {value} ("
+            + option("nulls", nulls)
             + ")"
         )
-    if n == 1 and options.singleton in ("zero", "raw", "null"):
+    if name == "singleton":
         value = {"zero": "0", "raw": "the raw reward", "null": "null"}[options.singleton]
         return (
             f"only valid reward of its group: advantage {value} ("
             + option("singleton", options.singleton)
             + ")"
         )
-    if constant:
+    if name == "constant":
         return "zero-variance group: advantage exactly 0"
+    if name == "clip" and options.clip is not None:
+        return f"clipped to [{fmt(options.clip[0])}, {fmt(options.clip[1])}]"
     return None
 
 
@@ -934,16 +761,11 @@ def explain_one(
         position = pick_row(full, keys.exact, pick, options.advantage_col)
         rows = _group_at(full, keys.exact, position)
         chosen = _picked(pick, full.row(position, named=True), options.advantage_col)
-    batch = None
-    if estimator.scope == "batch":
-        batch = _batch_members(full, rows, keys.batch)
-    gdpo = None
-    if options.aggregation == "normalize_then_sum":
-        gdpo = _gdpo_view(full, rows, keys, options)
+    batch = _batch_members(full, rows, keys.batch) if reads_batch(options, estimator) else None
     logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
     shown = {name: rows[c][0] for c, name in zip(keys.exact, names, strict=True)}
     explained = explain_group(
-        rows, options, plan.estimator, batch, logged, shown, gdpo, chosen, group_keys=keys.exact
+        rows, options, plan.estimator, batch, logged, shown, chosen, group_keys=keys.exact
     )
     return replace(explained, warnings=(*resolved.warnings, *([tokens] if tokens else [])))
 
@@ -967,38 +789,3 @@ def _batch_members(
     """The rows of ``full`` in the batch of ``rows``, in order."""
     first = rows.row(0, named=True)
     return full.filter(pl.all_horizontal(pl.col(c) == first[c] for c in batch_cols))
-
-
-def _gdpo_view(
-    full: pl.DataFrame, rows: pl.DataFrame, keys: Keys, options: AdvantageOptions
-) -> GdpoView:
-    """Each reward column's values in the group, and ``s`` over the group's batch."""
-    members = _batch_members(full, rows, keys.batch)
-    columns = options.reward_cols
-
-    def values(frame: pl.DataFrame) -> tuple[list[float | None], ...]:
-        read = frame.select(
-            reward_expr(c, options.nulls).alias(f"r{i}") for i, c in enumerate(columns)
-        )
-        return tuple([_float(v) for v in read.to_series(i).to_list()] for i in range(len(columns)))
-
-    batch_values = values(members)
-    where: dict[tuple[Any, ...], list[int]] = {}
-    for i, group in enumerate(members.select(list(keys.exact)).iter_rows()):
-        where.setdefault(group, []).append(i)
-    sums: list[float | None] = [None] * members.height
-    for indices in where.values():
-        part = tuple([column[i] for i in indices] for column in batch_values)
-        for i, s in zip(indices, gdpo_sums(part, options)[0], strict=True):
-            sums[i] = s
-    if options.token_weighted and options.length_col is not None:
-        weights = [_float(w) for w in members[options.length_col].to_list()]
-    else:
-        weights = [1.0] * members.height
-    shaped = options.clip if options.clip is not None and options.clip_stage == "shaped" else None
-    batch = [
-        (min(max(s, shaped[0]), shaped[1]) if shaped else s, w)
-        for s, w in zip(sums, weights, strict=True)
-        if s is not None and w is not None
-    ]
-    return GdpoView(columns, options.weights, values(rows), batch)

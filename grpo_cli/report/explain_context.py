@@ -2,7 +2,8 @@
 batch's numbers in plain Python floats, each value remembering how it was made.
 
 :class:`ExplainContext` is the third formula context (beside the Polars and torch ones, see
-:class:`grpo_cli.core.estimators.FormulaContext`): an estimator's ``fn(ctx)`` runs on it
+:class:`grpo_cli.core.estimators.FormulaContext`): the engines' formula
+(:func:`grpo_cli.core.policies.formula`: the estimator's ``fn(ctx)``, or GDPO) runs on it
 unchanged, so the eps placement, the leave-one-out sum, the token weights, the clip before
 a whitening and every other detail are stated once, in :mod:`grpo_cli.core.estimators`. Each
 value is a :class:`Term`: its numbers (one per row evaluated; None for null) and the
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.core.estimators import FormulaContext, Value
+from grpo_cli.core.policies import final_clip, formula, overrides
 
 if TYPE_CHECKING:
     from grpo_cli.core.estimators import Estimator
@@ -271,10 +273,6 @@ def _leaf(values: list[Number], symbol: str, *, varies: bool = False) -> Term:
 
 
 # --------------------------------------------------------------------------- rendering
-
-
-def _precedence(term: Term) -> int:
-    return _PRECEDENCE.get(term.op, ATOM)
 
 
 def _is_literal(term: Term) -> bool:
@@ -549,8 +547,8 @@ class ExplainContext(FormulaContext):
         return lines
 
 
-def _first(term: Term) -> float | None:
-    value = term.values[0] if term.values else None
+def _first(term: Term, row: int = 0) -> float | None:
+    value = term.values[row] if term.values else None
     return None if value is None else float(value)
 
 
@@ -580,11 +578,19 @@ def _folded_leafless(term: Term) -> bool:
 class FilledIn:
     """One group's filled-in formula: the formula line in symbols, the lines stating the
     numbers it shares (named values, batch statistics), and per shown row the formula
-    with its numbers and its value (None where undefined)."""
+    with its numbers and its value (None where undefined) and the name of the rule that
+    sets its advantage instead (see :func:`overrides`); the group's valid count, mean and
+    variance as the formula reads them; ``per_reward``: the formula z-scored each reward
+    column on its own (GDPO)."""
 
     formula: str
     steps: tuple[str, ...]
     rows: tuple[tuple[str, float | None], ...]
+    overrides: tuple[str | None, ...]
+    n: int
+    mean: float | None
+    var: float | None
+    per_reward: bool
 
 
 def context(
@@ -616,23 +622,149 @@ def fill_in(
     groups: Sequence[int],
     shown: Sequence[int],
     lengths: Sequence[float | None] | None = None,
+    columns: Sequence[Sequence[float | None]] = (),
 ) -> FilledIn:
-    """The estimator's formula over these rows (one batch: each row's reward, group index
-    and length), filled in for the rows at positions ``shown`` (one group)."""
+    """The formula the engines run (:func:`grpo_cli.core.estimators.formula`) over these
+    rows (one batch: each row's reward, group index, length and value of each reward
+    column), filled in for the rows at positions ``shown`` (one group)."""
     ctx = context(options, rewards, groups, lengths)
-    result = _term(estimator.fn(ctx), ctx.size)
-    formula = (
-        "; ".join([*(f"{t.symbol} = {render(t.args[0], None)}" for t in ctx.row_named), ""])
-        + f"A = {render(result, None)}"
+    made: list[ExplainContext] = []
+
+    def per_reward() -> list[ExplainContext]:
+        made.extend(ctx.with_reward(_leaf(list(c), "r", varies=True)) for c in columns)
+        return made
+
+    result = _term(formula(ctx, options, estimator, per_reward), ctx.size)
+    if made:
+        formula_line, steps, rows = _per_reward(ctx, made, result, shown, options)
+    else:
+        formula_line = (
+            "; ".join([*(f"{t.symbol} = {render(t.args[0], None)}" for t in ctx.row_named), ""])
+            + f"A = {render(result, None)}"
+        )
+        steps = tuple(_unique([*ctx.steps, *ctx.batch_lines()]))
+        rows = []
+        for i in shown:
+            prefix = "".join(f"{t.symbol} = {_row_text(t.args[0], i)}; " for t in ctx.row_named)
+            rows.append((prefix + render(result, i), _number(result, i)))
+    first = shown[0]
+    return FilledIn(
+        formula_line,
+        steps,
+        tuple(rows),
+        _overrides(ctx, result, shown, options, estimator, per_reward=bool(made)),
+        _count(ctx, first),
+        _first(ctx.group_mean(), first),
+        _first(ctx.group_var(), first),
+        bool(made),
     )
-    steps = tuple(_unique([*ctx.steps, *ctx.batch_lines()]))
-    rows = []
+
+
+def _overrides(
+    ctx: ExplainContext,
+    result: Term,
+    shown: Sequence[int],
+    options: AdvantageOptions,
+    estimator: Estimator,
+    *,
+    per_reward: bool,
+) -> tuple[str | None, ...]:
+    """Per shown row, the name of the rule that sets its advantage instead of the
+    formula's value ``result``: a policy's override (``nulls``, ``singleton``: see
+    :func:`grpo_cli.core.policies.overrides`), ``constant`` (the zero-variance rule; not
+    under GDPO, which z-scores each reward alone), ``clip``
+    (:func:`grpo_cli.core.policies.final_clip`), or None."""
+    rules = overrides(ctx, options, estimator, singleton=ctx.is_singleton())
+    constant = ctx.is_constant()
+    bounds = final_clip(options, estimator)
+    names: list[str | None] = []
     for i in shown:
-        value = result.values[i]
-        number = None if value is None or math.isnan(float(value)) else float(value)
-        prefix = "".join(f"{t.symbol} = {_row_text(t.args[0], i)}; " for t in ctx.row_named)
-        rows.append((prefix + render(result, i), number))
-    return FilledIn(formula, steps, tuple(rows))
+        name = next((name for name, holds, _ in rules if holds.values[i]), None)
+        if name is None and not per_reward and constant.values[i]:
+            name = "constant"
+        value = _number(result, i)
+        if name is None and value is not None and bounds is not None:
+            name = "clip" if value < bounds[0] or value > bounds[1] else None
+        names.append(name)
+    return tuple(names)
+
+
+def _number(term: Term, row: int) -> float | None:
+    value = term.values[row]
+    return None if value is None or math.isnan(float(value)) else float(value)
+
+
+def _per_reward(
+    ctx: ExplainContext,
+    rewards: list[ExplainContext],
+    result: Term,
+    shown: Sequence[int],
+    options: AdvantageOptions,
+) -> tuple[str, tuple[str, ...], list[tuple[str, float | None]]]:
+    """GDPO's formula line, steps and rows, read from its evaluation: each reward
+    column's group statistics and ``z``, the weighted sum ``s`` and its batch whitening
+    (``where(flat, 0, norm(x - mean_b, var_b))``, ``x``: ``s`` clipped under clip_stage
+    shaped)."""
+    ddof, first = options.ddof, shown[0]
+    lines = [
+        f"n = {_count(ctx, first)} valid rewards; aggregation normalize_then_sum: each reward "
+        "column is z-scored in the group on its own"
+    ]
+    *zs, s = ctx.row_named
+    for column, weight, r, z in zip(options.reward_cols, options.weights, rewards, zs, strict=True):
+        n = _count(r, first)
+        mean, var = (_first(r.reward_stat(name), first) for name in ("mean", "var"))
+        head = f"{column} (weight {fmt(weight)}): n = {n}"
+        if r.singleton_unit and n == 1:
+            lines.append(f"{head}; singleton=verl: mean 0, std 1")
+        elif mean is None:
+            lines.append(f"{head}; no valid value: z null")
+        elif r.is_constant().values[first]:
+            lines.append(f"{head}, mean = {fmt(mean)}; every value equal: z = 0")
+        elif var is None:  # eps_mode var_floor floors it at eps: z is then 0, not null
+            z_text = "z null" if all(z.values[i] is None for i in shown) else "z = 0 (var_floor)"
+            lines.append(f"{head}, mean = {fmt(mean)}; std (ddof={ddof}) undefined: {z_text}")
+        else:
+            lines.append(f"{head}, mean = {fmt(mean)}, std (ddof={ddof}) = {fmt(math.sqrt(var))}")
+    flat, _, whitened = result.args
+    ((x, stats),) = ctx._batch.values()
+    count = sum(1 for v in x.values if v is not None)
+    mean_b, var_b = _first(stats["mean"]), _first(stats["var"])
+    weighting = " token-weighted" if options.token_weighted else ""
+    if flat.values[0]:
+        lines.append(f"every value of s in the batch ({count}) is equal: every advantage is 0")
+    else:
+        lines.append(
+            f"s whitened over the batch's {count} values of s{weighting}: mean_b = "
+            f"{fmt(mean_b)}, var_b (ddof={ddof}) = {fmt(var_b)}"
+        )
+    rows: list[tuple[str, float | None]] = []
+    for i in shown:
+        if s.values[i] is None:
+            rows.append(("-", None))
+            continue
+        terms = [
+            f"{fmt(w)} x {fmt(_first(z, i))}"
+            for w, z, r in zip(options.weights, zs, rewards, strict=True)
+            if z.values[i] is not None and r.reward.values[i] is not None
+        ]
+        text = f"s = {' + '.join(terms) or '0'} = {fmt(_first(s, i))}"
+        if ctx.shaped_clip is not None:
+            text += f", clipped: {fmt(_first(x, i))}"
+        if flat.values[i]:
+            rows.append((f"{text}; every s of the batch is equal", 0.0))
+            continue
+        spread = _wrap(whitened.args[1], i, ATOM)
+        rows.append(
+            (f"{text}; ({fmt(_first(x, i))} - {fmt(mean_b)}) / {spread}", _number(result, i))
+        )
+    spread, batch = spread_symbol(options), spread_symbol(options, "_b")
+    formula_line = f"z_k = (r_k - mean_k) / {spread}; s = sum_k w_k z_k; A = (s - mean_b) / {batch}"
+    return formula_line, tuple(lines), rows
+
+
+def _count(ctx: ExplainContext, row: int) -> int:
+    return int(ctx.count().values[row] or 0)
 
 
 def _row_text(term: Term, row: int) -> str:
@@ -644,22 +776,6 @@ def _row_text(term: Term, row: int) -> str:
 
 def _unique(lines: list[str]) -> list[str]:
     return list(dict.fromkeys(lines))
-
-
-def symbolic(estimator: Estimator, options: AdvantageOptions) -> str:
-    """The estimator's formula in symbols, with the eps placement of ``options`` (from
-    evaluating it on a two-reward group)."""
-    return fill_in(estimator, options, [0.0, 1.0], [0, 0], [], [1.0, 1.0]).formula
-
-
-def norm_filled(options: AdvantageOptions, var: float) -> tuple[str, float]:
-    """The eps-stabilised spread of ``var`` (:meth:`FormulaContext.norm` of 1): its text
-    with the numbers (the denominator) and its value."""
-    ctx = context(options, [None], [0])
-    spread = _leaf([var], "var")
-    term = ctx.norm(_lit(1.0, 1), spread)
-    denominator: Term = term.args[1]
-    return _wrap(denominator, 0, ATOM), float(denominator.values[0] or 0.0)
 
 
 def spread_symbol(options: AdvantageOptions, batch: str = "") -> str:

@@ -421,12 +421,12 @@ def _per_step(report: Report, fig: Any, grid: Any, vary: bool) -> None:
 MAX_STEP_TICKS: Final = 12
 
 
-def step_ticks(steps: Any, most: int = MAX_STEP_TICKS) -> list[float]:
+def step_ticks(steps: Any) -> list[float]:
     """The ticks of the step axis: the logged step values (5, 10, 15 are drawn as 5, 10,
     15, never 6, 8, ... 14), every k-th of them from the first when there are more than
-    ``most`` (k the smallest that leaves at most ``most``)."""
+    MAX_STEP_TICKS (k the smallest that leaves at most MAX_STEP_TICKS)."""
     values = [float(v) for v in steps]
-    k = max(1, math.ceil(len(values) / most))
+    k = max(1, math.ceil(len(values) / MAX_STEP_TICKS))
     return values[::k]
 
 
