@@ -283,7 +283,7 @@ class TestGdpo:
                 "format_reward": [0.5, 0.0, 1.0, 1.0, 1.0],
             }
         )
-        explicit = {
+        explicit: dict[str, Any] = {
             "reward_cols": ("reward", "format_reward"),
             "reward_weights": WEIGHTS,
             "aggregation": "normalize_then_sum",

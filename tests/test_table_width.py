@@ -19,9 +19,9 @@ from grpo_cli import compute_advantages
 from grpo_cli.cli import app
 from grpo_cli.cli.render import (
     STEP_COLUMNS,
-    _num,
     _value,
     histogram_lines,
+    number,
     render_report,
 )
 from grpo_cli.core.options import AdvantageOptions
@@ -213,7 +213,7 @@ class TestCli:
         table_lines = [line for line in result.stdout.splitlines() if line[:1] in BOX_CHARS]
         assert table_lines and all(cell_len(line) <= width for line in table_lines)
         words = result.stdout.split()
-        assert _num(-1.89737, 6) in words and _num(0.474342, 6) in words
+        assert number(-1.89737, 6) in words and number(0.474342, 6) in words
 
     @pytest.mark.parametrize("width", [40, 60])
     def test_presets(self, runner: CliRunner, width: int) -> None:
