@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from grpo_cli.cli.help import ENGINE, INPUT, OUTPUT
 from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
@@ -44,11 +45,19 @@ def compute_cmd(
     with_stats: Annotated[
         bool,
         typer.Option(
-            "--with-stats", help="Also output group_size, group_mean and group_std columns."
+            "--with-stats",
+            help="Also output group_size, group_mean and group_std columns.",
+            rich_help_panel=OUTPUT,
         ),
     ] = False,
     advantage_col: Annotated[
-        str, typer.Option("--advantage-col", metavar="COL", help="Name of the output column.")
+        str,
+        typer.Option(
+            "--advantage-col",
+            metavar="COL",
+            help="Name of the output column.",
+            rich_help_panel=INPUT,
+        ),
     ] = "advantage",
     replace: Annotated[
         bool,
@@ -56,6 +65,7 @@ def compute_cmd(
             "--replace",
             help="Recompute input columns named like the added ones (a trainer dump's own "
             "advantage column) in place, instead of refusing.",
+            rich_help_panel=OUTPUT,
         ),
     ] = False,
     summary_path: SummaryPath = None,
@@ -67,6 +77,7 @@ def compute_cmd(
             metavar="DIR",
             help="Write one annotated file per input into DIR (the inputs still form one log).",
             show_default=False,
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     low_memory: Annotated[
@@ -78,6 +89,7 @@ def compute_cmd(
             "estimators only). The same as "
             + flag_spelling(option("backend", alias_backend("--low-memory", {})))
             + ".",
+            rich_help_panel=ENGINE,
         ),
     ] = False,
     force: Force = False,

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Final, get_type_hints
 
 import typer
 
+from grpo_cli.cli.help import ENGINE, INPUT, LAYOUT, OUTPUT, POLICIES
 from grpo_cli.core.columns import STEP_COLUMNS
 from grpo_cli.core.engine_options import BACKENDS, DEVICES
 from grpo_cli.core.errors import OptionRef, OptionsError, Verbatim
@@ -91,6 +92,7 @@ Preset = Annotated[
         "Explicit options override it.",
         autocompletion=_completes(lambda: PRESETS),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 InputFormat = Annotated[
@@ -102,6 +104,7 @@ InputFormat = Annotated[
         "else from the content.",
         autocompletion=_completes(_data_formats),
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 GroupCol = Annotated[
@@ -114,6 +117,7 @@ GroupCol = Annotated[
         "(-g step -g prompt_id). Default: step, prompt_id when the log has a step column "
         f"(the first of {', '.join(STEP_COLUMNS)}), else prompt_id.",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 RewardCol = Annotated[
@@ -124,6 +128,7 @@ RewardCol = Annotated[
         metavar="COL",
         help="Reward column; repeat for several rewards (see --aggregation). Default: reward.",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 RewardWeights = Annotated[
@@ -133,6 +138,7 @@ RewardWeights = Annotated[
         metavar="W1,W2",
         help="One weight per --reward-col, e.g. 1,0.5. Default: 1 each.",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 Aggregation = Annotated[
@@ -143,6 +149,7 @@ Aggregation = Annotated[
         help=_choices("How several rewards combine", AGGREGATIONS, "sum_then_normalize"),
         autocompletion=_completes(lambda: AGGREGATIONS),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Estimator = Annotated[
@@ -156,6 +163,7 @@ Estimator = Annotated[
         + ". Default: grpo.",
         autocompletion=_completes(lambda: ESTIMATORS),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Ddof = Annotated[
@@ -165,12 +173,17 @@ Ddof = Annotated[
         metavar="0|1",
         help="Degrees-of-freedom correction of every std: 1 sample, 0 population. Default: 1.",
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Eps = Annotated[
     float | None,
     typer.Option(
-        "--eps", metavar="FLOAT", help="The stabiliser. Default: 1e-8.", show_default=False
+        "--eps",
+        metavar="FLOAT",
+        help="The stabiliser. Default: 1e-8.",
+        show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 EpsMode = Annotated[
@@ -181,6 +194,7 @@ EpsMode = Annotated[
         help=_choices("Where eps goes", EPS_MODES, "std"),
         autocompletion=_completes(lambda: EPS_MODES),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Singleton = Annotated[
@@ -191,6 +205,7 @@ Singleton = Annotated[
         help=_choices("A group with one valid reward", SINGLETON_POLICIES, "zero"),
         autocompletion=_completes(lambda: SINGLETON_POLICIES),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Nulls = Annotated[
@@ -201,6 +216,7 @@ Nulls = Annotated[
         help=_choices("Null or NaN rewards", NULL_POLICIES, "exclude"),
         autocompletion=_completes(lambda: NULL_POLICIES),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Clip = Annotated[
@@ -210,6 +226,7 @@ Clip = Annotated[
         metavar="LO,HI",
         help="Clip advantages to [LO, HI] (OpenRLHF: -10,10).",
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 ClipStage = Annotated[
@@ -220,6 +237,7 @@ ClipStage = Annotated[
         help=_choices("Where --clip applies", CLIP_STAGES, "advantage"),
         autocompletion=_completes(lambda: CLIP_STAGES),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 BatchCol = Annotated[
@@ -230,6 +248,7 @@ BatchCol = Annotated[
         help="Batch statistics per value of this column (e.g. step). Default: the whole "
         "input is one batch.",
         show_default=False,
+        rich_help_panel=LAYOUT,
     ),
 ]
 
@@ -255,6 +274,7 @@ GroupSize = Annotated[
         "without a prompt id (TRL's num_generations). auto (or not given, with a TRL "
         "preset): inferred from a TRL dump's runs of equal prompts.",
         show_default=False,
+        rich_help_panel=LAYOUT,
     ),
 ]
 LengthCol = Annotated[
@@ -264,6 +284,7 @@ LengthCol = Annotated[
         metavar="COL",
         help="Response lengths in tokens (opo weights, --token-weighted statistics).",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 TokenWeighted = Annotated[
@@ -272,6 +293,7 @@ TokenWeighted = Annotated[
         "--token-weighted/--no-token-weighted",
         help="Weight batch statistics by --length-col, as verl and OpenRLHF whiten over tokens.",
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 BaselineCol = Annotated[
@@ -281,6 +303,7 @@ BaselineCol = Annotated[
         metavar="COL",
         help="Per-row baseline reward (remax: the greedy response's reward).",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 StepRewardsCol = Annotated[
@@ -290,6 +313,7 @@ StepRewardsCol = Annotated[
         metavar="COL",
         help="List column of per-step rewards (estimator process).",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 Deterministic = Annotated[
@@ -300,6 +324,7 @@ Deterministic = Annotated[
         "large logs). Default --fast: the streaming engine, whose parallel sums may differ in "
         "the last bit (~1e-16 relative) between runs.",
         show_default=False,
+        rich_help_panel=ENGINE,
     ),
 ]
 Backend = Annotated[
@@ -310,6 +335,7 @@ Backend = Annotated[
         help=_choices("Where the arithmetic runs", BACKENDS, "polars"),
         autocompletion=_completes(lambda: BACKENDS),
         show_default=False,
+        rich_help_panel=ENGINE,
     ),
 ]
 Device = Annotated[
@@ -320,6 +346,7 @@ Device = Annotated[
         help=_choices("The torch device", DEVICES, "auto"),
         autocompletion=_completes(lambda: DEVICES),
         show_default=False,
+        rich_help_panel=ENGINE,
     ),
 ]
 RayAddress = Annotated[
@@ -330,6 +357,7 @@ RayAddress = Annotated[
         help="With --backend ray: auto (the cluster this machine belongs to) or HOST:PORT "
         "(its head). Default: a private local Ray (RAY_ADDRESS is not followed).",
         show_default=False,
+        rich_help_panel=ENGINE,
     ),
 ]
 Output = Annotated[
@@ -342,6 +370,7 @@ Output = Annotated[
         "INPUT; standard output when INPUT is -. With --backend ray: a folder of Parquet "
         "parts (required).",
         show_default=False,
+        rich_help_panel=OUTPUT,
     ),
 ]
 OutputFormat = Annotated[
@@ -353,6 +382,7 @@ OutputFormat = Annotated[
         "else the input's format.",
         autocompletion=_completes(_data_formats),
         show_default=False,
+        rich_help_panel=OUTPUT,
     ),
 ]
 SummaryPath = Annotated[
@@ -363,6 +393,7 @@ SummaryPath = Annotated[
         help="Write the per-group table here (.csv, .parquet, .jsonl, .json or .md; with "
         "--backend ray, a folder of Parquet parts).",
         show_default=False,
+        rich_help_panel=OUTPUT,
     ),
 ]
 SummaryFormat = Annotated[
@@ -374,6 +405,7 @@ SummaryFormat = Annotated[
         "its suffix; csv for standard output (--summary -).",
         autocompletion=_completes(_table_formats),
         show_default=False,
+        rich_help_panel=OUTPUT,
     ),
 ]
 By = Annotated[
@@ -384,10 +416,19 @@ By = Annotated[
         help="Per-step table by this column (repeat for several). Default: --batch-col, "
         "else step when the log has it.",
         show_default=False,
+        rich_help_panel=LAYOUT,
     ),
 ]
-Force = Annotated[bool, typer.Option("--force", "-f", help="Overwrite existing output files.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on stderr but errors.")]
+Force = Annotated[
+    bool,
+    typer.Option("--force", "-f", help="Overwrite existing output files.", rich_help_panel=OUTPUT),
+]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="Print nothing on stderr but errors.", rich_help_panel=OUTPUT
+    ),
+]
 
 
 # --------------------------------------------------------------------------- flag spelling
