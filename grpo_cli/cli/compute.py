@@ -25,7 +25,6 @@ from grpo_cli.cli.params import (
     flag_spelling,
     policy_options,
 )
-from grpo_cli.core.errors import option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -86,9 +85,7 @@ def compute_cmd(
             "--low-memory",
             help="Logs larger than memory: Parquet in, Parquet out, in bounded memory "
             "(spills partitions to a temporary folder beside the output; group-level "
-            "estimators only). The same as "
-            + flag_spelling(option("backend", alias_backend("--low-memory", {})))
-            + ".",
+            f"estimators only). The same as --backend {alias_backend('--low-memory', {})}.",
             rich_help_panel=ENGINE,
         ),
     ] = False,

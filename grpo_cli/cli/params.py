@@ -19,14 +19,14 @@ import inspect
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Annotated, Any, Final, get_type_hints
+from typing import Annotated, Any, Final, get_args, get_origin, get_type_hints
 
 import typer
 
 from grpo_cli.cli.help import ENGINE, INPUT, LAYOUT, OUTPUT, POLICIES
 from grpo_cli.core.columns import STEP_COLUMNS
 from grpo_cli.core.engine_options import BACKENDS, DEVICES
-from grpo_cli.core.errors import OptionRef, OptionsError, Verbatim
+from grpo_cli.core.errors import OptionRef, OptionsError, Verbatim, option
 from grpo_cli.core.estimators import ESTIMATORS
 from grpo_cli.core.options import (
     AGGREGATIONS,
@@ -433,57 +433,9 @@ Quiet = Annotated[
 
 # --------------------------------------------------------------------------- flag spelling
 
-FLAGS: Final[dict[str, tuple[str, ...]]] = {
-    # AdvantageOptions
-    "group_cols": ("--group-col", "-g"),
-    "reward_cols": ("--reward-col", "-r"),
-    "reward_weights": ("--reward-weights",),
-    "aggregation": ("--aggregation",),
-    "estimator": ("--estimator", "-e"),
-    "ddof": ("--ddof",),
-    "eps": ("--eps",),
-    "eps_mode": ("--eps-mode",),
-    "singleton": ("--singleton",),
-    "nulls": ("--nulls",),
-    "clip": ("--clip",),
-    "clip_stage": ("--clip-stage",),
-    "batch_col": ("--batch-col",),
-    "group_size": ("--group-size",),
-    "length_col": ("--length-col",),
-    "token_weighted": ("--token-weighted",),
-    "baseline_col": ("--baseline-col",),
-    "step_rewards_col": ("--step-rewards-col",),
-    "with_stats": ("--with-stats",),
-    "advantage_col": ("--advantage-col",),
-    "deterministic": ("--deterministic",),
-    # EngineOptions
-    "backend": ("--backend",),
-    "device": ("--device",),
-    "ray_address": ("--ray-address",),
-    # run_job and the other library entries
-    "preset": ("--preset",),
-    "output": ("--output", "-o"),
-    "out_dir": ("--out-dir",),
-    "input_format": ("--format",),
-    "output_format": ("--output-format",),
-    "summary_path": ("--summary",),
-    "summary_format": ("--summary-format",),
-    "force": ("--force", "-f"),
-    "replace": ("--replace",),
-    "tol": ("--tol",),
-    "top": ("--top",),
-    "group": ("--group",),
-    "row": ("--row",),
-    "pick": ("--pick",),
-    "level": ("--level",),
-    "by": ("--by",),
-}
-"""The command line's flags (long, then short) of each keyword a message can name: the
-one place where ``eps`` becomes ``--eps`` (see :mod:`grpo_cli.core.errors`)."""
-
-REPEATED: Final = frozenset({"group_cols", "reward_cols", "by", "group"})
-"""Options given once per value (``-g step -g prompt_id``); other tuples are comma-separated
-(``--clip -10,10``)."""
+KEYWORDS: Final = {"group_col": "group_cols", "reward_col": "reward_cols"}
+"""Options given once per value (``-g a -g b``) whose library keyword holds them all; every
+other option's keyword is its parameter's name."""
 
 ALIASES: Final[dict[tuple[str, object], str]] = {("backend", "partitioned"): "--low-memory"}
 """Flags that stand for an option and value: ``--low-memory`` is ``--backend partitioned``."""
@@ -495,14 +447,45 @@ def _cli_value(value: object) -> str:
     return str(value)
 
 
+@dataclass(frozen=True)
+class Flags:
+    """How the command line names one keyword: its flags (long, then short) and whether
+    it takes one value per flag (``-g a -g b``; other tuples are comma-separated:
+    ``--clip -10,10``)."""
+
+    names: tuple[str, ...]
+    repeated: bool = False
+
+
+@functools.cache
+def flags() -> dict[str, Flags]:
+    """The flags of each keyword a message can name, read from the options the commands
+    declare (the first command to declare a keyword names it): the one place where
+    ``eps`` becomes ``--eps`` (see :mod:`grpo_cli.core.errors`)."""
+    from typer.models import OptionInfo
+    from typer.utils import get_params_from_function
+
+    from grpo_cli.cli.app import app
+
+    table: dict[str, Flags] = {}
+    for command in app.registered_commands:
+        for name, param in get_params_from_function(command.callback or (lambda: None)).items():
+            if isinstance(param.default, OptionInfo):
+                names = tuple(decl.split("/")[0] for decl in param.default.param_decls or ())
+                kinds = (param.annotation, *get_args(param.annotation))
+                repeated = any(get_origin(kind) is list for kind in kinds)
+                table.setdefault(KEYWORDS.get(name, name), Flags(names, repeated))
+    return table
+
+
 def flag_spelling(ref: OptionRef) -> str:
     """The option as the command line takes it: ``--eps``, ``--eps 1e-8``, ``--force``
     (a value True), ``--clip -10,10``, ``-g a -g b``, ``--low-memory`` (an alias)."""
-    flags = FLAGS.get(ref.keyword, ("--" + ref.keyword.replace("_", "-"),))
-    flag = flags[-1] if ref.short else flags[0]
+    named = flags().get(ref.keyword) or Flags(("--" + ref.keyword.replace("_", "-"),))
+    flag = named.names[-1] if ref.short else named.names[0]
     if not ref.has_value or ref.value is True:
         plain = flag
-    elif isinstance(ref.value, tuple) and ref.keyword in REPEATED:
+    elif isinstance(ref.value, tuple) and named.repeated:
         plain = " ".join(f"{flag} {_cli_value(v)}" for v in ref.value)
     elif isinstance(ref.value, tuple):
         plain = f"{flag} {','.join(_cli_value(v) for v in ref.value)}"
@@ -526,19 +509,21 @@ def alias_backend(flag: str, explicit: Mapping[str, Any]) -> str:
     return str(name)
 
 
-def parse_floats(text: str, flag: str, count: int | None = None) -> tuple[float, ...]:
-    """``"1,0.5"`` -> ``(1.0, 0.5)``; a clear error for anything else."""
+def parse_floats(text: str, keyword: str, count: int | None = None) -> tuple[float, ...]:
+    """``"1,0.5"`` -> ``(1.0, 0.5)``; a clear error, naming the option ``keyword``, for
+    anything else."""
+    example = Verbatim("-10,10" if count == 2 else "1,0.5")
     try:
         values = tuple(float(part) for part in text.split(","))
     except ValueError:
-        example = "-10,10" if count == 2 else "1,0.5"
         raise OptionsError(
-            f"{flag} needs comma-separated numbers, got {text!r}", hint=f"e.g. {flag} {example}"
+            option(keyword) + f" needs comma-separated numbers, got {text!r}",
+            hint="e.g. " + option(keyword, example),
         ) from None
     if count is not None and len(values) != count:
         raise OptionsError(
-            f"{flag} needs {count} comma-separated numbers, got {text!r}",
-            hint=f"e.g. {flag} -10,10",
+            option(keyword) + f" needs {count} comma-separated numbers, got {text!r}",
+            hint="e.g. " + option(keyword, example),
         )
     return values
 
@@ -549,14 +534,10 @@ def explicit_fields(**given: Any) -> dict[str, Any]:
     for name, value in given.items():
         if value is None or (isinstance(value, list) and not value):
             continue
-        if name == "group_col":
-            fields["group_cols"] = tuple(value)
-        elif name == "reward_col":
-            fields["reward_cols"] = tuple(value)
-        elif name == "reward_weights":
-            fields["reward_weights"] = parse_floats(value, "--reward-weights")
-        elif name == "clip":
-            fields["clip"] = parse_floats(value, "--clip", count=2)
+        if name in KEYWORDS:
+            fields[KEYWORDS[name]] = tuple(value)
+        elif name in ("reward_weights", "clip"):
+            fields[name] = parse_floats(value, name, count=2 if name == "clip" else None)
         else:
             fields[name] = value
     return fields
