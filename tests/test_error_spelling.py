@@ -292,6 +292,17 @@ def test_no_rewriting_left() -> None:
         assert gone not in text
 
 
+def test_jobs_and_engines_take_no_spelling() -> None:
+    """The spelling of options is the reader's: no module of jobs/ or engines/ takes,
+    keeps or applies one (their callbacks and results carry messages)."""
+    for path in [*(PACKAGE / "jobs").glob("*.py"), *(PACKAGE / "engines").glob("*.py")]:
+        tree = ast.parse(path.read_text())
+        names = {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
+        names |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        names |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        assert names & {"spell", "Spelling", "keyword_spelling", "render"} == set(), path
+
+
 def test_a_core_error_is_no_error_of_the_cli() -> None:
     # GrpoAdvError keeps message and hint as text with options, not as flags
     error = GrpoAdvError("x " + option("eps"), hint=option("eps", Verbatim("1e-8")))

@@ -96,7 +96,7 @@ def compute_cmd(
 
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
-    from grpo_cli.cli.render import DelayedProgress, print_note, stderr_console
+    from grpo_cli.cli.render import DelayedProgress, print_error, print_note, stderr_console
     from grpo_cli.jobs.outputs import sources_or_stdin
     from grpo_cli.jobs.run import run_job
 
@@ -124,7 +124,7 @@ def compute_cmd(
         progress=lambda: DelayedProgress(console, enabled=enabled),
         notes=None if quiet else functools.partial(print_note, console, spell=flag_spelling),
         warn=warner(quiet=quiet),
-        spell=flag_spelling,
+        fatal=functools.partial(print_error, console, spell=flag_spelling),
     )
     if not quiet:
         _report(console, result, preset)
