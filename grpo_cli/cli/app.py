@@ -140,14 +140,6 @@ def _shell_completion(args: Sequence[str]) -> None:
         sys.exit(EXIT_OK)
 
 
-_PLAIN_VALUE_ERRORS = {
-    "Input should be a valid number, unable to parse string as a number": "expected a number",
-    "Input should be a valid integer, unable to parse string as an integer": (
-        "expected a whole number"
-    ),
-}
-
-
 def _usage_error(exc: Any) -> OptionsError:
     """One line and a hint for a Click usage error."""
     ctx = getattr(exc, "ctx", None)
@@ -158,9 +150,7 @@ def _usage_error(exc: Any) -> OptionsError:
         return OptionsError(
             f"no such option: {exc.option_name}", hint=f"{suggestion}({where} lists them)"
         )
-    message = exc.format_message()
-    for typer_says, we_say in _PLAIN_VALUE_ERRORS.items():
-        message = message.replace(typer_says, we_say)
+    message = exc.format_message()  # a bad value: coercion's words (grpo_cli.cli.coercion)
     return OptionsError(message[:1].lower() + message[1:], hint=f"see {where}")
 
 
