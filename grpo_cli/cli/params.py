@@ -457,6 +457,17 @@ class Flags:
     repeated: bool = False
 
 
+_COMMANDS: Final[list[Command]] = []
+
+
+def declares_options(command: Command) -> Command:
+    """``command``, whose declared options :func:`flags` reads from now on (the app
+    registers each command so)."""
+    _COMMANDS.append(command)
+    flags.cache_clear()
+    return command
+
+
 @functools.cache
 def flags() -> dict[str, Flags]:
     """The flags of each keyword a message can name, read from the options the commands
@@ -465,11 +476,9 @@ def flags() -> dict[str, Flags]:
     from typer.models import OptionInfo
     from typer.utils import get_params_from_function
 
-    from grpo_cli.cli.app import app
-
     table: dict[str, Flags] = {}
-    for command in app.registered_commands:
-        for name, param in get_params_from_function(command.callback or (lambda: None)).items():
+    for command in _COMMANDS:
+        for name, param in get_params_from_function(command).items():
             if isinstance(param.default, OptionInfo):
                 names = tuple(decl.split("/")[0] for decl in param.default.param_decls or ())
                 kinds = (param.annotation, *get_args(param.annotation))
