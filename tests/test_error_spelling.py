@@ -1,6 +1,7 @@
 """Errors carry structure (the options they name, by keyword; the value, column or file),
 and the reader picks the spelling: Python keywords (``eps=1e-8``) by default, the command
-line's flags (``--eps 1e-8``) through the CLI's one table (:data:`grpo_cli.cli.params.FLAGS`).
+line's flags (``--eps 1e-8``) through the CLI's one table (:func:`grpo_cli.cli.params.flags`,
+read from the declared options).
 No message is rewritten: the core writes no flag."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 
 from grpo_cli import AdvantageOptions, compute_advantages, run_job
 from grpo_cli.cli import app
-from grpo_cli.cli.params import FLAGS, flag_spelling
+from grpo_cli.cli.params import Flags, flag_spelling, flags
 from grpo_cli.core.engine_options import EngineOptions
 from grpo_cli.core.errors import (
     GrpoAdvError,
@@ -263,24 +264,43 @@ class TestTheCoreWritesNoFlag:
                 )
                 named[first.value] = where
         assert len(named) > 30
-        assert {k: w for k, w in named.items() if k not in FLAGS} == {}
+        assert {k: w for k, w in named.items() if k not in flags()} == {}
 
-    def test_every_flag_of_the_table_is_a_real_option(self) -> None:
+    def test_the_table_is_the_commands_own_flags(self) -> None:
+        """Read from the declarations, each keyword's flags are what Click parses (long,
+        then short; a --x/--no-x flag by its first name), and a keyword is repeated where
+        the option takes one value per flag."""
         commands = get_command(app).commands  # type: ignore[attr-defined]
         assert len(commands) == 7
-        real = {
-            flag
-            for command in commands.values()
-            for param in command.params
-            for flag in (*param.opts, *param.secondary_opts)
+        parsed = {}
+        for command in commands.values():
+            for param in command.params:
+                if param.param_type_name == "option" and param.name not in parsed:
+                    parsed[param.name] = (tuple(param.opts), param.multiple)
+        keywords = {"group_col": "group_cols", "reward_col": "reward_cols"}
+        assert {keywords.get(k, k): v for k, v in parsed.items()} == {
+            k: (f.names, f.repeated) for k, f in flags().items()
         }
-        assert {k: f for k, flags in FLAGS.items() for f in flags if f not in real} == {}
+        assert flags()["group_cols"] == Flags(("--group-col", "-g"), repeated=True)
+        assert flags()["token_weighted"].names == ("--token-weighted",)
+        assert flags()["summary_path"].names == ("--summary",)
 
 
 def test_no_rewriting_left() -> None:
     text = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
     for gone in ("python_spelling", "FLAG_SPELLING", "speaks_python"):
         assert gone not in text
+
+
+def test_jobs_and_engines_take_no_spelling() -> None:
+    """The spelling of options is the reader's: no module of jobs/ or engines/ takes,
+    keeps or applies one (their callbacks and results carry messages)."""
+    for path in [*(PACKAGE / "jobs").glob("*.py"), *(PACKAGE / "engines").glob("*.py")]:
+        tree = ast.parse(path.read_text())
+        names = {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
+        names |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        names |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        assert names & {"spell", "Spelling", "keyword_spelling", "render"} == set(), path
 
 
 def test_a_core_error_is_no_error_of_the_cli() -> None:

@@ -91,6 +91,22 @@ def test_run_job_reports_leftovers_through_its_callback(tmp_path: Path) -> None:
     assert not leftover.exists()
 
 
+def test_run_job_warnings_name_options_for_their_reader(tmp_path: Path) -> None:
+    """A job's warnings are messages with option references, not text in one spelling:
+    Python reads keywords, the command line its flags (the library spells no flag)."""
+    from grpo_cli.cli.params import flag_spelling
+    from grpo_cli.core.errors import as_text
+    from tests.conftest import SAMPLE_DIR
+
+    out = tmp_path / "out.parquet"
+    result = run_job([SAMPLE_DIR / "trl_completions"], out, preset="trl", replace=True)
+    inferred = "inferred {} from runs of equal prompts (TRL num_generations)"
+    assert [str(w) for w in result.warnings] == [inferred.format("group_size=4")]
+    assert [as_text(w).render(flag_spelling) for w in result.warnings] == [
+        inferred.format("--group-size 4")
+    ]
+
+
 def test_run_job_refuses_before_writing(tmp_path: Path) -> None:
     source, out = tmp_path / "log.parquet", tmp_path / "out.parquet"
     reward_log().write_parquet(source)

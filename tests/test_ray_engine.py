@@ -1395,7 +1395,7 @@ def test_a_private_ray_that_fails_to_start_is_one_line_exit_4() -> None:
     failing = SimpleNamespace(init=init, shutdown=lambda: None)
     where = ray_cluster._Where("a private local Ray", None, "local")
     with pytest.raises(ClusterError) as caught:
-        ray_cluster._init(failing, where, 2, [], keyword_spelling, ())
+        ray_cluster._init(failing, where, 2, [], None, ())
     message, hint = caught.value.render(keyword_spelling)
     assert message == (
         "cannot start a private local Ray: The current node timed out during startup; "
@@ -1451,7 +1451,7 @@ def test_a_socket_path_too_long_is_said() -> None:
     failing = SimpleNamespace(init=init, shutdown=lambda: None)
     where = ray_cluster._Where("a private local Ray", None, "local")
     with pytest.raises(ClusterError) as caught:
-        ray_cluster._init(failing, where, 2, [], keyword_spelling, ())
+        ray_cluster._init(failing, where, 2, [], None, ())
     _, hint = caught.value.render(keyword_spelling)
     assert hint == (
         f"Ray's socket paths in its folder under {ray_cluster._folder_parent()} exceed 107 "
@@ -1459,6 +1459,46 @@ def test_a_socket_path_too_long_is_said() -> None:
         "cluster already running"
     )
     assert caught.value.exit_code == 4
+
+
+LAST_WORDS_SCRIPT = """
+import sys
+from pathlib import Path
+from grpo_cli.cli.params import flag_spelling
+from grpo_cli.cli.render import print_error, stderr_console
+from grpo_cli.engines import ray_cluster as rc
+staging, reader = Path(sys.argv[1]), sys.argv[2]
+staging.mkdir()
+console = stderr_console()
+with rc._silenced() as real_stderr:
+    print("Ray's own noise", file=sys.stderr)
+    error = rc._unreachable(rc.PRIVATE_NAME, "no answer within 50 s", private=True)
+    fatal = (lambda e: print_error(console, e, flag_spelling)) if reader == "cli" else None
+    rc._end_now(real_stderr, error, [staging], fatal)
+"""
+
+
+@pytest.mark.parametrize(("reader", "named"), [("cli", "--ray-address"), ("python", "ray_address")])
+def test_the_last_words_of_a_run_ended_at_once_are_the_callers_to_spell(
+    tmp_path: Path, reader: str, named: str
+) -> None:
+    """When Ray holds the main thread (no answer from its start, the cluster lost), the
+    engine ends the process itself: its error goes, as structure, to the caller's
+    ``fatal`` callback (the command line names options by their flags), with the real
+    standard error back in place; exit 4 and the staging folder removed."""
+    staging = tmp_path / ".out.part"
+    run = subprocess.run(
+        [sys.executable, "-c", LAST_WORDS_SCRIPT, str(staging), reader],
+        capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)},
+        timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert run.returncode == 4
+    assert run.stderr.splitlines() == [
+        "error: cannot start a private local Ray: no answer within 50 s; nothing was written",
+        "hint: Ray could not start its processes on this machine (check its free memory and "
+        f"/dev/shm); or give {named} to run on a Ray cluster already running",
+    ]
+    assert not staging.exists()
 
 
 def test_the_registration_of_a_gcs_that_does_not_answer_is_left_to_ray() -> None:

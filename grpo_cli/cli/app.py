@@ -20,7 +20,7 @@ from grpo_cli.cli.compare import compare_cmd
 from grpo_cli.cli.compute import compute_cmd
 from grpo_cli.cli.explain import explain_cmd
 from grpo_cli.cli.help import HelpCommand, epilog
-from grpo_cli.cli.params import flag_spelling
+from grpo_cli.cli.params import declares_options, flag_spelling
 from grpo_cli.cli.plot import plot_cmd
 from grpo_cli.cli.presets import presets_cmd
 from grpo_cli.cli.signals import (
@@ -140,14 +140,6 @@ def _shell_completion(args: Sequence[str]) -> None:
         sys.exit(EXIT_OK)
 
 
-_PLAIN_VALUE_ERRORS = {
-    "Input should be a valid number, unable to parse string as a number": "expected a number",
-    "Input should be a valid integer, unable to parse string as an integer": (
-        "expected a whole number"
-    ),
-}
-
-
 def _usage_error(exc: Any) -> OptionsError:
     """One line and a hint for a Click usage error."""
     ctx = getattr(exc, "ctx", None)
@@ -158,9 +150,7 @@ def _usage_error(exc: Any) -> OptionsError:
         return OptionsError(
             f"no such option: {exc.option_name}", hint=f"{suggestion}({where} lists them)"
         )
-    message = exc.format_message()
-    for typer_says, we_say in _PLAIN_VALUE_ERRORS.items():
-        message = message.replace(typer_says, we_say)
+    message = exc.format_message()  # a bad value: coercion's words (grpo_cli.cli.coercion)
     return OptionsError(message[:1].lower() + message[1:], hint=f"see {where}")
 
 
@@ -313,9 +303,10 @@ def _guarded(command: Callable[..., None]) -> Callable[..., None]:
 def _register(name: str, command: Callable[..., None]) -> None:
     """Add ``command`` as ``name``; the main help shows its docstring's whole first line
     (Click would cut it at 45 characters); its own help has panels and examples
-    (:mod:`grpo_cli.cli.help`)."""
+    (:mod:`grpo_cli.cli.help`); its options' flags spell messages (:func:`declares_options`)."""
     summary = (command.__doc__ or "").strip().splitlines()[0]
-    app.command(name, short_help=summary, cls=HelpCommand, epilog=epilog(name))(_guarded(command))
+    guarded = _guarded(declares_options(command))
+    app.command(name, short_help=summary, cls=HelpCommand, epilog=epilog(name))(guarded)
 
 
 for _name, _command in (

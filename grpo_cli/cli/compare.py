@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from grpo_cli.cli.help import OUTPUT, POLICIES
 from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
@@ -46,6 +47,7 @@ def compare_cmd(
             "policies; options given explicitly override every preset.",
             autocompletion=_completes(lambda: PRESETS),
             show_default=False,
+            rich_help_panel=POLICIES,
         ),
     ] = None,
     estimator: Annotated[
@@ -58,6 +60,7 @@ def compare_cmd(
             "options given.",
             autocompletion=_completes(lambda: ESTIMATORS),
             show_default=False,
+            rich_help_panel=POLICIES,
         ),
     ] = None,
     input_format: InputFormat = None,
@@ -73,12 +76,18 @@ def compare_cmd(
             "(- for standard output); format from the suffix (.parquet, .csv, .jsonl, "
             ".json), else --output-format, else the input's format.",
             show_default=False,
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     output_format: OutputFormat = None,
     top: Annotated[
         int,
-        typer.Option("--top", metavar="N", help="Groups shown where the methods disagree most."),
+        typer.Option(
+            "--top",
+            metavar="N",
+            help="Groups shown where the methods disagree most.",
+            rich_help_panel=OUTPUT,
+        ),
     ] = 5,
     force: Force = False,
     quiet: Quiet = False,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from grpo_cli.cli.help import ENGINE, INPUT, OUTPUT
 from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
@@ -24,7 +25,6 @@ from grpo_cli.cli.params import (
     flag_spelling,
     policy_options,
 )
-from grpo_cli.core.errors import option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -44,11 +44,19 @@ def compute_cmd(
     with_stats: Annotated[
         bool,
         typer.Option(
-            "--with-stats", help="Also output group_size, group_mean and group_std columns."
+            "--with-stats",
+            help="Also output group_size, group_mean and group_std columns.",
+            rich_help_panel=OUTPUT,
         ),
     ] = False,
     advantage_col: Annotated[
-        str, typer.Option("--advantage-col", metavar="COL", help="Name of the output column.")
+        str,
+        typer.Option(
+            "--advantage-col",
+            metavar="COL",
+            help="Name of the output column.",
+            rich_help_panel=INPUT,
+        ),
     ] = "advantage",
     replace: Annotated[
         bool,
@@ -56,6 +64,7 @@ def compute_cmd(
             "--replace",
             help="Recompute input columns named like the added ones (a trainer dump's own "
             "advantage column) in place, instead of refusing.",
+            rich_help_panel=OUTPUT,
         ),
     ] = False,
     summary_path: SummaryPath = None,
@@ -67,6 +76,7 @@ def compute_cmd(
             metavar="DIR",
             help="Write one annotated file per input into DIR (the inputs still form one log).",
             show_default=False,
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     low_memory: Annotated[
@@ -75,9 +85,8 @@ def compute_cmd(
             "--low-memory",
             help="Logs larger than memory: Parquet in, Parquet out, in bounded memory "
             "(spills partitions to a temporary folder beside the output; group-level "
-            "estimators only). The same as "
-            + flag_spelling(option("backend", alias_backend("--low-memory", {})))
-            + ".",
+            f"estimators only). The same as --backend {alias_backend('--low-memory', {})}.",
+            rich_help_panel=ENGINE,
         ),
     ] = False,
     force: Force = False,
@@ -87,7 +96,7 @@ def compute_cmd(
 
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
-    from grpo_cli.cli.render import DelayedProgress, print_note, stderr_console
+    from grpo_cli.cli.render import DelayedProgress, print_error, print_note, stderr_console
     from grpo_cli.jobs.outputs import sources_or_stdin
     from grpo_cli.jobs.run import run_job
 
@@ -115,7 +124,7 @@ def compute_cmd(
         progress=lambda: DelayedProgress(console, enabled=enabled),
         notes=None if quiet else functools.partial(print_note, console, spell=flag_spelling),
         warn=warner(quiet=quiet),
-        spell=flag_spelling,
+        fatal=functools.partial(print_error, console, spell=flag_spelling),
     )
     if not quiet:
         _report(console, result, preset)

@@ -6,6 +6,7 @@ from typing import Annotated, Final
 
 import typer
 
+from grpo_cli.cli.help import INPUT
 from grpo_cli.cli.params import (
     InputFormat,
     PolicyParams,
@@ -81,6 +82,7 @@ def explain_cmd(
             help="The advantage column of an annotated log (its values are shown beside). "
             "Default: advantage, else advantages (verl).",
             show_default=False,
+            rich_help_panel=INPUT,
         ),
     ] = None,
     quiet: Quiet = False,

@@ -11,55 +11,14 @@ from typing import Any, Final
 
 from typer.core import TyperCommand
 
-# The panel of every option (by its long name); options not named here go under "Other".
-PANELS: Final[dict[str, tuple[str, ...]]] = {
-    "Input": (
-        "--format",
-        "--group-col",
-        "--reward-col",
-        "--reward-weights",
-        "--length-col",
-        "--baseline-col",
-        "--step-rewards-col",
-        "--advantage-col",
-    ),
-    "Estimator and policies": (
-        "--preset",
-        "--estimator",
-        "--aggregation",
-        "--ddof",
-        "--eps",
-        "--eps-mode",
-        "--singleton",
-        "--nulls",
-        "--clip",
-        "--clip-stage",
-        "--token-weighted",
-    ),
-    "Batch and layout": ("--batch-col", "--group-size", "--by", "--level"),
-    "Output": (
-        "--output",
-        "--output-format",
-        "--with-stats",
-        "--replace",
-        "--summary",
-        "--summary-format",
-        "--out-dir",
-        "--rows",
-        "--top",
-        "--tol",
-        "--force",
-        "--quiet",
-    ),
-    "Engine": (
-        "--backend",
-        "--device",
-        "--ray-address",
-        "--low-memory",
-        "--deterministic",
-    ),
-}
-PANEL_ORDER: Final = (*PANELS, "Other", "Help")
+# The help panels, in order: each option names its own (``rich_help_panel=``, where it is
+# declared); an option without one goes under "Other".
+INPUT: Final = "Input"
+POLICIES: Final = "Estimator and policies"
+LAYOUT: Final = "Batch and layout"
+OUTPUT: Final = "Output"
+ENGINE: Final = "Engine"
+PANEL_ORDER: Final = (INPUT, POLICIES, LAYOUT, OUTPUT, ENGINE, "Other", "Help")
 
 # 3 to 5 real examples per command: (command line, what it does). Paths are the repository's
 # sample data; tests/test_help.py runs every line from a copy of it.
@@ -163,14 +122,8 @@ def epilog(command: str) -> str | None:
 _DEFAULT = re.compile(r"\s*\[default: (?P<value>[^\]]*)\]")
 
 
-def _panel(option: str) -> str:
-    if option in ("--help", "-h"):
-        return "Help"
-    return next((name for name, options in PANELS.items() if option in options), "Other")
-
-
 class HelpCommand(TyperCommand):
-    """A command whose ``--help`` lists options in panels (``PANELS``), shows every
+    """A command whose ``--help`` lists options in panels (:data:`PANEL_ORDER`), shows every
     default one way ("Default: X." in the text) and ends with its examples."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
@@ -193,9 +146,10 @@ class HelpCommand(TyperCommand):
             if getattr(param, "param_type_name", "") == "argument":
                 panel = "Arguments"
                 names = names.split(" <")[0]  # not Typer's type name (<list[str]>)
+            elif "--help" in param.opts:
+                panel = "Help"
             else:
-                long_names = [o for o in param.opts if o.startswith("--")] or list(param.opts)
-                panel = _panel(long_names[0])
+                panel = getattr(param, "rich_help_panel", None) or "Other"
             sections.setdefault(panel, []).append((names, _one_default(text)))
         for panel in ("Arguments", *PANEL_ORDER):
             if panel in sections:

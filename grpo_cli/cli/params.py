@@ -19,13 +19,14 @@ import inspect
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Annotated, Any, Final, get_type_hints
+from typing import Annotated, Any, Final, get_args, get_origin, get_type_hints
 
 import typer
 
+from grpo_cli.cli.help import ENGINE, INPUT, LAYOUT, OUTPUT, POLICIES
 from grpo_cli.core.columns import STEP_COLUMNS
 from grpo_cli.core.engine_options import BACKENDS, DEVICES
-from grpo_cli.core.errors import OptionRef, OptionsError, Verbatim
+from grpo_cli.core.errors import OptionRef, OptionsError, Verbatim, option
 from grpo_cli.core.estimators import ESTIMATORS
 from grpo_cli.core.options import (
     AGGREGATIONS,
@@ -91,6 +92,7 @@ Preset = Annotated[
         "Explicit options override it.",
         autocompletion=_completes(lambda: PRESETS),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 InputFormat = Annotated[
@@ -102,6 +104,7 @@ InputFormat = Annotated[
         "else from the content.",
         autocompletion=_completes(_data_formats),
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 GroupCol = Annotated[
@@ -114,6 +117,7 @@ GroupCol = Annotated[
         "(-g step -g prompt_id). Default: step, prompt_id when the log has a step column "
         f"(the first of {', '.join(STEP_COLUMNS)}), else prompt_id.",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 RewardCol = Annotated[
@@ -124,6 +128,7 @@ RewardCol = Annotated[
         metavar="COL",
         help="Reward column; repeat for several rewards (see --aggregation). Default: reward.",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 RewardWeights = Annotated[
@@ -133,6 +138,7 @@ RewardWeights = Annotated[
         metavar="W1,W2",
         help="One weight per --reward-col, e.g. 1,0.5. Default: 1 each.",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 Aggregation = Annotated[
@@ -143,6 +149,7 @@ Aggregation = Annotated[
         help=_choices("How several rewards combine", AGGREGATIONS, "sum_then_normalize"),
         autocompletion=_completes(lambda: AGGREGATIONS),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Estimator = Annotated[
@@ -156,6 +163,7 @@ Estimator = Annotated[
         + ". Default: grpo.",
         autocompletion=_completes(lambda: ESTIMATORS),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Ddof = Annotated[
@@ -165,12 +173,17 @@ Ddof = Annotated[
         metavar="0|1",
         help="Degrees-of-freedom correction of every std: 1 sample, 0 population. Default: 1.",
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Eps = Annotated[
     float | None,
     typer.Option(
-        "--eps", metavar="FLOAT", help="The stabiliser. Default: 1e-8.", show_default=False
+        "--eps",
+        metavar="FLOAT",
+        help="The stabiliser. Default: 1e-8.",
+        show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 EpsMode = Annotated[
@@ -181,6 +194,7 @@ EpsMode = Annotated[
         help=_choices("Where eps goes", EPS_MODES, "std"),
         autocompletion=_completes(lambda: EPS_MODES),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Singleton = Annotated[
@@ -191,6 +205,7 @@ Singleton = Annotated[
         help=_choices("A group with one valid reward", SINGLETON_POLICIES, "zero"),
         autocompletion=_completes(lambda: SINGLETON_POLICIES),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Nulls = Annotated[
@@ -201,6 +216,7 @@ Nulls = Annotated[
         help=_choices("Null or NaN rewards", NULL_POLICIES, "exclude"),
         autocompletion=_completes(lambda: NULL_POLICIES),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 Clip = Annotated[
@@ -210,6 +226,7 @@ Clip = Annotated[
         metavar="LO,HI",
         help="Clip advantages to [LO, HI] (OpenRLHF: -10,10).",
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 ClipStage = Annotated[
@@ -220,6 +237,7 @@ ClipStage = Annotated[
         help=_choices("Where --clip applies", CLIP_STAGES, "advantage"),
         autocompletion=_completes(lambda: CLIP_STAGES),
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 BatchCol = Annotated[
@@ -230,6 +248,7 @@ BatchCol = Annotated[
         help="Batch statistics per value of this column (e.g. step). Default: the whole "
         "input is one batch.",
         show_default=False,
+        rich_help_panel=LAYOUT,
     ),
 ]
 
@@ -255,6 +274,7 @@ GroupSize = Annotated[
         "without a prompt id (TRL's num_generations). auto (or not given, with a TRL "
         "preset): inferred from a TRL dump's runs of equal prompts.",
         show_default=False,
+        rich_help_panel=LAYOUT,
     ),
 ]
 LengthCol = Annotated[
@@ -264,6 +284,7 @@ LengthCol = Annotated[
         metavar="COL",
         help="Response lengths in tokens (opo weights, --token-weighted statistics).",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 TokenWeighted = Annotated[
@@ -272,6 +293,7 @@ TokenWeighted = Annotated[
         "--token-weighted/--no-token-weighted",
         help="Weight batch statistics by --length-col, as verl and OpenRLHF whiten over tokens.",
         show_default=False,
+        rich_help_panel=POLICIES,
     ),
 ]
 BaselineCol = Annotated[
@@ -281,6 +303,7 @@ BaselineCol = Annotated[
         metavar="COL",
         help="Per-row baseline reward (remax: the greedy response's reward).",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 StepRewardsCol = Annotated[
@@ -290,6 +313,7 @@ StepRewardsCol = Annotated[
         metavar="COL",
         help="List column of per-step rewards (estimator process).",
         show_default=False,
+        rich_help_panel=INPUT,
     ),
 ]
 Deterministic = Annotated[
@@ -300,6 +324,7 @@ Deterministic = Annotated[
         "large logs). Default --fast: the streaming engine, whose parallel sums may differ in "
         "the last bit (~1e-16 relative) between runs.",
         show_default=False,
+        rich_help_panel=ENGINE,
     ),
 ]
 Backend = Annotated[
@@ -310,6 +335,7 @@ Backend = Annotated[
         help=_choices("Where the arithmetic runs", BACKENDS, "polars"),
         autocompletion=_completes(lambda: BACKENDS),
         show_default=False,
+        rich_help_panel=ENGINE,
     ),
 ]
 Device = Annotated[
@@ -320,6 +346,7 @@ Device = Annotated[
         help=_choices("The torch device", DEVICES, "auto"),
         autocompletion=_completes(lambda: DEVICES),
         show_default=False,
+        rich_help_panel=ENGINE,
     ),
 ]
 RayAddress = Annotated[
@@ -330,6 +357,7 @@ RayAddress = Annotated[
         help="With --backend ray: auto (the cluster this machine belongs to) or HOST:PORT "
         "(its head). Default: a private local Ray (RAY_ADDRESS is not followed).",
         show_default=False,
+        rich_help_panel=ENGINE,
     ),
 ]
 Output = Annotated[
@@ -342,6 +370,7 @@ Output = Annotated[
         "INPUT; standard output when INPUT is -. With --backend ray: a folder of Parquet "
         "parts (required).",
         show_default=False,
+        rich_help_panel=OUTPUT,
     ),
 ]
 OutputFormat = Annotated[
@@ -353,6 +382,7 @@ OutputFormat = Annotated[
         "else the input's format.",
         autocompletion=_completes(_data_formats),
         show_default=False,
+        rich_help_panel=OUTPUT,
     ),
 ]
 SummaryPath = Annotated[
@@ -363,6 +393,7 @@ SummaryPath = Annotated[
         help="Write the per-group table here (.csv, .parquet, .jsonl, .json or .md; with "
         "--backend ray, a folder of Parquet parts).",
         show_default=False,
+        rich_help_panel=OUTPUT,
     ),
 ]
 SummaryFormat = Annotated[
@@ -374,6 +405,7 @@ SummaryFormat = Annotated[
         "its suffix; csv for standard output (--summary -).",
         autocompletion=_completes(_table_formats),
         show_default=False,
+        rich_help_panel=OUTPUT,
     ),
 ]
 By = Annotated[
@@ -384,65 +416,26 @@ By = Annotated[
         help="Per-step table by this column (repeat for several). Default: --batch-col, "
         "else step when the log has it.",
         show_default=False,
+        rich_help_panel=LAYOUT,
     ),
 ]
-Force = Annotated[bool, typer.Option("--force", "-f", help="Overwrite existing output files.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on stderr but errors.")]
+Force = Annotated[
+    bool,
+    typer.Option("--force", "-f", help="Overwrite existing output files.", rich_help_panel=OUTPUT),
+]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="Print nothing on stderr but errors.", rich_help_panel=OUTPUT
+    ),
+]
 
 
 # --------------------------------------------------------------------------- flag spelling
 
-FLAGS: Final[dict[str, tuple[str, ...]]] = {
-    # AdvantageOptions
-    "group_cols": ("--group-col", "-g"),
-    "reward_cols": ("--reward-col", "-r"),
-    "reward_weights": ("--reward-weights",),
-    "aggregation": ("--aggregation",),
-    "estimator": ("--estimator", "-e"),
-    "ddof": ("--ddof",),
-    "eps": ("--eps",),
-    "eps_mode": ("--eps-mode",),
-    "singleton": ("--singleton",),
-    "nulls": ("--nulls",),
-    "clip": ("--clip",),
-    "clip_stage": ("--clip-stage",),
-    "batch_col": ("--batch-col",),
-    "group_size": ("--group-size",),
-    "length_col": ("--length-col",),
-    "token_weighted": ("--token-weighted",),
-    "baseline_col": ("--baseline-col",),
-    "step_rewards_col": ("--step-rewards-col",),
-    "with_stats": ("--with-stats",),
-    "advantage_col": ("--advantage-col",),
-    "deterministic": ("--deterministic",),
-    # EngineOptions
-    "backend": ("--backend",),
-    "device": ("--device",),
-    "ray_address": ("--ray-address",),
-    # run_job and the other library entries
-    "preset": ("--preset",),
-    "output": ("--output", "-o"),
-    "out_dir": ("--out-dir",),
-    "input_format": ("--format",),
-    "output_format": ("--output-format",),
-    "summary_path": ("--summary",),
-    "summary_format": ("--summary-format",),
-    "force": ("--force", "-f"),
-    "replace": ("--replace",),
-    "tol": ("--tol",),
-    "top": ("--top",),
-    "group": ("--group",),
-    "row": ("--row",),
-    "pick": ("--pick",),
-    "level": ("--level",),
-    "by": ("--by",),
-}
-"""The command line's flags (long, then short) of each keyword a message can name: the
-one place where ``eps`` becomes ``--eps`` (see :mod:`grpo_cli.core.errors`)."""
-
-REPEATED: Final = frozenset({"group_cols", "reward_cols", "by", "group"})
-"""Options given once per value (``-g step -g prompt_id``); other tuples are comma-separated
-(``--clip -10,10``)."""
+KEYWORDS: Final = {"group_col": "group_cols", "reward_col": "reward_cols"}
+"""Options given once per value (``-g a -g b``) whose library keyword holds them all; every
+other option's keyword is its parameter's name."""
 
 ALIASES: Final[dict[tuple[str, object], str]] = {("backend", "partitioned"): "--low-memory"}
 """Flags that stand for an option and value: ``--low-memory`` is ``--backend partitioned``."""
@@ -454,14 +447,54 @@ def _cli_value(value: object) -> str:
     return str(value)
 
 
+@dataclass(frozen=True)
+class Flags:
+    """How the command line names one keyword: its flags (long, then short) and whether
+    it takes one value per flag (``-g a -g b``; other tuples are comma-separated:
+    ``--clip -10,10``)."""
+
+    names: tuple[str, ...]
+    repeated: bool = False
+
+
+_COMMANDS: Final[list[Command]] = []
+
+
+def declares_options(command: Command) -> Command:
+    """``command``, whose declared options :func:`flags` reads from now on (the app
+    registers each command so)."""
+    _COMMANDS.append(command)
+    flags.cache_clear()
+    return command
+
+
+@functools.cache
+def flags() -> dict[str, Flags]:
+    """The flags of each keyword a message can name, read from the options the commands
+    declare (the first command to declare a keyword names it): the one place where
+    ``eps`` becomes ``--eps`` (see :mod:`grpo_cli.core.errors`)."""
+    from typer.models import OptionInfo
+    from typer.utils import get_params_from_function
+
+    table: dict[str, Flags] = {}
+    for command in _COMMANDS:
+        for name, param in get_params_from_function(command).items():
+            if isinstance(param.default, OptionInfo):
+                names = tuple(decl.split("/")[0] for decl in param.default.param_decls or ())
+                kinds = (param.annotation, *get_args(param.annotation))
+                repeated = any(get_origin(kind) is list for kind in kinds)
+                table.setdefault(KEYWORDS.get(name, name), Flags(names, repeated))
+    return table
+
+
 def flag_spelling(ref: OptionRef) -> str:
     """The option as the command line takes it: ``--eps``, ``--eps 1e-8``, ``--force``
     (a value True), ``--clip -10,10``, ``-g a -g b``, ``--low-memory`` (an alias)."""
-    flags = FLAGS.get(ref.keyword, ("--" + ref.keyword.replace("_", "-"),))
-    flag = flags[-1] if ref.short else flags[0]
+    named = flags().get(ref.keyword) or Flags(("--" + ref.keyword.replace("_", "-"),))
+    flag = named.names[-1] if ref.short else named.names[0]
     if not ref.has_value or ref.value is True:
         plain = flag
-    elif isinstance(ref.value, tuple) and ref.keyword in REPEATED:
+    elif isinstance(ref.value, tuple) and named.repeated:
         plain = " ".join(f"{flag} {_cli_value(v)}" for v in ref.value)
     elif isinstance(ref.value, tuple):
         plain = f"{flag} {','.join(_cli_value(v) for v in ref.value)}"
@@ -485,19 +518,21 @@ def alias_backend(flag: str, explicit: Mapping[str, Any]) -> str:
     return str(name)
 
 
-def parse_floats(text: str, flag: str, count: int | None = None) -> tuple[float, ...]:
-    """``"1,0.5"`` -> ``(1.0, 0.5)``; a clear error for anything else."""
+def parse_floats(text: str, keyword: str, count: int | None = None) -> tuple[float, ...]:
+    """``"1,0.5"`` -> ``(1.0, 0.5)``; a clear error, naming the option ``keyword``, for
+    anything else."""
+    example = Verbatim("-10,10" if count == 2 else "1,0.5")
     try:
         values = tuple(float(part) for part in text.split(","))
     except ValueError:
-        example = "-10,10" if count == 2 else "1,0.5"
         raise OptionsError(
-            f"{flag} needs comma-separated numbers, got {text!r}", hint=f"e.g. {flag} {example}"
+            option(keyword) + f" needs comma-separated numbers, got {text!r}",
+            hint="e.g. " + option(keyword, example),
         ) from None
     if count is not None and len(values) != count:
         raise OptionsError(
-            f"{flag} needs {count} comma-separated numbers, got {text!r}",
-            hint=f"e.g. {flag} -10,10",
+            option(keyword) + f" needs {count} comma-separated numbers, got {text!r}",
+            hint="e.g. " + option(keyword, example),
         )
     return values
 
@@ -508,14 +543,10 @@ def explicit_fields(**given: Any) -> dict[str, Any]:
     for name, value in given.items():
         if value is None or (isinstance(value, list) and not value):
             continue
-        if name == "group_col":
-            fields["group_cols"] = tuple(value)
-        elif name == "reward_col":
-            fields["reward_cols"] = tuple(value)
-        elif name == "reward_weights":
-            fields["reward_weights"] = parse_floats(value, "--reward-weights")
-        elif name == "clip":
-            fields["clip"] = parse_floats(value, "--clip", count=2)
+        if name in KEYWORDS:
+            fields[KEYWORDS[name]] = tuple(value)
+        elif name in ("reward_weights", "clip"):
+            fields[name] = parse_floats(value, name, count=2 if name == "clip" else None)
         else:
             fields[name] = value
     return fields

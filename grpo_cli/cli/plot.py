@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from grpo_cli.cli.help import INPUT, OUTPUT, POLICIES
 from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     By,
@@ -35,6 +36,7 @@ def plot_cmd(
             help="The dashboard: .png, .svg, .pdf or .html, by suffix. Default: "
             "<stem>.report.png beside the input file.",
             show_default=False,
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     by: By = None,
@@ -49,6 +51,7 @@ def plot_cmd(
             metavar="COL",
             help="The advantage column, if any. Default: advantage, else advantages (verl).",
             show_default=False,
+            rich_help_panel=INPUT,
         ),
     ] = None,
     estimator: Annotated[
@@ -61,6 +64,7 @@ def plot_cmd(
             "does not depend on it). Default: the preset's, else grpo.",
             autocompletion=_completes(lambda: ESTIMATORS),
             show_default=False,
+            rich_help_panel=POLICIES,
         ),
     ] = None,
     force: Force = False,

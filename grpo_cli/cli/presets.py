@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from grpo_cli.cli.help import OUTPUT
 from grpo_cli.core.errors import OptionsError
 
 
@@ -17,6 +18,7 @@ def presets_cmd(
             "--format",
             metavar="FORMAT",
             help="table (the terminal), markdown (for docs), json (one array of objects) or csv.",
+            rich_help_panel=OUTPUT,
         ),
     ] = "table",
 ) -> None:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from grpo_cli.cli.help import INPUT, LAYOUT, OUTPUT
 from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     By,
@@ -33,6 +34,7 @@ def summarize_cmd(
             help="Write the --level table (- for standard output); format from the suffix: "
             ".csv, .parquet, .json, .jsonl or .md, or --output-format.",
             show_default=False,
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     output_format: Annotated[
@@ -43,6 +45,7 @@ def summarize_cmd(
             help="Format of the -o table: csv, parquet, jsonl, json or md. Default: from "
             "-o's suffix; csv for standard output.",
             show_default=False,
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     level: Annotated[
@@ -53,11 +56,15 @@ def summarize_cmd(
             help="Table written by -o: step, group or overall. Default: step when there is "
             "a per-step column, else overall.",
             show_default=False,
+            rich_help_panel=LAYOUT,
         ),
     ] = None,
     by: By = None,
     rows: Annotated[
-        int, typer.Option("--rows", metavar="N", help="Steps shown on the terminal.")
+        int,
+        typer.Option(
+            "--rows", metavar="N", help="Steps shown on the terminal.", rich_help_panel=OUTPUT
+        ),
     ] = 20,
     input_format: InputFormat = None,
     preset: Preset = None,
@@ -71,6 +78,7 @@ def summarize_cmd(
             help="The advantage column of an annotated log (its metrics are added). "
             "Default: advantage, else advantages (verl).",
             show_default=False,
+            rich_help_panel=INPUT,
         ),
     ] = None,
     force: Force = False,

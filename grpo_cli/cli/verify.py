@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from grpo_cli.cli.help import INPUT, OUTPUT
 from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
@@ -33,6 +34,7 @@ def verify_cmd(
             help="The logged advantage column to check. Default: advantage, else "
             "advantages (verl).",
             show_default=False,
+            rich_help_panel=INPUT,
         ),
     ] = None,
     tol: Annotated[
@@ -41,10 +43,17 @@ def verify_cmd(
             "--tol",
             metavar="FLOAT",
             help="Largest absolute difference that still agrees (float32 trainers: ~1e-5).",
+            rich_help_panel=OUTPUT,
         ),
     ] = 1e-5,
     top: Annotated[
-        int, typer.Option("--top", metavar="N", help="How many of the worst groups to show.")
+        int,
+        typer.Option(
+            "--top",
+            metavar="N",
+            help="How many of the worst groups to show.",
+            rich_help_panel=OUTPUT,
+        ),
     ] = 5,
     input_format: InputFormat = None,
     *,

@@ -28,7 +28,7 @@ picks the spelling. ``str(error)``, ``error.message`` and ``error.hint`` speak P
 (``eps must be a finite number >= 0, got -1.0``, ``e.g. eps=1e-8``); the CLI renders the
 same error with its flags (``--eps must be ...``, ``e.g. --eps 1e-8``) through
 :meth:`GrpoAdvError.render` and its own keyword -> flag table
-(:data:`grpo_cli.cli.params.FLAGS`).
+(:func:`grpo_cli.cli.params.flags`, read from the options the commands declare).
 """
 
 from __future__ import annotations

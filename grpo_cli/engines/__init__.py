@@ -25,13 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from grpo_cli.core.engine_options import ENGINES, EngineInfo
-from grpo_cli.core.errors import (
-    Message,
-    OptionsError,
-    Spelling,
-    keyword_spelling,
-    option,
-)
+from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, option
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -77,9 +71,10 @@ class FileJob:
         groups: where the per-group table goes (``io="dataset"``: a folder), or None.
         notes: where the engine says what the user should know before the run's end
             (``io="dataset"``: which cluster it runs on), or None: nowhere.
-        spell: how the messages the engine prints itself name options (the Ray engine's
-            last words when the cluster is lost): Python keywords unless the caller's
-            reader is another (the command line: its flags).
+        fatal: where the engine says why it ends the process at once (the Ray engine:
+            its cluster lost, or not answering, while Ray holds the main thread; exit 4
+            follows), called with the process's standard error back in place; None:
+            ``error:`` and ``hint:`` lines with options by keyword.
         response: the column naming each response, whose repeats within a group the
             engine counts (:func:`grpo_cli.core.run_summary.response_id`), or None.
     """
@@ -91,7 +86,7 @@ class FileJob:
     derived: tuple[str, ...] = ()
     groups: Path | None = None
     notes: Callable[[Message], None] | None = field(default=None, compare=False)
-    spell: Spelling = field(default=keyword_spelling, compare=False)
+    fatal: Callable[[GrpoAdvError], None] | None = field(default=None, compare=False)
     response: str | None = None
 
 

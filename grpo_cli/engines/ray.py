@@ -111,7 +111,7 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     notes = job.notes or (lambda _: None)
     pieces, casts = _pieces(job)  # its refusals before Ray starts
     with session(
-        address, notes=notes, staging=staging, spell=job.spell, preload=(ray_tasks.__name__,)
+        address, notes=notes, staging=staging, fatal=job.fatal, preload=(ray_tasks.__name__,)
     ) as ray:
         logging.getLogger("ray").setLevel(logging.CRITICAL)  # grpo-adv says what failed
         try:

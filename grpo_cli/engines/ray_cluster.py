@@ -58,12 +58,11 @@ from typing import Any, Final
 from grpo_cli.core.errors import (
     EXIT_OUTPUT,
     ClusterError,
+    GrpoAdvError,
     Message,
     OptionsError,
-    Spelling,
     Verbatim,
     install_command,
-    keyword_spelling,
     option,
 )
 from grpo_cli.engines.ray_lean import lean_start, system_config
@@ -80,6 +79,7 @@ PROBE_EVERY_S: Final = 1.0
 TOKEN_FILE: Final = Path("~/.ray/auth_token")
 
 Notes = Callable[[Message], None]
+Fatal = Callable[[GrpoAdvError], None]
 
 
 def import_ray() -> Any:
@@ -111,14 +111,14 @@ def session(
     *,
     notes: Notes,
     staging: Sequence[Path],
-    spell: Spelling = keyword_spelling,
+    fatal: Fatal | None = None,
     preload: Sequence[str] = (),
 ) -> Iterator[Any]:
     """Ray, attached to the cluster at ``address`` or (None) to a private local Ray
     started now (lean: :mod:`grpo_cli.engines.ray_lean`; its workers import the modules
     ``preload`` as they start) and stopped at the end (see the module docstring).
     ``staging`` are the folders to remove if the process must end at once (the cluster
-    lost, or Ray never answering; its last words name options as ``spell`` does). A Ray
+    lost, or Ray never answering; its last words go to ``fatal``: see :func:`_end_now`). A Ray
     the caller has already initialized is used as it is."""
     ray = import_ray()
     if ray.is_initialized():
@@ -133,12 +133,12 @@ def session(
         else:
             where = _joined(address, env, notes)
         real_stderr = stack.enter_context(_silenced())
-        watch = _Watch(where, real_stderr, staging, spell)
+        watch = _Watch(where, real_stderr, staging, fatal)
         stack.callback(watch.stop)
         joining = where.probe is not None
         if joining:
             watch.start()
-        _init(ray, where, real_stderr, staging, spell, preload)
+        _init(ray, where, real_stderr, staging, fatal, preload)
         if not joining:
             watch.start()
         stack.callback(ray.shutdown)
@@ -180,7 +180,7 @@ def _init(
     where: _Where,
     real_stderr: int,
     staging: Sequence[Path],
-    spell: Spelling,
+    fatal: Fatal | None,
     preload: Sequence[str],
 ) -> None:
     """``ray.init`` with Ray's logging kept out of the terminal; a watchdog ends the
@@ -191,7 +191,7 @@ def _init(
     private = where.init_address == "local"
     silent = _unreachable(where.name, f"no answer within {ATTACH_TIMEOUT_S:.0f} s", private=private)
     watchdog = threading.Timer(
-        ATTACH_TIMEOUT_S, _end_now, args=(real_stderr, silent, staging, spell)
+        ATTACH_TIMEOUT_S, _end_now, args=(real_stderr, silent, staging, fatal)
     )
     watchdog.daemon = True
     watchdog.start()
@@ -654,10 +654,10 @@ class _Watch:
     :meth:`stop`; unanswered for LOST_AFTER_S, the run ends at once (see :func:`lost`)."""
 
     def __init__(
-        self, where: _Where, real_stderr: int, staging: Sequence[Path], spell: Spelling
+        self, where: _Where, real_stderr: int, staging: Sequence[Path], fatal: Fatal | None
     ) -> None:
         self._where, self._real_stderr, self._staging = where, real_stderr, staging
-        self._spell = spell
+        self._fatal = fatal
         self._stop = threading.Event()
 
     def start(self) -> None:
@@ -674,7 +674,7 @@ class _Watch:
                 now = time.monotonic()
                 silent_since = silent_since or now
                 if now - silent_since >= LOST_AFTER_S and not self._stop.is_set():
-                    _end_now(self._real_stderr, lost(self._where.name), self._staging, self._spell)
+                    _end_now(self._real_stderr, lost(self._where.name), self._staging, self._fatal)
 
         threading.Thread(target=watch, name="grpo-adv-ray-watch", daemon=True).start()
 
@@ -701,15 +701,20 @@ def head_answers(where: str | None) -> bool:
 
 
 def _end_now(
-    real_stderr: int, error: ClusterError, staging: Sequence[Path], spell: Spelling
+    real_stderr: int, error: ClusterError, staging: Sequence[Path], fatal: Fatal | None
 ) -> None:
-    """Say why on the real standard error, remove the staging folders, and end the process
-    (the main thread is inside Ray and cannot be interrupted); the reaper stops a private
-    Ray."""
-    message, hint = error.render(spell)
-    text = f"error: {message}\nhint: {hint}\n"
-    with contextlib.suppress(OSError):
-        os.write(real_stderr, text.encode())
+    """Say why on the real standard error (back in place: file descriptor 2 and
+    ``sys.stderr``), through ``fatal`` (None: options by keyword), remove the staging
+    folders, and end the process (the main thread is inside Ray and cannot be
+    interrupted); the reaper stops a private Ray."""
+    with contextlib.suppress(Exception):
+        os.dup2(real_stderr, 2)
+        sys.stderr = sys.__stderr__ or sys.stderr
+        if fatal is None:
+            sys.stderr.write(f"error: {error.message}\nhint: {error.hint}\n")
+        else:
+            fatal(error)
+        sys.stderr.flush()
     for folder in staging:
         shutil.rmtree(folder, ignore_errors=True)
     os._exit(EXIT_OUTPUT)
@@ -754,9 +759,9 @@ def _reaper_main(folder: str, staging: Sequence[str]) -> None:
             beat = time.monotonic()
         started = any(path.glob("session_*"))  # Ray's start began: a head should run
         if started and time.monotonic() - beat >= STUCK_AFTER_S and not _marked(path, GCS_COMMAND):
-            message, hint = lost(PRIVATE_NAME, STUCK_AFTER_S).render(keyword_spelling)
+            error = lost(PRIVATE_NAME, STUCK_AFTER_S)
             with contextlib.suppress(OSError):
-                os.write(2, f"error: {message}\nhint: {hint}\n".encode())
+                os.write(2, f"error: {error.message}\nhint: {error.hint}\n".encode())
             for part in staging:
                 shutil.rmtree(part, ignore_errors=True)
             os.kill(parent, signal.SIGKILL)

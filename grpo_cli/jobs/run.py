@@ -30,16 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from grpo_cli.core.columns import SOURCE_KEY
 from grpo_cli.core.engine_options import EngineOptions
-from grpo_cli.core.errors import (
-    Message,
-    OptionsError,
-    OutputError,
-    Spelling,
-    Verbatim,
-    as_text,
-    keyword_spelling,
-    option,
-)
+from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, OutputError, Verbatim, option
 from grpo_cli.core.options import AdvantageOptions
 
 if TYPE_CHECKING:
@@ -91,8 +82,7 @@ class JobResult:
         run: the run's figures (the CLI's summary table); on an in-memory engine computed
             on first use (one more pass over the rows, which a quiet caller never pays).
         warnings: what the user should know (a TRL group size inferred, groups spanning
-            steps, ...), one line each; computed on first use too.
-        spell: how the warnings name options (the caller's: see :func:`run_job`).
+            steps, ...), one message each; computed on first use too.
     """
 
     options: AdvantageOptions
@@ -103,7 +93,6 @@ class JobResult:
     paths: tuple[Path, ...]
     figures: Callable[[], RunSummary] = field(repr=False)
     notices: Callable[[], tuple[Message, ...]] = field(default=tuple, repr=False)
-    spell: Spelling = field(default=keyword_spelling, repr=False)
 
     @cached_property
     def run(self) -> RunSummary:
@@ -111,9 +100,9 @@ class JobResult:
         return self.figures()
 
     @cached_property
-    def warnings(self) -> tuple[str, ...]:
-        """What the user should know, one line each, options named as ``spell`` does."""
-        return tuple(as_text(notice).render(self.spell) for notice in self.notices())
+    def warnings(self) -> tuple[Message, ...]:
+        """What the user should know, one message each."""
+        return self.notices()
 
 
 def run_job(
@@ -132,9 +121,9 @@ def run_job(
     force: bool = False,
     span_check: bool = True,
     progress: Callable[[], AbstractContextManager[Progress]] | None = None,
-    notes: Callable[[str], None] | None = None,
-    warn: Callable[[str], None] | None = None,
-    spell: Spelling = keyword_spelling,
+    notes: Callable[[Message], None] | None = None,
+    warn: Callable[[Message], None] | None = None,
+    fatal: Callable[[GrpoAdvError], None] | None = None,
 ) -> JobResult:
     """Annotate the log in ``inputs`` with group-relative advantages and write it.
 
@@ -160,9 +149,10 @@ def run_job(
         progress: a factory of the progress display the in-memory engines advance.
         notes: where a dataset engine says which cluster it runs on, or None.
         warn: where removed leftovers of killed runs are reported, or None.
-        spell: how messages printed by the engine itself name options (see
-            :class:`grpo_cli.engines.FileJob`); errors raised carry their options as
-            structure and are spelled by whoever shows them.
+        fatal: where a dataset engine says why it ends the process at once, or None
+            (see :class:`grpo_cli.engines.FileJob`).
+        The callbacks get messages that name options by keyword
+        (:mod:`grpo_cli.core.errors`): they spell them as their reader does.
 
     Returns:
         What was written and the run's figures (:class:`JobResult`).
@@ -172,8 +162,6 @@ def run_job(
         nothing is written then (outputs land all or none).
     """
     from grpo_cli.core.engine_options import ENGINES, split_engine
-
-    told, warned = _spelled(notes, spell), _spelled(warn, spell)
 
     if isinstance(options, AdvantageOptions):
         options = {f.name: getattr(options, f.name) for f in fields(options)}
@@ -209,77 +197,52 @@ def run_job(
             + option("advantage_col"),
         )
     if io == "file":
-        return _spelling(
-            spell,
-            _run_file(
-                sources,
-                decided,
-                preset,
-                explicit,
-                target,
-                out_dir,
-                output_format,
-                summary_path,
-                force,
-                warned,
-            ),
+        return _run_file(
+            sources,
+            decided,
+            preset,
+            explicit,
+            target,
+            out_dir,
+            output_format,
+            summary_path,
+            force,
+            warn,
         )
     if io == "dataset":
-        return _spelling(
-            spell,
-            _run_dataset(
-                sources,
-                decided,
-                preset,
-                explicit,
-                target,
-                out_dir,
-                input_format,
-                output_format,
-                summary_path,
-                force,
-                told,
-                warned,
-                spell,
-            ),
+        return _run_dataset(
+            sources,
+            decided,
+            preset,
+            explicit,
+            target,
+            out_dir,
+            input_format,
+            output_format,
+            summary_path,
+            force,
+            notes,
+            warn,
+            fatal,
         )
     with (progress or _no_progress)() as shown:
-        return _spelling(
-            spell,
-            _run_frame(
-                sources,
-                decided,
-                preset,
-                explicit,
-                replace,
-                target,
-                out_dir,
-                input_format,
-                output_format,
-                summary_path,
-                summary_format,
-                force,
-                span_check,
-                shown,
-                warned,
-            ),
+        return _run_frame(
+            sources,
+            decided,
+            preset,
+            explicit,
+            replace,
+            target,
+            out_dir,
+            input_format,
+            output_format,
+            summary_path,
+            summary_format,
+            force,
+            span_check,
+            shown,
+            warn,
         )
-
-
-def _spelling(spell: Spelling, result: JobResult) -> JobResult:
-    """``result`` whose warnings are spelled by ``spell``."""
-    result.spell = spell
-    return result
-
-
-def _spelled(
-    say: Callable[[str], None] | None, spell: Spelling
-) -> Callable[[Message], None] | None:
-    """``say`` taking messages, which it gets spelled by ``spell``."""
-    if say is None:
-        return None
-    listener = say
-    return lambda message: listener(as_text(message).render(spell))
 
 
 def _settings(engine: EngineOptions | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -540,7 +503,7 @@ def _run_dataset(
     force: bool,
     notes: Callable[[Message], None] | None,
     warn: Callable[[Message], None] | None,
-    spell: Spelling,
+    fatal: Callable[[GrpoAdvError], None] | None,
 ) -> JobResult:
     """A dataset engine (``backend="ray"``): many Parquet, JSONL or CSV files in, a folder
     of Parquet part files out (``output``), and with ``summary_path`` the per-group table
@@ -606,7 +569,7 @@ def _run_dataset(
             else stack.enter_context(atomic_folder(summary_path, force=force))
         )
         job = FileJob(
-            tuple(paths), out, plan, fmt, resolved.derived, groups, notes, spell, response
+            tuple(paths), out, plan, fmt, resolved.derived, groups, notes, fatal, response
         )
         run = cast("FileEngine", engine).annotate_files(job)
     shown = f"{target}/ (Parquet parts)"
