@@ -14,7 +14,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from grpo_cli import compute_advantages, run_job
-from grpo_cli.core.errors import OptionsError, OutputError
+from grpo_cli.core.errors import Message, OptionsError, OutputError
 from grpo_cli.jobs.pipeline import annotate
 from grpo_cli.jobs.run import JobResult
 from tests.conftest import import_or_skip
@@ -83,7 +83,7 @@ def test_run_job_reports_leftovers_through_its_callback(tmp_path: Path) -> None:
     dead.wait()
     leftover = tmp_path / f".out.parquet.grpo-adv.{dead.pid}@{_host_tag()}.abc.part"
     leftover.write_bytes(b"x" * 10)
-    lines: list[str] = []
+    lines: list[Message] = []
     run_job([source], out, warn=lines.append)
     assert lines == [
         f"removed 1 leftover(s) of killed grpo-adv runs in {tmp_path} (10 B): {leftover.name}"

@@ -28,6 +28,7 @@ from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
+from grpo_cli.core.errors import Message
 from grpo_cli.jobs.pipeline import annotate
 from tests.conftest import ROOT, import_or_skip
 
@@ -264,7 +265,7 @@ class TestSameAsPolars:
         log = reward_log(rows=300)
         write_shards(log, tmp_path / "in", shards=2)
         out = tmp_path / "out"
-        notes: list[str] = []
+        notes: list[Message] = []
         result = run_job(
             [tmp_path / "in"],
             out,
