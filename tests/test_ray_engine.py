@@ -952,18 +952,20 @@ def test_head_killed_mid_run_with_the_users_token(tmp_path: Path) -> None:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        # Mid-run: the driver attached (its core log in the cluster's session folder: a
+        # Mid-run: the driver attached, as its note says once ray.init has returned (a
         # head killed while a driver registers ends it in Ray's C++ with exit 1, before
-        # any Python runs) and computing (a second later; the run lasts several).
-        logs = head_temp / "session_latest" / "logs"
-        while not any(logs.glob("python-core-driver-*.log")):
-            assert run.poll() is None, run.communicate()
-            time.sleep(0.05)
+        # any Python runs), and computing (a second later; the run lasts several).
+        assert run.stderr is not None
+        said: list[str] = []
+        while not (said and said[-1].startswith("note: running on")):
+            said.append(run.stderr.readline())
+            assert said[-1], run.communicate()
         time.sleep(1.0)
         assert run.poll() is None, run.communicate()
         os.killpg(head.pid, signal.SIGKILL)
         killed = time.monotonic()
-        stdout, stderr = run.communicate(timeout=120)
+        stdout, rest = run.communicate(timeout=120)
+        stderr = "".join(said) + rest
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(head.pid, signal.SIGKILL)
