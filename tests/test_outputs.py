@@ -145,14 +145,14 @@ def test_process_substitution_and_dev_stdout(tmp_path: Path) -> None:
     exists", no temporary file beside /dev/fd."""
     source = _sample(tmp_path)
     grpo = Path(sys.executable).with_name("grpo-adv")
-    script = (
+    script = (  # `wait $!` waits for the substituted gzip (a bare `wait` does not)
         f"'{grpo}' compute '{source}' -q --output-format csv -o >(gzip > '{tmp_path}/x.csv.gz')"
+        f"; status=$?; wait $! && [ $status = 0 ]"
         f" && '{grpo}' compute '{source}' -q --output-format csv -o /dev/stdout"
-        f" > '{tmp_path}/stdout.csv'; status=$?; wait; exit $status"
+        f" > '{tmp_path}/stdout.csv'"
     )
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    time.sleep(0.2)  # the substituted gzip finishes after bash's wait
     expected = _expected(source)
     assert read_rewards(tmp_path / "x.csv.gz").frame.height == expected.height
     from_stdout = pl.read_csv(tmp_path / "stdout.csv")
