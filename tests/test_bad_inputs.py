@@ -68,7 +68,7 @@ def test_corpus_case(
         )
 
 
-def test_corpus_covers_the_issue_list() -> None:
+def test_corpus_covers_every_kind_of_bad_input() -> None:
     names = {c.name.split(".")[0] for c in CASES}
     for needed in (
         "empty", "header_only", "no_group_column", "no_reward_column", "text_reward",

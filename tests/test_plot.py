@@ -310,7 +310,7 @@ def test_matplotlib_is_imported_only_to_draw() -> None:
 
 
 class TestStepTicks:
-    """The step axis is labelled with the logged steps (issue 19, point 10)."""
+    """The step axis is labelled with the logged steps."""
 
     @staticmethod
     def _log(steps: list[int]) -> pl.DataFrame:

@@ -545,7 +545,7 @@ def test_ray_client_is_refused_with_the_way_that_works(runner: CliRunner, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
-# ------------------------------------------------------------------ issue 19
+# ------------------------------------------ where it runs, what it leaves, how it fails
 def _short_temp() -> Path:
     """A system temporary folder for a private Ray that is short whatever pytest's
     ``--basetemp`` (Ray puts Unix sockets under it, at most 107 bytes)."""
@@ -959,18 +959,18 @@ def test_head_killed_mid_run_with_the_users_token(tmp_path: Path) -> None:
     assert run.returncode == 4, stderr
     assert time.monotonic() - killed < 40
     assert stdout == ""
-    assert stderr.splitlines() == [
-        f"note: the Ray cluster at 127.0.0.1:{port} asks for a token: using yours "
-        "(~/.ray/auth_token)",
-        f"note: running on the Ray cluster at 127.0.0.1:{port}",
+    *notes, error, hint = stderr.splitlines()
+    assert error == (
         f"error: lost the Ray cluster at 127.0.0.1:{port}: its head stopped answering for "
-        "10 s; nothing was written",
-        "hint: check the cluster (ray status on the head node), then run again",
-    ]
+        "10 s; nothing was written"
+    )
+    assert hint == "hint: check the cluster (ray status on the head node), then run again"
+    assert all(line.startswith("note: ") for line in notes), notes  # no Ray log line
+    assert any("~/.ray/auth_token" in line for line in notes), notes  # the token, said
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "in"]
 
 
-# ------------------------------------------------------------------ issue 22
+# ------------------------------------------------ the narrow shuffle: parts, names, bytes moved
 @pytest.mark.usefixtures("local_ray")
 class TestNarrowShuffle:
     def test_out_dir_mirrors_the_inputs_in_their_order(
