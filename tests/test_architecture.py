@@ -511,6 +511,7 @@ def test_a_hash_collision_reruns_on_the_exact_key(monkeypatch: pytest.MonkeyPatc
     assert (got - expected).abs().max() <= 1e-12  # type: ignore[operator]
 
 
+@pytest.mark.slow
 def test_the_partitioned_engine_recovers_from_a_collision(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -86,6 +86,7 @@ class TestTrlEverywhere:
         assert tables["overall"]["frac_reward_zero_std"].to_list() == [TRL_OVERALL]
         assert tables["step"]["frac_reward_zero_std"].to_list() == TRL_STEPS
 
+    @pytest.mark.slow
     @pytest.mark.usefixtures("width_80")
     def test_low_memory_run_summary(self, runner: CliRunner, tmp_path: Path) -> None:
         source = tmp_path / "log.parquet"

@@ -301,6 +301,7 @@ class TestDefaultOutput:
         assert out.read_bytes().startswith(b"<?xml")
 
 
+@pytest.mark.slow
 def test_matplotlib_is_imported_only_to_draw() -> None:
     code = (
         "import sys, grpo_cli.report.plot, grpo_cli.cli.plot; "

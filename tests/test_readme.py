@@ -24,6 +24,7 @@ def test_readme_has_examples() -> None:
     assert all("grpo-adv" in example for example in EXAMPLES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_readme_example_runs(example: str, tmp_path: Path) -> None:
     done = run_example(example, tmp_path, timeout=60)
