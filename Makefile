@@ -30,7 +30,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# The inner loop: no test that starts a process (the CLI, Ray, the --low-memory worker).
+# The inner loop: no test that starts a process (the CLI, Ray, the --low-memory worker),
+# draws files or searches long (the tests marked slow).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 

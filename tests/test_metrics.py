@@ -279,6 +279,7 @@ def _assert_same(got: pl.DataFrame, expected: pl.DataFrame) -> None:
 
 
 class TestMerge:
+    @pytest.mark.slow
     @settings(max_examples=60, deadline=None)
     @given(groups=GROUPS, data=st.data(), ddof=st.sampled_from([0, 1]))
     def test_split_along_groups_then_merged_is_the_whole(
@@ -325,6 +326,7 @@ TRL_REWARDS = st.sampled_from([0.0, 1.0, 0.5, 2.0, NEAR, 1.0000001, None])
 
 
 class TestIndependentTrl:
+    @pytest.mark.slow
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(
         groups=st.lists(st.lists(TRL_REWARDS, min_size=1, max_size=6), min_size=1, max_size=10),
