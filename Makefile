@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_OUT ?= demo_out
 
-.PHONY: install demo test lint format bench sample-data clean
+.PHONY: install demo test test-fast lint format bench sample-data clean
 
 install: $(STAMP)
 
@@ -29,6 +29,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The inner loop: no test that starts a process (the CLI, Ray, the --low-memory worker),
+# draws files or searches long (the tests marked slow).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check grpo_cli tests sample_data benchmarks

@@ -36,6 +36,16 @@ SAMPLE_FILES = {
 
 
 EXTRAS = {"torch": "torch", "ray": "ray", "matplotlib": "plot"}
+SLOW_MODULES = ("test_ray_engine.py", "test_lowmem.py")
+"""Test files whose every test starts processes (a Ray, the --low-memory worker)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests of :data:`SLOW_MODULES` ``slow``, as other files mark theirs one by
+    one: ``pytest -m "not slow"`` (make test-fast) is the inner loop."""
+    for item in items:
+        if item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 def import_or_skip(module: str) -> ModuleType:

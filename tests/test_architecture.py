@@ -282,37 +282,6 @@ def test_temporary_columns_are_named_in_one_place() -> None:
     assert offenders == []
 
 
-def _spread_calls(tree: ast.AST) -> int:
-    """Calls of ``.var(...)`` or ``.std(...)`` (a variance or a standard deviation taken)."""
-    return sum(
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in ("var", "std")
-        for node in ast.walk(tree)
-    )
-
-
-def test_group_statistics_are_built_in_one_module() -> None:
-    """Every per-group statistic (the engines' windows, the profile the figures read, the
-    group table's, --with-stats) is built in grpo_cli/core/grouping.py, under one name each:
-    elsewhere a variance or std is taken only where it is not a group's (the listed
-    ones), and no other module defines a ``profile_columns``."""
-    outside = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name == "grouping.py":
-            continue
-        tree = ast.parse(path.read_text())
-        if count := _spread_calls(tree):
-            outside[str(path.relative_to(PACKAGE))] = count
-        defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-        assert "profile_columns" not in defined, path.name
-    assert outside == {
-        "core/metrics.py": 2,  # the batch's reward m2 (merged by Chan), each reward column's std
-        "core/estimators.py": 1,  # the formula context's window primitive (reward_stat)
-        "report/compare.py": 1,  # the std of a method's advantages
-    }
-
-
 # --------------------------------------------------------------------------- registries
 
 
@@ -539,6 +508,7 @@ def test_a_hash_collision_reruns_on_the_exact_key(monkeypatch: pytest.MonkeyPatc
     assert (got - expected).abs().max() <= 1e-12  # type: ignore[operator]
 
 
+@pytest.mark.slow
 def test_the_partitioned_engine_recovers_from_a_collision(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -68,7 +68,7 @@ def test_corpus_case(
         )
 
 
-def test_corpus_covers_the_issue_list() -> None:
+def test_corpus_covers_every_kind_of_bad_input() -> None:
     names = {c.name.split(".")[0] for c in CASES}
     for needed in (
         "empty", "header_only", "no_group_column", "no_reward_column", "text_reward",
@@ -167,6 +167,7 @@ def _slow_writer_script() -> str:
     )
 
 
+@pytest.mark.slow
 def test_sigterm_mid_write_leaves_nothing(tmp_path: Path) -> None:
     source = tmp_path / "rewards.parquet"
     source.write_bytes(SAMPLE_FILES["parquet"].read_bytes())
@@ -210,6 +211,7 @@ def _handlers_installed(pid: int) -> bool:
     return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="Linux /proc")
 def test_a_signal_at_any_moment_gives_its_one_line(tmp_path: Path) -> None:
     """SIGINT or SIGTERM 0 to 350 ms after grpo-adv's first lines ran (loading, parsing,
@@ -253,6 +255,7 @@ def test_a_signal_at_any_moment_gives_its_one_line(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("out")] == []
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=st.one_of(
@@ -320,6 +323,7 @@ def test_stdout_carries_only_data(runner: CliRunner) -> None:
     assert data.height == 570 and data.columns[-1] == "advantage"
 
 
+@pytest.mark.slow
 def test_truncated_parquet_with_low_memory(runner: CliRunner, tmp_path: Path) -> None:
     data = SAMPLE_FILES["parquet"].read_bytes()
     source = tmp_path / "cut.parquet"
@@ -377,6 +381,7 @@ class TestNotALog:
     one error line and its hint), whatever the engine: a device, a stream of binary or of
     one endless line; nothing is written."""
 
+    @pytest.mark.slow
     @pytest.mark.parametrize("engine", ENGINE_ARGS)
     def test_a_device_is_refused_at_once(self, tmp_path: Path, engine: str) -> None:
         args = " ".join(ENGINE_ARGS[engine])
@@ -388,6 +393,7 @@ class TestNotALog:
         ]
         assert list(tmp_path.iterdir()) == []
 
+    @pytest.mark.slow
     def test_standard_input_from_a_device(self, tmp_path: Path) -> None:
         with Path("/dev/zero").open("rb") as zeros:
             code, stderr = _run_limited(tmp_path, "grpo-adv compute - -o out.csv", stdin=zeros)
@@ -397,6 +403,7 @@ class TestNotALog:
             NOT_A_FILE_HINT,
         ]
 
+    @pytest.mark.slow
     @pytest.mark.parametrize(
         ("stream", "args", "error", "hint"),
         [
@@ -466,6 +473,7 @@ class TestFifo:
     engine; the engines that open their input again refuse it at once with the route that
     works."""
 
+    @pytest.mark.slow
     @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
     def test_the_default_engine_reads_a_fifo(self, tmp_path: Path, fmt: str) -> None:
         source = SAMPLE_FILES[fmt]
@@ -479,6 +487,7 @@ class TestFifo:
         got = pl.read_csv(tmp_path / "out.csv")  # the last digit of a sum may differ
         assert_frame_equal(got, expected, check_exact=False, rel_tol=1e-14, abs_tol=1e-14)
 
+    @pytest.mark.slow
     @pytest.mark.parametrize(
         ("engine", "fmt"),
         [("low-memory", "parquet"), ("ray", "parquet"), ("ray", "jsonl")],
@@ -505,6 +514,7 @@ def _cut_where_polars_panics(parquet: bytes) -> bytes:
     return parquet[: (len(parquet) - footer) * 22 // 100] + parquet[-footer:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINE_ARGS)
 def test_a_file_polars_panics_on_gives_only_our_lines(tmp_path: Path, engine: str) -> None:
     """Nothing but grpo-adv's own two lines on stderr: the footer is checked before Polars

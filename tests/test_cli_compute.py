@@ -347,6 +347,7 @@ def _bash_pipeline(command: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_real_pipe_through_a_subprocess() -> None:
     cli = f"{sys.executable} -m grpo_cli"
     done = _bash_pipeline(f"cat {SAMPLE_FILES['jsonl']} | {cli} compute - --quiet | head -n 2")
@@ -356,6 +357,7 @@ def test_real_pipe_through_a_subprocess() -> None:
     assert_same_advantages([row["advantage"] for row in rows], EXPECTED.to_list()[:2])
 
 
+@pytest.mark.slow
 def test_closed_pipe_on_a_big_output_exits_quietly(tmp_path: Path) -> None:
     big = pl.read_parquet(SAMPLE_FILES["parquet"])
     big = pl.concat([big.with_columns(pl.col("prompt_id") + f"-{i}") for i in range(200)])
@@ -368,6 +370,7 @@ def test_closed_pipe_on_a_big_output_exits_quietly(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["prompt_id"] == big["prompt_id"][0]
 
 
+@pytest.mark.slow
 def test_closed_stdout_still_shows_warnings_and_summary(tmp_path: Path) -> None:
     """``... | grpo-adv compute - | head -c 100``: the data ends where the reader stopped,
     and what is said on stderr (the null-reward warning, the summary) still comes out."""
@@ -392,6 +395,7 @@ def test_closed_stdout_still_shows_warnings_and_summary(tmp_path: Path) -> None:
     assert any(line.split() == ["│", "rows", "│", f"{big.height:,}", "│"] for line in lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -449,6 +453,7 @@ def test_parquet_is_never_written_to_a_terminal(
     )
 
 
+@pytest.mark.slow
 def test_version_and_module_entry_point() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "grpo_cli", "--version"],
@@ -462,6 +467,7 @@ def test_version_and_module_entry_point() -> None:
     assert done.stdout == f"grpo-adv {__version__}\n"
 
 
+@pytest.mark.slow
 def test_help_does_not_import_polars() -> None:
     code = "import sys; from grpo_cli.cli import app; print('polars' in sys.modules)"
     done = subprocess.run(
@@ -470,6 +476,7 @@ def test_help_does_not_import_polars() -> None:
     assert done.stdout == "False\n"
 
 
+@pytest.mark.slow
 def test_a_run_imports_only_what_it_uses(tmp_path: Path) -> None:
     """Option values are converted without Typer's Pydantic adapters (grpo_cli.cli.coercion),
     and a compute of a CSV needs neither pyarrow, numpy's consumers nor the optional engines."""
@@ -493,6 +500,7 @@ def test_a_run_imports_only_what_it_uses(tmp_path: Path) -> None:
     assert pl.read_csv(out).height == pl.read_csv("sample_data/rewards.csv").height
 
 
+@pytest.mark.slow
 def test_the_process_exits_at_once_with_every_output_flushed(tmp_path: Path) -> None:
     """main() ends the process without the interpreter's teardown (os._exit), after
     flushing: what a pipe reads is whole, and the exit status is the command's."""
@@ -539,6 +547,7 @@ REPEATED = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", [[], ["--low-memory"]], ids=["default", "low_memory"])
 def test_rows_repeated_in_their_group_are_one_warning(
     runner: CliRunner, tmp_path: Path, engine: list[str]

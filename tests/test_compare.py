@@ -230,7 +230,7 @@ def _by_group(values: np.ndarray, groups: np.ndarray, formula: Any) -> np.ndarra
 
 
 class TestTrainerDumps:
-    """compare takes compute's layout and reward options (issue 19, point 6)."""
+    """compare takes compute's layout and reward options."""
 
     def test_trl_presets_equal_what_compute_writes(self, tmp_path: Path) -> None:
         out = tmp_path / "cmp.parquet"
@@ -299,7 +299,7 @@ class TestTrainerDumps:
 
 
 class TestOutputPath:
-    """compare -o a folder or a name without a suffix (issue 19, point 10)."""
+    """compare -o a folder or a name without a suffix."""
 
     ARGS = ("compare", str(SAMPLE_FILES["parquet"]), "--preset", "trl", "-e", "rloo")
 

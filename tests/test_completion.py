@@ -31,6 +31,7 @@ def _grpo_adv(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 SPELLINGS = [["--install-completion", "zsh"], ["--install-completion=zsh"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spelling", SPELLINGS)
 def test_install_completion_zsh_installs_zsh(tmp_path: Path, spelling: list[str]) -> None:
     done = _grpo_adv(tmp_path, *spelling)
@@ -44,6 +45,7 @@ def test_install_completion_zsh_installs_zsh(tmp_path: Path, spelling: list[str]
     assert f"zsh completion installed in {script}" in done.stdout
 
 
+@pytest.mark.slow
 def test_install_completion_fish_and_show_completion(tmp_path: Path) -> None:
     done = _grpo_adv(tmp_path, "--install-completion", "FISH")
     assert done.returncode == 0, done.stderr
@@ -53,6 +55,7 @@ def test_install_completion_fish_and_show_completion(tmp_path: Path) -> None:
     assert shown.returncode == 0 and shown.stdout.startswith("#compdef grpo-adv")
 
 
+@pytest.mark.slow
 def test_unknown_shell_is_a_usage_error(tmp_path: Path) -> None:
     done = _grpo_adv(tmp_path, "--install-completion", "tcsh")
     assert done.returncode == 2
@@ -80,6 +83,7 @@ def complete(line: str) -> list[str]:
     return done.stdout.split()
 
 
+@pytest.mark.slow
 class TestCompletion:
     def test_preset_names(self) -> None:
         assert complete("grpo-adv compute log.parquet --preset trl") == [

@@ -265,6 +265,7 @@ def test_the_host_running_out_of_memory_is_exit_5_with_the_low_memory_hint(
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_torch_that_fails_to_load_is_an_options_error_not_a_bug(tmp_path: Path) -> None:
     """An installed PyTorch whose import fails (a CUDA library missing: OSError) ends with
     one line naming the cause, the reinstall hint, exit 2, and nothing written (it was an

@@ -38,7 +38,7 @@ PACKAGE = ROOT / "grpo_cli"
 # (``--advantage_estimator rloo``) are another program's and do not match.
 FLAG_TEXT = re.compile(r"--[a-z][a-z-]*(?![\w])")
 # Not yet converted: the registries' one-line summaries, which only ``--help`` and the
-# README show (an engine's names its alias flag: see the report of issue 20, point 3).
+# README show (an engine's names its alias flag).
 HELP_SUMMARIES = (
     ("core/engine_options.py", "logs larger than memory (alias --low-memory)"),
     ("core/engine_options.py", "torch segment operations"),

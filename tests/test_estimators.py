@@ -260,6 +260,7 @@ PROPS = settings(max_examples=40, deadline=None)
 OUTCOME = sorted(set(ESTIMATORS) - {"process"})
 
 
+@pytest.mark.slow
 @PROPS
 @given(log=logs(), seed=st.integers(0, 1000))
 def test_every_estimator_is_invariant_under_row_shuffling(log: pl.DataFrame, seed: int) -> None:
@@ -306,6 +307,7 @@ def test_batch_whitening_has_mean_zero(log: pl.DataFrame) -> None:
         assert abs(sum(values) / len(values)) < 1e-9
 
 
+@pytest.mark.slow
 @PROPS
 @given(log=logs(), scale=st.sampled_from([0.5, 2.0, 8.0]), shift=st.integers(-5, 5))
 def test_zscore_estimators_are_affine_invariant_without_eps(

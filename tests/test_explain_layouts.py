@@ -199,7 +199,7 @@ class TestTrlPositionalGroups:
 
     def test_the_group_size_is_inferred_or_taken(self, runner: CliRunner) -> None:
         """The TRL layout infers --group-size from the runs of equal prompts; explain also
-        takes it given (the issue's report)."""
+        takes it given."""
         args = ["explain", str(SAMPLE_DIR / "trl_completions"), "--preset", "trl"]
         inferred = runner.invoke(app, [*args, "--group", "10,0"])
         assert inferred.exit_code == 0, inferred.output

@@ -224,6 +224,7 @@ class TestDefaultGroupsWithinSteps:
         frame = log(RESAMPLED).drop("step")
         assert annotate(frame).options.group_cols == ("prompt_id",)
 
+    @pytest.mark.slow
     @pytest.mark.parametrize("engine", [[], ["--low-memory"]])
     def test_compute_cli_no_warning_and_per_step_values(
         self, runner: CliRunner, tmp_path: Path, engine: list[str]

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_cli.jobs.pipeline import annotate
+from tests.conftest import make_log
 
 
 def test_group_table_by_hand(tiny_log: pl.DataFrame) -> None:
@@ -98,3 +99,41 @@ def test_one_zero_spread_rule_everywhere(groups: list[tuple[float, int, bool]]) 
         pl.col("prompt_id").is_in([k for k, v in expected.items() if v])
     )
     assert (zero_rows["advantage"] == 0.0).all()
+
+
+def test_every_path_reports_one_group_statistic() -> None:
+    """A group's mean and std (and whether it has zero spread) are the same numbers in the
+    group table, in ``--with-stats``' columns, in summarize's group table and in the
+    spread summarize averages, with constant non-dyadic rewards (0.1) giving exactly 0."""
+    from grpo_cli.core.options import AdvantageOptions
+    from grpo_cli.report.summarize import summarize
+
+    log = make_log(
+        {
+            "flat": [0.1, 0.1, 0.1],
+            "thirds": [1 / 3, 2 / 3, 1.0],
+            "with_null": [1.0, None, 0.0],
+            "single": [0.7],
+        }
+    )
+    expected_std = {"flat": 0.0, "thirds": 1 / 3, "with_null": math.sqrt(0.5), "single": None}
+    expected_mean = {"flat": 0.1, "thirds": 2 / 3, "with_null": 0.5, "single": 0.7}
+    result = annotate(log, with_stats=True)
+    stats = result.frame.group_by("prompt_id", maintain_order=True).first()
+    summarized = summarize(log, AdvantageOptions()).group_rows()
+    for table, mean, std in (
+        (result.groups, "mean", "std"),
+        (stats, "group_mean", "group_std"),
+        (summarized, "mean", "std"),
+    ):
+        rows = {r["prompt_id"]: r for r in table.iter_rows(named=True)}
+        for key, value in expected_std.items():
+            assert rows[key][mean] == pytest.approx(expected_mean[key], abs=1e-15), key
+            if value is None:
+                assert rows[key][std] is None, key
+            else:
+                assert rows[key][std] == pytest.approx(value, abs=1e-15), key
+        assert rows["flat"][std] == 0.0  # exactly, not a rounding residue
+    # the mean over the rows of groups with a std (the null reward's row included)
+    group_reward_std = summarize(log, AdvantageOptions()).overall["group_reward_std"][0]
+    assert group_reward_std == pytest.approx((3 * 1 / 3 + 3 * math.sqrt(0.5)) / 9, abs=1e-12)

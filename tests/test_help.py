@@ -63,6 +63,7 @@ def test_group_col_help_gives_the_default_with_a_step_column() -> None:
 EXAMPLE_LINES = [line for examples in EXAMPLES.values() for line, _ in examples]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLE_LINES)
 def test_every_example_runs(example: str, tmp_path: Path) -> None:
     done = run_example(example, tmp_path)

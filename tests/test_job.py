@@ -41,6 +41,7 @@ ENGINES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "options"), ENGINES, ids=[str(e) for e in ENGINES])
 def test_run_job_writes_what_compute_advantages_returns(
     tmp_path: Path, backend: str, options: dict[str, Any]
@@ -140,6 +141,7 @@ def test_progress_stages_on_the_in_memory_engines(tmp_path: Path) -> None:
     assert seen == {"reading": 1, "computing": 1, "writing": 1}
 
 
+@pytest.mark.slow
 def test_readme_run_job_example_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

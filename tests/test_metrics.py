@@ -86,6 +86,7 @@ class TestTrlEverywhere:
         assert tables["overall"]["frac_reward_zero_std"].to_list() == [TRL_OVERALL]
         assert tables["step"]["frac_reward_zero_std"].to_list() == TRL_STEPS
 
+    @pytest.mark.slow
     @pytest.mark.usefixtures("width_80")
     def test_low_memory_run_summary(self, runner: CliRunner, tmp_path: Path) -> None:
         source = tmp_path / "log.parquet"
@@ -278,6 +279,7 @@ def _assert_same(got: pl.DataFrame, expected: pl.DataFrame) -> None:
 
 
 class TestMerge:
+    @pytest.mark.slow
     @settings(max_examples=60, deadline=None)
     @given(groups=GROUPS, data=st.data(), ddof=st.sampled_from([0, 1]))
     def test_split_along_groups_then_merged_is_the_whole(
@@ -324,6 +326,7 @@ TRL_REWARDS = st.sampled_from([0.0, 1.0, 0.5, 2.0, NEAR, 1.0000001, None])
 
 
 class TestIndependentTrl:
+    @pytest.mark.slow
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(
         groups=st.lists(st.lists(TRL_REWARDS, min_size=1, max_size=6), min_size=1, max_size=10),

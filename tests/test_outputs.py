@@ -140,19 +140,20 @@ def test_a_device_node_is_not_turned_into_a_file(runner: CliRunner, tmp_path: Pa
     assert stat.S_ISCHR(node.stat().st_mode) and node.stat().st_rdev == os.makedev(1, 3)
 
 
+@pytest.mark.slow
 def test_process_substitution_and_dev_stdout(tmp_path: Path) -> None:
     """``-o >(gzip > x.gz)`` and ``-o /dev/stdout`` (to a file) are streams: no "already
     exists", no temporary file beside /dev/fd."""
     source = _sample(tmp_path)
     grpo = Path(sys.executable).with_name("grpo-adv")
-    script = (
+    script = (  # `wait $!` waits for the substituted gzip (a bare `wait` does not)
         f"'{grpo}' compute '{source}' -q --output-format csv -o >(gzip > '{tmp_path}/x.csv.gz')"
+        f"; status=$?; wait $! && [ $status = 0 ]"
         f" && '{grpo}' compute '{source}' -q --output-format csv -o /dev/stdout"
-        f" > '{tmp_path}/stdout.csv'; status=$?; wait; exit $status"
+        f" > '{tmp_path}/stdout.csv'"
     )
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    time.sleep(0.2)  # the substituted gzip finishes after bash's wait
     expected = _expected(source)
     assert read_rewards(tmp_path / "x.csv.gz").frame.height == expected.height
     from_stdout = pl.read_csv(tmp_path / "stdout.csv")
@@ -351,6 +352,7 @@ def big_log(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -421,6 +423,7 @@ def _temporaries(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
 
 
+@pytest.mark.slow
 def test_the_next_run_removes_what_a_killed_run_left(runner: CliRunner, tmp_path: Path) -> None:
     source = _sample(tmp_path)
     out = tmp_path / "out.parquet"
@@ -442,6 +445,7 @@ def test_the_next_run_removes_what_a_killed_run_left(runner: CliRunner, tmp_path
     _assert_same_annotation(pl.read_parquet(out), _expected(source))
 
 
+@pytest.mark.slow
 def test_a_live_run_and_untagged_files_are_left_alone(runner: CliRunner, tmp_path: Path) -> None:
     source = _sample(tmp_path)
     process = _start_stalled_run(tmp_path, source, tmp_path / "slow.parquet")
@@ -474,6 +478,7 @@ def test_owner_tags_name_this_host() -> None:
     assert match["host"] == re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())
 
 
+@pytest.mark.slow
 def test_low_memory_refuses_groups_across_batches(runner: CliRunner, tmp_path: Path) -> None:
     """--low-memory keeps the in-memory path's rule: with a batch column, groups stay
     within one batch or the run refuses with the fix."""
@@ -614,6 +619,7 @@ class TestExclusiveRenames:
             shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
             shutil.rmtree(target) if target.is_dir() else target.unlink()
 
+    @pytest.mark.slow
     def test_runs_started_together(self, tmp_path: Path) -> None:
         """Four real runs (two on each engine) write one output without --force: one
         writes it, the other three exit 4, nothing else is left."""
@@ -639,6 +645,7 @@ class TestExclusiveRenames:
         _assert_same_annotation(pl.read_parquet(out), _expected(source))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [["compute"], ["compute", "--low-memory"], ["compare", "-e", "grpo", "-e", "rloo"]],

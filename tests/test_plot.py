@@ -72,6 +72,7 @@ def plt() -> Any:
     matplotlib.pyplot.close("all")
 
 
+@pytest.mark.slow
 class TestFigure:
     def test_frac_reward_zero_std_has_its_own_axis_scaled_to_its_values(self, plt: Any) -> None:
         fig = figure(_report(_even_log()), "t")
@@ -179,6 +180,7 @@ class TestFigure:
         assert _titled(plain, "advantage by method") == []
 
 
+@pytest.mark.slow
 class TestFiles:
     def test_pdf(self, runner: CliRunner, tmp_path: Path, plt: Any) -> None:
         assert check_plot_path(Path("r.PDF")) == "pdf"
@@ -239,6 +241,7 @@ class TestFiles:
         assert page.count("<table") == 1 and "<h2>per" not in page
 
 
+@pytest.mark.slow
 class TestDefaultOutput:
     def test_beside_the_input(self, runner: CliRunner, tmp_path: Path, plt: Any) -> None:
         log = tmp_path / "rewards.adv.parquet"
@@ -301,6 +304,7 @@ class TestDefaultOutput:
         assert out.read_bytes().startswith(b"<?xml")
 
 
+@pytest.mark.slow
 def test_matplotlib_is_imported_only_to_draw() -> None:
     code = (
         "import sys, grpo_cli.report.plot, grpo_cli.cli.plot; "
@@ -310,7 +314,7 @@ def test_matplotlib_is_imported_only_to_draw() -> None:
 
 
 class TestStepTicks:
-    """The step axis is labelled with the logged steps (issue 19, point 10)."""
+    """The step axis is labelled with the logged steps."""
 
     @staticmethod
     def _log(steps: list[int]) -> pl.DataFrame:
@@ -332,6 +336,7 @@ class TestStepTicks:
         assert step_ticks(range(1, 14)) == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0, 13.0]
 
 
+@pytest.mark.slow
 def test_plot_of_a_compare_table_overlays_the_methods(tmp_path: Path) -> None:
     from grpo_cli.report.summarize import read_report
 
@@ -355,6 +360,7 @@ MAGIC = {
 }
 
 
+@pytest.mark.slow
 class TestPlot:
     @pytest.mark.parametrize("suffix", [".png", ".svg", ".pdf", ".html"])
     def test_dashboard_file(self, runner: CliRunner, tmp_path: Path, suffix: str) -> None:

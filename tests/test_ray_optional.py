@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import import_or_skip
 
 
+@pytest.mark.slow
 def test_without_ray_installed(tmp_path: Path) -> None:
     """Ray missing: the one-line install hint, exit 2, nothing written."""
     source = tmp_path / "in.parquet"
@@ -37,6 +38,7 @@ def test_without_ray_installed(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
 
 
+@pytest.mark.slow
 def test_the_skipped_ray_tests_say_how_to_run_them(monkeypatch: pytest.MonkeyPatch) -> None:
     """``make test`` without Ray lists the skip reason (pytest -ra): the install command."""
     monkeypatch.setitem(sys.modules, "ray", None)

@@ -24,6 +24,7 @@ def test_readme_has_examples() -> None:
     assert all("grpo-adv" in example for example in EXAMPLES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_readme_example_runs(example: str, tmp_path: Path) -> None:
     done = run_example(example, tmp_path, timeout=60)
@@ -82,7 +83,7 @@ def test_readme_lists_every_exit_code_the_errors_module_defines() -> None:
     docstring's table name the same codes."""
     from grpo_cli.core import errors
 
-    section = README.split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+    section = README.split("## Exit codes", 1)[1].split("\n\n", 2)[1]
     in_readme = {int(code) for code in re.findall(r"^\| (\d+) \|", section, re.MULTILINE)}
     defined = {value for name, value in vars(errors).items() if name.startswith("EXIT_")}
     documented = {int(code) for code in re.findall(r"^(\d+) {2,}", errors.__doc__ or "", re.M)}

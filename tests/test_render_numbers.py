@@ -1,5 +1,5 @@
 """Numbers in human output: counts with thousands separators everywhere, keys (a step) as
-they are, numbers right-aligned in verify's worst-groups table (issue 19, point 10)."""
+they are, numbers right-aligned in verify's worst-groups table."""
 
 from __future__ import annotations
 

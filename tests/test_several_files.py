@@ -195,7 +195,10 @@ def test_progress_appears_only_after_the_delay() -> None:
     with DelayedProgress(console, enabled=True, delay=0.0) as progress:
         task = progress.add("reading", total=2)
         progress.advance(task)
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while not progress.progress.live.is_started:  # the delay's timer has fired
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
     assert "reading" in buffer.getvalue()
     quiet = io.StringIO()
     with DelayedProgress(Console(file=quiet, force_terminal=True), enabled=True, delay=60):
@@ -204,5 +207,5 @@ def test_progress_appears_only_after_the_delay() -> None:
     off = io.StringIO()
     with DelayedProgress(Console(file=off, force_terminal=True), enabled=False, delay=0.0) as p:
         p.add("reading", total=1)
-        time.sleep(0.2)
     assert off.getvalue() == ""
+    assert not p.progress.live.is_started

@@ -304,7 +304,7 @@ def _overall(runner: CliRunner, *args: str) -> dict[str, float]:
 
 
 class TestTrainerNames:
-    """Each trainer's figures under the name it logs them (issue 19, point 9)."""
+    """Each trainer's figures under the name it logs them."""
 
     def test_openrlhf_presets_use_openrlhfs_names(self, runner: CliRunner) -> None:
         source = str(SAMPLE_FILES["parquet"])

@@ -299,6 +299,7 @@ def test_a_real_hash_collision_is_detected_on_the_device() -> None:
     assert hash_collision(forced.hstack(clashing), plan.keys)
 
 
+@pytest.mark.slow
 def test_the_torch_engine_imports_torch_while_the_log_is_read() -> None:
     """A torch run starts torch's import (a background thread) before the log is read;
     a Polars run and ``--help`` never import it."""

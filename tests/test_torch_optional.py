@@ -16,6 +16,7 @@ from tests.conftest import ROOT, SAMPLE_FILES
 from tests.test_presets import hostile_log
 
 
+@pytest.mark.slow
 def test_polars_path_never_imports_torch() -> None:
     code = (
         "import sys, polars as pl; from grpo_cli.jobs.pipeline import annotate; "

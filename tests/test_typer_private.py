@@ -9,6 +9,7 @@ import tomllib
 from importlib.metadata import version
 from typing import Any
 
+import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
@@ -37,10 +38,19 @@ def test_the_installed_typer_is_in_that_range() -> None:
     assert parts(low) <= parts(version("typer")) < parts(high), version("typer")
 
 
-def test_the_click_errors_are_exceptions_of_click() -> None:
-    for error in (private.UsageError, private.NoSuchOption, private.NoArgsIsHelpError):
-        assert issubclass(error, Exception), error
-    assert issubclass(private.NoSuchOption, private.UsageError)
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["compute", "x.csv", "--no-such-flag"], private.NoSuchOption),
+        ([], private.NoArgsIsHelpError),
+        (["compute", "x.csv", "--eps"], private.UsageError),
+    ],
+)
+def test_the_click_errors_are_the_ones_typer_raises(args: list[str], error: type) -> None:
+    """The names the one error style catches are the classes Typer raises for a misspelled
+    option, a bare command and a flag without its value."""
+    with pytest.raises(error):
+        get_command(app).main(args, prog_name="grpo-adv", standalone_mode=False)
 
 
 def test_completion_functions_take_the_shell() -> None:
