@@ -18,10 +18,15 @@ from grpo_cli.cli import app
 from grpo_cli.core.errors import InputError, OptionsError, OutputError
 from grpo_cli.io.atomic import atomic_write
 from grpo_cli.io.formats import (
+    DATA_FORMATS,
+    FORMATS,
     default_output_path,
+    describe,
     format_from_suffix,
+    normalize_format,
     output_format_for,
     sniff_format,
+    written_format,
 )
 from grpo_cli.io.read import read_rewards
 from grpo_cli.io.write import check_output_path, frame_to_markdown, write_frame
@@ -57,6 +62,28 @@ def test_sniff_format(head: bytes, fmt: str) -> None:
 )
 def test_format_from_suffix(name: str, fmt: str | None) -> None:
     assert format_from_suffix(Path(name)) == fmt
+
+
+@pytest.mark.parametrize("fmt", DATA_FORMATS)
+def test_every_format_of_the_registry_round_trips(fmt: str, tmp_path: Path) -> None:
+    """Each format's writer, sniffing, suffix and reader agree: what is written reads back
+    equal, by its suffix and by its content alone (standard input)."""
+    frame = pl.DataFrame({"prompt_id": ["a", "a", "b"], "reward": [1.0, 0.5, -2.25]})
+    sink = io.BytesIO()
+    write_frame(frame, sink, fmt)
+    data = sink.getvalue()
+    assert sniff_format(data[:4096]) == fmt
+    for suffix in FORMATS[fmt].suffixes:
+        path = tmp_path / f"log{suffix}"
+        path.write_bytes(data)
+        assert written_format(path) == fmt
+        assert format_from_suffix(path) == (fmt if FORMATS[fmt].by_suffix else None)
+        log = read_rewards(path, string_cols=["prompt_id"])
+        assert (log.format, log.frame.to_dicts()) == (fmt, frame.to_dicts())
+    sniffed = read_rewards(io.BytesIO(data), string_cols=["prompt_id"])
+    assert (sniffed.format, sniffed.frame.to_dicts()) == (fmt, frame.to_dicts())
+    for alias in FORMATS[fmt].aliases:
+        assert normalize_format(alias.upper()) == fmt
 
 
 @pytest.mark.parametrize("fmt", sorted(SAMPLE_FILES))
@@ -247,7 +274,9 @@ def test_nested_columns_cannot_go_to_csv() -> None:
     frame = pl.DataFrame({"steps": [[1.0, 2.0]]})
     with pytest.raises(OutputError) as info:
         write_frame(frame, io.BytesIO(), "csv")
-    assert cli_error(info.value)[1] == "nested columns need --output-format parquet or jsonl"
+    nested = describe([name for name in DATA_FORMATS if FORMATS[name].nested])
+    assert nested.startswith("parquet, jsonl")
+    assert cli_error(info.value)[1] == f"nested columns need --output-format {nested}"
 
 
 MIXED_KINDS = (
