@@ -325,7 +325,8 @@ def check_scanned_file(path: Path) -> int:
         low_memory = option("backend", "partitioned", alias="alone")
         scanned = describe([f.name for f in FORMATS.values() if f.rows is not None])
         raise OptionsError(
-            low_memory + f" needs a {scanned} input; {path} is not {scanned}",
+            low_memory + f" needs a {scanned} input; {path} is not one it can scan (compressed, "
+            "text or a stream?)",
             hint='convert it to Parquet first (python -c "import polars as pl; '
             "pl.scan_csv('IN.csv').sink_parquet('IN.parquet')\"), or drop " + low_memory,
             path=path,
