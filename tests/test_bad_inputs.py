@@ -96,7 +96,8 @@ class TestFilesystem:
         result = runner.invoke(app, ["compute", str(folder), "-o", str(tmp_path / "o.csv")])
         assert result.exit_code == 3
         assert result.stderr.splitlines()[0] == (
-            f"error: folder {folder} holds no .parquet, .pq, .csv, .jsonl or .ndjson file"
+            f"error: folder {folder} holds no .parquet, .pq, .csv, .jsonl, .ndjson, .arrow, "
+            ".feather or .ipc file"
         )
         assert _leftovers(tmp_path, {"dumps"}) == []
 

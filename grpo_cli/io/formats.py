@@ -5,8 +5,9 @@ anything under ``/dev`` or ``/proc``).
 
 Detection, in order: an explicit format; the file's suffix (under any compression suffix:
 ``r.jsonl.gz`` is JSONL); the content's first bytes (a format's magic bytes, such as
-Parquet's ``PAR1``; first non-blank byte ``{`` for JSONL, ``[`` for a JSON array; any other
-text is CSV). ``.json`` files are always sniffed, since many are really JSONL.
+Parquet's ``PAR1``, Arrow IPC's ``ARROW1`` or 0xFFFFFFFF; first non-blank byte ``{`` for
+JSONL, ``[`` for a JSON array; any other text is CSV). ``.json`` files are always sniffed,
+since many are really JSONL.
 """
 
 from __future__ import annotations
@@ -110,6 +111,53 @@ class Format:
 
 
 _OTHER: Final = " to read it as another format"
+ARROW_FILE: Final = b"ARROW1"
+"""The first bytes of an Arrow IPC file (``write_ipc``, Feather v2); an IPC stream (what
+Hugging Face ``datasets`` caches) starts with the continuation marker 0xFFFFFFFF."""
+ARROW_STREAM: Final = b"\xff\xff\xff\xff"
+
+
+def _read_arrow(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """Arrow IPC's reader: a file or a stream, by its first bytes (neither: refused)."""
+    import io
+
+    import polars as pl
+
+    if not data.startswith((ARROW_FILE, ARROW_STREAM)):
+        cause = "it does not start with ARROW1 or 0xffffffff"
+        raise InputError(f"cannot read {name} as arrow: {cause}", hint=FORMATS["arrow"].parse_hint)
+    read = pl.read_ipc if data.startswith(ARROW_FILE) else pl.read_ipc_stream
+    return _arrow_errors(lambda: read(io.BytesIO(data)), name, FORMATS["arrow"].parse_hint), ()
+
+
+def _scan_arrow(path: Path) -> pl.LazyFrame:
+    """An Arrow IPC file, lazily (the name never a pattern: see ``scan_parquet_file``)."""
+    import polars as pl
+
+    return pl.scan_ipc(path, glob=False)
+
+
+def _arrow_rows(path: Path, name: str, hint: Message) -> int:
+    """The row count of an Arrow IPC file (its footer); a damaged file is an InputError."""
+    import polars as pl
+
+    return int(
+        _arrow_errors(lambda: _scan_arrow(path).select(pl.len()).collect(), name, hint).item()
+    )
+
+
+def _arrow_errors(read: Callable[[], pl.DataFrame], name: str, hint: Message) -> pl.DataFrame:
+    """``read()``, whose failure (Polars' error, its panic, an OSError on a cut file) is an
+    InputError naming ``name``."""
+    import polars as pl
+
+    try:
+        return read()
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError) as exc:
+        cause = error_line(str(exc))
+        raise InputError(f"cannot read {name} as arrow: {cause}", hint=hint) from None
+
+
 FORMATS: Final[dict[str, Format]] = {
     f.name: f
     for f in (
@@ -154,6 +202,20 @@ FORMATS: Final[dict[str, Format]] = {
             starts=b"[",
             by_suffix=False,
             parse_hint="a .json file must hold one array of objects, or one object per line",
+        ),
+        Format(
+            "arrow",
+            (".arrow", ".feather", ".ipc"),
+            lambda frame, sink: frame.write_ipc(sink, compression="zstd"),
+            _read_arrow,
+            aliases=("feather", "ipc"),
+            magic=(ARROW_FILE, ARROW_STREAM),
+            scan_magic=ARROW_FILE,
+            scan=_scan_arrow,
+            rows=_arrow_rows,
+            parse_hint="the file may be truncated or not Arrow IPC; pass "
+            + option("input_format")
+            + _OTHER,
         ),
         Format(
             "markdown",

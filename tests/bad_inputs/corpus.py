@@ -103,8 +103,8 @@ def _duplicate_columns_parquet() -> bytes:
 
 HINT_PARQUET = "hint: the file may be truncated or not Parquet; pass --format to read it as another"
 HINT_TEXT = (
-    "hint: csv, jsonl and json logs are UTF-8 text; for parquet, name the file .parquet or "
-    "pass --format parquet"
+    "hint: csv, jsonl and json logs are UTF-8 text; for parquet or arrow, name the file "
+    ".parquet or .arrow or pass --format parquet or arrow"
 )
 HINT_DAMAGED = "hint: the file is truncated or damaged: write it again"
 CUT_CAUSE = (
