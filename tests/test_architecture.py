@@ -194,6 +194,9 @@ COMMAND_ENTRIES = {
 CLI_HELPERS = {
     ("grpo_cli.core.estimators", "ESTIMATORS"),
     ("grpo_cli.core.presets", "PRESETS"),
+    ("grpo_cli.io.formats", "DATA_FORMATS"),  # the format registry, for --help
+    ("grpo_cli.io.formats", "TABLE_FORMATS"),
+    ("grpo_cli.io.formats", "describe"),
     ("grpo_cli.core.errors", "option"),  # names an option in a message the CLI spells
     ("grpo_cli.jobs.outputs", "sources_or_stdin"),
 }

@@ -30,6 +30,7 @@ from tests.bad_inputs.corpus import (
     HINT_DAMAGED,
     HINT_FIRST_LINE,
     HINT_PARQUET,
+    HINT_TEXT,
     JSONL_ADVANTAGES,
     Case,
     cases,
@@ -95,7 +96,8 @@ class TestFilesystem:
         result = runner.invoke(app, ["compute", str(folder), "-o", str(tmp_path / "o.csv")])
         assert result.exit_code == 3
         assert result.stderr.splitlines()[0] == (
-            f"error: folder {folder} holds no .parquet, .csv, .jsonl or .ndjson file"
+            f"error: folder {folder} holds no .parquet, .pq, .csv, .jsonl, .ndjson, .arrow, "
+            ".feather or .ipc file"
         )
         assert _leftovers(tmp_path, {"dumps"}) == []
 
@@ -411,8 +413,7 @@ class TestNotALog:
                 "cat /dev/zero",
                 "",
                 "<stdin> is not a text log (a NUL byte at offset 0)",
-                "hint: CSV and JSONL logs are UTF-8 text; for Parquet, name the file .parquet "
-                "or pass --format parquet",
+                HINT_TEXT,
             ),
             (
                 "cat /dev/zero",

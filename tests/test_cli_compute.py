@@ -268,7 +268,7 @@ def test_errors_say_one_line_and_a_hint(
             ["compute", csv, "--format", "xlsx"],
             None,
             2,
-            "error: unknown format 'xlsx'\nhint: choose one of: parquet, csv, jsonl, json\n",
+            "error: unknown format 'xlsx'\nhint: choose one of: parquet, csv, jsonl, json, arrow\n",
         ),
         (
             ["compute", csv, "-o", csv, "--force"],

@@ -170,7 +170,7 @@ class TestVerify:
         assert result.exit_code == 2
         assert result.stderr.splitlines() == [  # verify has no --output-format to suggest
             f"error: cannot tell the table format of {out}",
-            "hint: end the file name with .parquet, .csv, .jsonl, .json or .md",
+            "hint: end the file name with .parquet, .csv, .jsonl, .json, .arrow or .md",
         ]
         assert not out.exists()
 

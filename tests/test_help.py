@@ -4,6 +4,7 @@ command summaries, and ``-V`` prints the version."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 from grpo_cli import __version__
 from grpo_cli.cli import app
 from grpo_cli.cli.help import EXAMPLES
+from grpo_cli.io.formats import DATA_FORMATS, FORMATS, TABLE_FORMATS
 from tests.conftest import run_example
 
 COMMANDS = ("compute", "verify", "summarize", "plot", "explain", "presets", "compare")
@@ -83,3 +85,24 @@ def test_main_help_keeps_whole_summaries() -> None:
     assert "Recompute advantages and compare them with a logged advantage column." in (
         " ".join(commands.split())
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "formats", "named"),
+    [
+        ("compute", DATA_FORMATS, True),
+        ("compare", DATA_FORMATS, True),
+        ("summarize", TABLE_FORMATS, True),
+        ("verify", TABLE_FORMATS, False),  # no format option: the suffixes only
+    ],
+)
+def test_help_names_every_format_and_suffix(
+    command: str, formats: tuple[str, ...], named: bool
+) -> None:
+    """The format lists of --help come from the registry: every format's name (where the
+    command has a format option) and every suffix appear (a new format is listed without
+    touching the help)."""
+    text = " ".join(help_of(command).replace("│", " ").split())
+    for fmt in formats:
+        for word in (fmt, *FORMATS[fmt].suffixes) if named else FORMATS[fmt].suffixes:
+            assert re.search(rf"(?<![\w.]){re.escape(word)}\b", text), (command, word)

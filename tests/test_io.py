@@ -12,20 +12,26 @@ from typing import IO
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.core.errors import InputError, OptionsError, OutputError
 from grpo_cli.io.atomic import atomic_write
 from grpo_cli.io.formats import (
+    DATA_FORMATS,
+    FORMATS,
     default_output_path,
+    describe,
     format_from_suffix,
+    normalize_format,
     output_format_for,
     sniff_format,
+    written_format,
 )
 from grpo_cli.io.read import read_rewards
 from grpo_cli.io.write import check_output_path, frame_to_markdown, write_frame
-from tests.conftest import SAMPLE_FILES, cli_error
+from tests.conftest import SAMPLE_FILES, cli_error, import_or_skip
 
 
 @pytest.mark.parametrize(
@@ -36,6 +42,8 @@ from tests.conftest import SAMPLE_FILES, cli_error
         (b'\xef\xbb\xbf  \n{"a": 1}', "jsonl"),
         (b'[{"a": 1}]', "json"),
         (b"prompt_id,reward\n", "csv"),
+        (b"ARROW1\x00\x00", "arrow"),
+        (b"\xff\xff\xff\xff\xa8\x00", "arrow"),  # an IPC stream (a Hugging Face cache file)
     ],
 )
 def test_sniff_format(head: bytes, fmt: str) -> None:
@@ -51,6 +59,9 @@ def test_sniff_format(head: bytes, fmt: str) -> None:
         ("a.jsonl", "jsonl"),
         ("a.ndjson", "jsonl"),
         ("a.json", None),
+        ("a.arrow", "arrow"),
+        ("a.feather", "arrow"),
+        ("a.IPC.gz", "arrow"),
         ("a.log", None),
         ("a", None),
     ],
@@ -59,12 +70,98 @@ def test_format_from_suffix(name: str, fmt: str | None) -> None:
     assert format_from_suffix(Path(name)) == fmt
 
 
+@pytest.mark.parametrize("fmt", DATA_FORMATS)
+def test_every_format_of_the_registry_round_trips(fmt: str, tmp_path: Path) -> None:
+    """Each format's writer, sniffing, suffix and reader agree: what is written reads back
+    equal, by its suffix and by its content alone (standard input)."""
+    frame = pl.DataFrame({"prompt_id": ["a", "a", "b"], "reward": [1.0, 0.5, -2.25]})
+    sink = io.BytesIO()
+    write_frame(frame, sink, fmt)
+    data = sink.getvalue()
+    assert sniff_format(data[:4096]) == fmt
+    for suffix in FORMATS[fmt].suffixes:
+        path = tmp_path / f"log{suffix}"
+        path.write_bytes(data)
+        assert written_format(path) == fmt
+        assert format_from_suffix(path) == (fmt if FORMATS[fmt].by_suffix else None)
+        log = read_rewards(path, string_cols=["prompt_id"])
+        assert (log.format, log.frame.to_dicts()) == (fmt, frame.to_dicts())
+    sniffed = read_rewards(io.BytesIO(data), string_cols=["prompt_id"])
+    assert (sniffed.format, sniffed.frame.to_dicts()) == (fmt, frame.to_dicts())
+    for alias in FORMATS[fmt].aliases:
+        assert normalize_format(alias.upper()) == fmt
+
+
 @pytest.mark.parametrize("fmt", sorted(SAMPLE_FILES))
 def test_reads_each_sample_format_alike(fmt: str) -> None:
     log = read_rewards(SAMPLE_FILES[fmt], string_cols=["prompt_id"])
     reference = pl.read_parquet(SAMPLE_FILES["parquet"])
     assert log.format == fmt
     assert log.frame.equals(reference)
+
+
+ARROW_FORMS = {
+    "file.arrow": pl.DataFrame.write_ipc,
+    "file.feather": pl.DataFrame.write_ipc,
+    "file.data": pl.DataFrame.write_ipc,  # no suffix that names it: by its content
+    "stream.arrow": pl.DataFrame.write_ipc_stream,  # as Hugging Face datasets caches
+    "stream.data": pl.DataFrame.write_ipc_stream,
+}
+ENGINES = {"polars": [], "torch": ["--backend", "torch"], "low-memory": ["--low-memory"]}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("form", sorted(ARROW_FORMS))
+def test_arrow_ipc_inputs_give_what_parquet_gives(
+    runner: CliRunner, tmp_path: Path, engine: str, form: str
+) -> None:
+    """An Arrow IPC file or stream, by suffix or by content, gives every engine the
+    numbers the same log gives as Parquet; --low-memory scans a file and refuses a stream,
+    which it cannot read lazily."""
+    if engine == "torch":
+        import_or_skip("torch")
+    source = tmp_path / form
+    ARROW_FORMS[form](pl.read_parquet(SAMPLE_FILES["parquet"]), source)
+    expected, out = tmp_path / "expected.parquet", tmp_path / "out.parquet"
+    for log, target in ((SAMPLE_FILES["parquet"], expected), (source, out)):
+        result = runner.invoke(app, ["compute", str(log), "-o", str(target), *ENGINES[engine]])
+        if engine == "low-memory" and form.startswith("stream") and log == source:
+            assert result.exit_code == 2
+            assert result.stderr.startswith(
+                f"error: --low-memory needs a parquet or arrow input; {source} is not one it "
+                "can scan (compressed, text or a stream?)"
+            )
+            return
+        assert result.exit_code == 0, result.output
+    got, want = pl.read_parquet(out), pl.read_parquet(expected)
+    assert got["advantage"].null_count() == want["advantage"].null_count() == 1
+    assert_frame_equal(got, want, rel_tol=1e-12, abs_tol=1e-15)
+
+
+def test_arrow_ipc_outputs(runner: CliRunner, tmp_path: Path) -> None:
+    """Arrow IPC is written by -o's suffix, --output-format, beside an Arrow input (its
+    suffix kept) and as the --summary table; never to a terminal; --low-memory writes
+    Parquet only."""
+    arrow = tmp_path / "log.feather"
+    pl.read_parquet(SAMPLE_FILES["parquet"]).write_ipc(arrow)
+    result = runner.invoke(app, ["compute", str(arrow), "--summary", str(tmp_path / "g.ipc")])
+    assert result.exit_code == 0, result.output
+    reference, groups = tmp_path / "ref.parquet", tmp_path / "g.parquet"
+    args = ["compute", str(arrow), "-o", str(reference), "--summary", str(groups)]
+    assert runner.invoke(app, args).exit_code == 0
+    want = pl.read_parquet(reference)
+    assert_frame_equal(pl.read_ipc(tmp_path / "log.adv.feather"), want, rel_tol=1e-12)
+    assert_frame_equal(pl.read_ipc(tmp_path / "g.ipc"), pl.read_parquet(groups), rel_tol=1e-12)
+    piped = runner.invoke(
+        app, ["compute", str(SAMPLE_FILES["csv"]), "-o", "-", "--output-format", "ipc"]
+    )
+    assert piped.exit_code == 0 and piped.stdout_bytes.startswith(b"ARROW1")
+    assert_frame_equal(pl.read_ipc(io.BytesIO(piped.stdout_bytes)), want, rel_tol=1e-12)
+    refused = runner.invoke(
+        app, ["compute", str(arrow), "-o", str(tmp_path / "o.arrow"), "--low-memory"]
+    )
+    assert refused.exit_code == 2
+    assert refused.stderr.startswith("error: --low-memory writes Parquet (zstd-compressed inside)")
 
 
 def test_content_decides_when_the_suffix_says_nothing(tmp_path: Path) -> None:
@@ -127,6 +224,16 @@ def test_reads_a_stream() -> None:
         ),
         (b'{"prompt_id":"a"}\n', "json.parquet", "{path} is not Parquet (it looks like JSON text)"),
         (b"\x00\x01garbage", "bin.parquet", "{path} is not Parquet (it does not start with PAR1)"),
+        (
+            b"prompt_id,reward\na,1\n",
+            "csv.arrow",
+            "cannot read {path} as arrow: it does not start with ARROW1 or 0xffffffff",
+        ),
+        (
+            b"ARROW1\x00\x00\xff",
+            "cut.feather",
+            "cannot read {path} as arrow: invalid seek to a negative or overflowing position",
+        ),
     ],
 )
 def test_read_errors(tmp_path: Path, content: bytes, name: str, message: str) -> None:
@@ -183,7 +290,7 @@ def test_output_format_for() -> None:
         output_format_for(Path("o.xlsx"), None, "csv")
     assert cli_error(info.value) == (
         "cannot tell the output format of o.xlsx",
-        "end the file name with .parquet, .csv, .jsonl or .json, or name the format with "
+        "end the file name with .parquet, .csv, .jsonl, .json or .arrow, or name the format with "
         "--output-format",
     )
     with pytest.raises(OptionsError) as info:
@@ -247,7 +354,9 @@ def test_nested_columns_cannot_go_to_csv() -> None:
     frame = pl.DataFrame({"steps": [[1.0, 2.0]]})
     with pytest.raises(OutputError) as info:
         write_frame(frame, io.BytesIO(), "csv")
-    assert cli_error(info.value)[1] == "nested columns need --output-format parquet or jsonl"
+    nested = describe([name for name in DATA_FORMATS if FORMATS[name].nested])
+    assert nested.startswith("parquet, jsonl")
+    assert cli_error(info.value)[1] == f"nested columns need --output-format {nested}"
 
 
 MIXED_KINDS = (

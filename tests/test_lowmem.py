@@ -218,7 +218,7 @@ def test_cli_low_memory(runner: CliRunner, sample_copy: dict[str, Path]) -> None
         app, ["compute", str(sample_copy["csv"]), "-o", str(out), "-f", "--low-memory"]
     )
     assert csv.exit_code == 2
-    assert csv.stderr.startswith("error: --low-memory needs a Parquet input;")
+    assert csv.stderr.startswith("error: --low-memory needs a parquet or arrow input;")
 
 
 def lying_footer(path: Path, column: str, truth: float, claim: float) -> None:

@@ -221,8 +221,8 @@ def test_options_are_checked_before_the_output_path(runner: CliRunner, tmp_path:
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         f"error: cannot tell the table format of {tmp_path}/s.txt",
-        "hint: end the file name with .parquet, .csv, .jsonl, .json or .md, or name the format "
-        "with --summary-format",
+        "hint: end the file name with .parquet, .csv, .jsonl, .json, .arrow or .md, or name the "
+        "format with --summary-format",
     ]
     assert (tmp_path / "log.adv.parquet").read_bytes() == b"earlier"
 
@@ -238,8 +238,8 @@ def test_an_output_suffix_no_format_names_is_refused(
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         f"error: cannot tell the output format of {out}",
-        "hint: end the file name with .parquet, .csv, .jsonl or .json, or name the format with "
-        "--output-format",
+        "hint: end the file name with .parquet, .csv, .jsonl, .json or .arrow, or name the format "
+        "with --output-format",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
     chosen = runner.invoke(

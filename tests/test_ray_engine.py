@@ -256,6 +256,21 @@ class TestSameAsPolars:
         assert_frame_equal(table, expected.groups.sort("prompt_id"), rel_tol=1e-12, abs_tol=0)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["groups", "in", "out"]
 
+    def test_arrow_ipc_shards(self, runner: CliRunner, tmp_path: Path) -> None:
+        """Arrow IPC files (scanned in pieces) and an IPC stream as Hugging Face datasets
+        caches it (read whole) give the numbers of the whole log."""
+        log = reward_log(rows=400)
+        folder = tmp_path / "in"
+        folder.mkdir()
+        size = -(-log.height // 3)
+        log.slice(0, size).write_ipc(folder / "a.arrow")
+        log.slice(size, size).write_ipc_stream(folder / "b.arrow")
+        log.slice(2 * size).write_ipc(folder / "c.feather", compression="zstd")
+        out = tmp_path / "out"
+        result = run_cli(runner, "compute", str(folder), "--backend", "ray", "-o", str(out))
+        assert result.exit_code == 0, result.output
+        assert_same(read_parts(out), annotate(log).frame)
+
     def test_run_job_from_python(self, tmp_path: Path) -> None:
         """The library's one entry runs the Ray engine too: the parts hold what
         compute_advantages returns for the whole log, notes go to the callback, and the

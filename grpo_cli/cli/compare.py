@@ -23,6 +23,7 @@ from grpo_cli.cli.params import (
 )
 from grpo_cli.core.estimators import ESTIMATORS
 from grpo_cli.core.presets import PRESETS
+from grpo_cli.io.formats import DATA_FORMATS, describe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -73,8 +74,9 @@ def compare_cmd(
             "-o",
             metavar="PATH",
             help="Write every input row with one advantage_<method> column per method "
-            "(- for standard output); format from the suffix (.parquet, .csv, .jsonl, "
-            ".json), else --output-format, else the input's format.",
+            "(- for standard output); format from the suffix "
+            f"({describe(DATA_FORMATS, suffixes=True)}), else --output-format, else the "
+            "input's format.",
             show_default=False,
             rich_help_panel=OUTPUT,
         ),

@@ -36,6 +36,7 @@ from grpo_cli.core.options import (
     SINGLETON_POLICIES,
 )
 from grpo_cli.core.presets import PRESETS
+from grpo_cli.io.formats import DATA_FORMATS, TABLE_FORMATS, describe
 
 Command = Callable[..., None]
 
@@ -60,23 +61,11 @@ def _completes(names: Callable[[], Collection[str]]) -> Callable[[str], list[str
     return complete
 
 
-def _data_formats() -> Collection[str]:
-    from grpo_cli.io.formats import DATA_FORMATS
-
-    return DATA_FORMATS
-
-
-def _table_formats() -> Collection[str]:
-    from grpo_cli.io.formats import TABLE_FORMATS
-
-    return TABLE_FORMATS
-
-
 Sources = Annotated[
     list[str] | None,
     typer.Argument(
         metavar="INPUT",
-        help="Reward log(s): .parquet, .csv, .jsonl/.ndjson or .json files (also gzip, zstd, "
+        help=f"Reward log(s): {describe(DATA_FORMATS, suffixes=True)} files (also gzip, zstd, "
         "bzip2 or xz compressed), folders or globs "
         "(read as one log); - reads standard input, as does no INPUT when standard input is "
         "a pipe.",
@@ -100,9 +89,9 @@ InputFormat = Annotated[
     typer.Option(
         "--format",
         metavar="FORMAT",
-        help="Input format: parquet, csv, jsonl or json. Default: from the suffix, "
+        help=f"Input format: {describe(DATA_FORMATS)}. Default: from the suffix, "
         "else from the content.",
-        autocompletion=_completes(_data_formats),
+        autocompletion=_completes(lambda: DATA_FORMATS),
         show_default=False,
         rich_help_panel=INPUT,
     ),
@@ -378,9 +367,9 @@ OutputFormat = Annotated[
     typer.Option(
         "--output-format",
         metavar="FORMAT",
-        help="Output format: parquet, csv, jsonl or json. Default: from -o's suffix, "
+        help=f"Output format: {describe(DATA_FORMATS)}. Default: from -o's suffix, "
         "else the input's format.",
-        autocompletion=_completes(_data_formats),
+        autocompletion=_completes(lambda: DATA_FORMATS),
         show_default=False,
         rich_help_panel=OUTPUT,
     ),
@@ -390,8 +379,8 @@ SummaryPath = Annotated[
     typer.Option(
         "--summary",
         metavar="PATH",
-        help="Write the per-group table here (.csv, .parquet, .jsonl, .json or .md; with "
-        "--backend ray, a folder of Parquet parts).",
+        help=f"Write the per-group table here ({describe(TABLE_FORMATS, suffixes=True)}; "
+        "with --backend ray, a folder of Parquet parts).",
         show_default=False,
         rich_help_panel=OUTPUT,
     ),
@@ -401,9 +390,9 @@ SummaryFormat = Annotated[
     typer.Option(
         "--summary-format",
         metavar="FORMAT",
-        help="Format of the --summary table: csv, parquet, jsonl, json or md. Default: from "
+        help=f"Format of the --summary table: {describe(TABLE_FORMATS)}. Default: from "
         "its suffix; csv for standard output (--summary -).",
-        autocompletion=_completes(_table_formats),
+        autocompletion=_completes(lambda: TABLE_FORMATS),
         show_default=False,
         rich_help_panel=OUTPUT,
     ),

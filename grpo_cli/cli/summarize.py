@@ -20,6 +20,7 @@ from grpo_cli.cli.params import (
     flag_spelling,
     report_options,
 )
+from grpo_cli.io.formats import TABLE_FORMATS, describe
 
 
 @report_options()
@@ -32,7 +33,7 @@ def summarize_cmd(
             "-o",
             metavar="PATH",
             help="Write the --level table (- for standard output); format from the suffix: "
-            ".csv, .parquet, .json, .jsonl or .md, or --output-format.",
+            f"{describe(TABLE_FORMATS, suffixes=True)}, or --output-format.",
             show_default=False,
             rich_help_panel=OUTPUT,
         ),
@@ -42,7 +43,7 @@ def summarize_cmd(
         typer.Option(
             "--output-format",
             metavar="FORMAT",
-            help="Format of the -o table: csv, parquet, jsonl, json or md. Default: from "
+            help=f"Format of the -o table: {describe(TABLE_FORMATS)}. Default: from "
             "-o's suffix; csv for standard output.",
             show_default=False,
             rich_help_panel=OUTPUT,

@@ -20,6 +20,7 @@ from grpo_cli.cli.params import (
     policy_options,
 )
 from grpo_cli.core.errors import EXIT_DIFFERENT
+from grpo_cli.io.formats import TABLE_FORMATS, describe
 
 
 @policy_options()
@@ -63,8 +64,8 @@ def verify_cmd(
         typer.Option(
             "--diff-out",
             metavar="PATH",
-            help="Write the rows over --tol here (.csv, .parquet, .jsonl, .json or .md; - for "
-            "standard output): row (input row, from 0), the group key, prompt, logged, "
+            help=f"Write the rows over --tol here ({describe(TABLE_FORMATS, suffixes=True)}; - "
+            "for standard output): row (input row, from 0), the group key, prompt, logged, "
             "recomputed, difference (logged - recomputed).",
             show_default=False,
         ),

@@ -65,7 +65,7 @@ class FileJob:
         sources: the input files (one Parquet file for ``io="file"``).
         output: the output file, or for ``io="dataset"`` the output folder.
         plan: the plan (options checked, estimator looked up).
-        input_format: the inputs' format (parquet, jsonl or csv), or None: by suffix.
+        input_format: the inputs' format (a name in FORMATS), or None: by suffix.
         derived: names of key columns a trainer's dump layout derives from each row
             (:func:`grpo_cli.core.layouts.derived_column`); never written.
         groups: where the per-group table goes (``io="dataset"``: a folder), or None.

@@ -102,7 +102,7 @@ from grpo_cli.engines.narrow import (
     response_hash,
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
-from grpo_cli.io.read import scan_parquet_file
+from grpo_cli.io.read import scan_file
 
 ROW: Final = PART_ROW
 PART: Final = PART_INDEX
@@ -163,7 +163,7 @@ def annotate_to_parquet(
     return run(
         source,
         output,
-        parquet_plan(scan_parquet_file(source), options, engine),
+        parquet_plan(scan_file(source), options, engine),
         partitions=partitions,
         chunk_rows=chunk_rows,
         on_step=on_step,
@@ -193,10 +193,8 @@ def run(
     from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
 
     if partitions is None:
-        import pyarrow.parquet as pq
-
         with _reading(source):
-            rows = pq.ParquetFile(source).metadata.num_rows
+            rows = scan_file(source).select(pl.len()).collect().item()
         partitions = max(MIN_PARTITIONS, -(-rows // PARTITION_ROWS))
     own = spill_root is None
     root = make_spill_folder(spill_parent(output)) if spill_root is None else spill_root
@@ -256,7 +254,7 @@ def _run(
     options = plan.options
     step = on_step or (lambda _: None)
     with _reading(source):
-        schema = scan_parquet_file(source).collect_schema()
+        schema = scan_file(source).collect_schema()
     needed = needed_columns(options, schema)
     response = response_id(schema, options)
     key_cols = plan.keys.exact
@@ -279,7 +277,7 @@ def _run(
         return summary
     count, first = repeats
     with _reading(source):
-        row = scan_parquet_file(source).slice(first, 1).select(*key_cols, response).collect()
+        row = scan_file(source).slice(first, 1).select(*key_cols, response).collect()
     found = Repeats.of(count, response, row.row(0, named=True), key_cols)
     return replace(summary, repeats=found)
 
@@ -316,7 +314,7 @@ def _partition(
     spilled += [RESPONSE_HASH for _ in ids]
     null_key = pl.any_horizontal(*(pl.col(c).is_null() for c in key_cols))
     rows = (
-        scan_parquet_file(source)
+        scan_file(source)
         .select(columns)
         .with_row_index(ROW)
         .with_columns(
@@ -461,10 +459,9 @@ def _merge(
     writes the output (about the cost of copying the input)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
     from pyarrow import ipc
 
-    rows = pq.ParquetFile(source).metadata.num_rows
+    rows = scan_file(source).select(pl.len()).collect().item()
     ordered = spill / "ordered"
     ordered.mkdir()
     written = 0
@@ -494,7 +491,7 @@ def _merge(
     # One file per range: a single file's pages stayed mapped until the end, all counted in
     # the peak RSS (2.19 GiB on 200M rows, against 1.00 GiB with one file per range).
     added = pl.scan_ipc(sorted(ordered.glob("*.arrow")))
-    both = pl.concat([scan_parquet_file(source), added], how="horizontal")
+    both = pl.concat([scan_file(source), added], how="horizontal")
     with _reading(source):  # the columns not read before are read here
         both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
 

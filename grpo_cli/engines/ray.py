@@ -53,7 +53,7 @@ from grpo_cli.engines.batch_partials import merged_stats, needs_batch_stats
 from grpo_cli.engines.narrow import merge_repeats
 from grpo_cli.engines.ray_cluster import import_ray, session
 from grpo_cli.engines.ray_tasks import PIECE_STRIDE, ROW_BITS, Piece, Shuffle
-from grpo_cli.io.read import scan_parquet_file
+from grpo_cli.io.read import scan_file
 
 if TYPE_CHECKING:
     from grpo_cli.core.plan import Plan
@@ -218,14 +218,13 @@ def _pieces(job: FileJob) -> tuple[list[Piece], Casts]:
     (``a/x.jsonl`` -> ``a/x.parquet``; ranges ``x-00000.parquet``, ``x-00001.parquet``, ...)."""
     import os
 
-    from grpo_cli.io.formats import format_from_suffix, uncompressed_name
+    from grpo_cli.io.formats import DATA_FORMATS, FORMATS, describe, format_from_suffix
 
-    formats = {
-        job.input_format or format_from_suffix(uncompressed_name(p)) or "" for p in job.sources
-    }
-    if len(formats) != 1 or "" in formats or "json" in formats:
+    named = [name for name in DATA_FORMATS if FORMATS[name].by_suffix]
+    formats = {job.input_format or format_from_suffix(p) or "" for p in job.sources}
+    if len(formats) != 1 or not formats <= set(named):
         raise OptionsError(
-            option("backend", "ray") + " reads Parquet, JSONL or CSV files of one format",
+            option("backend", "ray") + f" reads {describe(named)} files of one format",
             hint="give files of one format (by suffix), or name it with " + option("input_format"),
         )
     fmt = formats.pop()
@@ -239,7 +238,7 @@ def _pieces(job: FileJob) -> tuple[list[Piece], Casts]:
     pieces: list[Piece] = []
     schemas: list[pl.Schema] = []  # of the Parquet files, from the same footer read
     for given, path, stem in zip(job.sources, paths, stems, strict=True):
-        rows, schema = _parquet_footer(given) if fmt == "parquet" else (None, None)
+        rows, schema = _footer(given, fmt)
         if schema is not None:
             schemas.append(schema)
         size = path.stat().st_size
@@ -337,22 +336,24 @@ def _stem(relative: Path) -> str:
     return str(Path(name).with_suffix("")) if Path(name).suffix else str(name)
 
 
-def _parquet_footer(path: Path) -> tuple[int | None, pl.Schema | None]:
-    """The row count and the schema a Parquet file's footer gives, as Polars reads them
-    (the types the tasks will see); ``path`` as given, as messages name it. A file that
-    does not start as Parquet (empty, compressed, another format) is (None, None): the map
-    task reads it with grpo-adv's reader, as the default engine does (a ``.parquet.gz`` is
-    read; other files get its error). A footer that does not describe a readable file
-    (truncated, data outside the file, repeated column names) is refused here, before Ray
-    starts (:func:`grpo_cli.io.read.check_parquet_layout`: Polars panics on the workers
-    otherwise); a schema Polars cannot read is None, and the map task names the file."""
-    from grpo_cli.io.read import check_parquet_layout, is_parquet
+def _footer(path: Path, fmt: str) -> tuple[int | None, pl.Schema | None]:
+    """The row count and the schema of a file its format ``fmt`` scans (see
+    :func:`grpo_cli.io.formats.scanned_format`), as Polars reads them (the types the tasks
+    will see); ``path`` as given, as messages name it. Any other file (empty, compressed,
+    text, an Arrow stream) is (None, None): the map task reads it whole with grpo-adv's
+    reader, as the default engine does (a ``.parquet.gz`` is read; other files get its
+    error). A file the format's check refuses (for Parquet a footer that does not describe
+    a readable file: truncated, data outside the file, repeated column names) is refused
+    here, before Ray starts (Polars panics on the workers otherwise); a schema Polars
+    cannot read is None, and the map task names the file."""
+    from grpo_cli.io.formats import scanned_format
 
-    if not is_parquet(path):
+    scanned = scanned_format(path)
+    if scanned is None or scanned.name != fmt or scanned.rows is None:
         return None, None
-    rows = check_parquet_layout(path, str(path))
+    rows = scanned.rows(path, str(path), scanned.parse_hint)
     try:
-        return rows, scan_parquet_file(path).collect_schema()
+        return rows, scan_file(path).collect_schema()
     except Exception:
         return rows, None
 
@@ -383,26 +384,26 @@ def _grpo_cause(exc: BaseException) -> GrpoAdvError | None:
 
 
 def _unreadable_input(job: FileJob) -> InputError | None:
-    """After a failure on the cluster: the first Parquet input this machine cannot read
-    either, named with the error the Polars engine gives for it (empty, not Parquet,
-    truncated, a footer that points outside the file, ``cannot read FILE as parquet: ...``
+    """After a failure on the cluster: the first scanned input (see :func:`_footer`) this
+    machine cannot read either, named with the error the Polars engine gives for it
+    (truncated, a footer that points outside the file, ``cannot read FILE as parquet: ...``
     with Polars' cause); None when every input reads (the failure was something else).
-    Read batch by batch (bounded memory); only on this error path. JSONL and CSV inputs
-    are read by grpo-adv's reader on the cluster, which names the file itself."""
-    from grpo_cli.io.formats import format_from_suffix, uncompressed_name
-    from grpo_cli.io.read import check_parquet_layout, unreadable_parquet
+    Read batch by batch (bounded memory); only on this error path. Other inputs are read
+    by grpo-adv's reader on the cluster, which names the file itself."""
+    from grpo_cli.io.formats import scanned_format
+    from grpo_cli.io.read import parse_error
 
     for path in job.sources:
-        fmt = job.input_format or format_from_suffix(uncompressed_name(path))
-        if fmt != "parquet":
+        scanned = scanned_format(path)
+        if scanned is None or scanned.rows is None:
             continue
         name = str(path)
         try:
-            check_parquet_layout(path, name)
-            for _ in scan_parquet_file(path).collect_batches(chunk_size=READ_BATCH_ROWS):
+            scanned.rows(path, name, scanned.parse_hint)
+            for _ in scan_file(path).collect_batches(chunk_size=READ_BATCH_ROWS):
                 pass
         except InputError as exc:
             return exc
         except Exception as exc:
-            return unreadable_parquet(name, str(exc))
+            return parse_error(b"", scanned.name, name, exc)
     return None

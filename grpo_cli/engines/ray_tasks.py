@@ -35,7 +35,7 @@ from grpo_cli.engines.narrow import (
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL
-from grpo_cli.io.read import read_rewards, scan_parquet_file
+from grpo_cli.io.read import read_rewards, scan_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,7 +54,7 @@ class Piece:
     Attributes:
         index: its number (the high bits of its rows' locators).
         path: the input file.
-        fmt: its format (parquet, jsonl, csv).
+        fmt: its format's name (see :data:`grpo_cli.io.formats.FORMATS`).
         offset: its first row in the file.
         rows: its row count (None: the whole file, a text file whose rows are unknown).
         name: its output part's path inside the output folder.
@@ -114,8 +114,8 @@ def read_piece(
     (compressed, damaged), by grpo-adv's reader (the same parsing and errors as on one
     machine: key columns of a CSV file stay text). Also every column name of its file
     (with ``columns``; a Parquet file's names are not read without)."""
-    if piece.fmt == "parquet" and piece.rows is not None:
-        lazy = scan_parquet_file(piece.path)
+    if piece.rows is not None:  # a file the driver found its format scans
+        lazy = scan_file(piece.path)
         names = []  # asked for with columns only (the map's check): a footer read
         if columns is not None:
             names = lazy.collect_schema().names()

@@ -1,21 +1,24 @@
-"""File formats and the kinds of path: ``parquet``, ``csv``, ``jsonl`` (one JSON object per
-line, also ``.ndjson``), ``json`` (one array of objects), and ``markdown`` for tables;
-compression by magic bytes or suffix (gzip, zstd, bzip2, xz); and whether a target is a file
-or a stream (a character device, FIFO or socket, anything under ``/dev`` or ``/proc``).
+"""The format registry (FORMATS: one entry per file format, which every reader, writer,
+engine and help text iterates), compression by magic bytes or suffix (gzip, zstd, bzip2,
+xz), and whether a target is a file or a stream (a character device, FIFO or socket,
+anything under ``/dev`` or ``/proc``).
 
 Detection, in order: an explicit format; the file's suffix (under any compression suffix:
-``r.jsonl.gz`` is JSONL); the content's first bytes (Parquet magic ``PAR1``; first non-blank
-byte ``{`` for JSONL, ``[`` for a JSON array; anything else is CSV). ``.json`` files are
-always sniffed, since many are really JSONL.
+``r.jsonl.gz`` is JSONL); the content's first bytes (a format's magic bytes, such as
+Parquet's ``PAR1``, Arrow IPC's ``ARROW1`` or 0xFFFFFFFF; first non-blank byte ``{`` for
+JSONL, ``[`` for a JSON array; any other text is CSV). ``.json`` files are always sniffed,
+since many are really JSONL.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from grpo_cli.core.errors import (
     InputError,
@@ -25,27 +28,11 @@ from grpo_cli.core.errors import (
     option,
 )
 
-DATA_FORMATS: Final = ("parquet", "csv", "jsonl", "json")
+if TYPE_CHECKING:
+    import polars as pl
+
 FORMAT_OPTION: Final = option("output_format")
 """The option that names an output's format, named in messages."""
-
-SUFFIX_FORMATS: Final[dict[str, str]] = {
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".csv": "csv",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".md": "markdown",
-    ".markdown": "markdown",
-}
-FORMAT_SUFFIXES: Final[dict[str, str]] = {
-    "parquet": ".parquet",
-    "csv": ".csv",
-    "jsonl": ".jsonl",
-    "json": ".json",
-    "markdown": ".md",
-}
-PARQUET_MAGIC: Final = b"PAR1"
 # zstd level 1: Parquet outputs are written faster than at Polars' default level 3,
 # for files about 10% larger (still smaller than the snappy of DuckDB's and pandas' writers).
 PARQUET_ZSTD_LEVEL: Final = 1
@@ -67,10 +54,195 @@ SNIFF_BYTES: Final = 4096
 STDIN_NAME: Final = "<stdin>"
 
 
+def _lazy(module: str, name: str) -> Callable[..., Any]:
+    """The function ``grpo_cli.io.<module>.<name>``, imported at its first call (Polars
+    with it: the registry is read by ``--help``, which imports nothing more)."""
+
+    def call(*args: Any) -> Any:
+        return getattr(importlib.import_module(f"grpo_cli.io.{module}"), name)(*args)
+
+    return call
+
+
+@dataclass(frozen=True)
+class Format:
+    """One file format. Every reader, writer, engine and help text iterates FORMATS.
+
+    Attributes:
+        name: its name (``--format``'s value, and the name messages use).
+        suffixes: the file suffixes that name it; the first is the one written.
+        aliases: other names the format options accept (``pq``).
+        read: (bytes, name, string_cols) -> (frame, warnings): a whole log, decompressed;
+            Polars' errors become :func:`grpo_cli.io.read.parse_error`. None: not read.
+        write: (frame, binary stream): the whole frame.
+        magic: the first bytes of its content (a binary format); empty: a text format.
+        starts: a text format's first non-blank byte (``{``); CSV is text with none.
+        scan_magic: the first bytes of a file its ``scan`` reads lazily (the file engines:
+            ``--low-memory``, Ray's pieces); empty: read whole.
+        scan: path -> LazyFrame, for a file starting with ``scan_magic``.
+        rows: (path, name, hint) -> the row count of a file starting with ``scan_magic``,
+            an InputError with ``hint`` when it is damaged (footer only where there is one).
+        by_suffix: its suffix names it (False: ``.json``, always sniffed: many are JSONL).
+        nested: writes list and struct columns (not CSV).
+        parse_hint: the hint of an error parsing it.
+        data: a reward log (False: markdown, a table that is only written).
+    """
+
+    name: str
+    suffixes: tuple[str, ...]
+    write: Callable[[pl.DataFrame, IO[bytes]], object]
+    read: Callable[[bytes, str, list[str]], tuple[pl.DataFrame, tuple[str, ...]]] | None = None
+    aliases: tuple[str, ...] = ()
+    magic: tuple[bytes, ...] = ()
+    starts: bytes = b""
+    scan_magic: bytes = b""
+    scan: Callable[[Path], pl.LazyFrame] | None = None
+    rows: Callable[[Path, str, Message], int] | None = None
+    by_suffix: bool = True
+    nested: bool = True
+    parse_hint: Message = ""
+    data: bool = True
+
+    @property
+    def binary(self) -> bool:
+        """Not text: compressed inside (an output gets no ``.gz`` of its input's), never
+        written to a terminal, and its bytes are not checked as UTF-8 text."""
+        return bool(self.magic)
+
+
+_OTHER: Final = " to read it as another format"
+ARROW_FILE: Final = b"ARROW1"
+"""The first bytes of an Arrow IPC file (``write_ipc``, Feather v2); an IPC stream (what
+Hugging Face ``datasets`` caches) starts with the continuation marker 0xFFFFFFFF."""
+ARROW_STREAM: Final = b"\xff\xff\xff\xff"
+
+
+def _read_arrow(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """Arrow IPC's reader: a file or a stream, by its first bytes (neither: refused)."""
+    import io
+
+    import polars as pl
+
+    if not data.startswith((ARROW_FILE, ARROW_STREAM)):
+        cause = "it does not start with ARROW1 or 0xffffffff"
+        raise InputError(f"cannot read {name} as arrow: {cause}", hint=FORMATS["arrow"].parse_hint)
+    read = pl.read_ipc if data.startswith(ARROW_FILE) else pl.read_ipc_stream
+    return _arrow_errors(lambda: read(io.BytesIO(data)), name, FORMATS["arrow"].parse_hint), ()
+
+
+def _scan_arrow(path: Path) -> pl.LazyFrame:
+    """An Arrow IPC file, lazily (the name never a pattern: see ``scan_parquet_file``)."""
+    import polars as pl
+
+    return pl.scan_ipc(path, glob=False)
+
+
+def _arrow_rows(path: Path, name: str, hint: Message) -> int:
+    """The row count of an Arrow IPC file (its footer); a damaged file is an InputError."""
+    import polars as pl
+
+    return int(
+        _arrow_errors(lambda: _scan_arrow(path).select(pl.len()).collect(), name, hint).item()
+    )
+
+
+def _arrow_errors(read: Callable[[], pl.DataFrame], name: str, hint: Message) -> pl.DataFrame:
+    """``read()``, whose failure (Polars' error, its panic, an OSError on a cut file) is an
+    InputError naming ``name``."""
+    import polars as pl
+
+    try:
+        return read()
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError) as exc:
+        cause = error_line(str(exc))
+        raise InputError(f"cannot read {name} as arrow: {cause}", hint=hint) from None
+
+
+FORMATS: Final[dict[str, Format]] = {
+    f.name: f
+    for f in (
+        Format(
+            "parquet",
+            (".parquet", ".pq"),
+            lambda frame, sink: frame.write_parquet(
+                sink, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL
+            ),
+            _lazy("read", "read_parquet"),
+            aliases=("pq",),
+            magic=(b"PAR1",),
+            scan_magic=b"PAR1",
+            scan=_lazy("read", "scan_parquet_file"),
+            rows=_lazy("read", "check_parquet_layout"),
+            parse_hint="the file may be truncated or not Parquet; pass "
+            + option("input_format")
+            + " to read it as another",
+        ),
+        Format(
+            "csv",
+            (".csv",),
+            lambda frame, sink: frame.write_csv(sink),
+            _lazy("read", "read_csv"),
+            nested=False,
+            parse_hint="check the delimiter and quoting; pass " + option("input_format") + _OTHER,
+        ),
+        Format(
+            "jsonl",
+            (".jsonl", ".ndjson"),
+            lambda frame, sink: frame.write_ndjson(sink),
+            _lazy("read", "read_jsonl"),
+            aliases=("ndjson",),
+            starts=b"{",
+            parse_hint="each line must be one JSON object",
+        ),
+        Format(
+            "json",
+            (".json",),
+            lambda frame, sink: sink.write(frame.write_json().encode()),
+            _lazy("read", "read_json"),
+            starts=b"[",
+            by_suffix=False,
+            parse_hint="a .json file must hold one array of objects, or one object per line",
+        ),
+        Format(
+            "arrow",
+            (".arrow", ".feather", ".ipc"),
+            lambda frame, sink: frame.write_ipc(sink, compression="zstd"),
+            _read_arrow,
+            aliases=("feather", "ipc"),
+            magic=(ARROW_FILE, ARROW_STREAM),
+            scan_magic=ARROW_FILE,
+            scan=_scan_arrow,
+            rows=_arrow_rows,
+            parse_hint="the file may be truncated or not Arrow IPC; pass "
+            + option("input_format")
+            + _OTHER,
+        ),
+        Format(
+            "markdown",
+            (".md", ".markdown"),
+            _lazy("write", "write_markdown"),
+            aliases=("md",),
+            data=False,
+        ),
+    )
+}
+DATA_FORMATS: Final = tuple(name for name, f in FORMATS.items() if f.data)
+TABLE_FORMATS: Final = tuple(FORMATS)
+SNIFF_FALLBACK: Final = "csv"
+"""The format of text whose first bytes are no other format's."""
+
+
+def describe(names: Sequence[str], *, suffixes: bool = False, last: str = "or") -> str:
+    """``names`` for a message or a help text: ``parquet, csv or jsonl``, or with
+    ``suffixes`` the suffixes that name them (``.parquet, .pq, .csv, .jsonl or .ndjson``)."""
+    shown = [s for n in names for s in FORMATS[n].suffixes] if suffixes else list(names)
+    return f" {last} ".join([", ".join(shown[:-1]), shown[-1]]) if len(shown) > 1 else shown[0]
+
+
 def normalize_format(name: str, *, allowed: Sequence[str] = DATA_FORMATS) -> str:
     """Map a user-given format name (``ndjson``, ``md``, ``pq`` ...) to a canonical one."""
-    aliases = {"ndjson": "jsonl", "md": "markdown", "pq": "parquet"}
-    canonical = aliases.get(name.lower(), name.lower())
+    lower = name.lower()
+    canonical = next((f.name for f in FORMATS.values() if lower in f.aliases), lower)
     if canonical not in allowed:
         raise OptionsError(
             f"unknown format {name!r}",
@@ -80,21 +252,30 @@ def normalize_format(name: str, *, allowed: Sequence[str] = DATA_FORMATS) -> str
 
 
 def sniff_format(head: bytes) -> str:
-    """Guess a data format from the first bytes of a file or stream."""
-    if head.startswith(PARQUET_MAGIC):
-        return "parquet"
+    """Guess a data format from the first bytes of a file or stream: a format's magic
+    bytes, else a text format's first non-blank byte, else SNIFF_FALLBACK."""
     text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
-    if text.startswith(b"{"):
-        return "jsonl"
-    if text.startswith(b"["):
-        return "json"
-    return "csv"
+    for fmt in FORMATS.values():
+        if head.startswith(fmt.magic) if fmt.magic else fmt.starts and text.startswith(fmt.starts):
+            return fmt.name
+    return SNIFF_FALLBACK
+
+
+def scanned_format(path: Path) -> Format | None:
+    """The format whose ``scan`` reads the file ``path`` (it starts with that format's
+    ``scan_magic``), or None: read whole (a compressed or text file, an Arrow stream)."""
+    with path.open("rb") as handle:
+        head = handle.read(16)
+    found = (f for f in FORMATS.values() if f.scan_magic and head.startswith(f.scan_magic))
+    return next(found, None)
 
 
 def format_from_suffix(path: Path) -> str | None:
     """The format a file's suffix names, or None (``.json`` and unknown suffixes); under a
     compression suffix, the one before it (``r.jsonl.gz``: jsonl)."""
-    return SUFFIX_FORMATS.get(uncompressed_name(path).suffix.lower())
+    suffix = uncompressed_name(path).suffix.lower()
+    found = (f.name for f in FORMATS.values() if f.by_suffix and suffix in f.suffixes)
+    return next(found, None)
 
 
 def uncompressed_name(path: Path) -> Path:
@@ -150,9 +331,8 @@ def error_line(text: str) -> str:
 def written_format(path: Path) -> str | None:
     """The format an output's suffix names (under any compression suffix), ``.json``
     included, or None."""
-    if uncompressed_name(path).suffix.lower() == ".json":
-        return "json"
-    return format_from_suffix(path)
+    suffix = uncompressed_name(path).suffix.lower()
+    return next((f.name for f in FORMATS.values() if suffix in f.suffixes), None)
 
 
 def unknown_suffix(
@@ -160,7 +340,7 @@ def unknown_suffix(
 ) -> OptionsError:
     """The error for an output whose suffix names none of ``formats``: the suffixes that
     do, and ``flag``, the option that names the format (None: the command has none)."""
-    *most, last = (FORMAT_SUFFIXES[fmt] for fmt in formats)
+    *most, last = (FORMATS[fmt].suffixes[0] for fmt in formats)
     hint: Message = f"end the file name with {', '.join(most)} or {last}"
     if flag is not None:
         hint = hint + ", or name the format with " + flag
@@ -180,7 +360,7 @@ def output_format_for(path: Path, requested: str | None, fallback: str) -> str:
         if by_suffix is not None and by_suffix != requested:
             raise OptionsError(
                 option("output_format", requested) + f" does not match the suffix of {path}",
-                hint=f"name the file with {FORMAT_SUFFIXES[requested]}, or drop "
+                hint=f"name the file with {FORMATS[requested].suffixes[0]}, or drop "
                 + option("output_format"),
                 value=requested,
                 path=path,
@@ -196,8 +376,8 @@ def default_output_path(input_path: Path, input_fmt: str, output_fmt: str) -> Pa
     plain = uncompressed_name(input_path)
     suffix = plain.suffix
     if output_fmt != input_fmt or format_from_suffix(plain) != input_fmt:
-        suffix = FORMAT_SUFFIXES[output_fmt]
-    if output_fmt != "parquet" and plain != input_path:
+        suffix = FORMATS[output_fmt].suffixes[0]
+    if not FORMATS[output_fmt].binary and plain != input_path:
         suffix += input_path.suffix
     stem = plain.stem if plain.suffix else plain.name
     return plain.with_name(f"{stem}.adv{suffix}")
@@ -255,9 +435,6 @@ def compressed(sink: IO[bytes], codec: str | None) -> Iterator[IO[bytes]]:
         stream = pa.CompressedOutputStream(pa.PythonFile(sink, mode="w"), "zstd")
     with stream:
         yield stream
-
-
-TABLE_FORMATS: Final = (*DATA_FORMATS, "markdown")
 
 
 def table_format(

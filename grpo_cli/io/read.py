@@ -7,7 +7,7 @@ when every value reads back as the very same text (:func:`typed_keys`). A reward
 numbers written as text is read as numbers when every value parses (see
 :mod:`grpo_cli.jobs.compute`). A JSONL field of numbers, numbers written as text and booleans
 is read as numbers; one whose values no one type fits (an object on one line, a list on
-another) is read as JSON text, with a warning (:func:`_read_jsonl`). A Parquet file's footer
+another) is read as JSON text, with a warning (:func:`read_jsonl`). A Parquet file's footer
 is checked before Polars reads it (:func:`check_parquet_layout`), so that a damaged file is
 an input error naming it (exit 3), never a crash nor Rust's panic text.
 Several inputs (files, folders, globs) are read in natural order and concatenated, with the
@@ -41,31 +41,39 @@ from grpo_cli.core.errors import (
 )
 from grpo_cli.io.formats import (
     DATA_FORMATS,
-    PARQUET_MAGIC,
+    FORMATS,
     SNIFF_BYTES,
     STDIN_NAME,
     compression_of,
     decompress,
+    describe,
     error_line,
     format_from_suffix,
+    scanned_format,
     sniff_format,
 )
+
+PARQUET_MAGIC: Final = b"PAR1"
 
 CSV_SEPARATORS: Final = (";", "\t", "|")
 FIRST_LINE_LIMITS: Final = {"csv": 1 << 20, "jsonl": 64 << 20}
 """The longest first line of a CSV log (its header: 1 MiB is some 100,000 names, which
 Polars parses in half a second; 8 MB took it 5 s and 750 MB) and of a JSONL log (one
 response's object, token lists and all). Past it the input is not a reward log."""
+_TEXT: Final = [name for name in DATA_FORMATS if not FORMATS[name].binary]
+_BINARY: Final = [name for name in DATA_FORMATS if FORMATS[name].binary]
 TEXT_HINT: Final = (
-    "CSV and JSONL logs are UTF-8 text; for Parquet, name the file .parquet or pass "
-    + option("input_format", "parquet")
+    f"{describe(_TEXT, last='and')} logs are UTF-8 text; for {describe(_BINARY)}, name the "
+    f"file {' or '.join(FORMATS[name].suffixes[0] for name in _BINARY)} or pass "
+    + option("input_format")
+    + f" {describe(_BINARY)}"
 )
 
 
 @dataclass(frozen=True)
 class RewardLog:
     """A reward log read into memory, with the format it was read as and what reading it
-    gave to warn about (JSONL fields read as text: see :func:`_read_jsonl`), one line each."""
+    gave to warn about (JSONL fields read as text: see :func:`read_jsonl`), one line each."""
 
     frame: pl.DataFrame
     format: str
@@ -89,6 +97,10 @@ def read_rewards(
     Raises:
         InputError: missing, unreadable, empty or malformed input.
     """
+    if fmt is not None and fmt not in DATA_FORMATS:
+        raise OptionsError(
+            f"unknown format {fmt!r}", hint="choose one of: " + ", ".join(DATA_FORMATS)
+        )
     if isinstance(source, str) and source == "-":
         import sys
 
@@ -98,10 +110,10 @@ def read_rewards(
         name = str(path)
         if fmt is None:
             fmt = format_from_suffix(path)
-            if fmt == "markdown":
+            if fmt is not None and not FORMATS[fmt].data:
                 raise InputError(
-                    f"{name} is a Markdown file, not a reward log",
-                    hint="give a Parquet, CSV or JSONL file",
+                    f"{name} is a {fmt} file, not a reward log",
+                    hint=f"give a {describe(DATA_FORMATS)} file",
                 )
         data = _read_file_bytes(path, fmt)
     else:
@@ -113,11 +125,12 @@ def read_rewards(
     if fmt is None:
         fmt = sniff_format(data[:SNIFF_BYTES])
     _check_first_line(data, fmt, name)
-    warnings: tuple[str, ...] = ()
-    if fmt == "jsonl":
-        frame, warnings = _read_jsonl(data, name)
-    else:
-        frame = _parse(data, fmt, name, list(string_cols))
+    read = FORMATS[fmt].read
+    assert read is not None  # a data format (checked above, or sniffed)
+    try:
+        frame, warnings = read(data, name, list(string_cols))
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as exc:
+        raise parse_error(data, fmt, name, exc) from None
     if frame.height == 0:
         raise no_rows(name, frame.columns)
     return RewardLog(frame=frame, format=fmt, source=name, warnings=warnings)
@@ -216,9 +229,14 @@ def _read_stream(stream: BinaryIO, name: str, fmt: str | None) -> bytes:
     if compression_of(head) is not None:
         return head + stream.read()
     fmt = fmt or sniff_format(head)
-    if fmt == "parquet" and head and not head.startswith(PARQUET_MAGIC):
-        raise unreadable_parquet(name, "it does not start with PAR1")
-    if fmt != "parquet" and b"\0" in head:
+    magic = FORMATS[fmt].magic
+    if head and magic and not head.startswith(magic):
+        shown = " or ".join(m.decode() if m.isalnum() else f"0x{m.hex()}" for m in magic)
+        raise InputError(
+            f"cannot read {name} as {fmt}: it does not start with {shown}",
+            hint=FORMATS[fmt].parse_hint,
+        )
+    if not magic and b"\0" in head:
         raise InputError(
             f"{name} is not a text log (a NUL byte at offset {head.index(0)})", hint=TEXT_HINT
         )
@@ -281,6 +299,15 @@ def not_parquet(name: str, head: bytes) -> InputError:
     )
 
 
+def scan_file(path: Path | str) -> pl.LazyFrame:
+    """The file ``path`` lazily, read by the format its first bytes name (see
+    :func:`grpo_cli.io.formats.scanned_format`; checked by :func:`check_scanned_file`)."""
+    fmt = scanned_format(Path(path))
+    if fmt is None or fmt.scan is None:
+        raise InputError(f"{path} changed while it was read", hint="run again")
+    return fmt.scan(Path(path))
+
+
 def scan_parquet_file(path: Path | str) -> pl.LazyFrame:
     """The Parquet file ``path``, lazily. The path is the file's name, never a pattern:
     Polars' scans expand ``[``, ``*`` and ``?`` by default, and ``shard[1].parquet`` then
@@ -289,27 +316,22 @@ def scan_parquet_file(path: Path | str) -> pl.LazyFrame:
     return pl.scan_parquet(path, glob=False)
 
 
-def check_parquet_file(path: Path) -> int:
-    """For the engines that read a Parquet file themselves (``--low-memory``, ``--backend
-    ray``): raise unless ``path`` starts like a Parquet file (OptionsError) and its footer
-    passes :func:`check_parquet_layout` (InputError), reading the footer only. Returns its
-    row count."""
-    if not is_parquet(path):
+def check_scanned_file(path: Path) -> int:
+    """For ``--low-memory``, which reads its input file itself: raise unless ``path``
+    starts as a file a format scans (OptionsError, naming those formats) and passes that
+    format's check (InputError), reading the footer only. Returns its row count."""
+    fmt = scanned_format(path)
+    if fmt is None or fmt.rows is None:
         low_memory = option("backend", "partitioned", alias="alone")
+        scanned = describe([f.name for f in FORMATS.values() if f.rows is not None])
         raise OptionsError(
-            low_memory + f" needs a Parquet input; {path} is not Parquet",
+            low_memory + f" needs a {scanned} input; {path} is not one it can scan (compressed, "
+            "text or a stream?)",
             hint='convert it to Parquet first (python -c "import polars as pl; '
             "pl.scan_csv('IN.csv').sink_parquet('IN.parquet')\"), or drop " + low_memory,
             path=path,
         )
-    return check_parquet_layout(path, str(path), PARQUET_DAMAGED_HINT)
-
-
-def is_parquet(path: Path) -> bool:
-    """Whether the file ``path`` starts as a Parquet file does (not empty, compressed or
-    another format)."""
-    with path.open("rb") as handle:
-        return handle.read(4) == PARQUET_MAGIC
+    return fmt.rows(path, str(path), PARQUET_DAMAGED_HINT)
 
 
 OUTPUT: Final = option("output", short=True)
@@ -317,11 +339,7 @@ OUTPUT: Final = option("output", short=True)
 FORCE: Final = option("force", True)
 """Overwriting allowed (``force=True``), named in messages."""
 
-PARQUET_HINT: Final = (
-    "the file may be truncated or not Parquet; pass "
-    + option("input_format")
-    + " to read it as another"
-)
+PARQUET_HINT: Final = FORMATS["parquet"].parse_hint
 PARQUET_DAMAGED_HINT: Final = "the file is truncated or damaged: write it again"
 
 
@@ -482,33 +500,39 @@ def csv_separator(data: bytes) -> str:
     return best if counts[best] else ","
 
 
-def _parse(data: bytes, fmt: str, name: str, string_cols: list[str]) -> pl.DataFrame:
+def read_parquet(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """Parquet's reader (see :class:`grpo_cli.io.formats.Format`): the footer checked first."""
     import io
 
-    buffer = io.BytesIO(data)
-    if fmt == "parquet":
-        check_parquet_layout(data, name)
-    try:
-        if fmt == "parquet":
-            return pl.read_parquet(buffer)
-        if fmt == "csv":
-            overrides: dict[str, pl.DataType] = {col: pl.String() for col in string_cols}
-            frame = pl.read_csv(
-                buffer,
-                schema_overrides=overrides,
-                infer_schema_length=None,
-                separator=csv_separator(data),
-            )
-            _check_unique_header(frame, name)
-            return typed_keys(frame, string_cols)
-        if fmt == "json":
-            return pl.read_json(buffer, infer_schema_length=None)
-    except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as exc:
-        raise _parse_error(data, fmt, name, exc) from None
-    raise OptionsError(f"unknown format {fmt!r}", hint=f"choose one of: {', '.join(DATA_FORMATS)}")
+    check_parquet_layout(data, name)
+    return pl.read_parquet(io.BytesIO(data)), ()
 
 
-def _read_jsonl(data: bytes, name: str) -> tuple[pl.DataFrame, tuple[str, ...]]:
+def read_csv(
+    data: bytes, name: str, string_cols: list[str]
+) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """CSV's reader: ``string_cols`` read as text, then typed back (:func:`typed_keys`)."""
+    import io
+
+    overrides: dict[str, pl.DataType] = {col: pl.String() for col in string_cols}
+    frame = pl.read_csv(
+        io.BytesIO(data),
+        schema_overrides=overrides,
+        infer_schema_length=None,
+        separator=csv_separator(data),
+    )
+    _check_unique_header(frame, name)
+    return typed_keys(frame, string_cols), ()
+
+
+def read_json(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """JSON's reader (one array of objects)."""
+    import io
+
+    return pl.read_json(io.BytesIO(data), infer_schema_length=None), ()
+
+
+def read_jsonl(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """JSONL as Polars reads it, with two fallbacks paid only when Polars fails: Python's
     ``NaN`` literal read as null (:func:`_nan_as_null`), then the fields no one column type
     fits (an object on one line and a list on another, numbers and booleans, one key of
@@ -528,11 +552,11 @@ def _read_jsonl(data: bytes, name: str) -> tuple[pl.DataFrame, tuple[str, ...]]:
             data, error = cleaned, exc
     text, fields = _fields_as_text(data)
     if not fields:
-        raise _parse_error(data, "jsonl", name, error)
+        raise _jsonl_error(data, name, error)
     try:
         frame = _booleans_as_numbers(_read_ndjson(text))
     except pl.exceptions.PolarsError:
-        raise _parse_error(data, "jsonl", name, error) from None
+        raise _jsonl_error(data, name, error) from None
     texts = [field for field in fields if frame.schema[field] == pl.String]
     if not texts:
         return frame, ()
@@ -667,9 +691,10 @@ def duplicate_column(name: str, column: str) -> InputError:
     )
 
 
-def _parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError:
-    detail = error_line(str(exc))
-    if fmt in ("csv", "jsonl", "json"):
+def parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError:
+    """The error for ``data`` that ``fmt``'s reader refused with ``exc``: text that is not
+    UTF-8 named at its first bad byte, else the cause's first line and the format's hint."""
+    if not FORMATS[fmt].binary:
         try:
             data.decode("utf-8")
         except UnicodeDecodeError as bad:
@@ -677,23 +702,24 @@ def _parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError
                 f"{name} is not UTF-8 text (byte 0x{data[bad.start]:02x} at offset {bad.start})",
                 hint=TEXT_HINT,
             )
-    if fmt == "jsonl":
+    detail = error_line(re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(exc)))
+    return InputError(f"cannot read {name} as {fmt}: {detail}", hint=FORMATS[fmt].parse_hint)
+
+
+def _jsonl_error(data: bytes, name: str, exc: Exception) -> InputError:
+    """JSONL's parse error: the first line that is not one JSON object, named."""
+    try:
+        data.decode("utf-8")
         located = _locate_bad_json_line(data)
-        if located is not None:
-            line_no, problem = located
-            hint = 'each line must be one JSON object, e.g. {"prompt_id": "p1", "reward": 1.0}'
-            if problem.endswith("is not JSON"):
-                hint = "write null for a missing reward, or a finite number"
-            return InputError(f"{name} line {line_no}: {problem}", hint=hint)
-    hints: dict[str, Message] = {
-        "parquet": PARQUET_HINT,
-        "csv": "check the delimiter and quoting; pass "
-        + option("input_format")
-        + " to read it as another format",
-        "jsonl": "each line must be one JSON object",
-        "json": "a .json file must hold one array of objects, or one object per line",
-    }
-    return InputError(f"cannot read {name} as {fmt}: {detail}", hint=hints[fmt])
+    except UnicodeDecodeError:
+        located = None
+    if located is None:
+        return parse_error(data, "jsonl", name, exc)
+    line_no, problem = located
+    hint = 'each line must be one JSON object, e.g. {"prompt_id": "p1", "reward": 1.0}'
+    if problem.endswith("is not JSON"):
+        hint = "write null for a missing reward, or a finite number"
+    return InputError(f"{name} line {line_no}: {problem}", hint=hint)
 
 
 def _locate_bad_json_line(data: bytes) -> tuple[int, str] | None:
@@ -779,8 +805,9 @@ def expand_sources(sources: Sequence[str]) -> list[Path]:
                 key=_natural_key,
             )
             if not found:
+                named = [f for f in DATA_FORMATS if FORMATS[f].by_suffix]
                 raise InputError(
-                    f"folder {path} holds no .parquet, .csv, .jsonl or .ndjson file",
+                    f"folder {path} holds no {describe(named, suffixes=True)} file",
                     hint="give the files themselves, or a glob such as 'dumps/*.jsonl'",
                 )
             paths.extend(found)

@@ -1,4 +1,4 @@
-"""Writing frames and tables: Parquet (zstd level 1), CSV, JSONL, JSON and markdown, to a
+"""Writing frames and tables in any format of the registry (FORMATS), to a
 file (atomically, see :mod:`grpo_cli.io.atomic`) or standard output, after checking that
 the target may be written (it exists without ``force``, or it is an input: refused).
 """
@@ -24,7 +24,9 @@ from grpo_cli.core.errors import (
 )
 from grpo_cli.io.atomic import Stage, atomic_write
 from grpo_cli.io.formats import (
-    PARQUET_ZSTD_LEVEL,
+    DATA_FORMATS,
+    FORMATS,
+    describe,
     error_line,
     is_same_file,
     is_stream,
@@ -51,21 +53,17 @@ def frame_to_markdown(frame: pl.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_markdown(frame: pl.DataFrame, sink: IO[bytes]) -> None:
+    """Markdown's writer (see :class:`grpo_cli.io.formats.Format`)."""
+    sink.write(frame_to_markdown(frame).encode())
+
+
 def write_frame(frame: pl.DataFrame, sink: IO[bytes], fmt: str) -> None:
     """Write ``frame`` to an open binary stream in ``fmt``."""
+    if fmt not in FORMATS:
+        raise OptionsError(f"unknown format {fmt!r}")
     try:
-        if fmt == "parquet":
-            frame.write_parquet(sink, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
-        elif fmt == "csv":
-            frame.write_csv(sink)
-        elif fmt == "jsonl":
-            frame.write_ndjson(sink)
-        elif fmt == "json":
-            sink.write(frame.write_json().encode())
-        elif fmt == "markdown":
-            sink.write(frame_to_markdown(frame).encode())
-        else:
-            raise OptionsError(f"unknown format {fmt!r}")
+        FORMATS[fmt].write(frame, sink)
     except pl.exceptions.PolarsError as exc:
         if "broken pipe" in str(exc).lower():
             # The reader closed the pipe (``| head``): not a failure of ours.
@@ -73,10 +71,12 @@ def write_frame(frame: pl.DataFrame, sink: IO[bytes], fmt: str) -> None:
         if is_disk_full(exc):
             raise OSError(errno.ENOSPC, "No space left on device") from None
         nested = any(isinstance(t, pl.List | pl.Struct | pl.Array) for t in frame.dtypes)
+        whole = [name for name in DATA_FORMATS if FORMATS[name].nested]
         hint: Message = (
-            "nested columns need " + option("output_format", "parquet") + " or jsonl"
-            if nested and fmt == "csv"
-            else "check the output path and its device; Parquet and JSONL write any column"
+            "nested columns need " + option("output_format") + " " + describe(whole)
+            if nested and not FORMATS[fmt].nested
+            else f"check the output path and its device; {describe(whole, last='and')} write "
+            "any column"
         )
         raise OutputError(f"cannot write {fmt}: {error_line(str(exc))}", hint=hint) from None
 

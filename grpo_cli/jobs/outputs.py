@@ -132,13 +132,14 @@ def output_targets(
 
 
 def write_stdout(frame: pl.DataFrame, fmt: str) -> None:
-    """Write ``frame`` to standard output (never Parquet to a terminal)."""
+    """Write ``frame`` to standard output (never a binary format to a terminal)."""
+    from grpo_cli.io.formats import FORMATS
     from grpo_cli.io.write import to_stdout, write_frame
 
-    if fmt == "parquet" and _stdout_is_terminal():
+    if FORMATS[fmt].binary and _stdout_is_terminal():
         raise OptionsError(
-            "refusing to write Parquet to a terminal",
-            hint="redirect it (> out.parquet), pipe it, or give -o FILE",
+            f"refusing to write {fmt.capitalize()} to a terminal",
+            hint=f"redirect it (> out{FORMATS[fmt].suffixes[0]}), pipe it, or give -o FILE",
         )
     to_stdout(lambda sink: write_frame(frame, sink, fmt))
 

@@ -422,11 +422,11 @@ def _run_file(
     from grpo_cli.io.atomic import atomic_path
     from grpo_cli.io.formats import compression_for
     from grpo_cli.io.read import (
-        check_parquet_file,
+        check_scanned_file,
         expand_sources,
         no_rows,
         require_file,
-        scan_parquet_file,
+        scan_file,
     )
     from grpo_cli.io.write import check_output_path
     from grpo_cli.jobs.outputs import output_target, remove_leftovers
@@ -449,8 +449,8 @@ def _run_file(
         )
     source = paths[0]
     require_file(source, named)
-    rows = check_parquet_file(source)
-    lazy = scan_parquet_file(source)
+    rows = check_scanned_file(source)
+    lazy = scan_file(source)
     schema = lazy.collect_schema()
     if not rows:  # the other engines' error (its partitions would be empty folders)
         raise no_rows(str(source), list(schema))
@@ -597,14 +597,15 @@ def _resolve_on_schema(
     first input (no rows: the values are checked where they are read)."""
     import polars as pl
 
-    from grpo_cli.io.formats import format_from_suffix, uncompressed_name
-    from grpo_cli.io.read import check_parquet_file, is_parquet, read_rewards, scan_parquet_file
+    from grpo_cli.io.formats import format_from_suffix, scanned_format
+    from grpo_cli.io.read import check_scanned_file, read_rewards, scan_file
     from grpo_cli.jobs.pipeline import resolve
 
-    if (fmt or format_from_suffix(uncompressed_name(first))) == "parquet" and is_parquet(first):
-        check_parquet_file(first)
-        empty = pl.DataFrame(schema=scan_parquet_file(first).collect_schema())
-    else:  # as the Polars engine reads it (a compressed Parquet file; its errors)
+    scanned = scanned_format(first)
+    if scanned is not None and (fmt or format_from_suffix(first)) == scanned.name:
+        check_scanned_file(first)
+        empty = pl.DataFrame(schema=scan_file(first).collect_schema())
+    else:  # as the Polars engine reads it (a compressed or text file; its errors)
         key_cols = list(explicit.get("group_cols", ("prompt_id",)))
         empty = read_rewards(first, fmt, string_cols=key_cols).frame.head(0)
     _refuse_positional_layout(empty, preset, explicit, name)

@@ -132,7 +132,7 @@ def run_verify(
             refused before any input is read.
         advantage_col, tol, top: as for :func:`verify_advantages`.
         input_format: the inputs' format when the suffixes do not say.
-        diff_out: where the differing rows go (.csv, .parquet, .jsonl, .json or .md;
+        diff_out: where the differing rows go (a table format's suffix;
             ``"-"``: standard output), or None.
         force: overwrite an existing ``diff_out`` (never an input).
         warnings: compute the warnings (span checks: one more grouping of the key).

@@ -102,6 +102,10 @@ def _duplicate_columns_parquet() -> bytes:
 
 
 HINT_PARQUET = "hint: the file may be truncated or not Parquet; pass --format to read it as another"
+HINT_TEXT = (
+    "hint: csv, jsonl and json logs are UTF-8 text; for parquet or arrow, name the file "
+    ".parquet or .arrow or pass --format parquet or arrow"
+)
 HINT_DAMAGED = "hint: the file is truncated or damaged: write it again"
 CUT_CAUSE = (
     "row group 0, column reward: its data lies outside the file (bytes 130..203 of 708); "
@@ -407,8 +411,7 @@ def cases() -> list[Case]:
             3,
             (
                 "error: binary.csv is not UTF-8 text (byte 0x80 at offset 128)",
-                "hint: CSV and JSONL logs are UTF-8 text; for Parquet, name the file .parquet "
-                "or pass --format parquet",
+                HINT_TEXT,
             ),
         ),
         Case("gzip.csv.gz", gzip.compress(GOOD_CSV), 0, advantages=GOOD_ADVANTAGES),
