@@ -7,6 +7,7 @@ import gzip
 import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -100,7 +101,7 @@ def test_reads_each_sample_format_alike(fmt: str) -> None:
     assert log.frame.equals(reference)
 
 
-ARROW_FORMS = {
+ARROW_FORMS: dict[str, Callable[[pl.DataFrame, Path], object]] = {
     "file.arrow": pl.DataFrame.write_ipc,
     "file.feather": pl.DataFrame.write_ipc,
     "file.data": pl.DataFrame.write_ipc,  # no suffix that names it: by its content
