@@ -881,18 +881,18 @@ def explain_one(
     named ``uid``. ``backend`` and ``device`` are ignored: explain computes with Polars.
     """
     from grpo_cli.core.columns import logged_advantage
-    from grpo_cli.core.estimators import get_estimator
     from grpo_cli.core.layouts import per_response
-    from grpo_cli.core.presets import merge_options
+    from grpo_cli.core.resolve import derive, make_request, resolve
     from grpo_cli.core.run_summary import check_batch_spans
     from grpo_cli.jobs.compute import annotate_frame
-    from grpo_cli.jobs.pipeline import resolve
 
     texts = check_choice(key, row, pick)
     # where the arithmetic runs is no option of what it computes: explain always runs it
     # with Polars (it needs the group statistics columns the Polars pipeline leaves)
     explicit, _ = split_engine(explicit)
-    estimator = get_estimator(merge_options(preset, explicit).get("estimator", "grpo"))
+    column = logged_advantage(frame.columns, explicit.get("advantage_col"))
+    request = make_request(preset, {**explicit, "advantage_col": column})
+    estimator = request.estimator
     if estimator.unit == "step":
         raise InputError("explain does not cover process supervision", hint="use compute")
     if not estimator.uses_groups:
@@ -902,18 +902,17 @@ def explain_one(
             + option("estimator", "grpo")
             + "), or use compute",
         )
-    column = logged_advantage(frame.columns, explicit.get("advantage_col"))
-    explicit = {**explicit, "advantage_col": column}
     frame, tokens = per_response(frame, column)
     has_logged = column in frame.columns
     # An annotated log: recompute, and show the logged values beside. The logged column is
     # left out while a dump layout picks its reward columns.
-    resolved = resolve(frame.drop(column) if has_logged else frame, preset, explicit, estimator)
-    options = resolved.options
-    source = resolved.frame
+    source = frame.drop(column) if has_logged else frame
+    plan = resolve(request, source)
+    options = plan.options
+    source = derive(source, plan)
     if has_logged:
         source = source.with_columns(frame[column].alias(LOGGED_KEY))
-    full, plan = annotate_frame(source, options, estimator=estimator)
+    full, plan = annotate_frame(source, plan)
     keys = plan.keys
     check_batch_spans(full, plan)  # what compute refuses, explain refuses
     full = full.with_row_index(ROW_KEY)  # the engines keep the input's row order
@@ -945,7 +944,7 @@ def explain_one(
     explained = explain_group(
         rows, options, plan.estimator, batch, logged, shown, gdpo, chosen, group_keys=keys.exact
     )
-    return replace(explained, warnings=(*resolved.warnings, *([tokens] if tokens else [])))
+    return replace(explained, warnings=(*plan.notes, *([tokens] if tokens else [])))
 
 
 def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> Message:
