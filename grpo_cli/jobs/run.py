@@ -171,11 +171,13 @@ def run_job(
         OptionsError, InputError, OutputError: what the CLI reports with its exit codes;
         nothing is written then (outputs land all or none).
     """
-    from grpo_cli.core.engine_options import ENGINES
     from grpo_cli.core.resolve import make_request
+    from grpo_cli.engines import check, get_engine
 
     request = make_request(preset, options, engine)  # every data-free check, once
-    io = ENGINES[request.engine.backend].io
+    chosen = get_engine(request.engine.backend)
+    check(chosen, request)  # what the engine cannot compute: before any file is looked at
+    io = chosen.info.io
     if summary_format is not None and (summary_path is None or io == "dataset"):
         raise OptionsError(
             option("summary_format")
@@ -227,7 +229,8 @@ def run_job(
 
 @dataclass(frozen=True, kw_only=True)
 class Job:
-    """One job's request and its inputs and targets, as :func:`run_job` got them."""
+    """One job's request and its inputs and targets, as :func:`run_job` got them
+    (:attr:`paths`: the inputs expanded, once)."""
 
     request: Request
     sources: list[str]
@@ -243,6 +246,14 @@ class Job:
     notes: Callable[[Message], None] | None
     warn: Callable[[Message], None] | None
     spell: Spelling
+
+    @cached_property
+    def paths(self) -> list[Path]:
+        """The input files (folders and globs expanded); empty for standard input. No
+        output may overwrite one."""
+        from grpo_cli.io.read import expand_sources
+
+        return [] if self.sources == ["-"] else expand_sources(self.sources)
 
 
 def _spelling(spell: Spelling, result: JobResult) -> JobResult:
@@ -265,12 +276,11 @@ def _run_frame(job: Job, progress: Progress) -> JobResult:
     """An in-memory engine: read, resolve on the log, annotate, write (see :func:`run_job`)."""
     from grpo_cli.engines import start_loading
     from grpo_cli.io.atomic import atomic_writes
-    from grpo_cli.io.read import expand_sources, read_many
+    from grpo_cli.io.read import read_many
     from grpo_cli.io.write import check_output_path, write_table
     from grpo_cli.jobs.outputs import (
         normalized_format,
         output_targets,
-        protected_inputs,
         read_input,
         remove_leftovers,
         write_outputs,
@@ -285,7 +295,7 @@ def _run_frame(job: Job, progress: Progress) -> JobResult:
             hint=option("out_dir") + " writes one file per input",
         )
     key_cols = job.request.key_cols
-    paths = [] if sources == ["-"] else expand_sources(sources)
+    paths = job.paths
     start_loading(job.request.engine.backend)  # torch imports while the log is read
     reading = progress.add("reading", total=max(len(paths), 1))
     if out_dir is not None:
@@ -302,7 +312,7 @@ def _run_frame(job: Job, progress: Progress) -> JobResult:
         log = read_input(sources, input_format, key_cols)
         progress.advance(reading, len(paths) or 1)
     targets = output_targets(paths, log.format, output, job.output_format, out_dir, sources)
-    protected = protected_inputs(sources)
+    protected = paths
     summary_to_stdout = summary_path is not None and str(summary_path) == "-"
     remove_leftovers(  # whatever this run's fate: before any refusal
         [path for path, _ in targets.values()] + [None if summary_to_stdout else summary_path],
@@ -365,12 +375,11 @@ def _run_file(job: Job) -> JobResult:
     out, bounded memory."""
 
     from grpo_cli.core.resolve import resolve
-    from grpo_cli.engines import FileJob, check, get_engine
+    from grpo_cli.engines import FileJob, get_engine
     from grpo_cli.io.atomic import atomic_path
     from grpo_cli.io.formats import compression_for
     from grpo_cli.io.read import (
         check_parquet_file,
-        expand_sources,
         no_rows,
         require_file,
         scan_parquet_file,
@@ -378,11 +387,10 @@ def _run_file(job: Job) -> JobResult:
     from grpo_cli.io.write import check_output_path
     from grpo_cli.jobs.outputs import output_target, remove_leftovers
 
-    sources, output, force, where = job.sources, job.output, job.force, job.request.engine
+    output, force, where = job.output, job.force, job.request.engine
     engine = get_engine(where.backend)
-    check(engine, job.request)  # before any file is looked at
     named = option("backend", where.backend, alias="alone")
-    paths = [] if sources == ["-"] else expand_sources(sources)
+    paths = job.paths
     if len(paths) != 1 or job.out_dir is not None or job.summary_path is not None or output == "-":
         raise OptionsError(
             named + " reads one Parquet file and writes one Parquet file",
@@ -433,14 +441,13 @@ def _run_dataset(job: Job) -> JobResult:
     when complete."""
     from grpo_cli.core.resolve import resolve
     from grpo_cli.core.run_summary import response_id
-    from grpo_cli.engines import FileJob, check, get_engine
+    from grpo_cli.engines import FileJob, get_engine
     from grpo_cli.io.atomic import atomic_folder, check_output_folder
-    from grpo_cli.io.read import expand_sources, require_file
+    from grpo_cli.io.read import require_file
     from grpo_cli.jobs.outputs import normalized_format, remove_leftovers
 
     sources, output, force, summary_path = job.sources, job.output, job.force, job.summary_path
     engine = get_engine(job.request.engine.backend)
-    check(engine, job.request)  # before any file is looked at
     name = option("backend", job.request.engine.backend)
     if sources == ["-"]:
         raise OptionsError(
@@ -457,7 +464,7 @@ def _run_dataset(job: Job) -> JobResult:
             name + " writes Parquet part files", hint="drop " + option("output_format")
         )
     fmt = normalized_format(job.input_format)
-    paths = expand_sources(sources)
+    paths = job.paths
     for path in paths:
         require_file(path, name)
     target = Path(output)
