@@ -38,6 +38,7 @@ import polars as pl
 
 from grpo_cli.core.columns import STEP_COLUMNS, UID_GROUP, user_columns
 from grpo_cli.core.errors import InputError, Message, OptionsError, Verbatim, option
+from grpo_cli.core.options import DEFAULT_GROUP_COLS
 
 TRL_NON_REWARD: Final = frozenset({"step", "advantage"})
 TRL_PROMPT: Final = "prompt"
@@ -238,7 +239,7 @@ def within_steps(
     within the batch and is left alone."""
     if "group_cols" in explicit or fields.get("group_size") is not None:
         return fields
-    group_cols = tuple(fields.get("group_cols", ("prompt_id",)))
+    group_cols = tuple(fields.get("group_cols", DEFAULT_GROUP_COLS))
     step = next((c for c in STEP_COLUMNS if c in columns), None)
     if step is None or any(c in STEP_COLUMNS for c in group_cols):
         return fields

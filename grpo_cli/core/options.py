@@ -48,6 +48,7 @@ AGGREGATIONS: Final[dict[str, str]] = {
     "z-score (TRL's GDPO)",
 }
 STATS_COLUMNS: Final = ("group_size", "group_mean", "group_std")
+DEFAULT_GROUP_COLS: Final[tuple[str, ...]] = ("prompt_id",)  # the group key unless named
 
 
 def _as_tuple(value: object) -> tuple[Any, ...]:
@@ -109,7 +110,7 @@ class AdvantageOptions:
     the estimator: see :class:`grpo_cli.core.engine_options.EngineOptions`.
     """
 
-    group_cols: tuple[str, ...] = ("prompt_id",)
+    group_cols: tuple[str, ...] = DEFAULT_GROUP_COLS
     reward_cols: tuple[str, ...] = ("reward",)
     reward_weights: tuple[float, ...] | None = None
     aggregation: str = "sum_then_normalize"

@@ -27,13 +27,11 @@ from grpo_cli.core.errors import Message, OptionsError, Verbatim, option
 from grpo_cli.core.estimators import Estimator, get_estimator
 from grpo_cli.core.layouts import apply_layout, derived_column, detect_layout, within_steps
 from grpo_cli.core.metrics import LENGTH_COLUMNS
-from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions
 from grpo_cli.core.plan import Plan, resolve_keys, step_column
 from grpo_cli.core.presets import get_preset, merge_options
 from grpo_cli.core.rewards import combined_reward
 from grpo_cli.core.schema import check_frame
-
-DEFAULT_KEY: tuple[str, ...] = ("prompt_id",)
 
 
 @dataclass(frozen=True)
@@ -64,7 +62,7 @@ class Request:
     @property
     def key_cols(self) -> tuple[str, ...]:
         """The group key columns asked for (read as strings from CSV)."""
-        return tuple(self.fields.get("group_cols", DEFAULT_KEY))
+        return tuple(self.fields.get("group_cols", DEFAULT_GROUP_COLS))
 
     @property
     def layout(self) -> str | None:

@@ -54,7 +54,7 @@ from grpo_cli.core.errors import (
     option,
 )
 from grpo_cli.core.estimators import Estimator
-from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions
 from grpo_cli.core.plan import Keys
 from grpo_cli.core.rewards import reward_expr
 from grpo_cli.report.explain_context import (
@@ -854,7 +854,7 @@ def run_explain(
 
     check_choice(key, row, pick)  # before any input is read
     explicit = dict(options or {})
-    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    key_cols = tuple(explicit.get("group_cols", DEFAULT_GROUP_COLS))
     log = read_input(sources_or_stdin([str(s) for s in inputs]), input_format, key_cols)
     explained = explain_one(log.frame, preset, explicit, key, row=row, pick=pick)
     return replace(explained, warnings=(*log.warnings, *explained.warnings))

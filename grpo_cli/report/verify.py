@@ -44,7 +44,7 @@ from grpo_cli.core.layouts import (
     prompt_runs,
     runs_group_size,
 )
-from grpo_cli.core.options import AdvantageOptions, not_rewards_hint
+from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions, not_rewards_hint
 from grpo_cli.core.presets import get_preset
 from grpo_cli.core.resolve import derive, make_request, resolve
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, span_warnings
@@ -154,7 +154,7 @@ def run_verify(
         table_format(diff_path, flag=None)  # before any input is read (verify has no format option)
     explicit = dict(options or {})
     refuse_file_engines(explicit.get("backend"), "verify")
-    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    key_cols = tuple(explicit.get("group_cols", DEFAULT_GROUP_COLS))
     log = read_input(sources, input_format, key_cols)
     report = verify_advantages(
         log.frame,
