@@ -180,13 +180,14 @@ def apply_layout(
     explicit: Collection[str],
     warnings: list[Message] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any], list[str]]:
-    """Fill in the option fields a detected dump layout implies.
+    """Fill in the option fields the dump ``layout`` that ``frame`` is in implies (as
+    :func:`detect_layout` found it; None: nothing).
 
     Returns the frame (with any derived key column), the fields and the derived columns
     (to drop from the output). A TRL log without ``--group-size`` gets the G of
     :func:`infer_group_size`; ``warnings`` (when given) receives its warning line.
     """
-    found = detect_layout(frame, layout)
+    found = layout
     fields = dict(fields)
     derived: list[str] = []
     grouping_given = "group_cols" in explicit or "group_size" in explicit

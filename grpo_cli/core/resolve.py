@@ -146,7 +146,7 @@ def resolve(
             hint="drop " + name + ": the default engine infers num_generations from the log",
         )
     notes: list[Message] = []
-    frame, laid, derived = apply_layout(frame, chosen, dict(request.fields), explicit, notes)
+    frame, laid, derived = apply_layout(frame, found, dict(request.fields), explicit, notes)
     laid = within_steps(user_columns(frame.columns), laid, explicit)
     laid = _length_column(frame.schema, laid, request, notes)
     options = AdvantageOptions(**laid)

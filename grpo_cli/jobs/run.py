@@ -176,8 +176,9 @@ def run_job(
 
     request = make_request(preset, options, engine)  # every data-free check, once
     chosen = get_engine(request.engine.backend)
-    check(chosen, request)  # what the engine cannot compute: before any file is looked at
     io = chosen.info.io
+    if io != "frame":  # before any file is looked at (a frame's engine: on the plan)
+        check(chosen, request)
     if summary_format is not None and (summary_path is None or io == "dataset"):
         raise OptionsError(
             option("summary_format")
