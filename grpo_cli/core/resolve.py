@@ -84,13 +84,15 @@ def make_request(
     if isinstance(options, AdvantageOptions):
         options = {f.name: getattr(options, f.name) for f in fields(options)}
     explicit, settings = split_engine(options or {})
+    if "reward_col" in explicit:  # reward_col="score": reward_cols=("score",)
+        explicit["reward_cols"] = explicit.pop("reward_col")
     where = EngineOptions.of({**engine_settings(engine), **settings})
     merged = merge_options(preset, explicit)
     estimator = get_estimator(str(merged.get("estimator", "grpo")))
     probe = dict(merged)
     if "reward_cols" not in explicit:
         probe.pop("reward_weights", None)
-    asked = AdvantageOptions(**probe)
+    asked = AdvantageOptions().with_overrides(**probe)  # unknown names refused
     asked.check_estimator_needs(estimator, columns=False)
     return Request(
         preset=preset,

@@ -33,12 +33,18 @@ class Annotation:
     table (``groups``: one more grouping of the key). ``--quiet`` needs none of them."""
 
     frame: pl.DataFrame
-    options: AdvantageOptions
-    layout: str | None
     full: pl.DataFrame
     plan: Plan
-    preset: str | None = None
-    layout_warnings: tuple[Message, ...] = ()
+
+    @property
+    def options(self) -> AdvantageOptions:
+        """The options it ran with (preset, layout and explicit choices resolved)."""
+        return self.plan.options
+
+    @property
+    def layout(self) -> str | None:
+        """The trainer dump layout the log was read in, or None."""
+        return self.plan.layout
 
     @property
     def engine(self) -> EngineOptions:
@@ -55,9 +61,9 @@ class Annotation:
         """What the user should know: what the dump layout inferred, groups that span
         steps (one more grouping of the key), and how the log fits the preset's trainer."""
         return (
-            *self.layout_warnings,
+            *self.plan.notes,
             *span_warnings(self.full, self.plan),
-            *_warnings(self.preset, self.run),
+            *_warnings(self.plan.preset, self.run),
         )
 
     @cached_property
@@ -105,7 +111,7 @@ def annotate_request(
     check_batch_spans(full, plan)
     new_columns = [c for c in plan.options.added_columns() if c not in replaced]
     output = pick_columns(full, [*frame.columns, *new_columns])
-    return Annotation(output, plan.options, plan.layout, full, plan, plan.preset, plan.notes)
+    return Annotation(output, full, plan)
 
 
 def _warnings(preset: str | None, run: RunSummary) -> tuple[str, ...]:
