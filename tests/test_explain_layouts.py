@@ -402,9 +402,10 @@ class TestOptions:
         rows = [{"prompt_id": "a", "steps": [1.0, 0.0]}, {"prompt_id": "a", "steps": [0.5]}]
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         args = ["explain", str(path), "--group", "a", "--estimator", "process"]
-        result = runner.invoke(app, [*args, "--step-rewards-col", "steps"])
-        assert result.exit_code == 3
-        assert "error: explain does not cover process supervision" in result.output
+        for named in (["--step-rewards-col", "steps"], []):  # refused before its options
+            result = runner.invoke(app, [*args, *named])
+            assert result.exit_code == 3
+            assert "error: explain does not cover process supervision" in result.output
 
     def test_estimator_without_groups_is_refused(self, runner: CliRunner) -> None:
         args = ["explain", str(SAMPLE_FILES["csv"]), "--group", "p015", "-e", "remax"]

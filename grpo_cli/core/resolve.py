@@ -14,7 +14,7 @@ itself (``--out-dir``'s source index) is never one.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 from typing import Any
@@ -74,13 +74,17 @@ def make_request(
     preset: str | None = None,
     options: AdvantageOptions | Mapping[str, Any] | None = None,
     engine: EngineOptions | Mapping[str, Any] | None = None,
+    *,
+    refuse: Callable[[Estimator], None] | None = None,
 ) -> Request:
     """The :class:`Request` of ``preset`` and ``options`` (an :class:`AdvantageOptions`:
     every field explicit, nothing inferred; a mapping: those fields over the preset's,
     which may hold engine settings such as ``backend``) on ``engine``. Checks everything
     that needs no data: unknown options, bad values, the estimator's name and what it needs
     of the other options, except the columns the log may supply (a length column) and the
-    count of ``reward_weights``, which wait for the reward columns."""
+    count of ``reward_weights``, which wait for the reward columns. ``refuse``: the
+    caller's own refusal of the estimator (explain: process supervision), run before the
+    options' checks so that its message comes first."""
     if isinstance(options, AdvantageOptions):
         options = {f.name: getattr(options, f.name) for f in fields(options)}
     explicit, settings = split_engine(options or {})
@@ -89,6 +93,8 @@ def make_request(
     where = EngineOptions.of({**engine_settings(engine), **settings})
     merged = merge_options(preset, explicit)
     estimator = get_estimator(str(merged.get("estimator", "grpo")))
+    if refuse is not None:
+        refuse(estimator)
     probe = dict(merged)
     if "reward_cols" not in explicit:
         probe.pop("reward_weights", None)

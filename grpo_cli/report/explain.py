@@ -860,6 +860,19 @@ def run_explain(
     return replace(explained, warnings=(*log.warnings, *explained.warnings))
 
 
+def _one_group(estimator: Estimator) -> None:
+    """Refuse an estimator explain cannot show one group of."""
+    if estimator.unit == "step":
+        raise InputError("explain does not cover process supervision", hint="use compute")
+    if not estimator.uses_groups:
+        raise OptionsError(
+            f"explain shows one group; estimator {estimator.name} has no groups",
+            hint="explain a group estimator (e.g. "
+            + option("estimator", "grpo")
+            + "), or use compute",
+        )
+
+
 def explain_one(
     frame: pl.DataFrame,
     preset: str | None,
@@ -891,17 +904,7 @@ def explain_one(
     # with Polars (it needs the group statistics columns the Polars pipeline leaves)
     explicit, _ = split_engine(explicit)
     column = logged_advantage(frame.columns, explicit.get("advantage_col"))
-    request = make_request(preset, {**explicit, "advantage_col": column})
-    estimator = request.estimator
-    if estimator.unit == "step":
-        raise InputError("explain does not cover process supervision", hint="use compute")
-    if not estimator.uses_groups:
-        raise OptionsError(
-            f"explain shows one group; estimator {estimator.name} has no groups",
-            hint="explain a group estimator (e.g. "
-            + option("estimator", "grpo")
-            + "), or use compute",
-        )
+    request = make_request(preset, {**explicit, "advantage_col": column}, refuse=_one_group)
     frame, tokens = per_response(frame, column)
     has_logged = column in frame.columns
     # An annotated log: recompute, and show the logged values beside. The logged column is
@@ -934,7 +937,7 @@ def explain_one(
         rows = _group_at(full, keys.exact, position)
         chosen = _picked(pick, full.row(position, named=True), options.advantage_col)
     batch = None
-    if estimator.scope == "batch":
+    if plan.estimator.scope == "batch":
         batch = _batch_members(full, rows, keys.batch)
     gdpo = None
     if options.aggregation == "normalize_then_sum":
