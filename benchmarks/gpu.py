@@ -46,8 +46,8 @@ from grpo_cli.core.columns import REWARD_KEY, TORCH_RAW, VALID_KEY
 from grpo_cli.core.engine_options import EngineOptions
 from grpo_cli.core.expressions import collect, prepare
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.core.plan import make_plan
 from grpo_cli.core.policies import apply_policies
+from grpo_cli.core.resolve import make_request, resolve
 from grpo_cli.engines.torch import (
     float_column,
     formula_columns,
@@ -85,7 +85,7 @@ def stage_seconds(path: Path, device_name: str, rounds: int) -> tuple[dict[str, 
 
     engine = EngineOptions(backend="torch", device=device_name)
     frame = pl.read_parquet(path)
-    plan = make_plan(frame, OPTIONS, engine=engine)
+    plan = resolve(make_request(options=OPTIONS, engine=engine), frame)
     prepared = collect(prepare(frame, plan), deterministic=False)
     ctx = torch_context(torch, prepared, plan, device)
     check = plan.keys.check
@@ -109,7 +109,8 @@ def stage_seconds(path: Path, device_name: str, rounds: int) -> tuple[dict[str, 
         "read": median_seconds(lambda: pl.read_parquet(path), rounds, sync),
         "keys": median_seconds(
             lambda: collect(
-                prepare(frame, make_plan(frame, OPTIONS, engine=engine)), deterministic=False
+                prepare(frame, resolve(make_request(options=OPTIONS, engine=engine), frame)),
+                deterministic=False,
             ),
             rounds,
             sync,

@@ -368,130 +368,15 @@ def test_a_file_engine_is_refused_for_a_frame() -> None:
 def test_the_partitioned_engine_refuses_only_process_supervision(estimator: str) -> None:
     """Batch statistics come from merged partials (tests/test_lowmem.py checks the
     numbers); per-step advantages are not computed there."""
-    from grpo_cli.core.options import AdvantageOptions
-    from grpo_cli.core.plan import decide
+    from grpo_cli.core.resolve import make_request
 
     steps = "steps" if estimator == "process" else None
-    plan = decide(AdvantageOptions(estimator=estimator, step_rewards_col=steps))
-    reason = get_engine("partitioned").refusal(plan)
+    request = make_request(None, {"estimator": estimator, "step_rewards_col": steps})
+    reason = get_engine("partitioned").refusal(request)
     assert reason == ("process supervision" if estimator == "process" else None)
 
 
 # --------------------------------------------------------------------------- one plan
-
-
-def test_checks_and_lookups_run_once_per_computation(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One computation checks its input once and looks its estimator up once, counted at
-    the registry itself (estimators._lookup, the body of every get_estimator call,
-    whatever name a module imported it under): the plan carries the estimator."""
-    import grpo_cli.core.estimators as estimators
-    import grpo_cli.core.plan as plan
-
-    calls = {"check_frame": 0, "lookup": 0}
-    real_check, real_lookup = plan.check_frame, estimators._lookup  # type: ignore[attr-defined]
-
-    def counted_check(*args: Any, **kwargs: Any) -> None:
-        calls["check_frame"] += 1
-        real_check(*args, **kwargs)
-
-    def counted_lookup(name: str) -> Any:
-        calls["lookup"] += 1
-        return real_lookup(name)
-
-    monkeypatch.setattr(plan, "check_frame", counted_check)
-    monkeypatch.setattr(estimators, "_lookup", counted_lookup)
-    log = hostile_log(with_nulls=True)
-    compute_advantages(log, estimator="reinforce_pp_baseline", batch_col="step")
-    assert calls == {"check_frame": 1, "lookup": 1}
-
-
-def _count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every estimator lookup from now on, by name, counted at the registry itself."""
-    import grpo_cli.core.estimators as estimators
-
-    names: list[str] = []
-    real_lookup = estimators._lookup
-
-    def counted_lookup(name: str) -> Any:
-        names.append(name)
-        return real_lookup(name)
-
-    monkeypatch.setattr(estimators, "_lookup", counted_lookup)
-    return names
-
-
-COMPUTE_OPTIONS = [
-    [],
-    ["-e", "rloo"],
-    ["-e", "reinforce_pp_baseline", "--batch-col", "step"],  # batch statistics
-    ["-e", "opo"],  # the log's length column taken
-    ["--preset", "openrlhf-rloo"],
-]
-
-
-@pytest.mark.parametrize(
-    ("command", "options"),
-    [
-        *(("compute", options) for options in COMPUTE_OPTIONS),
-        *(("verify", options) for options in COMPUTE_OPTIONS),
-        ("summarize", []),
-        ("summarize", ["--batch-col", "step"]),
-        ("summarize", ["--preset", "openrlhf-rloo"]),
-    ],
-)
-def test_a_whole_command_looks_its_estimator_up_once(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, command: str, options: list[str]
-) -> None:
-    """A whole ``compute``, ``summarize`` or ``verify`` run (options checked, log read,
-    layout and length column resolved, computed, tables, figures and warnings) looks its
-    estimator up once, counted at the registry: the plan carries it to the tables and
-    warnings."""
-    from typer.testing import CliRunner
-
-    from grpo_cli.cli.app import app
-
-    log, annotated = tmp_path / "log.parquet", tmp_path / "log.adv.parquet"
-    hostile_log(with_nulls=True).write_parquet(log)
-    runner = CliRunner()
-    if command != "compute":  # verify and summarize read an annotated log
-        made = runner.invoke(app, ["compute", str(log), "-q", *options])
-        assert made.exit_code == 0, made.output
-    args = {
-        "compute": ["compute", str(log), "-o", str(tmp_path / "out.parquet")],
-        "summarize": ["summarize", str(annotated)],
-        "verify": ["verify", str(annotated)],
-    }[command]
-    looked_up = _count_lookups(monkeypatch)
-    result = runner.invoke(app, [*args, *options])
-    assert result.exit_code == 0, result.output
-    assert len(looked_up) == 1, looked_up
-
-
-@pytest.mark.parametrize(
-    ("args", "methods"),
-    [
-        (["explain", "--row", "0"], 1),
-        (["explain", "--row", "0", "-e", "rloo"], 1),
-        (["explain", "--row", "0", "-e", "reinforce_pp_baseline", "--batch-col", "step"], 1),
-        (["compare", "-e", "grpo", "-e", "rloo"], 2),
-        (["compare", "--preset", "trl", "--preset", "verl", "-e", "dr_grpo"], 3),
-    ],
-)
-def test_explain_and_compare_look_each_estimator_up_once(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: list[str], methods: int
-) -> None:
-    """explain looks its estimator up once; compare once per method (the plan of each
-    method's options check carries it to that method's computation)."""
-    from typer.testing import CliRunner
-
-    from grpo_cli.cli.app import app
-
-    log = tmp_path / "log.parquet"
-    hostile_log(with_nulls=True).write_parquet(log)
-    looked_up = _count_lookups(monkeypatch)
-    result = CliRunner().invoke(app, [args[0], str(log), *args[1:]])
-    assert result.exit_code == 0, result.output
-    assert len(looked_up) == methods, looked_up
 
 
 def test_a_hash_collision_reruns_on_the_exact_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from grpo_cli.core import metrics
 from grpo_cli.core.estimators import ESTIMATORS
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.core.plan import Plan, make_plan
+from grpo_cli.core.plan import Plan
+from grpo_cli.core.resolve import make_request, resolve
 from grpo_cli.engines.batch_partials import (
     applied,
     batch_inputs,
@@ -57,12 +58,14 @@ def split_by_group(log: pl.DataFrame, key: list[str], pieces: int) -> list[pl.Da
 
 def in_pieces(log: pl.DataFrame, options: AdvantageOptions, pieces: int) -> pl.DataFrame:
     """Pass 1: partials per piece, merged; pass 2: each piece annotated with them."""
-    plan = make_plan(log, options)
+    plan = resolve(make_request(options=options), log)
     parts = split_by_group(log, list(options.group_cols), pieces)
-    stats = merged_stats([piece_partials(p, make_plan(p, options)) for p in parts], plan)
+    stats = merged_stats(
+        [piece_partials(p, resolve(make_request(options=options), p)) for p in parts], plan
+    )
     annotated = []
     for piece in parts:
-        piece_plan: Plan = applied(make_plan(piece, options))
+        piece_plan: Plan = applied(resolve(make_request(options=options), piece))
         full = POLARS.annotate(with_batch_stats(piece, piece_plan, stats), piece_plan)
         annotated.append(full.select("rid", options.advantage_col))
     return pl.concat(annotated).sort("rid")
@@ -121,7 +124,8 @@ def test_every_batch_level_estimator_asks_for_batch_statistics() -> None:
             length_col="length" if "length" in estimator.needs else None,
             baseline_col="baseline" if "baseline" in estimator.needs else None,
         )
-        plan = make_plan(
+        plan = resolve(
+            make_request(options=options),
             pl.DataFrame(
                 schema={
                     "prompt_id": pl.String,
@@ -130,7 +134,6 @@ def test_every_batch_level_estimator_asks_for_batch_statistics() -> None:
                     "baseline": pl.Float64,
                 }
             ),
-            options,
         )
         assert needs_batch_stats(plan) == bool(batch_inputs(plan)), name
 

@@ -20,7 +20,8 @@ from grpo_cli.cli.compute import compute_cmd
 from grpo_cli.cli.explain import explain_cmd
 from grpo_cli.core.columns import UID_GROUP
 from grpo_cli.core.errors import InputError
-from grpo_cli.jobs.pipeline import annotate, resolve
+from grpo_cli.core.resolve import make_request, resolve
+from grpo_cli.jobs.pipeline import annotate
 from grpo_cli.report.explain import Explanation, explain_one
 from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, import_or_skip, load_script, token_dump
 from tests.test_presets import hostile_log
@@ -335,7 +336,7 @@ class TestVerlDump:
     UID = FRAME.filter(pl.col("step") == 2)["uid"][0].rsplit("_", 2)[0]
     # The layout keys a verl dump by the uid-derived column, within each step when it
     # groups per batch.
-    KEY_COLS = resolve(FRAME, "verl", {}).options.group_cols
+    KEY_COLS = resolve(make_request("verl"), FRAME, checks=False).options.group_cols
     SHOWN: ClassVar[dict[str, object]] = (
         {"step": 2, "uid": UID} if "step" in KEY_COLS else {"uid": UID}
     )
@@ -434,9 +435,10 @@ class TestOptions:
         rows = [{"prompt_id": "a", "steps": [1.0, 0.0]}, {"prompt_id": "a", "steps": [0.5]}]
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         args = ["explain", str(path), "--group", "a", "--estimator", "process"]
-        result = runner.invoke(app, [*args, "--step-rewards-col", "steps"])
-        assert result.exit_code == 3
-        assert "error: explain does not cover process supervision" in result.output
+        for named in (["--step-rewards-col", "steps"], []):  # refused before its options
+            result = runner.invoke(app, [*args, *named])
+            assert result.exit_code == 3
+            assert "error: explain does not cover process supervision" in result.output
 
     def test_estimator_without_groups_is_refused(self, runner: CliRunner) -> None:
         args = ["explain", str(SAMPLE_FILES["csv"]), "--group", "p015", "-e", "remax"]

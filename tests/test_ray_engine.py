@@ -214,7 +214,7 @@ class TestSameAsPolars:
         table (``--summary DIR``) is a folder of parts with the in-memory table's rows."""
         from grpo_cli.core.engine_options import EngineOptions
         from grpo_cli.core.options import AdvantageOptions
-        from grpo_cli.core.plan import make_plan
+        from grpo_cli.core.resolve import make_request, resolve
         from grpo_cli.engines import FileJob, get_engine
 
         log = reward_log()
@@ -223,7 +223,9 @@ class TestSameAsPolars:
         out.mkdir()
         groups.mkdir()
         options = AdvantageOptions()
-        plan = make_plan(log.head(0), options, hashed=False, engine=EngineOptions(backend="ray"))
+        plan = resolve(
+            make_request(options=options, engine=EngineOptions(backend="ray")), log.schema
+        )
         engine: Any = get_engine("ray")
         run = engine.annotate_files(FileJob(tuple(shards), out, plan, groups=groups))
         expected = annotate(log, group_cols=("prompt_id",))  # the options above, as given

@@ -286,10 +286,13 @@ def test_a_real_hash_collision_is_detected_on_the_device() -> None:
     from grpo_cli.core.engine_options import EngineOptions
     from grpo_cli.core.expressions import collect, prepare
     from grpo_cli.core.options import AdvantageOptions
-    from grpo_cli.core.plan import hash_collision, make_plan
+    from grpo_cli.core.plan import hash_collision
+    from grpo_cli.core.resolve import make_request, resolve
 
     log = pl.DataFrame({"prompt_id": ["a", "a", "b", "b"], "reward": [1.0, 3.0, 2.0, 6.0]})
-    plan = make_plan(log, AdvantageOptions(), engine=EngineOptions(backend="torch"))
+    plan = resolve(
+        make_request(options=AdvantageOptions(), engine=EngineOptions(backend="torch")), log
+    )
     prepared = collect(prepare(log, plan))
     clean = engine.torch_columns(prepared, plan)
     assert not hash_collision(prepared.hstack(clean), plan.keys)

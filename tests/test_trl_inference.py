@@ -15,7 +15,8 @@ from grpo_cli.cli import app
 from grpo_cli.cli.params import flag_spelling, parse_group_size
 from grpo_cli.core.errors import InputError, OptionsError, as_text
 from grpo_cli.core.layouts import PromptRun, infer_group_size, prompt_runs
-from grpo_cli.jobs.pipeline import annotate, resolve
+from grpo_cli.core.resolve import make_request, resolve
+from grpo_cli.jobs.pipeline import annotate
 from grpo_cli.report.verify import verify_advantages
 from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script
 
@@ -124,10 +125,10 @@ class TestInference:
 
     def test_a_given_group_size_is_not_inferred(self) -> None:
         frame = runs_log([(1, "a", 4), (1, "b", 3)])
-        resolved = resolve(frame, "trl", {"group_size": 7})
-        assert (resolved.options.group_size, resolved.warnings) == (7, ())
-        inferred = resolve(runs_log([(1, "a", 2), (1, "b", 2)]), "trl", {})
-        assert (inferred.options.group_size, tuple(map(cli_text, inferred.warnings))) == (
+        resolved = resolve(make_request("trl", {"group_size": 7}), frame)
+        assert (resolved.options.group_size, resolved.notes) == (7, ())
+        inferred = resolve(make_request("trl"), runs_log([(1, "a", 2), (1, "b", 2)]))
+        assert (inferred.options.group_size, tuple(map(cli_text, inferred.notes))) == (
             2,
             ("inferred --group-size 2 from runs of equal prompts (TRL num_generations)",),
         )

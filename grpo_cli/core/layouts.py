@@ -38,6 +38,7 @@ import polars as pl
 
 from grpo_cli.core.columns import ROW_HASH, STEP_COLUMNS, UID_GROUP, user_columns
 from grpo_cli.core.errors import InputError, Message, OptionsError, Verbatim, option
+from grpo_cli.core.options import DEFAULT_GROUP_COLS
 
 TRL_NON_REWARD: Final = frozenset({"step", "advantage"})
 TRL_PROMPT: Final = "prompt"
@@ -175,13 +176,14 @@ def apply_layout(
     explicit: Collection[str],
     warnings: list[Message] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any], list[str]]:
-    """Fill in the option fields a detected dump layout implies.
+    """Fill in the option fields the dump ``layout`` that ``frame`` is in implies (as
+    :func:`detect_layout` found it; None: nothing).
 
     Returns the frame (with any derived key column), the fields and the derived columns
     (to drop from the output). A TRL log without ``--group-size`` gets the G of
     :func:`infer_group_size`; ``warnings`` (when given) receives its warning line.
     """
-    found = detect_layout(frame, layout)
+    found = layout
     fields = dict(fields)
     derived: list[str] = []
     grouping_given = "group_cols" in explicit or "group_size" in explicit
@@ -234,7 +236,7 @@ def within_steps(
     within the batch and is left alone."""
     if "group_cols" in explicit or fields.get("group_size") is not None:
         return fields
-    group_cols = tuple(fields.get("group_cols", ("prompt_id",)))
+    group_cols = tuple(fields.get("group_cols", DEFAULT_GROUP_COLS))
     step = next((c for c in STEP_COLUMNS if c in columns), None)
     if step is None or any(c in STEP_COLUMNS for c in group_cols):
         return fields

@@ -48,6 +48,7 @@ AGGREGATIONS: Final[dict[str, str]] = {
     "z-score (TRL's GDPO)",
 }
 STATS_COLUMNS: Final = ("group_size", "group_mean", "group_std")
+DEFAULT_GROUP_COLS: Final[tuple[str, ...]] = ("prompt_id",)  # the group key unless named
 
 
 def _as_tuple(value: object) -> tuple[Any, ...]:
@@ -109,7 +110,7 @@ class AdvantageOptions:
     the estimator: see :class:`grpo_cli.core.engine_options.EngineOptions`.
     """
 
-    group_cols: tuple[str, ...] = ("prompt_id",)
+    group_cols: tuple[str, ...] = DEFAULT_GROUP_COLS
     reward_cols: tuple[str, ...] = ("reward",)
     reward_weights: tuple[float, ...] | None = None
     aggregation: str = "sum_then_normalize"
@@ -143,13 +144,15 @@ class AdvantageOptions:
         self._check_numbers()
         self._check_choices()
 
-    def check_estimator_needs(self, estimator: Estimator) -> None:
-        """What the chosen ``estimator`` (looked up once, by the plan: see
-        :func:`grpo_cli.core.plan.decide`) needs of the other options: its columns
+    def check_estimator_needs(self, estimator: Estimator, *, columns: bool = True) -> None:
+        """What the chosen ``estimator`` (looked up once: see
+        :func:`grpo_cli.core.resolve.make_request`) needs of the other options: its columns
         (``length_col`` for opo...), a length column for ``token_weighted``, grpo for
-        ``aggregation="normalize_then_sum"``, one reward column for process supervision."""
+        ``aggregation="normalize_then_sum"``, one reward column for process supervision.
+        ``columns=False``: before the log is seen, the length column it may supply is not
+        asked for yet."""
         for need, column, named in (
-            ("length", self.length_col, option("length_col")),
+            *((("length", self.length_col, option("length_col")),) if columns else ()),
             ("baseline", self.baseline_col, option("baseline_col")),
             ("step_rewards", self.step_rewards_col, option("step_rewards_col")),
         ):
@@ -158,7 +161,7 @@ class AdvantageOptions:
                     f"estimator {estimator.name} needs " + named,
                     hint="name the column with " + replace(named, value="COL"),
                 )
-        if self.token_weighted and self.length_col is None:
+        if columns and self.token_weighted and self.length_col is None:
             raise OptionsError(
                 option("token_weighted") + " needs " + option("length_col"),
                 hint="name the length column",

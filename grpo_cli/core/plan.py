@@ -37,10 +37,9 @@ from grpo_cli.core.columns import (
     span_flag_column,
 )
 from grpo_cli.core.engine_options import EngineOptions
-from grpo_cli.core.estimators import BatchStatSource, Estimator, EstimatorContext, get_estimator
+from grpo_cli.core.errors import Message
+from grpo_cli.core.estimators import BatchStatSource, Estimator, EstimatorContext
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.core.rewards import combined_reward
-from grpo_cli.core.schema import check_frame
 
 
 @dataclass(frozen=True)
@@ -139,6 +138,12 @@ class Plan:
             has no nulls:
             the engine adds whether each row's group spans it (:func:`span_flag`) in its
             one grouping pass, which tells at no extra pass whether a group spans steps.
+        preset: the trainer preset the options came from (its warnings), or None.
+        layout: the trainer dump layout the log was read in, or None.
+        derived: key columns the layout derives from each row
+            (:func:`grpo_cli.core.layouts.derived_column`); never written.
+        notes: what resolution filled in that the user should know (a TRL group size
+            inferred, a length column taken), one line each.
     """
 
     options: AdvantageOptions
@@ -148,32 +153,14 @@ class Plan:
     batch_source: BatchStatSource | None = None
     span_col: str | None = None
     engine: EngineOptions = field(default_factory=EngineOptions)
+    preset: str | None = None
+    layout: str | None = None
+    derived: tuple[str, ...] = ()
+    notes: tuple[Message, ...] = ()
 
     def exact(self) -> Plan:
         """The same plan on the exact group key (the collision fallback)."""
         return replace(self, keys=resolve_keys(self.options, hashed=False))
-
-
-def decide(
-    options: AdvantageOptions,
-    *,
-    hashed: bool = True,
-    has_nulls: bool = True,
-    estimator: Estimator | None = None,
-    engine: EngineOptions | None = None,
-) -> Plan:
-    """The plan ``options`` make, before any input is seen (engines can refuse it at
-    once): the estimator looked up (unless the caller looked it up already for these
-    options: ``estimator``), the keys resolved, hashed when ``hashed`` and the estimator
-    has response-level groups."""
-    if estimator is None:
-        estimator = get_estimator(options.estimator)  # the one lookup of a computation
-    elif estimator.name != options.estimator:
-        raise ValueError(f"estimator {estimator.name!r} given for {options.estimator!r}")
-    options.check_estimator_needs(estimator)
-    use_hash = hashed and estimator.uses_groups and estimator.unit == "response"
-    keys = resolve_keys(options, hashed=use_hash)
-    return Plan(options, estimator, keys, has_nulls, engine=engine or EngineOptions())
 
 
 def keyed_groups(plan: Plan) -> bool:
@@ -206,60 +193,6 @@ def span_flag(column: str, group: Sequence[str], rows: pl.Expr | None = None) ->
     else:
         spans = pl.col(column).min().over(keys) != pl.col(column).max().over(keys)
     return spans.alias(span_flag_column(column))
-
-
-def make_plan(
-    frame: pl.DataFrame | pl.LazyFrame,
-    options: AdvantageOptions,
-    *,
-    hashed: bool = True,
-    span_check: bool = True,
-    values: bool = True,
-    estimator: Estimator | None = None,
-    engine: EngineOptions | None = None,
-) -> Plan:
-    """Check ``frame`` against ``options`` (every input check, once: see
-    :func:`grpo_cli.core.schema.check_frame`) and decide the plan (see :func:`decide`); an
-    in-memory frame also says whether the reward has nulls, and names its step column
-    when that is integer without nulls (``span_col``; ``span_check=False``: the caller
-    will not check spans, and the engine need not flag them). ``values=False``: the
-    engine checks the keys' and rewards' values on the data (see
-    :func:`grpo_cli.core.schema.check_frame`). ``estimator``: the options' estimator, when the
-    caller looked it up already (see :func:`decide`)."""
-    plan = decide(options, hashed=hashed, estimator=estimator, engine=engine)
-    check_frame(frame, options, plan.estimator, values=values)
-    step_unit = plan.estimator.unit == "step"
-    if isinstance(frame, pl.DataFrame) and options.singleton != "drop" and not step_unit:
-        step = step_column(frame.columns, plan) if span_check else None
-        if step is not None and not frame.schema[step].is_integer():
-            step = None  # other steps: summary._pairs_outnumber_groups checks them
-        counts = frame.select(
-            combined_reward(options).is_null().any().alias("nulls"),
-            (pl.col(step).null_count() if step else pl.lit(1)).alias("step_nulls"),
-        ).row(0)
-        plan = replace(plan, has_nulls=bool(counts[0]), span_col=step if not counts[1] else None)
-    return plan
-
-
-def parquet_plan(
-    source: pl.LazyFrame,
-    options: AdvantageOptions,
-    engine: EngineOptions,
-    *,
-    estimator: Estimator | None = None,
-) -> Plan:
-    """The plan of the Parquet log ``source`` (scanned) for an engine that reads it itself (exact
-    keys: it hashes them as it goes), checked on the file's schema: the values of its keys
-    and rewards are for the engine to check as it reads them (no pass here; see
-    :func:`grpo_cli.core.schema.value_checks`)."""
-    return make_plan(
-        source,
-        options,
-        hashed=False,
-        values=False,
-        estimator=estimator,
-        engine=engine,
-    )
 
 
 def run_with_fallback(run: Callable[[Plan], pl.DataFrame], plan: Plan) -> tuple[pl.DataFrame, Plan]:

@@ -2,7 +2,7 @@
 role, their types, null keys, infinite or huge rewards, positional group sizes.
 
 :func:`check_frame` runs them all once, when the plan is made
-(:func:`grpo_cli.core.plan.make_plan`); no engine checks again.
+(:func:`grpo_cli.core.resolve.resolve`); no engine checks again.
 """
 
 from __future__ import annotations

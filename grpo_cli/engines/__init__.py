@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from grpo_cli.core.plan import Plan
+    from grpo_cli.core.resolve import Request
     from grpo_cli.core.run_summary import RunSummary
 
 
@@ -43,7 +44,7 @@ class Engine(Protocol):
     def info(self) -> EngineInfo:
         """The engine's registry entry."""
 
-    def refusal(self, plan: Plan) -> Message | None:
+    def refusal(self, plan: Plan | Request) -> Message | None:
         """What of ``plan`` this engine cannot compute exactly (a phrase completing
         "--backend NAME does not support ..."), or None."""
 
@@ -130,7 +131,7 @@ def start_loading(name: str) -> None:
         engine.start_loading()
 
 
-def check(engine: Engine, plan: Plan) -> None:
+def check(engine: Engine, plan: Plan | Request) -> None:
     """Refuse, with one error for every engine, what ``engine`` cannot compute; the hint
     names the engines that can."""
     reason = engine.refusal(plan)

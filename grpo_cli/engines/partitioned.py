@@ -23,7 +23,7 @@ Three streaming passes over a Parquet log, spilling to a temporary folder beside
 Spill files are uncompressed Arrow IPC, each removed once read (the disk holds at most
 about 30 bytes a row).
 
-Checks. The plan is made on the file's schema only (:func:`grpo_cli.core.plan.parquet_plan`):
+Checks. The plan is made on the file's schema only (:func:`grpo_cli.core.resolve.resolve`):
 null keys and null, infinite or huge rewards are counted on the data itself, in each
 partition as it is computed (a null key is spilled as a null second hash), and refused
 after the compute pass with the in-memory path's messages and counts; never from the
@@ -61,7 +61,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
@@ -78,7 +78,7 @@ from grpo_cli.core.errors import (
 )
 from grpo_cli.core.expressions import with_group_stats
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.core.plan import Plan, decide, hash_collision, parquet_plan
+from grpo_cli.core.plan import Plan, hash_collision
 from grpo_cli.core.run_summary import Repeats, RunSummary, response_id
 from grpo_cli.core.schema import refuse_values, value_checks
 from grpo_cli.engines import FileJob, check
@@ -111,6 +111,9 @@ MIN_PARTITIONS: Final = 8
 CHUNK_ROWS: Final = 1_000_000
 MERGE_EVERY: Final = 64  # partitions whose partials are kept before merging them
 
+if TYPE_CHECKING:
+    from grpo_cli.core.resolve import Request
+
 
 @dataclass(frozen=True)
 class PartitionedEngine:
@@ -118,7 +121,7 @@ class PartitionedEngine:
 
     info: EngineInfo
 
-    def refusal(self, plan: Plan) -> Message | None:
+    def refusal(self, plan: Plan | Request) -> Message | None:
         """Process supervision, positional groups and dropped singletons (it keeps every
         row, in order)."""
         options, estimator = plan.options, plan.estimator
@@ -158,12 +161,14 @@ def annotate_to_parquet(
     makes the plan first). The engine's own entry, with its partitioning knobs for tests
     and benchmarks; users run a whole job with :func:`grpo_cli.jobs.run.run_job`
     (``engine={"backend": "partitioned"}``), which also writes atomically."""
-    engine = EngineOptions(backend="partitioned")
-    check(ENGINE, decide(options, hashed=False, engine=engine))
+    from grpo_cli.core.resolve import make_request, resolve
+
+    request = make_request(None, options, EngineOptions(backend="partitioned"))
+    check(ENGINE, request)
     return run(
         source,
         output,
-        parquet_plan(scan_file(source), options, engine),
+        resolve(request, scan_file(source).collect_schema()),
         partitions=partitions,
         chunk_rows=chunk_rows,
         on_step=on_step,
@@ -561,7 +566,7 @@ def run_isolated(
                 reader.start()
                 try:
                     assert worker.stdin is not None
-                    job = (source, output, plan.options, partitions, chunk_rows, spill)
+                    job = (source, output, plan, partitions, chunk_rows, spill)
                     with contextlib.suppress(BrokenPipeError):
                         worker.stdin.write(pickle.dumps(job))
                         worker.stdin.close()
@@ -642,13 +647,13 @@ def worker_main() -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command decides
     _die_with_parent()
-    source, output, options, partitions, chunk_rows, spill = pickle.load(sys.stdin.buffer)
+    source, output, plan, partitions, chunk_rows, spill = pickle.load(sys.stdin.buffer)
     outcome: tuple[Any, ...]
     try:
         summary = run(
             source,
             output,
-            decide(options, hashed=False),
+            plan,  # resolved by the command: never again here
             partitions=partitions,
             chunk_rows=chunk_rows,
             spill_root=spill,

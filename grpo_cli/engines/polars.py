@@ -11,6 +11,7 @@ every input column is returned unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -21,6 +22,9 @@ from grpo_cli.core.plan import (
     Plan,
 )
 
+if TYPE_CHECKING:
+    from grpo_cli.core.resolve import Request
+
 
 @dataclass(frozen=True)
 class PolarsEngine:
@@ -28,7 +32,7 @@ class PolarsEngine:
 
     info: EngineInfo
 
-    def refusal(self, plan: Plan) -> Message | None:
+    def refusal(self, plan: Plan | Request) -> Message | None:
         """Nothing: the Polars engine is the reference."""
         return None
 

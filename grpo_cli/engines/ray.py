@@ -57,6 +57,7 @@ from grpo_cli.io.read import scan_file
 
 if TYPE_CHECKING:
     from grpo_cli.core.plan import Plan
+    from grpo_cli.core.resolve import Request
 
 READ_BATCH_ROWS: Final = 65_536  # rows per batch when an unreadable input is looked for
 PIECE_ROWS: Final = 4_000_000  # rows of a piece of a large Parquet file (one output part)
@@ -73,7 +74,7 @@ class RayEngine:
 
     info: EngineInfo
 
-    def refusal(self, plan: Plan) -> Message | None:
+    def refusal(self, plan: Plan | Request) -> Message | None:
         """Positional groups and process supervision (they need the rows in order), and
         dropped singletons (each part holds every row of its input)."""
         if plan.estimator.unit == "step":

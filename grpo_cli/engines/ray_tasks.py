@@ -14,8 +14,8 @@ import polars as pl
 
 from grpo_cli.core.columns import PREFIX, RAY_LOCATOR, RAY_PARTITION
 from grpo_cli.core.expressions import with_group_stats
-from grpo_cli.core.plan import Plan, hash_collision, make_plan
-from grpo_cli.core.schema import check_added_columns
+from grpo_cli.core.plan import Plan, hash_collision
+from grpo_cli.core.schema import check_added_columns, check_frame
 from grpo_cli.engines.batch_partials import (
     applied,
     grouped_partials,
@@ -166,7 +166,7 @@ def _narrow(piece: Piece, shuffle: Shuffle) -> pl.DataFrame:
         frame = frame.with_columns(casts)
     if shuffle.derived:
         frame = frame.with_columns([derived_column(n) for n in shuffle.derived])
-    make_plan(frame, plan.options, hashed=False, estimator=plan.estimator)  # the checks
+    check_frame(frame, plan.options, plan.estimator)  # this piece's values
     needed = needed_columns(plan.options, frame.columns)
     locator = pl.int_range(pl.len(), dtype=pl.Int64) + (piece.index << ROW_BITS)
     keyed = frame.with_columns(hashed_key(plan.keys.exact))

@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
@@ -57,6 +57,9 @@ from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, collision_columns
 from grpo_cli.core.policies import apply_policies, formula
 from grpo_cli.core.rewards import reward_expr
+
+if TYPE_CHECKING:
+    from grpo_cli.core.resolve import Request
 
 INSTALL_HINT: Final = install_command("torch")
 
@@ -136,7 +139,7 @@ class TorchEngine:
 
     info: EngineInfo
 
-    def refusal(self, plan: Plan) -> Message | None:
+    def refusal(self, plan: Plan | Request) -> Message | None:
         """Nothing: every estimator's formula and every policy runs on torch."""
         return None
 

@@ -1,6 +1,6 @@
 """``compute_advantages``: the one entry point that annotates a reward log.
 
-The flow is the same whatever the engine: checks and a plan (:func:`grpo_cli.core.plan.make_plan`:
+The flow is the same whatever the engine: checks and a plan (:func:`grpo_cli.core.resolve.resolve`:
 keys, hashing, the reward, every temporary column), then the engine chosen by ``backend``
 (:class:`grpo_cli.core.engine_options.EngineOptions`), which runs the estimator's formula
 (:mod:`grpo_cli.core.estimators`) and the shared policies (:mod:`grpo_cli.core.policies`), with the
@@ -20,10 +20,9 @@ import polars as pl
 
 from grpo_cli.core.engine_options import EngineOptions, split_engine
 from grpo_cli.core.errors import OptionsError, option
-from grpo_cli.core.estimators import Estimator
-from grpo_cli.core.layouts import within_steps
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.core.plan import Plan, make_plan, run_with_fallback
+from grpo_cli.core.plan import Plan, run_with_fallback
+from grpo_cli.core.resolve import engine_settings, make_request, resolve
 from grpo_cli.engines import FrameEngine, check, get_engine
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -61,46 +60,26 @@ def compute_advantages(
         InputError: a missing column, non-numeric rewards, a null key, a bad group size.
     """
     overrides, settings = split_engine(overrides)
-    where = EngineOptions.of({**_fields(engine), **settings})
-    columns: list[str] = frame.collect_schema().names()
-    if options is None:  # the default key groups within each step (layouts.within_steps)
-        overrides = within_steps(columns, overrides, overrides.keys())
-    chosen: AdvantageOptions = (options or AdvantageOptions()).with_overrides(**overrides)
-    names: list[str] = [*columns, *chosen.added_columns()]
+    where = {**engine_settings(engine), **settings}
+    if options is None:  # the Python API takes no length column from the log unasked
+        request = make_request(None, {"length_col": None, **overrides}, where)
+    else:  # every field explicit: nothing inferred
+        request = make_request(None, options.with_overrides(**overrides), where)
+    plan: Plan = resolve(request, frame)
+    names = [*frame.collect_schema().names(), *plan.options.added_columns()]
     if isinstance(frame, pl.LazyFrame):
         from grpo_cli.core.expressions import annotate_lazy
 
-        plan = make_plan(frame, chosen, hashed=False, engine=where)
         return annotate_lazy(frame, plan).select(names)
-    full, _ = annotate_frame(frame, chosen, where)
+    full, _ = annotate_frame(frame, plan)
     return pick_columns(full, names)
 
 
-def _fields(engine: EngineOptions | Mapping[str, Any] | None) -> dict[str, Any]:
-    if isinstance(engine, EngineOptions):
-        return {
-            "backend": engine.backend,
-            "device": engine.device,
-            "ray_address": engine.ray_address,
-        }
-    return dict(engine or {})
-
-
-def annotate_frame(
-    frame: pl.DataFrame,
-    options: AdvantageOptions,
-    engine: EngineOptions | None = None,
-    *,
-    span_check: bool = True,
-    estimator: Estimator | None = None,
-) -> tuple[pl.DataFrame, Plan]:
+def annotate_frame(frame: pl.DataFrame, plan: Plan) -> tuple[pl.DataFrame, Plan]:
     """The annotated frame *with* the plan's temporary key, reward and group-profile
     columns (for callers that also build tables: :mod:`grpo_cli.jobs.pipeline`), and the plan
-    that made it (its keys: those the groups were found by; its estimator: for the tables
-    and warnings, which look nothing up again). ``engine``: where it runs (default the
-    Polars engine); ``span_check``: see :func:`grpo_cli.core.plan.make_plan`; ``estimator``:
-    the options' estimator, when the caller looked it up already."""
-    plan = make_plan(frame, options, span_check=span_check, engine=engine, estimator=estimator)
+    that made it (the exact-key plan after a hash collision). No decision is made here:
+    ``plan`` was resolved on ``frame`` (:func:`grpo_cli.core.resolve.resolve`)."""
     chosen_engine = frame_engine(plan)
     return run_with_fallback(lambda chosen: chosen_engine.annotate(frame, chosen), plan)
 

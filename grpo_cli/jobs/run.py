@@ -21,24 +21,24 @@ callbacks it passes.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from grpo_cli.core.columns import SOURCE_KEY
+from grpo_cli.core.columns import SOURCE_KEY, user_columns
 from grpo_cli.core.engine_options import EngineOptions
 from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, OutputError, Verbatim, option
 from grpo_cli.core.options import AdvantageOptions
 
 if TYPE_CHECKING:
-    from grpo_cli.core.estimators import Estimator
-    from grpo_cli.core.plan import Plan
+    import polars as pl
+
+    from grpo_cli.core.resolve import Request
     from grpo_cli.core.run_summary import RunSummary
     from grpo_cli.engines import FileEngine
-    from grpo_cli.jobs.pipeline import Resolved
 
 
 __all__ = ["EngineOptions", "JobResult", "run_job"]
@@ -161,16 +161,14 @@ def run_job(
         OptionsError, InputError, OutputError: what the CLI reports with its exit codes;
         nothing is written then (outputs land all or none).
     """
-    from grpo_cli.core.engine_options import ENGINES, split_engine
+    from grpo_cli.core.resolve import make_request
+    from grpo_cli.engines import check, get_engine
 
-    if isinstance(options, AdvantageOptions):
-        options = {f.name: getattr(options, f.name) for f in fields(options)}
-    explicit, settings = split_engine(options or {})
-    where = EngineOptions.of({**_settings(engine), **settings})
-    sources = [str(source) for source in inputs]
-    target = None if output is None else str(output)
-    decided = check_options(preset, explicit, where)  # the job's one estimator lookup
-    io = ENGINES[where.backend].io
+    request = make_request(preset, options, engine)  # every data-free check, once
+    chosen = get_engine(request.engine.backend)
+    io = chosen.info.io
+    if io != "frame":  # before any file is looked at (a frame's engine: on the plan)
+        check(chosen, request)
     if summary_format is not None and (summary_path is None or io == "dataset"):
         raise OptionsError(
             option("summary_format")
@@ -179,7 +177,7 @@ def run_job(
             + " table",
             hint="give " + option("summary_path", Verbatim("PATH")) + " too"
             if summary_path is None
-            else option("backend", where.backend)
+            else option("backend", request.engine.backend)
             + " writes "
             + option("summary_path")
             + " as a folder of Parquet parts",
@@ -192,106 +190,88 @@ def run_job(
         raise OptionsError(
             option("replace", True)
             + " works with the in-memory engines, not "
-            + option("backend", where.backend),
+            + option("backend", request.engine.backend),
             hint="drop the logged column first, or name the new one with "
             + option("advantage_col"),
         )
+    job = Job(
+        request=request,
+        sources=[str(source) for source in inputs],
+        output=None if output is None else str(output),
+        out_dir=out_dir,
+        input_format=input_format,
+        output_format=output_format,
+        summary_path=summary_path,
+        summary_format=summary_format,
+        force=force,
+        replace=replace,
+        span_check=span_check,
+        notes=notes,
+        warn=warn,
+        fatal=fatal,
+    )
     if io == "file":
-        return _run_file(
-            sources,
-            decided,
-            preset,
-            explicit,
-            target,
-            out_dir,
-            output_format,
-            summary_path,
-            force,
-            warn,
-        )
+        return _run_file(job)
     if io == "dataset":
-        return _run_dataset(
-            sources,
-            decided,
-            preset,
-            explicit,
-            target,
-            out_dir,
-            input_format,
-            output_format,
-            summary_path,
-            force,
-            notes,
-            warn,
-            fatal,
-        )
+        return _run_dataset(job)
     with (progress or _no_progress)() as shown:
-        return _run_frame(
-            sources,
-            decided,
-            preset,
-            explicit,
-            replace,
-            target,
-            out_dir,
-            input_format,
-            output_format,
-            summary_path,
-            summary_format,
-            force,
-            span_check,
-            shown,
-            warn,
-        )
+        return _run_frame(job, shown)
 
 
-def _settings(engine: EngineOptions | Mapping[str, Any] | None) -> dict[str, Any]:
-    """The engine settings given, as a mapping."""
-    if isinstance(engine, EngineOptions):
-        return {f.name: getattr(engine, f.name) for f in fields(engine)}
-    return dict(engine or {})
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One job's request and its inputs and targets, as :func:`run_job` got them
+    (:attr:`paths`: the inputs expanded, once)."""
+
+    request: Request
+    sources: list[str]
+    output: str | None
+    out_dir: Path | None
+    input_format: str | None
+    output_format: str | None
+    summary_path: Path | None
+    summary_format: str | None
+    force: bool
+    replace: bool
+    span_check: bool
+    notes: Callable[[Message], None] | None
+    warn: Callable[[Message], None] | None
+    fatal: Callable[[GrpoAdvError], None] | None
+
+    @cached_property
+    def paths(self) -> list[Path]:
+        """The input files (folders and globs expanded); empty for standard input. No
+        output may overwrite one."""
+        from grpo_cli.io.read import expand_sources
+
+        return [] if self.sources == ["-"] else expand_sources(self.sources)
 
 
-def _run_frame(
-    sources: list[str],
-    decided: Plan,
-    preset: str | None,
-    explicit: dict[str, Any],
-    replace: bool,
-    output: str | None,
-    out_dir: Path | None,
-    input_format: str | None,
-    output_format: str | None,
-    summary_path: Path | None,
-    summary_format: str | None,
-    force: bool,
-    span_check: bool,
-    progress: Progress,
-    warn: Callable[[Message], None] | None,
-) -> JobResult:
-    """An in-memory engine: read, annotate, write (see :func:`run_job`)."""
+def _run_frame(job: Job, progress: Progress) -> JobResult:
+    """An in-memory engine: read, resolve on the log, annotate, write (see :func:`run_job`)."""
     from grpo_cli.engines import start_loading
     from grpo_cli.io.atomic import atomic_writes
-    from grpo_cli.io.read import expand_sources, read_many
+    from grpo_cli.io.read import read_many
     from grpo_cli.io.write import check_output_path, write_table
     from grpo_cli.jobs.outputs import (
         normalized_format,
         output_targets,
-        protected_inputs,
         read_input,
         remove_leftovers,
         write_outputs,
     )
-    from grpo_cli.jobs.pipeline import annotate
+    from grpo_cli.jobs.pipeline import annotate_request
 
+    sources, output, out_dir, force = job.sources, job.output, job.out_dir, job.force
+    summary_path, input_format = job.summary_path, job.input_format
     if out_dir is not None and output is not None:
         raise OptionsError(
             "give " + option("output", short=True) + " or " + option("out_dir") + ", not both",
             hint=option("out_dir") + " writes one file per input",
         )
-    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
-    paths = [] if sources == ["-"] else expand_sources(sources)
-    start_loading(decided.engine.backend)  # torch imports while the log is read
+    key_cols = job.request.key_cols
+    paths = job.paths
+    start_loading(job.request.engine.backend)  # torch imports while the log is read
     reading = progress.add("reading", total=max(len(paths), 1))
     if out_dir is not None:
         if not paths:
@@ -306,12 +286,12 @@ def _run_frame(
     else:
         log = read_input(sources, input_format, key_cols)
         progress.advance(reading, len(paths) or 1)
-    targets = output_targets(paths, log.format, output, output_format, out_dir, sources)
-    protected = protected_inputs(sources)
+    targets = output_targets(paths, log.format, output, job.output_format, out_dir, sources)
+    protected = paths
     summary_to_stdout = summary_path is not None and str(summary_path) == "-"
     remove_leftovers(  # whatever this run's fate: before any refusal
         [path for path, _ in targets.values()] + [None if summary_to_stdout else summary_path],
-        warn,
+        job.warn,
     )
     for path, _ in targets.values():
         if path is not None:
@@ -336,14 +316,8 @@ def _run_frame(
             summary_path, force=force, protected=protected, flag=option("summary_path")
         )
     computing = progress.add("computing", total=1)
-    result = annotate(
-        log.frame,
-        preset,
-        replace=replace,
-        span_check=span_check,
-        looked_up=decided.estimator,
-        engine=decided.engine,
-        **explicit,
+    result = annotate_request(  # the one resolution, on the log read
+        log.frame, job.request, replace=job.replace, span_check=job.span_check
     )
     progress.advance(computing)
     writing = progress.add("writing", total=len(targets))
@@ -356,74 +330,31 @@ def _run_frame(
                 force=force,
                 protected=protected,
                 stage=stage,
-                fmt=summary_format,
+                fmt=job.summary_format,
                 flag=option("summary_path"),
             )
     return JobResult(
-        result.options,
-        decided.engine,
-        result.layout,
-        shown,
-        summary_path,
-        tuple(path for path, _ in targets.values() if path is not None),
-        lambda: result.run,
-        lambda: (*log.warnings, *result.warnings),
+        options=result.options,
+        engine=result.engine,
+        layout=result.layout,
+        output=shown,
+        summary_path=summary_path,
+        paths=tuple(path for path, _ in targets.values() if path is not None),
+        figures=lambda: result.run,
+        notices=lambda: (*log.warnings, *result.warnings),
     )
 
 
-def check_options(
-    preset: str | None,
-    explicit: dict[str, Any],
-    engine: EngineOptions | None = None,
-    estimator: Estimator | None = None,
-) -> Plan:
-    """The plan the options of a preset and the explicit choices make (on ``engine``),
-    checked before any file is read or any output path looked at (an unknown estimator is
-    a usage error, whatever the output): the estimator looked up (once: the job hands it
-    on; ``estimator``: the caller looked it up already), what it needs of the options
-    checked. The count of ``reward_weights`` is checked once a dump layout has named the
-    reward columns."""
-    from grpo_cli.core.estimators import get_estimator
-    from grpo_cli.core.options import AdvantageOptions
-    from grpo_cli.core.plan import decide
-    from grpo_cli.core.presets import merge_options
-    from grpo_cli.jobs.pipeline import needs_length
-
-    fields = merge_options(preset, explicit)
-    if "reward_cols" not in explicit:
-        fields.pop("reward_weights", None)
-    if estimator is None:
-        estimator = get_estimator(str(fields.get("estimator", "grpo")))
-    if needs_length(fields, estimator):  # the log may hold one (pipeline.length_from_columns)
-        fields["length_col"] = "length"
-    options = AdvantageOptions(**fields)
-    return decide(options, hashed=False, estimator=estimator, engine=engine)
-
-
-def _run_file(
-    sources: list[str],
-    decided: Plan,
-    preset: str | None,
-    explicit: dict[str, Any],
-    output: str | None,
-    out_dir: Path | None,
-    output_format: str | None,
-    summary_path: Path | None,
-    force: bool,
-    warn: Callable[[Message], None] | None,
-) -> JobResult:
+def _run_file(job: Job) -> JobResult:
     """A file engine (``backend="partitioned"``): one Parquet file in, one Parquet file
     out, bounded memory."""
 
-    import polars as pl
-
-    from grpo_cli.core.plan import parquet_plan
-    from grpo_cli.engines import FileJob, check, get_engine
+    from grpo_cli.core.resolve import resolve
+    from grpo_cli.engines import FileJob, get_engine
     from grpo_cli.io.atomic import atomic_path
     from grpo_cli.io.formats import compression_for
     from grpo_cli.io.read import (
         check_scanned_file,
-        expand_sources,
         no_rows,
         require_file,
         scan_file,
@@ -431,12 +362,11 @@ def _run_file(
     from grpo_cli.io.write import check_output_path
     from grpo_cli.jobs.outputs import output_target, remove_leftovers
 
-    options = decided.options
-    engine = get_engine(decided.engine.backend)
-    check(engine, decided)  # before any file is looked at
-    named = option("backend", decided.engine.backend, alias="alone")
-    paths = [] if sources == ["-"] else expand_sources(sources)
-    if len(paths) != 1 or out_dir is not None or summary_path is not None or output == "-":
+    output, force, where = job.output, job.force, job.request.engine
+    engine = get_engine(where.backend)
+    named = option("backend", where.backend, alias="alone")
+    paths = job.paths
+    if len(paths) != 1 or job.out_dir is not None or job.summary_path is not None or output == "-":
         raise OptionsError(
             named + " reads one Parquet file and writes one Parquet file",
             hint="give one input file and "
@@ -454,91 +384,66 @@ def _run_file(
     schema = lazy.collect_schema()
     if not rows:  # the other engines' error (its partitions would be empty folders)
         raise no_rows(str(source), list(schema))
-    _refuse_positional_layout(pl.DataFrame(schema=schema), preset, explicit, named)
-    options = _within_steps(options, schema, explicit)
-    plan = parquet_plan(lazy, options, decided.engine, estimator=decided.estimator)
-    target, fmt = output_target([str(source)], output, output_format, "parquet")
+    plan = resolve(job.request, schema)  # the one resolution; the worker receives it
+    target, fmt = output_target([str(source)], output, job.output_format, "parquet")
     if target is None or fmt != "parquet" or compression_for(target) is not None:
         raise OptionsError(
             named + " writes Parquet (zstd-compressed inside)",
             hint="give " + option("output", Verbatim("OUT.parquet"), short=True),
         )
-    remove_leftovers([target], warn)  # whatever this run's fate
+    remove_leftovers([target], job.warn)  # whatever this run's fate
     check_output_path(target, force=force, protected=[source])
     with atomic_path(target, force=force) as tmp:
-        run = cast("FileEngine", engine).annotate_files(FileJob((source,), tmp, plan))
+        run = cast("FileEngine", engine).annotate_files(
+            FileJob(sources=(source,), output=tmp, plan=plan)
+        )
     return JobResult(
-        options,
-        decided.engine,
-        None,
-        f"{target} (parquet)",
-        None,
-        (target,),
-        lambda: run,
-        run.engine_warnings,
+        options=plan.options,
+        engine=where,
+        layout=None,
+        output=f"{target} (parquet)",
+        summary_path=None,
+        paths=(target,),
+        figures=lambda: run,
+        notices=run.engine_warnings,
     )
 
 
-def _within_steps(
-    options: AdvantageOptions, columns: Collection[str], explicit: dict[str, Any]
-) -> AdvantageOptions:
-    """``options`` grouped within each step of a log with ``columns`` unless the group key
-    is explicit (see :func:`grpo_cli.core.layouts.within_steps`)."""
-    from grpo_cli.core.layouts import within_steps
-
-    fields = within_steps(columns, {"group_cols": options.group_cols}, explicit.keys())
-    return options.with_overrides(group_cols=fields["group_cols"])
-
-
-def _run_dataset(
-    sources: list[str],
-    decided: Plan,
-    preset: str | None,
-    explicit: dict[str, Any],
-    output: str | None,
-    out_dir: Path | None,
-    input_format: str | None,
-    output_format: str | None,
-    summary_path: Path | None,
-    force: bool,
-    notes: Callable[[Message], None] | None,
-    warn: Callable[[Message], None] | None,
-    fatal: Callable[[GrpoAdvError], None] | None,
-) -> JobResult:
+def _run_dataset(job: Job) -> JobResult:
     """A dataset engine (``backend="ray"``): many Parquet, JSONL or CSV files in, a folder
     of Parquet part files out (``output``), and with ``summary_path`` the per-group table
     as a folder of parts too. Each folder is written beside its final path and renamed
     when complete."""
-    from grpo_cli.core.plan import make_plan
+    from grpo_cli.core.resolve import resolve
     from grpo_cli.core.run_summary import response_id
-    from grpo_cli.engines import FileJob, check, get_engine
+    from grpo_cli.engines import FileJob, get_engine
     from grpo_cli.io.atomic import atomic_folder, check_output_folder
-    from grpo_cli.io.read import expand_sources, require_file
+    from grpo_cli.io.read import require_file
     from grpo_cli.jobs.outputs import normalized_format, remove_leftovers
 
-    engine = get_engine(decided.engine.backend)
-    check(engine, decided)  # before any file is looked at
-    name = option("backend", decided.engine.backend)
+    sources, output, force, summary_path = job.sources, job.output, job.force, job.summary_path
+    engine = get_engine(job.request.engine.backend)
+    name = option("backend", job.request.engine.backend)
     if sources == ["-"]:
         raise OptionsError(
             name + " reads files, not standard input",
             hint="give the log's files, folders or globs",
         )
-    if output is None or output == "-" or out_dir is not None:
+    if output is None or output == "-" or job.out_dir is not None:
         raise OptionsError(
             name + " writes a folder of Parquet part files",
             hint="give the folder with " + option("output", Verbatim("OUT_DIR"), short=True),
         )
-    if output_format not in (None, "parquet"):
+    if job.output_format not in (None, "parquet"):
         raise OptionsError(
             name + " writes Parquet part files", hint="drop " + option("output_format")
         )
-    fmt = normalized_format(input_format)
-    paths = expand_sources(sources)
+    fmt = normalized_format(job.input_format)
+    paths = job.paths
     for path in paths:
         require_file(path, name)
     target = Path(output)
-    remove_leftovers([target, summary_path], warn)  # whatever this run's fate
+    remove_leftovers([target, summary_path], job.warn)  # whatever this run's fate
     check_output_folder(target, force=force, protected=paths)
     if summary_path is not None:
         if summary_path.resolve() == target.resolve():
@@ -552,15 +457,9 @@ def _run_dataset(
             )
         check_output_folder(summary_path, force=force, protected=paths)
     cast("FileEngine", engine).require()  # the install hint before anything is read
-    resolved = _resolve_on_schema(paths[0], fmt, preset, explicit, name, decided.estimator)
-    plan = make_plan(
-        resolved.frame,
-        resolved.options,
-        hashed=False,
-        estimator=resolved.estimator,
-        engine=decided.engine,
-    )
-    response = response_id(resolved.frame.columns, resolved.options)
+    schema = _first_schema(paths[0], fmt, job.request.key_cols)
+    plan = resolve(job.request, schema)  # the one resolution; every task receives it
+    response = response_id(user_columns(schema), plan.options)
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_folder(target, force=force))
         groups = (
@@ -568,64 +467,40 @@ def _run_dataset(
             if summary_path is None
             else stack.enter_context(atomic_folder(summary_path, force=force))
         )
-        job = FileJob(
-            tuple(paths), out, plan, fmt, resolved.derived, groups, notes, fatal, response
+        files = FileJob(
+            sources=tuple(paths),
+            output=out,
+            plan=plan,
+            input_format=fmt,
+            derived=plan.derived,
+            groups=groups,
+            notes=job.notes,
+            fatal=job.fatal,
+            response=response,
         )
-        run = cast("FileEngine", engine).annotate_files(job)
+        run = cast("FileEngine", engine).annotate_files(files)
     shown = f"{target}/ (Parquet parts)"
     return JobResult(
-        resolved.options,
-        decided.engine,
-        resolved.layout,
-        shown,
-        summary_path,
-        (target,),
-        lambda: run,
-        run.engine_warnings,
+        options=plan.options,
+        engine=plan.engine,
+        layout=plan.layout,
+        output=shown,
+        summary_path=summary_path,
+        paths=(target,),
+        figures=lambda: run,
+        notices=run.engine_warnings,
     )
 
 
-def _resolve_on_schema(
-    first: Path,
-    fmt: str | None,
-    preset: str | None,
-    explicit: dict[str, Any],
-    name: Message,
-    estimator: Estimator,
-) -> Resolved:
-    """The preset, a dump layout and the explicit options resolved on the columns of the
-    first input (no rows: the values are checked where they are read)."""
-    import polars as pl
-
+def _first_schema(first: Path, fmt: str | None, key_cols: tuple[str, ...]) -> pl.Schema:
+    """The columns of the first input, the others' are checked against as they are read
+    (no rows: the values are checked where they are read)."""
     from grpo_cli.io.formats import format_from_suffix, scanned_format
     from grpo_cli.io.read import check_scanned_file, read_rewards, scan_file
-    from grpo_cli.jobs.pipeline import resolve
 
     scanned = scanned_format(first)
     if scanned is not None and (fmt or format_from_suffix(first)) == scanned.name:
         check_scanned_file(first)
-        empty = pl.DataFrame(schema=scan_file(first).collect_schema())
-    else:  # as the Polars engine reads it (a compressed or text file; its errors)
-        key_cols = list(explicit.get("group_cols", ("prompt_id",)))
-        empty = read_rewards(first, fmt, string_cols=key_cols).frame.head(0)
-    _refuse_positional_layout(empty, preset, explicit, name)
-    return resolve(empty, preset, explicit, estimator)
-
-
-def _refuse_positional_layout(
-    empty: Any, preset: str | None, explicit: dict[str, Any], name: Message
-) -> None:
-    """A TRL completions log has no prompt id: its groups are num_generations consecutive
-    rows, which an engine that takes them in no order cannot form. Refused once, with the
-    route that works."""
-    from grpo_cli.core.layouts import detect_layout
-    from grpo_cli.core.presets import get_preset
-
-    layout = get_preset(preset).layout if preset else None
-    grouping_given = "group_cols" in explicit or "group_size" in explicit
-    if detect_layout(empty, layout) == "trl" and not grouping_given:
-        raise OptionsError(
-            name + " does not support a TRL completions log (its groups are "
-            "num_generations consecutive rows, which need the rows in order)",
-            hint="drop " + name + ": the default engine infers num_generations from the log",
-        )
+        return scan_file(first).collect_schema()
+    # as the Polars engine reads it (a compressed or text file; its errors)
+    return read_rewards(first, fmt, string_cols=list(key_cols)).frame.head(0).schema

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -49,10 +49,11 @@ import polars as pl
 
 from grpo_cli.core.columns import REWARD_KEY, readable
 from grpo_cli.core.errors import Message, OptionsError, OutputError, Verbatim, option
-from grpo_cli.core.estimators import Estimator, get_estimator
-from grpo_cli.core.layouts import apply_layout, detect_layout
+from grpo_cli.core.estimators import get_estimator
+from grpo_cli.core.layouts import detect_layout
 from grpo_cli.core.presets import get_preset
-from grpo_cli.jobs.pipeline import Annotation, annotate
+from grpo_cli.core.resolve import Request, make_request
+from grpo_cli.jobs.pipeline import Annotation, annotate_request
 
 COLUMN_PREFIX: Final = "advantage_"
 DEFAULT_TOP: Final = 5
@@ -60,12 +61,10 @@ DEFAULT_TOP: Final = 5
 
 @dataclass(frozen=True)
 class Method:
-    """A preset or an estimator, by its canonical name (an estimator's registry entry
-    with it: looked up once, when the name was matched)."""
+    """A preset or an estimator, by its canonical name."""
 
     name: str
     kind: Literal["preset", "estimator"]
-    estimator: Estimator | None = field(default=None, compare=False, repr=False)
 
     @property
     def column(self) -> str:
@@ -83,7 +82,7 @@ def methods_from(presets: Sequence[str], estimators: Sequence[str]) -> tuple[Met
     by canonical name (an unknown name is an OptionsError with a did-you-mean). Fewer
     than two methods, or two with the same output column, are an OptionsError."""
     methods = [Method(get_preset(p).name, "preset") for p in presets]
-    methods += [Method(e.name, "estimator", e) for e in map(get_estimator, estimators)]
+    methods += [Method(get_estimator(e).name, "estimator") for e in estimators]
     if len(methods) < 2:
         raise OptionsError(
             f"compare needs at least two methods, got {len(methods)}",
@@ -194,17 +193,10 @@ def run_compare(
         remove_leftovers,
         sources_or_stdin,
     )
-    from grpo_cli.jobs.run import check_options
 
     methods = methods_from(presets, estimators)
     explicit = dict(options or {})
-    plans = {}  # every option checked before any file is read; each estimator looked up once
-    for method in methods:
-        if method.kind == "preset":
-            plans[method] = check_options(method.name, explicit)
-        else:
-            fields = {**explicit, "estimator": method.name}
-            plans[method] = check_options(None, fields, estimator=method.estimator)
+    requests = method_requests(methods, explicit)  # every option checked before any read
     if output_format is not None:
         normalize_format(output_format)
     sources = sources_or_stdin([str(source) for source in inputs])
@@ -221,12 +213,11 @@ def run_compare(
             )
         remove_leftovers([target], warn)  # whatever this run's fate
         check_output_path(target, force=force, protected=protected)
-    log = read_input(sources, input_format, tuple(explicit.get("group_cols", ("prompt_id",))))
+    log = read_input(sources, input_format, requests[methods[0]].key_cols)
     fmt = None
     if target is not None:
         _, fmt = output_target(sources, str(target), output_format, log.format)
-    looked_up = {method: plan.estimator for method, plan in plans.items()}
-    result = compare(log.frame, methods, explicit, top=top, looked_up=looked_up)
+    result = compare(log.frame, methods, explicit, top=top, requests=requests)
     result = replace(result, warnings=(*log.warnings, *result.warnings))
     if target is None:
         return result
@@ -234,18 +225,18 @@ def run_compare(
     return replace(result, written="standard output" if to_stdout else f"{target} ({fmt})")
 
 
-def annotate_method(
-    frame: pl.DataFrame,
-    method: Method,
-    explicit: Mapping[str, Any],
-    looked_up: Estimator | None = None,
-) -> Annotation:
-    """``frame`` annotated by ``method`` (column :attr:`Method.column`), deterministically;
-    ``looked_up``: its estimator, when the caller looked it up already."""
-    fields = {**explicit, "deterministic": True, "advantage_col": method.column}
-    if method.kind == "preset":
-        return annotate(frame, method.name, looked_up=looked_up, **fields)
-    return annotate(frame, None, looked_up=looked_up, **{**fields, "estimator": method.name})
+def method_requests(
+    methods: Sequence[Method], explicit: Mapping[str, Any]
+) -> dict[Method, Request]:
+    """Each method's request: the shared ``explicit`` options over its preset (or with its
+    estimator), computed deterministically into :attr:`Method.column`."""
+    fields = {**explicit, "deterministic": True}
+    return {
+        m: make_request(m.name, {**fields, "advantage_col": m.column})
+        if m.kind == "preset"
+        else make_request(None, {**fields, "advantage_col": m.column, "estimator": m.name})
+        for m in methods
+    }
 
 
 def shared_layout(frame: pl.DataFrame, methods: Sequence[Method]) -> tuple[str, str] | None:
@@ -267,11 +258,11 @@ def compare(
     explicit: Mapping[str, Any],
     *,
     top: int = DEFAULT_TOP,
-    looked_up: Mapping[Method, Estimator] | None = None,
+    requests: Mapping[Method, Request] | None = None,
 ) -> Comparison:
     """Every method's advantages on ``frame`` with the shared ``explicit`` options, their
     figures and the ``top`` groups where they disagree most (see the module docstring).
-    ``looked_up``: each method's estimator, when the caller looked them up already."""
+    ``requests``: each method's (:func:`method_requests`), when the caller made them."""
     if top < 0:
         raise OptionsError(
             option("top") + f" must be 0 or more, got {top}",
@@ -279,19 +270,14 @@ def compare(
             value=top,
         )
     shared = shared_layout(frame, methods)
-    layout_warnings: list[Message] = []
-    laid, fields, _ = apply_layout(
-        frame, shared[0] if shared else None, dict(explicit), explicit.keys(), layout_warnings
-    )
-    found = looked_up or {}
-    annotations = [annotate_method(laid, m, fields, found.get(m)) for m in methods]
+    asked = requests or method_requests(methods, explicit)
+    layout = shared[0] if shared else None
+    annotations = [annotate_request(frame, asked[m], layout=layout) for m in methods]
     out = frame.with_columns(a.frame[m.column] for a, m in zip(annotations, methods, strict=True))
     values = [_values(out[m.column]) for m in methods]
     stats = [_own_stats(methods[0], values[0])]
     stats += [_pair_stats(m, v, values[0]) for m, v in zip(methods[1:], values[1:], strict=True)]
-    warnings = tuple(
-        dict.fromkeys([*layout_warnings, *(w for a in annotations for w in a.warnings)])
-    )
+    warnings = tuple(dict.fromkeys(w for a in annotations for w in a.warnings))
     return Comparison(
         methods=tuple(methods),
         frame=out,

@@ -51,7 +51,7 @@ from grpo_cli.core.errors import (
     option,
 )
 from grpo_cli.core.estimators import Estimator
-from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions
 from grpo_cli.core.policies import reads_batch
 from grpo_cli.core.rewards import reward_expr
 from grpo_cli.report.explain_context import (
@@ -681,10 +681,23 @@ def run_explain(
 
     check_choice(key, row, pick)  # before any input is read
     explicit = dict(options or {})
-    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    key_cols = tuple(explicit.get("group_cols", DEFAULT_GROUP_COLS))
     log = read_input(sources_or_stdin([str(s) for s in inputs]), input_format, key_cols)
     explained = explain_one(log.frame, preset, explicit, key, row=row, pick=pick)
     return replace(explained, warnings=(*log.warnings, *explained.warnings))
+
+
+def _one_group(estimator: Estimator) -> None:
+    """Refuse an estimator explain cannot show one group of."""
+    if estimator.unit == "step":
+        raise InputError("explain does not cover process supervision", hint="use compute")
+    if not estimator.uses_groups:
+        raise OptionsError(
+            f"explain shows one group; estimator {estimator.name} has no groups",
+            hint="explain a group estimator (e.g. "
+            + option("estimator", "grpo")
+            + "), or use compute",
+        )
 
 
 def explain_one(
@@ -708,39 +721,28 @@ def explain_one(
     named ``uid``. ``backend`` and ``device`` are ignored: explain computes with Polars.
     """
     from grpo_cli.core.columns import logged_advantage
-    from grpo_cli.core.estimators import get_estimator
     from grpo_cli.core.layouts import per_response
-    from grpo_cli.core.presets import merge_options
+    from grpo_cli.core.resolve import derive, make_request, resolve
     from grpo_cli.core.run_summary import check_batch_spans
     from grpo_cli.jobs.compute import annotate_frame
-    from grpo_cli.jobs.pipeline import resolve
 
     texts = check_choice(key, row, pick)
     # where the arithmetic runs is no option of what it computes: explain always runs it
     # with Polars (it needs the group statistics columns the Polars pipeline leaves)
     explicit, _ = split_engine(explicit)
-    estimator = get_estimator(merge_options(preset, explicit).get("estimator", "grpo"))
-    if estimator.unit == "step":
-        raise InputError("explain does not cover process supervision", hint="use compute")
-    if not estimator.uses_groups:
-        raise OptionsError(
-            f"explain shows one group; estimator {estimator.name} has no groups",
-            hint="explain a group estimator (e.g. "
-            + option("estimator", "grpo")
-            + "), or use compute",
-        )
     column = logged_advantage(frame.columns, explicit.get("advantage_col"))
-    explicit = {**explicit, "advantage_col": column}
+    request = make_request(preset, {**explicit, "advantage_col": column}, refuse=_one_group)
     frame, tokens = per_response(frame, column)
     has_logged = column in frame.columns
     # An annotated log: recompute, and show the logged values beside. The logged column is
     # left out while a dump layout picks its reward columns.
-    resolved = resolve(frame.drop(column) if has_logged else frame, preset, explicit, estimator)
-    options = resolved.options
-    source = resolved.frame
+    source = frame.drop(column) if has_logged else frame
+    plan = resolve(request, source)
+    options = plan.options
+    source = derive(source, plan)
     if has_logged:
         source = source.with_columns(frame[column].alias(LOGGED_KEY))
-    full, plan = annotate_frame(source, options, estimator=estimator)
+    full, plan = annotate_frame(source, plan)
     keys = plan.keys
     check_batch_spans(full, plan)  # what compute refuses, explain refuses
     full = full.with_row_index(ROW_KEY)  # the engines keep the input's row order
@@ -761,13 +763,13 @@ def explain_one(
         position = pick_row(full, keys.exact, pick, options.advantage_col)
         rows = _group_at(full, keys.exact, position)
         chosen = _picked(pick, full.row(position, named=True), options.advantage_col)
-    batch = _batch_members(full, rows, keys.batch) if reads_batch(options, estimator) else None
+    batch = _batch_members(full, rows, keys.batch) if reads_batch(options, plan.estimator) else None
     logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
     shown = {name: rows[c][0] for c, name in zip(keys.exact, names, strict=True)}
     explained = explain_group(
         rows, options, plan.estimator, batch, logged, shown, chosen, group_keys=keys.exact
     )
-    return replace(explained, warnings=(*resolved.warnings, *([tokens] if tokens else [])))
+    return replace(explained, warnings=(*plan.notes, *([tokens] if tokens else [])))
 
 
 def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> Message:

@@ -30,7 +30,6 @@ import polars as pl
 from grpo_cli.core import metrics
 from grpo_cli.core.columns import REWARD_KEY, SIZE_KEY, UNUSED_OUTPUT, VALID_KEY, span_flag_column
 from grpo_cli.core.errors import InputError, Message, OptionsError, Verbatim, option
-from grpo_cli.core.estimators import Estimator
 from grpo_cli.core.grouping import PROFILE_COLUMNS, profile_windows
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import (
@@ -38,7 +37,6 @@ from grpo_cli.core.plan import (
     Plan,
     collision_columns,
     hash_columns,
-    make_plan,
     run_with_fallback,
     span_flag,
     with_keys,
@@ -201,22 +199,19 @@ def read_report(
     value per response (:func:`grpo_cli.core.layouts.per_response`)."""
     from grpo_cli.core.columns import logged_advantage
     from grpo_cli.core.layouts import once_per_generation, per_response
-    from grpo_cli.core.presets import get_preset
+    from grpo_cli.core.resolve import derive, make_request, resolve
     from grpo_cli.jobs.outputs import read_input
-    from grpo_cli.jobs.pipeline import resolve
 
-    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
-    log = read_input(sources, input_format, key_cols)
+    request = make_request(preset, {**explicit, "advantage_col": UNUSED_OUTPUT})
+    log = read_input(sources, input_format, request.key_cols)
     column = logged_advantage(log.frame.columns, explicit.get("advantage_col"))
     frame, tokens = per_response(log.frame, column)
-    layout = get_preset(preset).layout if preset else None
-    frame, repeated = once_per_generation(frame, layout)
-    resolved = resolve(frame, preset, {**explicit, "advantage_col": column})
-    report = summarize(
-        resolved.frame, resolved.options, tuple(by) if by else None, estimator=resolved.estimator
-    )
+    frame, repeated = once_per_generation(frame, request.layout)
+    plan = resolve(request, frame)
+    options = plan.options.with_overrides(advantage_col=column)
+    report = summarize(derive(frame, plan), options, tuple(by) if by else None, plan=plan)
     once = [note for note in (tokens, repeated) if note]
-    return replace(report, warnings=(*log.warnings, *resolved.warnings, *once, *report.warnings))
+    return replace(report, warnings=(*log.warnings, *plan.notes, *once, *report.warnings))
 
 
 def under_trainer_names(report: Report, preset: str | None) -> Report:
@@ -244,10 +239,11 @@ def summarize(
     options: AdvantageOptions,
     by: tuple[str, ...] | None = None,
     *,
-    estimator: Estimator | None = None,
+    plan: Plan | None = None,
 ) -> Report:
     """The :class:`Report` of a raw or annotated reward log (see the module docstring);
-    ``estimator``: the options' estimator, when the caller looked it up already."""
+    ``plan``: the options resolved on ``frame`` with no advantage column written, when the
+    caller resolved them already (:func:`build_report`)."""
     if options.aggregation != "sum_then_normalize" or options.step_rewards_col is not None:
         raise OptionsError(
             "summarize works on outcome rewards combined by a weighted sum",
@@ -264,9 +260,11 @@ def summarize(
             hint=f"columns are: {', '.join(frame.columns[:12])}",
         )
     annotated = options.advantage_col in frame.columns
-    plan = make_plan(
-        frame, options.with_overrides(advantage_col=UNUSED_OUTPUT), estimator=estimator
-    )
+    if plan is None:
+        from grpo_cli.core.resolve import make_request, resolve
+
+        unused = options.with_overrides(advantage_col=UNUSED_OUTPUT)
+        plan = resolve(make_request(options=unused), frame)
     flagged = _flagged_columns(frame, plan, by)
     prepared, used = run_with_fallback(lambda chosen: _prepare(frame, chosen, flagged), plan)
     keys = used.keys

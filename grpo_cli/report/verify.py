@@ -44,11 +44,11 @@ from grpo_cli.core.layouts import (
     prompt_runs,
     runs_group_size,
 )
-from grpo_cli.core.options import AdvantageOptions, not_rewards_hint
+from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions, not_rewards_hint
 from grpo_cli.core.presets import get_preset
+from grpo_cli.core.resolve import derive, make_request, resolve
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, span_warnings
 from grpo_cli.jobs.compute import annotate_frame
-from grpo_cli.jobs.pipeline import resolve
 from grpo_cli.report.explain import cut
 
 
@@ -154,7 +154,7 @@ def run_verify(
         table_format(diff_path, flag=None)  # before any input is read (verify has no format option)
     explicit = dict(options or {})
     refuse_file_engines(explicit.get("backend"), "verify")
-    key_cols = tuple(explicit.get("group_cols", ("prompt_id",)))
+    key_cols = tuple(explicit.get("group_cols", DEFAULT_GROUP_COLS))
     log = read_input(sources, input_format, key_cols)
     report = verify_advantages(
         log.frame,
@@ -182,8 +182,7 @@ def _no_logged_advantages(
     """Refuse a log without ``advantage_col``, suggesting only a float column (or a list
     of floats) that is not an input of the computation (never the reward: a verl dump's
     ``score``), else saying there is nothing to verify."""
-    resolved = resolve(frame.head(0), preset, explicit)
-    options = resolved.options
+    options = resolve(make_request(preset, explicit), frame.head(0), checks=False).options
     used = {*options.reward_cols, *options.group_cols}
     for column in (options.batch_col, options.length_col, options.baseline_col):
         if column is not None:
@@ -247,22 +246,20 @@ def verify_advantages(
             column=advantage_col,
         )
     frame, repeated = once_per_generation(frame, get_preset(preset).layout if preset else None)
-    resolved = resolve(frame.drop(advantage_col), preset, {**explicit, "advantage_col": RECOMPUTED})
+    request = make_request(preset, {**explicit, "advantage_col": RECOMPUTED})
     logged, tokens = frame.select(advantage_col), None
-    if resolved.estimator.unit == "response":  # one advantage per response, not per step
+    if request.estimator.unit == "response":  # one advantage per response, not per step
         logged, tokens = per_response(logged, advantage_col)
         is_list = False
-    full, plan = annotate_frame(
-        resolved.frame.with_columns(logged),
-        resolved.options,
-        resolved.engine,
-        estimator=resolved.estimator,
-    )
+    source = frame.drop(advantage_col)  # a dump layout picks its rewards without it
+    plan = resolve(request, source)
+    laid = derive(source, plan)
+    full, plan = annotate_frame(laid.with_columns(logged), plan)
     keys = plan.keys
     check_batch_spans(full, plan)
     warnings = (
         (
-            *resolved.warnings,
+            *plan.notes,
             *([repeated] if repeated else []),
             *([tokens] if tokens else []),
             *span_warnings(full, plan),
@@ -314,9 +311,9 @@ def verify_advantages(
         pl.col(RECOMPUTED).alias("recomputed"),
         (pl.col(advantage_col).cast(pl.Float64) - pl.col(RECOMPUTED)).alias("difference"),
     )
-    hints = _hints(resolved.frame, resolved.options, over.height, rows.height)
+    hints = _hints(laid, plan.options, over.height, rows.height)
     if over.height and search:
-        route = _matching_route(frame, preset, explicit, resolved.options, advantage_col, tol)
+        route = _matching_route(frame, preset, explicit, plan.options, advantage_col, tol)
         if route is not None:
             hints = (route,)
     return VerifyReport(
@@ -327,8 +324,8 @@ def verify_advantages(
         groups_over=int((per_group["max_abs_diff"] > tol).sum()),
         worst=worst,
         tol=tol,
-        options=resolved.options,
-        layout=resolved.layout,
+        options=plan.options,
+        layout=plan.layout,
         warnings=warnings,
         hints=hints,
         differing=differing,
