@@ -1,17 +1,12 @@
 """The ``grpo-adv`` command line: parse options, call the core, render, map errors to exits.
 
-One module per command (``compute``, ``verify``, ``summarize``, ``plot``, ``explain``,
-``presets``: each defines ``<name>_cmd``); ``params`` declares every shared option once,
-``outputs`` routes inputs and outputs, ``app`` builds the Typer app, registers the
-commands and maps errors to exit codes (``main``, the console script), ``signals`` says
-how the process answers SIGINT and SIGTERM.
+One module per command (each defines ``<name>_cmd``); ``params`` declares every shared
+option once, ``app`` builds the Typer app and maps errors to exit codes (``main``).
 
-No arithmetic happens here. Polars and Rich are imported inside the commands, so
-``grpo-adv --help`` stays fast. While the app loads (the console script imports this
-package first), SIGINT and SIGTERM end the process at once with their one line
-(:func:`grpo_cli.cli.signals.end_at_once`), also where they were inherited as ignored;
-the handlers they replaced are put back once it has loaded, so importing this package
-changes nothing.
+No arithmetic happens here; Polars and Rich are imported inside the commands. While the app
+loads, SIGINT and SIGTERM end the process at once with their one line
+(:func:`grpo_cli.cli.signals.end_at_once`); the handlers they replaced are put back once it
+has loaded, so importing this package changes nothing.
 """
 
 from __future__ import annotations

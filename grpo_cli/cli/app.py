@@ -335,12 +335,10 @@ def main() -> None:
 
 def _exit_now(code: str | int | None) -> NoReturn:
     """End the process once the command is done, without the interpreter's teardown:
-    every output is written (atomic renames done, temporary files removed) and only
-    memory is left, which freeing piece by piece costs 0.1 to 0.2 s after a log of 10M
-    rows. Standard streams are flushed first (a closed pipe is not an error). With Ray
-    still running in this process (its exit handlers stop an embedded cluster; the
-    command's own Ray is stopped by then, and the interpreter's teardown with Ray loaded
-    took 0.3 s more), or a message for an exit code, the interpreter exits as usual."""
+    every output is written and only memory is left, which is slow to free piece by piece.
+    Standard streams are flushed first (a closed pipe is not an error). With Ray still
+    running in this process (its exit handlers stop an embedded cluster), or a message for
+    an exit code, the interpreter exits as usual."""
     exit_decided()
     if _ray_running() or not (code is None or isinstance(code, int)):
         sys.exit(code)  # Ray's exit handlers; a message to print, as Python does

@@ -1,11 +1,9 @@
 """Option text to values, without Typer's Pydantic adapters.
 
-Typer (>= 0.29) turns every parameter's text into its value through a Pydantic
-``TypeAdapter``, built per parameter on each run: importing Pydantic and building about 35
-adapters costs 0.1 to 0.15 s of every command, a third of a small file's whole run. Every
-grpo-adv parameter is a ``bool``, ``str``, ``int``, ``float``, ``Path`` or ``list[str]``
-(optionally ``None``), or has its own ``parser``; :class:`PlainValue` converts those
-directly, with the messages of the one error style (``expected a number``).
+Typer (>= 0.29) builds a Pydantic ``TypeAdapter`` per parameter on each run, a third of a
+small file's whole run. Every grpo-adv parameter is a ``bool``, ``str``, ``int``,
+``float``, ``Path`` or ``list[str]`` (optionally ``None``), or has its own ``parser``;
+:class:`PlainValue` converts those directly, with the one error style's messages.
 :func:`install` gives it to a command's parameters before they are parsed; a parameter
 of any other kind keeps Typer's own conversion.
 """

@@ -1,6 +1,6 @@
 """Every private name of Typer that grpo-adv uses, in one place.
 
-Typer has no public API for these; each one buys something measured or needed:
+Typer has no public API for these:
 
 - ``typer._click.exceptions`` (Typer vendors Click): the usage errors the one error style
   catches (:mod:`grpo_cli.cli.app`).
@@ -8,11 +8,10 @@ Typer has no public API for these; each one buys something measured or needed:
   (``--install-completion zsh``), which Typer's own flag cannot take.
 - A parameter's ``type_descriptor`` (its annotation and ``parameter_info.parser``) and its
   lazily built ``_runtime_param``: :mod:`grpo_cli.cli.coercion` puts its converter there,
-  which skips Pydantic (0.1 to 0.15 s of every command).
+  which skips Pydantic.
 
 ``pyproject.toml`` pins Typer to :data:`TYPER_PINNED`; ``tests/test_typer_private.py``
-fails loudly, naming the name, when an upgrade moves one of them (the coercion would
-otherwise be skipped without a word, and only the speed would go).
+fails, naming the name, when an upgrade moves one of them.
 """
 
 from __future__ import annotations

@@ -22,13 +22,9 @@ Exit codes (also in the README):
 ====  ===============================================================
 
 
-Messages name options by their Python keyword (:class:`OptionRef`), never by a flag: a
-message is a :class:`Text` of plain strings and option references, and whoever shows it
-picks the spelling. ``str(error)``, ``error.message`` and ``error.hint`` speak Python
-(``eps must be a finite number >= 0, got -1.0``, ``e.g. eps=1e-8``); the CLI renders the
-same error with its flags (``--eps must be ...``, ``e.g. --eps 1e-8``) through
-:meth:`GrpoAdvError.render` and its own keyword -> flag table
-(:func:`grpo_cli.cli.params.flags`, read from the options the commands declare).
+Messages name options by their Python keyword (:class:`OptionRef`), never by a flag:
+``str(error)`` speaks Python (``eps must be ... >= 0``, ``e.g. eps=1e-8``); the CLI renders
+the same error with its flags (``--eps``) through :meth:`GrpoAdvError.render`.
 """
 
 from __future__ import annotations

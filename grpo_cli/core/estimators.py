@@ -1,15 +1,10 @@
 """The registry of advantage estimators.
 
 Every estimator is a pure function ``fn(ctx)`` that states its formula once, over the
-named statistics of a :class:`FormulaContext` (group and batch count, mean, variance, sum,
-extrema, the token-weighted forms; the eps placement in ``ctx.norm``). Each engine
-implements the context's few primitives: :class:`EstimatorContext` with Polars windows (the
-Polars, partitioned and Ray engines), :class:`grpo_cli.engines.torch.TorchContext` with torch
-segment operations, :class:`grpo_cli.report.explain_context.ExplainContext` with Python floats that
-remember how they were made (``explain``'s filled-in arithmetic and its formula line); so
-every estimator runs on every engine, and explain writes each one out. Policies shared by all
-estimators (null rewards, one-response groups, clipping) are applied by
-:mod:`grpo_cli.core.policies`, so an estimator states only its formula and its own edge cases.
+named statistics of a :class:`FormulaContext`. Each engine implements the context's few
+primitives (Polars windows, torch segments, explain's Python floats), so every estimator runs
+on every engine. Shared policies (null rewards, one-response groups, clipping) live in
+:mod:`grpo_cli.core.policies`; an estimator states only its formula and its own edge cases.
 
 Batch statistics (of a value ``x`` over the response's batch) are read through one method,
 :meth:`EstimatorContext.batch_stat`, by name (``BATCH_STATS``): by default they are windows
@@ -21,8 +16,7 @@ whole input, or one value of ``batch_col``), ``n_g`` the number of valid rewards
 ``norm(x, var)`` divides by the eps-stabilised spread: ``x / (sqrt(var) + eps)`` (eps_mode
 ``std``), ``x / sqrt(var + eps)`` (``var``) or ``x / sqrt(max(var, eps))`` (``var_floor``).
 
-Polars is imported inside the functions: the CLI reads the registry (names and help) without
-paying for the Polars import, which keeps ``grpo-adv --help`` fast.
+Polars is imported inside the functions, so ``grpo-adv --help`` reads the registry without it.
 """
 
 from __future__ import annotations

@@ -8,12 +8,9 @@ A group's statistics are over its *valid* rewards (not null, not NaN):
   (window columns ``STAT_COUNT``, ``STAT_MEAN``, ``STAT_VAR``, which the formulas read).
 - the *profile* the run's figures read of each row's group (:mod:`grpo_cli.core.metrics`):
   ``SIZE_KEY`` (rows in the group, null rewards included), ``VALID_KEY`` (= ``count``),
-  ``STAT_MEAN`` and ``STAT_VAR``. It comes three ways, one definition
-  (:func:`_profile`): from the engine's statistics at no second pass
-  (:func:`row_profile`, which adds ``CONSTANT_KEY``: the group has zero spread), as
-  windows for a frame without them (:func:`profile_windows`, :func:`with_profile`), or
-  aggregated to one row per group (:func:`profile_aggregations`: the group table,
-  process supervision's step rewards).
+  ``STAT_MEAN`` and ``STAT_VAR``, one definition (:func:`_profile`) read from the engine's
+  statistics (:func:`row_profile`), as windows (:func:`with_profile`) or one row per group
+  (:func:`profile_aggregations`).
 - compute's ``--with-stats`` columns (:func:`stats_columns`): ``group_size`` (rows),
   ``group_mean`` and ``group_std`` (with the run's ddof) over the valid rewards.
 - zero spread (:func:`zero_spread`, the trainers' rule): at least two valid rewards, all

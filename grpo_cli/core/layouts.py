@@ -11,17 +11,12 @@
   columns, ``advantage``. No prompt id: groups are consecutive runs of ``--group-size``
   (num_generations) rows within a step; rewards default to every numeric column but
   ``step`` and ``advantage`` (name them with ``--reward-col`` when log_extra adds numbers).
-  Without ``--group-size``, G is inferred from the runs of consecutive rows with the same
-  ``prompt`` within a step (see :func:`infer_group_size`). With ``steps_per_generation``
-  larger than the gradient accumulation, TRL logs one generation under several
-  consecutive steps, identical rows but for ``step``: the reading commands count each
-  generation once (see :func:`once_per_generation`).
+  Without ``--group-size``, G is inferred (:func:`infer_group_size`); a generation TRL
+  logs under several steps is counted once (:func:`once_per_generation`).
 
-Any log, whatever its layout: groups form within each training step. When the group key is
-not given (``--group-col``/``--group-size``) and the log has a step column (the first of
-:data:`grpo_cli.core.columns.STEP_COLUMNS`), the default key is (step, prompt key): no trainer
-ever forms a group across steps (see :func:`within_steps`). Pooling a prompt sampled again
-in a later step into one group takes an explicit ``-g prompt_id``.
+Any log, whatever its layout: groups form within each training step (:func:`within_steps`);
+pooling a prompt sampled again in a later step into one group takes an explicit
+``-g prompt_id``.
 
 A layout only fills in what the user did not set explicitly.
 """

@@ -45,10 +45,8 @@ variance with the run's ddof (``STAT_COLUMNS``). The figures (per value of ``by`
 - With ``advantage``: ``advantage_mean``, ``advantage_min``, ``advantage_max`` (NaN as
   null) and ``frac_zero_advantage``, the share of responses whose advantage is exactly 0.
 
-Groups are counted from the rows when every group lies whole in the rows of one value of
-``by`` (a group of size s has s rows: the size histogram divides row counts by s exactly,
-and the other group counts sum 1/s per row, which rounds to the exact count), or, when
-groups may span values of ``by``, from a frame of one row per (value, group).
+Groups are counted from the rows (each row adds 1/size) when every group lies whole in one
+value of ``by``, else from a frame of one row per (value, group).
 
 The partial columns are plain names (``rows``, ``reward_m2``, ...): a partials frame holds
 only them and the ``by`` columns, and :func:`partials` refuses a ``by`` column of the same

@@ -1,22 +1,14 @@
 """The plan of one computation: every decision made once, before any engine runs.
 
-Data flows one way: checks (:mod:`grpo_cli.core.schema`) -> plan (here) -> engine
-(:mod:`grpo_cli.engines`) -> policies (:mod:`grpo_cli.core.policies`) -> metrics
-(:mod:`grpo_cli.core.metrics`). A :class:`Plan` holds the validated options, the estimator looked
-up once, the key columns (and whether they are hashed), and whether the reward has nulls;
-engines read it and never check or look anything up again.
-
-Temporary columns are named in :mod:`grpo_cli.core.columns`.
+Data flows one way: checks -> plan (here) -> engine -> policies -> metrics. A :class:`Plan`
+holds the validated options, the estimator, the key columns (and whether they are hashed) and
+whether the reward has nulls; engines never check or look anything up again.
 
 Keys. The group key is ``group_cols``, or with ``group_size`` G the position
-``row_in_batch // G`` (consecutive runs of G rows within each batch value); the batch key is
-``batch_col`` or one constant batch. Grouping a string key is the expensive part of the job,
-so engines group one UInt64 hash of the key, which is much cheaper; a second, independent hash
-detects the (about 1e-19 per pair of keys) event that two keys share the first, and
-:func:`run_with_fallback` then reruns the engine on the exact key: the one collision
-fallback.
-
-The reward is :func:`grpo_cli.core.rewards.combined_reward`.
+``row_in_batch // G`` within each batch value; the batch key is ``batch_col`` or one constant
+batch. Engines group one UInt64 hash of the key (grouping strings is the costly part); a
+second, independent hash detects a collision (about 1e-19 per pair of keys), and
+:func:`run_with_fallback` then reruns the engine on the exact key.
 """
 
 from __future__ import annotations
@@ -185,7 +177,7 @@ def span_flag(column: str, group: Sequence[str], rows: pl.Expr | None = None) ->
     largest values differ: two windows over ``group``, any dtype). With ``rows`` (the
     group's row count as a window the caller computes anyway; ``column`` integer): the
     rows whose value times ``rows`` differs from the group's sum (not every value equals
-    the mean): one more window, 0.02 s against 0.13 s on 10M shuffled rows."""
+    the mean): one more window, cheaper than two."""
     keys = list(group)
     if rows is not None:
         values = pl.col(column).cast(pl.Int64)

@@ -13,11 +13,9 @@ In order:
 
 A zero-variance group's exact 0 is part of each formula (see the estimators), not a policy.
 
-:func:`formula` chooses what every engine (and ``explain``) evaluates before them: GDPO
-or the estimator's formula. The rules are written once (:func:`overrides`,
-:func:`final_clip`; ``explain`` reads them by name) over the formula context's primitives
-(``where``, ``is_null``), so they run on every engine's values: Polars expressions
-(:func:`apply_policies`) and torch tensors (:mod:`grpo_cli.jobs.tensors`).
+:func:`formula` chooses what every engine evaluates before them: GDPO or the estimator's
+formula. The rules (:func:`overrides`, :func:`final_clip`) are written over the formula
+context's primitives, so they run on Polars expressions and torch tensors alike.
 """
 
 from __future__ import annotations

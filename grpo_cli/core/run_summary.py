@@ -1,7 +1,7 @@
 """Summary tables of a reward log, as Polars frames and plain dataclasses (no Rich here).
 
-Definitions (the README repeats them). The reward is the one the estimator saw (the
-weighted sum of several reward columns; for ``process``, every step reward).
+The reward is the one the estimator saw (the weighted sum of several reward columns; for
+``process``, every step reward).
 
 - ``size``: rows (responses) in the group; ``n_null``: null or NaN rewards.
 - ``mean``, ``std`` (with the run's ddof), ``min``, ``max``: over the valid rewards.
@@ -9,16 +9,12 @@ weighted sum of several reward columns; for ``process``, every step reward).
   variance is exactly 0; see ``EstimatorContext.is_constant``).
 - a singleton group has exactly one valid reward.
 
-The run's figures (:class:`RunSummary`) are defined once, in :mod:`grpo_cli.core.metrics`:
-``frac_reward_zero_std`` is TRL's (the share of responses whose group std, ddof 1, is
-``isclose(std, 0)`` with atol 1e-8: rewards 1.0 and 1.000000001 count, a one-reward group
-does not), so it can count groups that are not exactly zero_std.
+The run's figures (:class:`RunSummary`) are defined in :mod:`grpo_cli.core.metrics`.
 
 Groups that span steps: a group key without the step (or batch) column pools a prompt
 sampled again in a later step into one group. :func:`check_batch_spans` refuses that for a
-batch column; :func:`span_warnings` warns about it for a step-like column. With hashed keys
-both cost one pass over the already-computed key hash (about 0.3 s per 10M rows); grouping
-the key to count and name the spanning groups happens only when there are some.
+batch column; :func:`span_warnings` warns about it for a step-like column. Both cost one pass
+over the key hash; the key is grouped to name the spanning groups only when there are some.
 """
 
 from __future__ import annotations

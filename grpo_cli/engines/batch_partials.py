@@ -1,12 +1,10 @@
 """Batch statistics from partials: batch-level estimators on a log seen in pieces.
 
-An estimator reads every batch statistic through one method,
-:meth:`grpo_cli.core.estimators.EstimatorContext.batch_stat` (``batch_stat(x, name)``: the mean,
-variance, count, maximum, minimum or non-zero count of a value ``x`` over the row's batch).
-When a log is split along groups into pieces (every group whole in one piece, as after a
-shuffle by the group key), each ``x`` is computable piece by piece (it reads the row and its
-group's statistics only) but its batch statistics are not. So an engine that sees the log in
-pieces (the Ray and partitioned engines) runs a batch-level estimator in two passes:
+An estimator reads every batch statistic through
+:meth:`grpo_cli.core.estimators.EstimatorContext.batch_stat` (``batch_stat(x, name)``).
+When a log is split along groups into pieces, each ``x`` is computable piece by piece but
+its batch statistics are not, so an engine that sees the log in pieces runs a batch-level
+estimator in two passes:
 
 1. :func:`batch_inputs`: the distinct values ``x`` (each with its weight ``w``, see
    :meth:`~grpo_cli.core.estimators.EstimatorContext.batch_weight`) the plan's formula asks batch
@@ -20,9 +18,8 @@ pieces (the Ray and partitioned engines) runs a batch-level estimator in two pas
    are matched by the order the formula asks about them, the same on any key (hashed or
    exact), so each piece may fall back to its exact key on a hash collision.
 
-The formula is the estimator's own, unchanged: only where its batch statistics come from
-differs. Merged partials equal the single-pass statistics up to rounding (about 1e-16
-relative).
+The formula is the estimator's own; merged partials equal the single-pass statistics up to
+rounding (about 1e-16 relative).
 """
 
 from __future__ import annotations

@@ -6,11 +6,9 @@ Only what the plan's formula reads crosses: the group key as two independent 64-
 (:data:`GROUP` identifies the group, :data:`CHECK` detects two keys sharing it: the plan's
 collision check, ``Keys.check``), the reward columns, the batch key, the lengths and the
 baseline when the options name them, a row locator, and when the log has a response id
-column its 64-bit hash (rows repeated within a group are counted per piece:
-:func:`piece_repeats`). A row then weighs 32 bytes (40 with the id) on a one-reward log
-however wide its text columns are. On a hash collision (about a 1e-6 chance
-in a 12M-group log) the engine starts again with the exact key columns in place of the
-hashes (``exact``), as it does when it needs the key's values themselves (the per-group
+column its 64-bit hash (:func:`piece_repeats`): 32 bytes a row (40 with the id) on a
+one-reward log. On a hash collision the engine starts again with the exact key columns in
+place of the hashes (``exact``), as it does when it needs the key's values (the per-group
 table).
 
 Every group lies whole in one piece after a shuffle by :data:`GROUP`, so the Polars engine

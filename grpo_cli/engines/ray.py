@@ -22,15 +22,12 @@ named after it and holds its rows in its order.
 4. **Write** (a task per piece): read the piece again, every column, put its advantages in
    its row order by inverting their row numbers (no sort), and write its part.
 
-If two keys share a group hash (about a 1e-6 chance in a 12M-group log) the run starts again
-with the key's columns moved instead of the hashes. Each output part is written beside its
-name and renamed, so a task Ray runs again after a worker dies (Ray rebuilds lost objects
-from their tasks) replaces its own part; the output folder is written beside its final
-path and renamed when complete. The driver never holds the data: only the partials and the
-byte counts come back to it.
+If two keys share a group hash the run starts again with the key's columns moved instead of
+the hashes. Each output part is written beside its name and renamed, so a task Ray runs
+again after a worker dies replaces its own part; the output folder is renamed into place
+when complete. The driver never holds the data, only partials and byte counts.
 
-Ray is imported only on this path, here, in ray_cluster, ray_lean and ray_tasks
-(``.venv/bin/pip install -e '.[ray]'``).
+Ray is imported only on this path (``pip install -e '.[ray]'``).
 """
 
 from __future__ import annotations

@@ -11,12 +11,10 @@ float64, through :class:`TorchContext`: the formula context
 
     n_g = sum_g 1[valid], mean_g = sum_g r / n_g, var_g = sum_g (r - mean_g)^2 / (n_g - ddof)
 
-(``var_g`` exactly 0 when the group's valid rewards are all equal, as Polars' is). So every
-estimator and policy runs here; the shared policies are applied afterwards, as for every
-engine (:mod:`grpo_cli.core.policies`). Process supervision runs its formula here over the
-steps that Polars explodes from the list column (:func:`step_scores`). torch is imported
-here only, and only when this engine runs: in a background thread from the moment the job
-picks the engine (:func:`start_import`), so that it loads while the log is read.
+(``var_g`` exactly 0 when the group's valid rewards are all equal, as Polars' is). The
+shared policies are applied afterwards, as for every engine. Process supervision runs over
+the steps Polars explodes from the list column (:func:`step_scores`). torch is imported only
+when this engine runs, in a background thread (:func:`start_import`) while the log is read.
 """
 
 from __future__ import annotations

@@ -33,8 +33,7 @@ if TYPE_CHECKING:
 
 FORMAT_OPTION: Final = option("output_format")
 """The option that names an output's format, named in messages."""
-# zstd level 1: Parquet outputs are written faster than at Polars' default level 3,
-# for files about 10% larger (still smaller than the snappy of DuckDB's and pandas' writers).
+# zstd level 1: faster to write than Polars' default level 3, for files about 10% larger.
 PARQUET_ZSTD_LEVEL: Final = 1
 COMPRESSION_MAGIC: Final = {
     b"\x1f\x8b": "gzip",

@@ -1,14 +1,12 @@
 """Ctrl-C (SIGINT) and SIGTERM around the moments that decide what a run leaves behind.
 
-Python raises KeyboardInterrupt wherever the main thread happens to be; between "the
-output is complete" and "the output is in place" that would let a run report "interrupted;
-no output was written" after its rename, or land an output after it was told to stop.
-Inside :func:`deferred`, both signals are only recorded; the code polls :func:`pending`
-while it waits, and calls :func:`check` at the last moment it may still give up (just
-before the final renames), which raises the recorded signal as it would have been raised
-(KeyboardInterrupt, or the installed SIGTERM handler's exception). Once
+Between "the output is complete" and "the output is in place", an interrupt could let a run
+report "no output was written" after its rename. Inside :func:`deferred`, both signals are
+only recorded; the code polls :func:`pending` while it waits, and calls :func:`check` at the
+last moment it may still give up (just before the final renames), which raises the recorded
+signal (KeyboardInterrupt, or the installed SIGTERM handler's exception). Once
 :func:`mark_committed` is called (the outputs are in place), a recorded signal is dropped:
-the run is complete and ends as a success.
+the run ends as a success.
 
 Handlers can only be installed from the main thread; elsewhere :func:`deferred` changes
 nothing and signals reach the main thread as usual. No Polars, no typer: the core uses it.

@@ -6,11 +6,10 @@ with the same formulas (:mod:`grpo_cli.core.estimators`, through
 (:func:`grpo_cli.core.policies.policy_value`) as :func:`grpo_cli.compute_advantages` on a
 frame, and returns a tensor of the rewards' shape ``(N,)`` on the rewards' device.
 
-No host copy on the path: the group and batch indices are made dense on the device by a
-sort (:func:`dense_index`, the codes ``torch.unique(return_inverse=True)`` gives, without
-the sync its data-dependent size needs), every segment buffer has N entries (an upper bound
-of the number of groups: shapes depend on N only, which suits ``torch.compile``), and
-scalars are filled on the device. What does reach the host: prompt ids given as Python
+No host copy on the path: group and batch indices are made dense on the device by a sort
+(:func:`dense_index`, without ``torch.unique``'s sync), every segment buffer has N entries
+(shapes depend on N only, which suits ``torch.compile``), and scalars are filled on the
+device. What does reach the host: prompt ids given as Python
 values are coded there once and copied in (pass an integer ``groups`` tensor to avoid it),
 ``nulls="error"`` counts the NaN rewards to refuse them (one sync), and ``group_size``
 with ``batch`` checks that every batch holds whole groups (one sync).
@@ -23,9 +22,7 @@ The arithmetic is float64 whatever the input (exact: within 1e-12 of the Polars 
 the result is cast to the rewards' floating dtype (float32 in, float32 out: the float64
 result rounded once, within 6e-8 relative), float64 for integer rewards.
 
-Its errors name its arguments as Python keywords, in plain text: the function has no
-command line, so they have no other spelling (the options' own checks, run by
-:class:`AdvantageOptions`, name options as everywhere).
+Its errors name its arguments as Python keywords (it has no command line).
 """
 
 from __future__ import annotations
@@ -109,8 +106,7 @@ def group_advantages(
 
     Infinite rewards are not refused (that would need a host sync): the advantages of
     their group are NaN, and of their whole batch when the formula reads batch statistics
-    (``batch_std``, whitening, GDPO). The result carries no autograd graph (see the module
-    docstring).
+    (``batch_std``, whitening, GDPO).
     """
     import torch
 

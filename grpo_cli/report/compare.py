@@ -1,10 +1,8 @@
 """``compare``: one log's advantages under several methods side by side.
 
-A *method* is a trainer preset (its own policies, as ``compute --preset``) or an
-estimator (with the default policies, as ``compute --estimator``). Every method is
-computed with :func:`grpo_cli.jobs.pipeline.annotate` on the same frame, with
-``deterministic=True`` so that a comparison repeats bit for bit; method ``m``'s column,
-``advantage_<m>`` (``-`` written ``_``), equals what ``compute`` writes with that method.
+A *method* is a trainer preset (as ``compute --preset``) or an estimator (with the default
+policies). Every method is computed deterministically on the same frame; method ``m``'s
+column, ``advantage_<m>`` (``-`` written ``_``), equals what ``compute`` writes with it.
 
 Figures, per method, over the rows where its advantage is not null (``A``):
 
@@ -30,9 +28,7 @@ columns, after any dump layout), and their rewards are the rewards the estimator
 Options: ``explicit`` (what the user gave) is shared by every method and wins over every
 preset, as in ``compute``. A trainer dump is read with one layout for every method (see
 :func:`shared_layout`): that of the first preset, in the order given, whose trainer's dump
-the log is (``--preset verl --preset trl`` on a TRL completions table: TRL's layout). What
-the layout fills in (TRL's inferred group size and reward columns, verl's ``score`` and uid
-groups, the step as batch column) then reaches every method, as if given explicitly, so
+the log is. What the layout fills in reaches every method as if given explicitly, so
 ``--preset trl --preset verl`` compare the two formulas on the same groups.
 """
 

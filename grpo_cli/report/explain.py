@@ -1,12 +1,9 @@
 """``explain``: one group's advantages with every number of the formula filled in, the way
 the reference lessons teach it (no Rich here; :mod:`grpo_cli.cli.render` draws it).
 
-The formula the engines run (GDPO included) is evaluated over the group's batch in plain
-Python floats by :mod:`grpo_cli.report.explain_context`, which gives the group's n, mean
-and var, each response's filled-in formula, and the name of the rule that replaced its
-value (:mod:`grpo_cli.core.policies`; the zero-variance rule), stated per row. The value
-shown as the advantage is the one ``compute`` writes (the same pipeline), so a test can
-check the filled-in arithmetic against it.
+The formula the engines run is evaluated over the group's batch in plain Python floats by
+:mod:`grpo_cli.report.explain_context` (n, mean, var, each response's filled-in formula and
+the rule that replaced its value). The advantage shown is the one ``compute`` writes.
 
 The group is chosen in one of three ways (exactly one; see :func:`check_choice`):
 

@@ -1,13 +1,11 @@
 """The filled-in arithmetic of ``explain``: the estimator's own formula evaluated over one
 batch's numbers in plain Python floats, each value remembering how it was made.
 
-:class:`ExplainContext` is the third formula context (beside the Polars and torch ones, see
-:class:`grpo_cli.core.estimators.FormulaContext`): the engines' formula
-(:func:`grpo_cli.core.policies.formula`: the estimator's ``fn(ctx)``, or GDPO) runs on it
-unchanged, so the eps placement, the leave-one-out sum, the token weights, the clip before
-a whitening and every other detail are stated once, in :mod:`grpo_cli.core.estimators`. Each
-value is a :class:`Term`: its numbers (one per row evaluated; None for null) and the
-operation that made it, which renders
+:class:`ExplainContext` is the third formula context (beside the Polars and torch ones): the
+engines' formula (:func:`grpo_cli.core.policies.formula`) runs on it unchanged, so every
+detail is stated once, in :mod:`grpo_cli.core.estimators`. Each value is a :class:`Term`:
+its numbers (one per row evaluated; None for null) and the operation that made it, which
+renders
 
 - in symbols (``(r - mean) / (std + eps)``): the formula line of ``explain``;
 - with one row's numbers (``(1 - 0.5) / (0.57735 + 1e-08)``): that response's line.
@@ -24,8 +22,7 @@ Named values and batch statistics add lines to the steps above the table
 
 Arithmetic follows the engines': null propagates and is left out of every statistic, a
 division by zero gives inf or NaN, and a group's variance is exactly 0 when its valid
-rewards are all equal. A test checks every filled-in value against ``compute``'s advantage
-(within 1e-12).
+rewards are all equal.
 """
 
 from __future__ import annotations

@@ -12,12 +12,10 @@ A ``compare`` output (two or more ``advantage_<method>`` columns, see
 :func:`method_advantages`) gets one step histogram per method, on shared bins, with a
 legend, in place of the advantage histogram.
 
-HTML embeds the SVG and the overall and per-step tables, styled to fit the page (fixed
-table layout at the page's width, long names wrapped, a horizontal scroll bar rather than
-an overflowing page when there are many columns).
+HTML embeds the SVG and the overall and per-step tables, styled to fit the page.
 
-matplotlib is an optional extra (``.venv/bin/pip install -e '.[plot]'``), imported only here and
-only when a plot is drawn, with the non-interactive Agg backend.
+matplotlib is an optional extra (``pip install -e '.[plot]'``), imported only when a plot is
+drawn, with the non-interactive Agg backend.
 """
 
 from __future__ import annotations
@@ -199,8 +197,8 @@ def _default_estimator() -> str:
 
 def preload_pyplot() -> None:
     """Import matplotlib's pyplot in a background thread, while the log is read and
-    summarized (Polars releases the interpreter lock): its 0.5 to 0.7 s of imports then
-    overlap the reading. A missing matplotlib is left for :func:`_pyplot` to report."""
+    summarized (Polars releases the interpreter lock), so its imports overlap the reading.
+    A missing matplotlib is left for :func:`_pyplot` to report."""
     import threading
 
     def load() -> None:
@@ -212,7 +210,7 @@ def preload_pyplot() -> None:
 
 def _hist(ax: Any, values: Any, bins: int, color: str) -> None:
     """``ax.hist`` of ``values`` (a Polars Series), its bins counted by Polars
-    (:func:`grpo_cli.report.summarize.histogram`): numpy's histogram of 10M values costs 0.2 s."""
+    (:func:`grpo_cli.report.summarize.histogram`), faster than numpy's."""
     from grpo_cli.report.summarize import histogram
 
     edges, counts = histogram(values, bins)

@@ -2,14 +2,9 @@
 overall, under the names the trainers log them (no Rich here; see :mod:`grpo_cli.cli.render`).
 
 Every metric is over the reward the estimator sees (the weighted sum of the reward columns,
-NaN as null), with groups as ``compute`` forms them. Per batch value (``by``) and overall,
-the figures of :mod:`grpo_cli.core.metrics` (defined there once, shared with ``compute``'s run
-summary): ``responses``, ``groups``, ``group_size_min`` / ``_median`` / ``_max``,
-``reward``, ``reward_std``, ``frac_reward_zero_std`` (TRL), ``group_reward_std``
-(OpenRLHF), ``zero_std_groups``, ``singleton_groups``, ``null_rewards``; for binary rewards
-(every valid reward is 0 or 1) ``pass_at_n`` and ``pass_at_1`` (OpenRLHF); on annotated
-input (it has the advantage column) ``advantage_mean``, ``advantage_min``,
-``advantage_max`` and ``frac_zero_advantage``.
+NaN as null), with groups as ``compute`` forms them. Per batch value (``by``) and overall:
+the figures of :mod:`grpo_cli.core.metrics` (defined there once); ``pass_at_n`` and
+``pass_at_1`` for binary rewards, the advantage figures on annotated input.
 
 A group is counted in every batch value where it has rows; its statistics are over all of
 its rows (a group spans batch values only when the group key does not include the batch).
