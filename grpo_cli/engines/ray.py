@@ -29,7 +29,7 @@ from their tasks) replaces its own part; the output folder is written beside its
 path and renamed when complete. The driver never holds the data: only the partials and the
 byte counts come back to it.
 
-Ray is imported only on this path, here, in ray_cluster, ray_lean and ray_tasks
+Ray is imported only on this path, here, in ray_cluster and ray_tasks
 (``.venv/bin/pip install -e '.[ray]'``).
 """
 
@@ -110,9 +110,7 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     staging = [p for p in (job.output, job.groups) if p is not None]
     notes = job.notes or (lambda _: None)
     pieces, casts = _pieces(job)  # its refusals before Ray starts
-    with session(
-        address, notes=notes, staging=staging, spell=job.spell, preload=(ray_tasks.__name__,)
-    ) as ray:
+    with session(address, notes=notes, staging=staging, spell=job.spell) as ray:
         logging.getLogger("ray").setLevel(logging.CRITICAL)  # grpo-adv says what failed
         try:
             cpus = int(ray.cluster_resources().get("CPU", 1))
