@@ -177,9 +177,10 @@ def _init(
     spell: Spelling,
 ) -> None:
     """``ray.init`` with Ray's logging kept out of the terminal; a watchdog ends the
-    process when Ray does not answer in time (``ray.init`` cannot be interrupted). The
-    SIGTERM handler grpo-adv had is put back (``ray.init`` replaces it). Ray's refusal is
-    one line (:func:`_refused`)."""
+    process when Ray does not answer in time (``ray.init`` cannot be interrupted). A
+    SIGINT is deferred until ``ray.init`` returns; a SIGTERM meets the handler
+    ``ray.init`` installs first (``sys.exit(15)``), whose exit is handed to grpo-adv's own
+    handler, which is put back. Ray's refusal is one line (:func:`_refused`)."""
     sigterm = signal.getsignal(signal.SIGTERM)
     private = where.init_address == "local"
     silent = _unreachable(where.name, f"no answer within {ATTACH_TIMEOUT_S:.0f} s", private=private)
@@ -193,7 +194,7 @@ def _init(
     if store is not None:
         extra["object_store_memory"] = store
     try:
-        with interrupts.deferred(), _signal_handlers_kept():
+        with interrupts.deferred():  # SIGINT; ray.init replaces SIGTERM's handler
             ray.init(
                 address=where.init_address,
                 include_dashboard=False,
@@ -219,32 +220,6 @@ def _init(
     if where.probe is None:
         with contextlib.suppress(Exception):
             where.probe = str(ray.get_runtime_context().gcs_address)
-
-
-@contextlib.contextmanager
-def _signal_handlers_kept() -> Iterator[None]:
-    """Inside the block, attempts to replace the SIGINT and SIGTERM handlers are ignored.
-    ``ray.init`` installs SIGTERM handlers that call ``sys.exit`` three times over, and
-    the ``SystemExit`` (or the ``KeyboardInterrupt`` of a Ctrl-C) they raise could land in
-    Ray's own start-up code, which swallowed it: the run went on and ended with exit 0.
-    Around ``ray.init``, :func:`grpo_cli.io.interrupts.deferred` records both signals
-    instead, and raises them once ``ray.init`` has returned, where the cleanup of this
-    module runs. Only the main thread installs handlers; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    install = signal.signal
-
-    def kept(signum: int, handler: Any) -> Any:
-        if signum in (signal.SIGINT, signal.SIGTERM):
-            return signal.getsignal(signum)  # the recording handler stays
-        return install(signum, handler)
-
-    signal.signal = kept  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        signal.signal = install
 
 
 # ------------------------------------------------------------------ a private local Ray
