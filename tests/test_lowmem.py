@@ -479,3 +479,35 @@ def test_ctrl_c_while_starting_up_prints_one_line(tmp_path: Path) -> None:
     assert done.returncode == 130
     assert done.stderr == INTERRUPTED + "\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_spill_folder_is_removed_at_once_and_watched_only_after_an_error(
+    tmp_path: Path,
+) -> None:
+    """A run's spill folder goes in one removal (the 50 ms wait is only for a run that
+    failed: 20 folders took at least 1 s); after an error, a folder that Polars' sink
+    thread makes again once it is gone is removed again."""
+    import threading
+
+    from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder
+
+    folders = [make_spill_folder(tmp_path) for _ in range(20)]
+    for folder in folders:
+        (folder / "part.ipc").write_bytes(b"spilled")
+    started = time.monotonic()
+    for folder in folders:
+        remove_spill_folder(folder)
+    assert time.monotonic() - started < 0.5
+    assert list(tmp_path.iterdir()) == []
+    failed = make_spill_folder(tmp_path)
+
+    def late_sink() -> None:
+        while failed.exists():
+            time.sleep(0.001)
+        (failed / "in").mkdir(parents=True)  # the sink's last file, after the removal
+
+    sink = threading.Thread(target=late_sink)
+    sink.start()
+    remove_spill_folder(failed, after_error=True)
+    sink.join()
+    assert list(tmp_path.iterdir()) == []
