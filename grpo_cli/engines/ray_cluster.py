@@ -363,13 +363,21 @@ def _start_reaper(folder: Path, staging: Sequence[Path]) -> subprocess.Popen[byt
         return None  # the next run reaps
 
 
+REAP_ROUNDS: Final = 40  # of reap's looks, 50 ms apart
+
+
 def reap(folder: Path, *, spare: Sequence[int] = ()) -> None:
     """Stop every process whose environment names ``folder`` as its Ray session (Linux:
-    read from ``/proc``), except ``spare``; then remove ``folder``."""
-    for pid in _marked(folder):
-        if pid not in spare:
+    read from ``/proc``), except ``spare``, until none is left (one still dying, or started
+    by Ray meanwhile: at most REAP_ROUNDS looks); then remove ``folder``."""
+    for _ in range(REAP_ROUNDS):
+        found = [pid for pid in _marked(folder) if pid not in spare]
+        if not found:
+            break
+        for pid in found:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
     shutil.rmtree(folder, ignore_errors=True)
 
 
