@@ -54,12 +54,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import pickle
+import signal
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -154,7 +154,6 @@ def annotate_to_parquet(
     *,
     partitions: int | None = None,
     chunk_rows: int = CHUNK_ROWS,
-    on_step: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Annotate the Parquet log ``source`` into the Parquet file ``output`` in bounded
     memory (see the module docstring) and return the run's figures (checks the log and
@@ -171,7 +170,6 @@ def annotate_to_parquet(
         resolve(request, scan_file(source).collect_schema()),
         partitions=partitions,
         chunk_rows=chunk_rows,
-        on_step=on_step,
     )
 
 
@@ -186,7 +184,6 @@ def run(
     *,
     partitions: int | None = None,
     chunk_rows: int = CHUNK_ROWS,
-    on_step: Callable[[str], None] | None = None,
     spill_root: Path | None = None,
 ) -> RunSummary:
     """The three passes (see the module docstring) for a checked ``plan``, in this
@@ -205,12 +202,12 @@ def run(
     root = make_spill_folder(spill_parent(output)) if spill_root is None else spill_root
     try:
         try:
-            return _run(source, output, plan, partitions, chunk_rows, on_step, root, exact=False)
+            return _run(source, output, plan, partitions, chunk_rows, root, exact=False)
         except _Collision:
-            return _run(source, output, plan, partitions, chunk_rows, on_step, root, exact=True)
+            return _run(source, output, plan, partitions, chunk_rows, root, exact=True)
     finally:
         if own:
-            remove_spill_folder(root)
+            remove_spill_folder(root, after_error=sys.exc_info()[0] is not None)
 
 
 @contextlib.contextmanager
@@ -249,7 +246,6 @@ def _run(
     plan: Plan,
     partitions: int,
     chunk_rows: int,
-    on_step: Callable[[str], None] | None,
     spill_root: Path,
     *,
     exact: bool,
@@ -257,7 +253,6 @@ def _run(
     import shutil
 
     options = plan.options
-    step = on_step or (lambda _: None)
     with _reading(source):
         schema = scan_file(source).collect_schema()
     needed = needed_columns(options, schema)
@@ -265,15 +260,12 @@ def _run(
     key_cols = plan.keys.exact
     spill = Path(tempfile.mkdtemp(dir=spill_root, prefix="exact." if exact else "hashed."))
     try:
-        step("partitioning")
         with _reading(source):
             _partition(source, spill / "in", needed, key_cols, partitions, response, exact=exact)
-        step("computing")
         group = key_cols if exact else (GROUP,)
         parts, repeats = _compute_partitions(
             spill, plan, group, chunk_rows, check_hash=not exact, response=response is not None
         )
-        step("merging")
         _merge(source, spill, output, options.added_columns(), chunk_rows)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
@@ -515,91 +507,74 @@ def _summary(parts: list[pl.DataFrame]) -> RunSummary:
 # --------------------------------------------------------------------------- the worker
 
 POLL_S: Final = 0.05  # how often the command looks for a signal while the worker runs
-_WORKER_CODE: Final = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from grpo_cli.engines.partitioned import worker_main; worker_main()"
-)
+SIGNALS: Final = {signal.SIGINT, signal.SIGTERM}
 
 
-def run_isolated(
-    source: Path,
-    output: Path,
-    plan: Plan,
-    *,
-    partitions: int | None = None,
-    chunk_rows: int = CHUNK_ROWS,
-) -> RunSummary:
-    """:func:`run` in a worker process, with signals deferred in this one
-    (:func:`grpo_cli.io.interrupts.deferred`): on Ctrl-C or SIGTERM the worker is killed
-    (it writes nothing more), the spill folder removed, and the signal raised here, within
-    about POLL_S seconds whatever the worker was doing. The worker's errors are raised
-    here as they were raised there (input, output and usage errors; a full disk as an
-    OSError, for the caller to name its path)."""
-    import subprocess
+@dataclass(frozen=True)
+class _WorkerJob:
+    """What the worker of :func:`run_isolated` runs (pickled whole): :func:`run`'s
+    arguments, and the command's process id (the worker ends if it is gone)."""
+
+    source: Path
+    output: Path
+    plan: Plan
+    spill: Path
+    parent: int
+
+
+def run_isolated(source: Path, output: Path, plan: Plan) -> RunSummary:
+    """:func:`run` in a worker process (``multiprocessing``, spawned), with signals
+    deferred in this one (:func:`grpo_cli.io.interrupts.deferred`): on Ctrl-C or SIGTERM
+    the worker is killed (it writes nothing more), the spill folder removed, and the
+    signal raised here, within about POLL_S seconds whatever the worker was doing. The
+    worker's errors are raised here as they were raised there (input, output and usage
+    errors; a full disk as an OSError, for the caller to name its path)."""
+    from multiprocessing import get_context, resource_tracker
+    from multiprocessing.connection import wait
 
     from grpo_cli.io import interrupts
     from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
 
-    root = str(Path(__file__).resolve().parents[2])
+    context = get_context("spawn")
     # The spill folder is made and removed with signals deferred: a Ctrl-C the moment after
     # it exists must not escape before the cleanup that removes it is armed.
     with interrupts.deferred():
         spill = make_spill_folder(spill_parent(output))
+        worker = None
         try:
             # The outcome comes back through a pipe, not a file: on a full disk the spill
             # folder's device may have no room left for it.
-            read_end, write_end = os.pipe()
-            received: list[bytes] = []
-            reader = threading.Thread(target=lambda: received.append(_read_all(read_end)))
-            with (spill / "worker.log").open("wb") as log:
-                try:
-                    worker = subprocess.Popen(
-                        [sys.executable, "-c", _WORKER_CODE, root, str(write_end)],
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.DEVNULL,
-                        stderr=log,
-                        pass_fds=(write_end,),
-                        start_new_session=True,  # a terminal's Ctrl-C reaches this process only
-                    )
-                finally:
-                    os.close(write_end)
-                reader.start()
-                try:
-                    assert worker.stdin is not None
-                    job = (source, output, plan, partitions, chunk_rows, spill)
-                    with contextlib.suppress(BrokenPipeError):
-                        worker.stdin.write(pickle.dumps(job))
-                        worker.stdin.close()
-                    while True:
-                        with contextlib.suppress(subprocess.TimeoutExpired):
-                            worker.wait(timeout=POLL_S)
-                            break
-                        interrupts.check()  # raises the recorded signal, if any
-                finally:
-                    if worker.poll() is None:
-                        worker.kill()
-                        worker.wait()
-                    reader.join()
-                    os.close(read_end)
-            outcome = _outcome(spill, worker.returncode, b"".join(received))
+            receive, send = context.Pipe(duplex=False)
+            job = _WorkerJob(source, output, plan, spill, os.getpid())
+            worker = context.Process(target=_worker, args=(send, job), name="grpo-adv-worker")
+            resource_tracker.ensure_running()  # its start unblocks signals: before ours
+            # Blocked signals stay blocked across exec: a Ctrl-C to the terminal's process
+            # group cannot reach the worker before it leaves the group (:func:`_worker`).
+            signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+            try:
+                worker.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+                send.close()
+            while not wait([receive, worker.sentinel], timeout=POLL_S):
+                interrupts.check()  # raises the recorded signal, if any
+            try:
+                reply = receive.recv() if receive.poll() else None
+            except EOFError:
+                reply = None
+            worker.join()
+            outcome = _outcome(spill, worker.exitcode or 0, reply)
         finally:
-            remove_spill_folder(spill)
+            if worker is not None and worker.is_alive():
+                worker.kill()
+                worker.join()
+            remove_spill_folder(spill)  # the worker, and its Polars threads, are gone
     return outcome
 
 
-def _read_all(fd: int) -> bytes:
-    """Everything written to the pipe ``fd`` until its writer closes it."""
-    chunks = []
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _outcome(spill: Path, code: int, data: bytes) -> RunSummary:
-    """The worker's result (``data``, pickled), or its error raised here."""
-    from grpo_cli.core import errors
-
-    if not data:
+def _outcome(spill: Path, code: int, reply: tuple[Any, ...] | None) -> RunSummary:
+    """The worker's result (``reply``), or its error raised here."""
+    if reply is None:
         log = (spill / "worker.log").read_bytes().decode(errors="replace").strip()
         last = log.splitlines()[-1] if log else "no message"
         how = f"signal {-code}" if code < 0 else f"exit status {code}"
@@ -610,10 +585,7 @@ def _outcome(spill: Path, code: int, data: bytes) -> RunSummary:
             hint="if it was killed for memory, free some; else this is a bug in grpo-adv: "
             "please report it with the command you ran",
         )
-    kind, *rest = pickle.loads(data)
-    if kind == "ok":
-        summary: RunSummary = rest[0]
-        return summary
+    kind, *rest = reply
     if kind == "disk_full":
         import errno
 
@@ -621,44 +593,23 @@ def _outcome(spill: Path, code: int, data: bytes) -> RunSummary:
     if kind == "raised":
         raised: GrpoAdvError = rest[0]
         raise raised
-    name, message, hint = rest
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, GrpoAdvError)):
-        cls = GrpoAdvError
-    raise cls(message, hint=hint)
+    summary: RunSummary = rest[0]
+    return summary
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this process when its parent (the command) ends, also by
-    ``kill -9``: no worker outlives the command."""
-    import ctypes
-    import signal
-
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-
-
-def worker_main() -> None:
-    """The worker process of :func:`run_isolated`: read the job (pickled) from standard
-    input, run it, write the outcome into the pipe named by its second argument, and exit."""
-    import signal
-
+def _worker(reply: Connection, job: _WorkerJob) -> None:
+    """The worker process of :func:`run_isolated`: out of the terminal's process group,
+    dead with the command, its standard error in the spill folder's ``worker.log``; runs
+    the job and sends the outcome back, then exits at once."""
+    os.setsid()  # a terminal's Ctrl-C reaches the command only
+    _die_with_parent(job.parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command decides
-    _die_with_parent()
-    source, output, plan, partitions, chunk_rows, spill = pickle.load(sys.stdin.buffer)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+    with (job.spill / "worker.log").open("wb") as log:
+        os.dup2(log.fileno(), 2)
     outcome: tuple[Any, ...]
     try:
-        summary = run(
-            source,
-            output,
-            plan,  # resolved by the command: never again here
-            partitions=partitions,
-            chunk_rows=chunk_rows,
-            spill_root=spill,
-        )
-        outcome = ("ok", summary)
+        outcome = ("ok", run(job.source, job.output, job.plan, spill_root=job.spill))
     except GrpoAdvError as exc:
         outcome = ("raised", exc)  # pickled whole: its options stay structure
     except BaseException as exc:
@@ -666,13 +617,24 @@ def worker_main() -> None:
             outcome = ("disk_full",)
         else:
             detail = first_line(str(exc))
-            outcome = (
-                "error",
-                "GrpoAdvError",
+            internal = GrpoAdvError(
                 f"internal error: {type(exc).__name__}: {detail}",
-                "this is a bug in grpo-adv; please report it with the command you ran",
+                hint="this is a bug in grpo-adv; please report it with the command you ran",
             )
-    with os.fdopen(int(sys.argv[2]), "wb") as reply:  # the pipe of run_isolated
-        reply.write(pickle.dumps(outcome))
-    sys.stdout.flush()
-    os._exit(0)
+            outcome = ("raised", internal)
+    reply.send(outcome)
+    os._exit(0)  # no interpreter teardown: the outcome is sent
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: the kernel kills this process when its parent (the command, ``parent``)
+    ends, also by ``kill -9``: no worker outlives the command (one that ended before
+    this call is seen at once)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)

@@ -27,7 +27,8 @@ the hashes. Each output part is written beside its name and renamed, so a task R
 again after a worker dies replaces its own part; the output folder is renamed into place
 when complete. The driver never holds the data, only partials and byte counts.
 
-Ray is imported only on this path (``pip install -e '.[ray]'``).
+Ray is imported only on this path, here, in ray_cluster and ray_tasks
+(``.venv/bin/pip install -e '.[ray]'``).
 """
 
 from __future__ import annotations
@@ -108,9 +109,7 @@ def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
     staging = [p for p in (job.output, job.groups) if p is not None]
     notes = job.notes or (lambda _: None)
     pieces, casts = _pieces(job)  # its refusals before Ray starts
-    with session(
-        address, notes=notes, staging=staging, fatal=job.fatal, preload=(ray_tasks.__name__,)
-    ) as ray:
+    with session(address, notes=notes, staging=staging, fatal=job.fatal) as ray:
         logging.getLogger("ray").setLevel(logging.CRITICAL)  # grpo-adv says what failed
         try:
             cpus = int(ray.cluster_resources().get("CPU", 1))

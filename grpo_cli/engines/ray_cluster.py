@@ -1,10 +1,10 @@
 """Where ``--backend ray`` runs, and what it leaves: the Ray session of one run.
 
-- **No address: a private local Ray**, always (``ray.init(address="local")``, started
-  lean: :mod:`grpo_cli.engines.ray_lean`): neither ``RAY_ADDRESS`` nor the last ``ray
-  start`` cluster of the machine (``/tmp/ray/ray_current_cluster``) is followed, so a run
-  on a verl or OpenRLHF node never lands on the training cluster. Its temporary folder
-  (Ray's session folder: sockets, logs, spilled objects) is the command's own,
+- **No address: a private local Ray**, always (``ray.init(address="local")``, with
+  Ray's public options only): neither ``RAY_ADDRESS`` nor the last ``ray start`` cluster
+  of the machine (``/tmp/ray/ray_current_cluster``) is followed, so a run on a verl or
+  OpenRLHF node never lands on the training cluster. Its temporary folder (``RAY_TMPDIR``:
+  Ray's session folder, with its sockets, logs and spilled objects) is the command's own,
   ``grpo-adv-ray.XXXXXXXX`` in the system's temporary folder (in /tmp where that path is
   too long for Ray's sockets) with an ``owner`` file
   (:func:`grpo_cli.io.temporaries.owner_tag`), removed when the run ends. Every process of
@@ -16,14 +16,12 @@
   (:func:`reap_leftovers`). The private Ray uses token authentication (Ray's default)
   with the user's token when there is one, else a token made for the run (never written
   to ``~/.ray``).
-- **``--ray-address auto``**: the cluster this machine belongs to (``RAY_ADDRESS``, then
-  the last ``ray start``); **``HOST:PORT``**: that one (not ``ray://``, Ray Client: see
-  :class:`grpo_cli.core.engine_options.EngineOptions`). Nothing
-  listening: exit 4 at once. A cluster that asks for a token (``ray start`` with
-  ``RAY_AUTH_MODE=token``, or with a token already on the head node; without either it
-  starts without token authentication) while ``RAY_AUTH_MODE`` is unset: the user's own
-  token (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) is used, and
-  said; without one, exit 4 at once.
+- **``--ray-address auto``**: the cluster this machine belongs to, as ``ray.init`` finds
+  it (``RAY_ADDRESS``, then the last ``ray start``; Ray uses the user's token when there
+  is one); **``HOST:PORT``**: that one (not ``ray://``, Ray Client: see
+  :class:`grpo_cli.core.engine_options.EngineOptions`). Nothing listening at ``HOST:PORT``:
+  exit 4 at once. Ray's own refusals (no cluster found, a cluster that asks for a token
+  while ``RAY_AUTH_MODE`` is unset) are exit 4 with one line (:func:`_refused`).
 - The run says in one note which cluster it uses. While Ray runs, the process's standard
   output and error go to ``/dev/null`` (Ray prints worker deaths on standard output and its
   C++ core logs on standard error; only data may reach standard output). A cluster whose
@@ -62,10 +60,10 @@ from grpo_cli.core.errors import (
     Message,
     OptionsError,
     Verbatim,
+    first_line,
     install_command,
     option,
 )
-from grpo_cli.engines.ray_lean import lean_start, system_config
 from grpo_cli.io import interrupts
 
 INSTALL_HINT: Final = install_command("ray")
@@ -112,11 +110,9 @@ def session(
     notes: Notes,
     staging: Sequence[Path],
     fatal: Fatal | None = None,
-    preload: Sequence[str] = (),
 ) -> Iterator[Any]:
     """Ray, attached to the cluster at ``address`` or (None) to a private local Ray
-    started now (lean: :mod:`grpo_cli.engines.ray_lean`; its workers import the modules
-    ``preload`` as they start) and stopped at the end (see the module docstring).
+    started now and stopped at the end (see the module docstring).
     ``staging`` are the folders to remove if the process must end at once (the cluster
     lost, or Ray never answering; its last words go to ``fatal``: see :func:`_end_now`). A Ray
     the caller has already initialized is used as it is."""
@@ -131,19 +127,17 @@ def session(
         if address is None:
             where = stack.enter_context(_private(env, notes, staging))
         else:
-            where = _joined(address, env, notes)
+            where = _joined(address, notes)
         real_stderr = stack.enter_context(_silenced())
         watch = _Watch(where, real_stderr, staging, fatal)
         stack.callback(watch.stop)
         joining = where.probe is not None
         if joining:
             watch.start()
-        _init(ray, where, real_stderr, staging, fatal, preload)
+        _init(ray, where, real_stderr, staging, fatal)
         if not joining:
             watch.start()
         stack.callback(ray.shutdown)
-        if address is None:  # a lean start runs no monitor; a Ray whose internals moved
-            stack.callback(stop_monitor, Path(os.environ[OWNER_ENV]))  # would hold 1 s
         try:
             yield ray
         except Exception:
@@ -181,12 +175,12 @@ def _init(
     real_stderr: int,
     staging: Sequence[Path],
     fatal: Fatal | None,
-    preload: Sequence[str],
 ) -> None:
     """``ray.init`` with Ray's logging kept out of the terminal; a watchdog ends the
-    process when Ray does not answer in time (``ray.init`` cannot be interrupted). The
-    SIGTERM handler grpo-adv had is put back (``ray.init`` replaces it). A private Ray
-    starts lean, its workers importing ``preload``."""
+    process when Ray does not answer in time (``ray.init`` cannot be interrupted). A
+    SIGINT is deferred until ``ray.init`` returns; a SIGTERM meets the handler
+    ``ray.init`` installs first (``sys.exit(15)``), whose exit is handed to grpo-adv's own
+    handler, which is put back. Ray's refusal is one line (:func:`_refused`)."""
     sigterm = signal.getsignal(signal.SIGTERM)
     private = where.init_address == "local"
     silent = _unreachable(where.name, f"no answer within {ATTACH_TIMEOUT_S:.0f} s", private=private)
@@ -196,17 +190,11 @@ def _init(
     watchdog.daemon = True
     watchdog.start()
     extra: dict[str, Any] = {}
-    temp = os.environ.get(OWNER_ENV) if private else None
-    if temp is not None:
-        extra["_temp_dir"] = temp
-    if private:
-        store = private_object_store_bytes()
-        if store is not None:
-            extra["object_store_memory"] = store
-        extra["_system_config"] = system_config(preload)
-    lean = lean_start(ray, head_answers) if private else contextlib.nullcontext()
+    store = private_object_store_bytes() if private else None
+    if store is not None:
+        extra["object_store_memory"] = store
     try:
-        with interrupts.deferred(), _signal_handlers_kept(), lean:
+        with interrupts.deferred():  # SIGINT; ray.init replaces SIGTERM's handler
             ray.init(
                 address=where.init_address,
                 include_dashboard=False,
@@ -218,7 +206,7 @@ def _init(
     except Exception as exc:  # Ray's start raises plain Exception too (a raylet too slow)
         with contextlib.suppress(Exception):
             ray.shutdown()
-        raise _unreachable(where.name, first_line(str(exc)), private=private) from None
+        raise _refused(where.name, exc, private=private) from None
     except BaseException as exc:
         with contextlib.suppress(Exception):
             ray.shutdown()
@@ -232,32 +220,6 @@ def _init(
     if where.probe is None:
         with contextlib.suppress(Exception):
             where.probe = str(ray.get_runtime_context().gcs_address)
-
-
-@contextlib.contextmanager
-def _signal_handlers_kept() -> Iterator[None]:
-    """Inside the block, attempts to replace the SIGINT and SIGTERM handlers are ignored.
-    ``ray.init`` installs SIGTERM handlers that call ``sys.exit`` three times over, and
-    the ``SystemExit`` (or the ``KeyboardInterrupt`` of a Ctrl-C) they raise could land in
-    Ray's own start-up code, which swallowed it: the run went on and ended with exit 0.
-    Around ``ray.init``, :func:`grpo_cli.io.interrupts.deferred` records both signals
-    instead, and raises them once ``ray.init`` has returned, where the cleanup of this
-    module runs. Only the main thread installs handlers; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    install = signal.signal
-
-    def kept(signum: int, handler: Any) -> Any:
-        if signum in (signal.SIGINT, signal.SIGTERM):
-            return signal.getsignal(signum)  # the recording handler stays
-        return install(signum, handler)
-
-    signal.signal = kept  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        signal.signal = install
 
 
 # ------------------------------------------------------------------ a private local Ray
@@ -322,9 +284,10 @@ def _private(env: _Environment, notes: Notes, staging: Sequence[Path]) -> Iterat
         ).start()
     try:
         env.set(OWNER_ENV, str(folder))
+        env.set("RAY_TMPDIR", str(folder))  # Ray's session folder: folder/ray/session_*
         env.keep("RAY_AUTH_MODE")  # unset: ray.init turns token authentication on
         token_mode = os.environ.get("RAY_AUTH_MODE", "token").lower() == "token"
-        if token_mode and _user_token() is None:
+        if token_mode and not _has_token():
             env.set("RAY_AUTH_TOKEN", secrets.token_hex(32))  # else Ray writes ~/.ray/auth_token
         followed = os.environ.get("RAY_ADDRESS")
         auto = option("ray_address", Verbatim("auto"))
@@ -347,8 +310,9 @@ def _private(env: _Environment, notes: Notes, staging: Sequence[Path]) -> Iterat
 
 
 SOCKET_PATH_MAX: Final = 107  # bytes of a Unix socket's path (AF_UNIX, Linux)
+SESSIONS: Final = "ray/session_*"  # Ray's session folders in RAY_TMPDIR
 # what Ray adds to its folder for its longest socket path (a 7-digit process id)
-RAY_SOCKET_TAIL: Final = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
+RAY_SOCKET_TAIL: Final = len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
 SHORT_TEMP: Final = Path("/tmp")
 
 
@@ -399,27 +363,22 @@ def _start_reaper(folder: Path, staging: Sequence[Path]) -> subprocess.Popen[byt
         return None  # the next run reaps
 
 
+REAP_ROUNDS: Final = 40  # of reap's looks, 50 ms apart
+
+
 def reap(folder: Path, *, spare: Sequence[int] = ()) -> None:
     """Stop every process whose environment names ``folder`` as its Ray session (Linux:
-    read from ``/proc``), except ``spare``; then remove ``folder``."""
-    for pid in _marked(folder):
-        if pid not in spare:
+    read from ``/proc``), except ``spare``, until none is left (one still dying, or started
+    by Ray meanwhile: at most REAP_ROUNDS looks); then remove ``folder``."""
+    for _ in range(REAP_ROUNDS):
+        found = [pid for pid in _marked(folder) if pid not in spare]
+        if not found:
+            break
+        for pid in found:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
     shutil.rmtree(folder, ignore_errors=True)
-
-
-MONITOR_SCRIPT: Final = b"autoscaler/_private/monitor.py"
-
-
-def stop_monitor(folder: Path) -> None:
-    """Stop the autoscaler monitor of the private Ray of ``folder`` before ``ray.shutdown``:
-    a one-machine Ray has nothing to scale, and the monitor ignores SIGTERM, so that
-    ``ray.shutdown`` waited its full second of grace for it (of 1.1 s in all). The
-    driver's connections (raylet, GCS) are left to ``ray.shutdown``."""
-    for pid in _marked(folder, MONITOR_SCRIPT):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def _marked(folder: Path, command: bytes | None = None) -> list[int]:
@@ -482,42 +441,18 @@ def reap_leftovers() -> list[Path]:
 
 
 # ------------------------------------------------------------------ joining a cluster
-def _joined(address: str, env: _Environment, notes: Notes) -> _Where:
-    """The cluster at ``address``: resolved (``auto``), probed (nothing listening: exit 4
-    at once), and the user's token used when it asks for one."""
-    gcs = _resolved(address)
-    name = address if gcs is None else gcs
-    if gcs is not None:
-        _probe(gcs, name)
-        if "RAY_AUTH_MODE" not in os.environ and _asks_for_token(gcs):
-            token = _user_token()
-            if token is None:
-                raise _unreachable(
-                    name,
-                    "it asks for an authentication token and this machine has none",
-                )
-            _token_mode(env)
-            notes(f"the Ray cluster at {name} asks for a token: using yours ({token})")
-    given = "" if gcs == address else " (" + option("ray_address", Verbatim(address)) + ")"
-    notes(f"running on the Ray cluster at {name}" + given)
-    return _Where(f"the Ray cluster at {name}", gcs, gcs or address)
-
-
-def _resolved(address: str) -> str | None:
-    """``HOST:PORT`` of ``address`` (``auto``: as Ray finds it: RAY_ADDRESS, then the last
-    ``ray start`` of this machine); None when Ray cannot tell (it then decides)."""
-    if address != "auto":
-        host_port(address)
-        return address
-    try:
-        from ray._private import services
-
-        found = services.get_ray_address_from_environment("auto", None)
-    except Exception:
-        return None
-    if not isinstance(found, str) or found == "auto" or "://" in found:
-        return None
-    return found
+def _joined(address: str, notes: Notes) -> _Where:
+    """The cluster at ``address``: ``HOST:PORT`` probed (nothing listening: exit 4 at
+    once); ``auto`` left to ``ray.init``, and probed once it has attached."""
+    if address == "auto":
+        name = "this machine's Ray cluster"
+        notes(f"running on {name} (" + option("ray_address", Verbatim(address)) + ")")
+        return _Where(name, None, address)
+    host_port(address)
+    name = f"the Ray cluster at {address}"
+    _probe(address, name)
+    notes(f"running on {name}")
+    return _Where(name, address, address)
 
 
 def host_port(address: str) -> tuple[str, int]:
@@ -531,6 +466,25 @@ def host_port(address: str) -> tuple[str, int]:
             value=address,
         )
     return host.strip("[]"), int(port)
+
+
+def _refused(name: str, exc: BaseException, *, private: bool) -> ClusterError:
+    """Ray's own refusal to start or attach, in one line: a cluster that asks for a token
+    Ray was not told to send (``RAY_AUTH_MODE`` unset; Ray says "Failed to connect", and
+    why only in the exception it chains), else the first sentence of Ray's message."""
+    texts: list[str] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(texts) < 8:
+        texts.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    if not private and any("Authentication token is missing" in text for text in texts):
+        return ClusterError(
+            f"cannot attach to {name}: it asks for an authentication token; nothing was written",
+            hint="export RAY_AUTH_MODE=token (the token is read from RAY_AUTH_TOKEN or "
+            "~/.ray/auth_token), or drop " + option("ray_address") + " to run on a "
+            "private local Ray",
+        )
+    return _unreachable(name, _cause(str(exc)), private=private)
 
 
 def _unreachable(name: str, why: str, *, private: bool = False) -> ClusterError:
@@ -574,51 +528,16 @@ def _probe(gcs: str, name: str) -> None:
     minutes)."""
     why = _listening(gcs, CONNECT_TIMEOUT_S)
     if why is not None:
-        raise _unreachable(f"the Ray cluster at {name}", why)
+        raise _unreachable(name, why)
 
 
-def _asks_for_token(gcs: str) -> bool:
-    """Whether the GCS at ``gcs`` refuses a call without a token (one gRPC call)."""
-    import importlib
-
-    try:  # Ray's own dependencies (untyped)
-        grpc: Any = importlib.import_module("grpc")
-        messages: Any = importlib.import_module("ray.core.generated.gcs_service_pb2")
-        services: Any = importlib.import_module("ray.core.generated.gcs_service_pb2_grpc")
-    except ImportError:
-        return False
-    channel = grpc.insecure_channel(gcs)
-    try:
-        stub = services.NodeInfoGcsServiceStub(channel)
-        stub.GetClusterId(messages.GetClusterIdRequest(), timeout=CONNECT_TIMEOUT_S)
-    except grpc.RpcError as exc:
-        return bool(exc.code() == grpc.StatusCode.UNAUTHENTICATED)
-    finally:
-        channel.close()
-    return False
-
-
-def _token_mode(env: _Environment) -> None:
-    """Token authentication on for this process (Ray caches its configuration: refreshed
-    as ``ray.init`` does for a local cluster) and its children."""
-    env.set("RAY_AUTH_MODE", "token")
-    with contextlib.suppress(ImportError, AttributeError):
-        import importlib
-
-        importlib.import_module("ray._raylet").Config.initialize("")
-
-
-def _user_token() -> str | None:
-    """Where the user's own Ray token is (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``,
-    ``~/.ray/auth_token``), or None."""
-    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
-        return "RAY_AUTH_TOKEN"
+def _has_token() -> bool:
+    """Whether the user has a Ray token of their own (``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``), which Ray uses as it is."""
     given = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if given and Path(given).expanduser().is_file():
-        return given
-    if TOKEN_FILE.expanduser().is_file():
-        return str(TOKEN_FILE)
-    return None
+    return bool(os.environ.get("RAY_AUTH_TOKEN", "").strip()) or any(
+        Path(path).expanduser().is_file() for path in (given, TOKEN_FILE) if path
+    )
 
 
 # ------------------------------------------------------------------ while Ray runs
@@ -728,12 +647,10 @@ def plain(text: str) -> str:
     return _ANSI.sub("", text)
 
 
-def first_line(text: str) -> str:
+def _cause(text: str) -> str:
     """The first sentence of Ray's message, in plain text (its advice names Ray's own
     flags)."""
-    text = plain(text)
-    line = next((line.strip() for line in text.splitlines() if line.strip()), "no answer")
-    return line.split(". ")[0].rstrip(".")
+    return first_line(plain(text), "no answer").split(". ")[0].rstrip(".")
 
 
 GCS_COMMAND: Final = b"gcs_server"  # the private Ray's head
@@ -757,7 +674,7 @@ def _reaper_main(folder: str, staging: Sequence[str]) -> None:
             if not os.read(sys.stdin.fileno(), 4096):
                 break  # the parent ended
             beat = time.monotonic()
-        started = any(path.glob("session_*"))  # Ray's start began: a head should run
+        started = any(path.glob(SESSIONS))  # Ray's start began: a head should run
         if started and time.monotonic() - beat >= STUCK_AFTER_S and not _marked(path, GCS_COMMAND):
             error = lost(PRIVATE_NAME, STUCK_AFTER_S)
             with contextlib.suppress(OSError):

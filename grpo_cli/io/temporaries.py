@@ -17,6 +17,7 @@ from typing import Final
 from grpo_cli.io.formats import is_stream
 
 OWNER_PATTERN: Final = re.compile(r"grpo-adv\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]+)\.")
+SETTLE_S: Final = 2.0  # how long a spill folder removed after an error is watched
 
 
 def _host() -> str:
@@ -83,16 +84,19 @@ def make_spill_folder(parent: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{owner_tag()}.", suffix=".spill", dir=parent))
 
 
-def remove_spill_folder(folder: Path, *, settle_s: float = 2.0) -> None:
-    """Remove ``folder`` and everything in it. Polars' partitioned sink can still be
-    finishing a file on another thread when its error reaches us (a full disk), and it
-    creates missing folders: removal is retried until the folder stays gone (at most
-    ``settle_s`` seconds)."""
+def remove_spill_folder(folder: Path, *, after_error: bool = False) -> None:
+    """Remove ``folder`` and everything in it. ``after_error``: Polars' partitioned sink
+    can still be finishing a file on another thread when its error reaches us (a full
+    disk), and it creates missing folders: removal is retried until the folder stays gone
+    (at most SETTLE_S seconds)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    if not after_error:
+        return
     import time
 
-    deadline = time.monotonic() + settle_s
-    while True:
-        shutil.rmtree(folder, ignore_errors=True)
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
         time.sleep(0.05)  # gone, and still gone a moment later
-        if not folder.exists() or time.monotonic() > deadline:
+        if not folder.exists():
             return
+        shutil.rmtree(folder, ignore_errors=True)
