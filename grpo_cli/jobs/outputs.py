@@ -38,28 +38,33 @@ def normalized_format(fmt: str | None) -> str | None:
     return normalize_format(fmt) if fmt else None
 
 
-def read_input(sources: list[str], fmt: str | None, group_cols: tuple[str, ...]) -> RewardLog:
-    """Read the inputs as one log (``-``: standard input, never a terminal)."""
-    from grpo_cli.io.formats import normalize_format
+def read_input(paths: list[Path], fmt: str | None, group_cols: tuple[str, ...]) -> RewardLog:
+    """Read the inputs (:func:`input_paths`) as one log; none: standard input, never a
+    terminal."""
     from grpo_cli.io.read import read_many, read_rewards
 
-    fmt = normalize_format(fmt) if fmt else None
-    if sources == ["-"]:
+    fmt = normalized_format(fmt)
+    if not paths:
         if _stdin_is_terminal():
             raise OptionsError(
                 "no data on standard input (it is a terminal)",
                 hint="pipe a log in, e.g. cat rewards.jsonl | grpo-adv compute -",
             )
         return read_rewards(sys.stdin.buffer, fmt, string_cols=group_cols)
-    return read_many(sources, fmt, string_cols=group_cols)
+    return read_many(paths, fmt, string_cols=group_cols)
 
 
-def protected_inputs(sources: list[str]) -> list[Path]:
-    """The input files, which no output may overwrite."""
-    if sources == ["-"]:
-        return []
+def input_paths(sources: list[str]) -> list[Path]:
+    """The input files, folders and globs expanded, once (empty: standard input); no
+    output may overwrite one."""
     from grpo_cli.io.read import expand_sources
 
+    if sources == ["-"]:
+        return []
+    if "-" in sources:
+        raise OptionsError(
+            "standard input (-) cannot be combined with files", hint="give either - or files"
+        )
     return expand_sources(sources)
 
 

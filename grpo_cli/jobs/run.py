@@ -242,9 +242,9 @@ class Job:
     def paths(self) -> list[Path]:
         """The input files (folders and globs expanded); empty for standard input. No
         output may overwrite one."""
-        from grpo_cli.io.read import expand_sources
+        from grpo_cli.jobs.outputs import input_paths
 
-        return [] if self.sources == ["-"] else expand_sources(self.sources)
+        return input_paths(self.sources)
 
 
 def _run_frame(job: Job, progress: Progress) -> JobResult:
@@ -277,14 +277,14 @@ def _run_frame(job: Job, progress: Progress) -> JobResult:
         if not paths:
             raise OptionsError(option("out_dir") + " needs input files", hint="give files, not -")
         log = read_many(
-            sources,
+            paths,
             normalized_format(input_format),
             string_cols=key_cols,
             source_col=SOURCE_KEY,
             on_file=lambda _: progress.advance(reading),
         )
     else:
-        log = read_input(sources, input_format, key_cols)
+        log = read_input(paths, input_format, key_cols)
         progress.advance(reading, len(paths) or 1)
     targets = output_targets(paths, log.format, output, job.output_format, out_dir, sources)
     protected = paths
