@@ -150,6 +150,24 @@ def test_refuses_process_supervision(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("width_80")
+@pytest.mark.parametrize(
+    ("output", "error"),
+    [
+        ("out.csv", "error: --low-memory writes Parquet (zstd-compressed inside)"),
+        ("-", "error: --low-memory reads one Parquet file and writes one Parquet file"),
+    ],
+)
+def test_the_output_is_refused_before_the_input_is_looked_at(
+    runner: CliRunner, tmp_path: Path, output: str, error: str
+) -> None:
+    """The targets are checked once, before any input is read: a CSV output is a usage
+    error (exit 2) even when the input is missing (it was exit 3, "no such file")."""
+    missing = str(tmp_path / "missing.parquet")
+    result = runner.invoke(app, ["compute", missing, "-o", output, "--low-memory"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == error
+
+
 def test_a_parquet_file_without_rows_is_an_input_error(runner: CliRunner, tmp_path: Path) -> None:
     """A header-only Parquet file: the other engines' one-line error, exit 3, nothing
     written and no spill folder (its empty partitions made an internal error)."""

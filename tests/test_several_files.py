@@ -90,6 +90,23 @@ def test_several_inputs_need_an_output(runner: CliRunner, per_step: list[Path]) 
     )
 
 
+@pytest.mark.parametrize("engine", [[], ["--low-memory"], ["--backend", "ray"]])
+def test_standard_input_and_files_are_refused_on_every_engine(
+    runner: CliRunner, tmp_path: Path, engine: list[str]
+) -> None:
+    """The inputs are expanded once, for every engine: ``-`` beside files is one refusal,
+    before any engine runs (Ray looked for a file named ``-``)."""
+    out = tmp_path / "out.parquet"
+    args = ["compute", "-", str(SAMPLE_FILES["parquet"]), "-o", str(out), *engine]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: standard input (-) cannot be combined with files",
+        "hint: give either - or files",
+    ]
+    assert not out.exists()
+
+
 def test_out_dir_writes_one_file_per_input(
     runner: CliRunner, per_step: list[Path], tmp_path: Path
 ) -> None:

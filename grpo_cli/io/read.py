@@ -852,26 +852,20 @@ def _refuse_repeats(paths: Sequence[Path]) -> None:
 
 
 def read_many(
-    sources: Sequence[str],
+    paths: Sequence[Path],
     fmt: str | None = None,
     *,
     string_cols: Iterable[str] = (),
     source_col: str | None = None,
     on_file: Callable[[Path], None] | None = None,
 ) -> RewardLog:
-    """Read one or several inputs (files, folders, globs) as one log, rows in file order.
+    """Read one or several files (folders and globs expanded: :func:`expand_sources`) as
+    one log, rows in file order.
 
     Columns missing from some files are null there; numeric types are widened to agree.
     ``source_col`` adds each row's input index (0, 1, ...); ``on_file`` is called after
     each file is read (progress).
     """
-    if list(sources) == ["-"]:
-        return read_rewards("-", fmt, string_cols=string_cols)
-    if "-" in sources:
-        raise OptionsError(
-            "standard input (-) cannot be combined with files", hint="give either - or files"
-        )
-    paths = expand_sources(sources)
     logs = []
     for index, path in enumerate(paths):
         log = read_rewards(path, fmt, string_cols=string_cols)

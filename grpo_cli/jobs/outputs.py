@@ -10,15 +10,17 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from grpo_cli.core.columns import SOURCE_KEY
-from grpo_cli.core.errors import OptionsError, OutputError, Verbatim, option
+from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, OutputError, Verbatim, option
 
 if TYPE_CHECKING:
     import polars as pl
 
+    from grpo_cli.core.resolve import Request
     from grpo_cli.io.atomic import Stage
     from grpo_cli.io.read import RewardLog
 
@@ -38,28 +40,33 @@ def normalized_format(fmt: str | None) -> str | None:
     return normalize_format(fmt) if fmt else None
 
 
-def read_input(sources: list[str], fmt: str | None, group_cols: tuple[str, ...]) -> RewardLog:
-    """Read the inputs as one log (``-``: standard input, never a terminal)."""
-    from grpo_cli.io.formats import normalize_format
+def read_input(paths: list[Path], fmt: str | None, group_cols: tuple[str, ...]) -> RewardLog:
+    """Read the inputs (:func:`input_paths`) as one log; none: standard input, never a
+    terminal."""
     from grpo_cli.io.read import read_many, read_rewards
 
-    fmt = normalize_format(fmt) if fmt else None
-    if sources == ["-"]:
+    fmt = normalized_format(fmt)
+    if not paths:
         if _stdin_is_terminal():
             raise OptionsError(
                 "no data on standard input (it is a terminal)",
                 hint="pipe a log in, e.g. cat rewards.jsonl | grpo-adv compute -",
             )
         return read_rewards(sys.stdin.buffer, fmt, string_cols=group_cols)
-    return read_many(sources, fmt, string_cols=group_cols)
+    return read_many(paths, fmt, string_cols=group_cols)
 
 
-def protected_inputs(sources: list[str]) -> list[Path]:
-    """The input files, which no output may overwrite."""
-    if sources == ["-"]:
-        return []
+def input_paths(sources: list[str]) -> list[Path]:
+    """The input files, folders and globs expanded, once (empty: standard input); no
+    output may overwrite one."""
     from grpo_cli.io.read import expand_sources
 
+    if sources == ["-"]:
+        return []
+    if "-" in sources:
+        raise OptionsError(
+            "standard input (-) cannot be combined with files", hint="give either - or files"
+        )
     return expand_sources(sources)
 
 
@@ -84,20 +91,136 @@ def output_target(
     return default_output_path(Path(sources[0]), input_format, fmt), fmt
 
 
-def output_targets(
-    paths: list[Path],
-    input_format: str,
-    output: str | None,
-    output_format: str | None,
-    out_dir: Path | None,
-    sources: list[str],
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One job's request and its inputs and targets, as :func:`run_job` got them
+    (:attr:`paths`: the inputs expanded, once)."""
+
+    request: Request
+    sources: list[str]
+    output: str | None
+    out_dir: Path | None
+    input_format: str | None
+    output_format: str | None
+    summary_path: Path | None
+    summary_format: str | None
+    force: bool
+    replace: bool
+    span_check: bool
+    notes: Callable[[Message], None] | None
+    warn: Callable[[Message], None] | None
+    fatal: Callable[[GrpoAdvError], None] | None
+
+    @functools.cached_property
+    def paths(self) -> list[Path]:
+        """The input files (folders and globs expanded); empty for standard input. No
+        output may overwrite one."""
+        return input_paths(self.sources)
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Where a job's data goes, checked: {input index or None (all): (path or None for
+    standard output, format)} (a dataset engine: its folder)."""
+
+    outputs: dict[int | None, tuple[Path | None, str]]
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """The output files (or folder); empty for standard output."""
+        return tuple(path for path, _ in self.outputs.values() if path is not None)
+
+
+def plan_targets(job: Job, io: str, fmt: str = "parquet") -> Targets:
+    """Every check of a job's targets, once, for its engine's ``io`` (see
+    :func:`grpo_cli.jobs.run.run_job`): the outputs an engine can write, none over an input
+    (ever) or an existing one (without ``force``), the summary apart from them; what killed
+    runs left beside them is removed first, whatever this run's fate. ``fmt``: the input's
+    format (an in-memory engine: the log's as read), which names the default output."""
+    from grpo_cli.io.atomic import check_output_folder
+    from grpo_cli.io.formats import compression_for
+    from grpo_cli.io.write import check_output_path
+
+    output, summary, force, paths = job.output, job.summary_path, job.force, job.paths
+    backend = job.request.engine.backend
+    if io == "file":
+        named = option("backend", backend, alias="alone")
+        if len(paths) != 1 or job.out_dir is not None or summary is not None or output == "-":
+            raise OptionsError(
+                named + " reads one Parquet file and writes one Parquet file",
+                hint="give one input file and "
+                + option("output", Verbatim("OUT.parquet"), short=True)
+                + " (no -, "
+                + option("out_dir")
+                + " or "
+                + option("summary_path")
+                + ")",
+            )
+        target, written = output_target([str(paths[0])], output, job.output_format, fmt)
+        if target is None or written != "parquet" or compression_for(target) is not None:
+            raise OptionsError(
+                named + " writes Parquet (zstd-compressed inside)",
+                hint="give " + option("output", Verbatim("OUT.parquet"), short=True),
+            )
+        outputs: dict[int | None, tuple[Path | None, str]] = {None: (target, written)}
+    elif io == "dataset":
+        named = option("backend", backend)
+        if not paths:
+            raise OptionsError(
+                named + " reads files, not standard input",
+                hint="give the log's files, folders or globs",
+            )
+        if output is None or output == "-" or job.out_dir is not None:
+            raise OptionsError(
+                named + " writes a folder of Parquet part files",
+                hint="give the folder with " + option("output", Verbatim("OUT_DIR"), short=True),
+            )
+        if job.output_format not in (None, "parquet"):
+            raise OptionsError(
+                named + " writes Parquet part files", hint="drop " + option("output_format")
+            )
+        outputs = {None: (Path(output), "parquet")}
+    elif job.out_dir is None:
+        outputs = {None: output_target(job.sources, output, job.output_format, fmt)}
+    else:
+        outputs = _out_dir_targets(job.out_dir, paths, fmt, job.output_format)
+    targets, to_stdout = Targets(outputs), io != "dataset" and str(summary) == "-"
+    remove_leftovers([*targets.paths, None if to_stdout else summary], job.warn)
+    check = check_output_folder if io == "dataset" else check_output_path
+    for path in targets.paths:
+        check(path, force=force, protected=paths)
+    if to_stdout and len(targets.paths) < len(outputs):
+        raise OptionsError(
+            option("summary_path", Verbatim("-"))
+            + " and the annotated output both go to standard output",
+            hint="write the annotated log to a file with " + option("output", short=True),
+        )
+    if summary is not None and not to_stdout:
+        if any(summary.resolve() == path.resolve() for path in targets.paths):
+            raise OutputError(
+                option("summary_path")
+                + " and "
+                + (
+                    option("output", short=True) + " are the same folder"
+                    if io == "dataset"
+                    else "an output are the same file"
+                ),
+                hint="give them different paths",
+                path=summary,
+            )
+        if io == "dataset":
+            check_output_folder(summary, force=force, protected=paths)
+        else:
+            check_output_path(summary, force=force, protected=paths, flag=option("summary_path"))
+    return targets
+
+
+def _out_dir_targets(
+    out_dir: Path, paths: list[Path], input_format: str, output_format: str | None
 ) -> dict[int | None, tuple[Path | None, str]]:
-    """Where each part of the output goes: {input index or None (all): (path or None
-    for standard output, format)}."""
+    """One file per input in ``out_dir`` (created as by ``mkdir -p``), named after it."""
     from grpo_cli.io.formats import default_output_path, format_from_suffix
 
-    if out_dir is None:
-        return {None: output_target(sources, output, output_format, input_format)}
     if out_dir.exists() and not out_dir.is_dir():
         raise OutputError(
             option("out_dir", Verbatim(str(out_dir))) + " is not a folder",

@@ -21,7 +21,7 @@ callbacks it passes.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from grpo_cli.core.columns import SOURCE_KEY, user_columns
 from grpo_cli.core.engine_options import EngineOptions
-from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, OutputError, Verbatim, option
+from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, Verbatim, option
 from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.jobs.outputs import Job
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from grpo_cli.core.resolve import Request
     from grpo_cli.core.run_summary import RunSummary
     from grpo_cli.engines import FileEngine
 
@@ -60,11 +60,6 @@ class _NoProgress:
 
     def advance(self, task: Any, steps: int = 1) -> None:
         return None
-
-
-@contextlib.contextmanager
-def _no_progress() -> Iterator[Progress]:
-    yield _NoProgress()
 
 
 @dataclass
@@ -214,37 +209,8 @@ def run_job(
         return _run_file(job)
     if io == "dataset":
         return _run_dataset(job)
-    with (progress or _no_progress)() as shown:
+    with (progress or (lambda: contextlib.nullcontext(_NoProgress())))() as shown:
         return _run_frame(job, shown)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Job:
-    """One job's request and its inputs and targets, as :func:`run_job` got them
-    (:attr:`paths`: the inputs expanded, once)."""
-
-    request: Request
-    sources: list[str]
-    output: str | None
-    out_dir: Path | None
-    input_format: str | None
-    output_format: str | None
-    summary_path: Path | None
-    summary_format: str | None
-    force: bool
-    replace: bool
-    span_check: bool
-    notes: Callable[[Message], None] | None
-    warn: Callable[[Message], None] | None
-    fatal: Callable[[GrpoAdvError], None] | None
-
-    @cached_property
-    def paths(self) -> list[Path]:
-        """The input files (folders and globs expanded); empty for standard input. No
-        output may overwrite one."""
-        from grpo_cli.io.read import expand_sources
-
-        return [] if self.sources == ["-"] else expand_sources(self.sources)
 
 
 def _run_frame(job: Job, progress: Progress) -> JobResult:
@@ -252,83 +218,48 @@ def _run_frame(job: Job, progress: Progress) -> JobResult:
     from grpo_cli.engines import start_loading
     from grpo_cli.io.atomic import atomic_writes
     from grpo_cli.io.read import read_many
-    from grpo_cli.io.write import check_output_path, write_table
-    from grpo_cli.jobs.outputs import (
-        normalized_format,
-        output_targets,
-        read_input,
-        remove_leftovers,
-        write_outputs,
-    )
+    from grpo_cli.io.write import write_table
+    from grpo_cli.jobs.outputs import normalized_format, plan_targets, read_input, write_outputs
     from grpo_cli.jobs.pipeline import annotate_request
 
-    sources, output, out_dir, force = job.sources, job.output, job.out_dir, job.force
-    summary_path, input_format = job.summary_path, job.input_format
-    if out_dir is not None and output is not None:
+    if job.out_dir is not None and job.output is not None:
         raise OptionsError(
             "give " + option("output", short=True) + " or " + option("out_dir") + ", not both",
             hint=option("out_dir") + " writes one file per input",
         )
-    key_cols = job.request.key_cols
-    paths = job.paths
+    key_cols, paths = job.request.key_cols, job.paths
     start_loading(job.request.engine.backend)  # torch imports while the log is read
     reading = progress.add("reading", total=max(len(paths), 1))
-    if out_dir is not None:
+    if job.out_dir is not None:
         if not paths:
             raise OptionsError(option("out_dir") + " needs input files", hint="give files, not -")
         log = read_many(
-            sources,
-            normalized_format(input_format),
+            paths,
+            normalized_format(job.input_format),
             string_cols=key_cols,
             source_col=SOURCE_KEY,
             on_file=lambda _: progress.advance(reading),
         )
     else:
-        log = read_input(sources, input_format, key_cols)
+        log = read_input(paths, job.input_format, key_cols)
         progress.advance(reading, len(paths) or 1)
-    targets = output_targets(paths, log.format, output, job.output_format, out_dir, sources)
-    protected = paths
-    summary_to_stdout = summary_path is not None and str(summary_path) == "-"
-    remove_leftovers(  # whatever this run's fate: before any refusal
-        [path for path, _ in targets.values()] + [None if summary_to_stdout else summary_path],
-        job.warn,
-    )
-    for path, _ in targets.values():
-        if path is not None:
-            check_output_path(path, force=force, protected=protected)
-    if summary_to_stdout and any(path is None for path, _ in targets.values()):
-        raise OptionsError(
-            option("summary_path", Verbatim("-"))
-            + " and the annotated output both go to standard output",
-            hint="write the annotated log to a file with " + option("output", short=True),
-        )
-    if summary_path is not None and not summary_to_stdout:
-        if any(
-            path is not None and summary_path.resolve() == path.resolve()
-            for path, _ in targets.values()
-        ):
-            raise OutputError(
-                option("summary_path") + " and an output are the same file",
-                hint="give them different paths",
-                path=summary_path,
-            )
-        check_output_path(
-            summary_path, force=force, protected=protected, flag=option("summary_path")
-        )
+    targets = plan_targets(job, "frame", log.format)  # the outputs' names may come from it
     computing = progress.add("computing", total=1)
     result = annotate_request(  # the one resolution, on the log read
         log.frame, job.request, replace=job.replace, span_check=job.span_check
     )
     progress.advance(computing)
-    writing = progress.add("writing", total=len(targets))
-    with atomic_writes(force=force) as stage:  # every output lands, or none
-        shown = write_outputs(result.frame, targets, stage, lambda: progress.advance(writing))
-        if summary_path is not None:
+    writing = progress.add("writing", total=len(targets.outputs))
+    with atomic_writes(force=job.force) as stage:  # every output lands, or none
+        shown = write_outputs(
+            result.frame, targets.outputs, stage, lambda: progress.advance(writing)
+        )
+        if job.summary_path is not None:
             write_table(
                 result.groups,
-                summary_path,
-                force=force,
-                protected=protected,
+                job.summary_path,
+                force=job.force,
+                protected=paths,
                 stage=stage,
                 fmt=job.summary_format,
                 flag=option("summary_path"),
@@ -338,8 +269,8 @@ def _run_frame(job: Job, progress: Progress) -> JobResult:
         engine=result.engine,
         layout=result.layout,
         output=shown,
-        summary_path=summary_path,
-        paths=tuple(path for path, _ in targets.values() if path is not None),
+        summary_path=job.summary_path,
+        paths=targets.paths,
         figures=lambda: result.run,
         notices=lambda: (*log.warnings, *result.warnings),
     )
@@ -352,51 +283,22 @@ def _run_file(job: Job) -> JobResult:
     from grpo_cli.core.resolve import resolve
     from grpo_cli.engines import FileJob, get_engine
     from grpo_cli.io.atomic import atomic_path
-    from grpo_cli.io.formats import compression_for
-    from grpo_cli.io.read import (
-        check_scanned_file,
-        no_rows,
-        require_file,
-        scan_file,
-    )
-    from grpo_cli.io.write import check_output_path
-    from grpo_cli.jobs.outputs import output_target, remove_leftovers
+    from grpo_cli.io.read import check_scanned_file, no_rows, require_file, scan_file
+    from grpo_cli.jobs.outputs import plan_targets
 
-    output, force, where = job.output, job.force, job.request.engine
-    engine = get_engine(where.backend)
-    named = option("backend", where.backend, alias="alone")
-    paths = job.paths
-    if len(paths) != 1 or job.out_dir is not None or job.summary_path is not None or output == "-":
-        raise OptionsError(
-            named + " reads one Parquet file and writes one Parquet file",
-            hint="give one input file and "
-            + option("output", Verbatim("OUT.parquet"), short=True)
-            + " (no -, "
-            + option("out_dir")
-            + " or "
-            + option("summary_path")
-            + ")",
-        )
-    source = paths[0]
-    require_file(source, named)
+    where = job.request.engine
+    (target,) = plan_targets(job, "file").paths
+    source = job.paths[0]
+    require_file(source, option("backend", where.backend, alias="alone"))
     rows = check_scanned_file(source)
     lazy = scan_file(source)
     schema = lazy.collect_schema()
     if not rows:  # the other engines' error (its partitions would be empty folders)
         raise no_rows(str(source), list(schema))
     plan = resolve(job.request, schema)  # the one resolution; the worker receives it
-    target, fmt = output_target([str(source)], output, job.output_format, "parquet")
-    if target is None or fmt != "parquet" or compression_for(target) is not None:
-        raise OptionsError(
-            named + " writes Parquet (zstd-compressed inside)",
-            hint="give " + option("output", Verbatim("OUT.parquet"), short=True),
-        )
-    remove_leftovers([target], job.warn)  # whatever this run's fate
-    check_output_path(target, force=force, protected=[source])
-    with atomic_path(target, force=force) as tmp:
-        run = cast("FileEngine", engine).annotate_files(
-            FileJob(sources=(source,), output=tmp, plan=plan)
-        )
+    engine = cast("FileEngine", get_engine(where.backend))
+    with atomic_path(target, force=job.force) as tmp:
+        run = engine.annotate_files(FileJob(sources=(source,), output=tmp, plan=plan))
     return JobResult(
         options=plan.options,
         engine=where,
@@ -417,45 +319,16 @@ def _run_dataset(job: Job) -> JobResult:
     from grpo_cli.core.resolve import resolve
     from grpo_cli.core.run_summary import response_id
     from grpo_cli.engines import FileJob, get_engine
-    from grpo_cli.io.atomic import atomic_folder, check_output_folder
+    from grpo_cli.io.atomic import atomic_folder
     from grpo_cli.io.read import require_file
-    from grpo_cli.jobs.outputs import normalized_format, remove_leftovers
+    from grpo_cli.jobs.outputs import normalized_format, plan_targets
 
-    sources, output, force, summary_path = job.sources, job.output, job.force, job.summary_path
+    summary_path, force, paths = job.summary_path, job.force, job.paths
+    (target,) = plan_targets(job, "dataset").paths
     engine = get_engine(job.request.engine.backend)
-    name = option("backend", job.request.engine.backend)
-    if sources == ["-"]:
-        raise OptionsError(
-            name + " reads files, not standard input",
-            hint="give the log's files, folders or globs",
-        )
-    if output is None or output == "-" or job.out_dir is not None:
-        raise OptionsError(
-            name + " writes a folder of Parquet part files",
-            hint="give the folder with " + option("output", Verbatim("OUT_DIR"), short=True),
-        )
-    if job.output_format not in (None, "parquet"):
-        raise OptionsError(
-            name + " writes Parquet part files", hint="drop " + option("output_format")
-        )
-    fmt = normalized_format(job.input_format)
-    paths = job.paths
     for path in paths:
-        require_file(path, name)
-    target = Path(output)
-    remove_leftovers([target, summary_path], job.warn)  # whatever this run's fate
-    check_output_folder(target, force=force, protected=paths)
-    if summary_path is not None:
-        if summary_path.resolve() == target.resolve():
-            raise OutputError(
-                option("summary_path")
-                + " and "
-                + option("output", short=True)
-                + " are the same folder",
-                hint="give them different paths",
-                path=summary_path,
-            )
-        check_output_folder(summary_path, force=force, protected=paths)
+        require_file(path, option("backend", job.request.engine.backend))
+    fmt = normalized_format(job.input_format)
     cast("FileEngine", engine).require()  # the install hint before anything is read
     schema = _first_schema(paths[0], fmt, job.request.key_cols)
     plan = resolve(job.request, schema)  # the one resolution; every task receives it

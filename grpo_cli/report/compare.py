@@ -183,8 +183,8 @@ def run_compare(
     from grpo_cli.io.formats import normalize_format
     from grpo_cli.io.write import check_output_path, write_table
     from grpo_cli.jobs.outputs import (
+        input_paths,
         output_target,
-        protected_inputs,
         read_input,
         remove_leftovers,
         sources_or_stdin,
@@ -196,7 +196,7 @@ def run_compare(
     if output_format is not None:
         normalize_format(output_format)
     sources = sources_or_stdin([str(source) for source in inputs])
-    protected = protected_inputs(sources)
+    protected = input_paths(sources)
     target = None if output is None else Path(output)
     to_stdout = target is not None and str(target) == "-"
     if target is not None and not to_stdout:
@@ -209,7 +209,7 @@ def run_compare(
             )
         remove_leftovers([target], warn)  # whatever this run's fate
         check_output_path(target, force=force, protected=protected)
-    log = read_input(sources, input_format, requests[methods[0]].key_cols)
+    log = read_input(protected, input_format, requests[methods[0]].key_cols)
     fmt = None
     if target is not None:
         _, fmt = output_target(sources, str(target), output_format, log.format)

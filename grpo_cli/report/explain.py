@@ -674,12 +674,14 @@ def run_explain(
             ``advantage``, else verl's ``advantages``).
         input_format: the inputs' format when the suffixes do not say.
     """
-    from grpo_cli.jobs.outputs import read_input, sources_or_stdin
+    from grpo_cli.jobs.outputs import input_paths, read_input, sources_or_stdin
 
     check_choice(key, row, pick)  # before any input is read
     explicit = dict(options or {})
     key_cols = tuple(explicit.get("group_cols", DEFAULT_GROUP_COLS))
-    log = read_input(sources_or_stdin([str(s) for s in inputs]), input_format, key_cols)
+    log = read_input(
+        input_paths(sources_or_stdin([str(s) for s in inputs])), input_format, key_cols
+    )
     explained = explain_one(log.frame, preset, explicit, key, row=row, pick=pick)
     return replace(explained, warnings=(*log.warnings, *explained.warnings))
 

@@ -119,7 +119,7 @@ def run_plot(
     """
     from grpo_cli.core.estimators import get_estimator
     from grpo_cli.io.write import check_output_path
-    from grpo_cli.jobs.outputs import protected_inputs, remove_leftovers, sources_or_stdin
+    from grpo_cli.jobs.outputs import input_paths, remove_leftovers, sources_or_stdin
     from grpo_cli.report.summarize import read_report
 
     sources = sources_or_stdin([str(source) for source in inputs])
@@ -128,7 +128,7 @@ def run_plot(
     if estimator is not None:
         get_estimator(estimator)  # an unknown name fails before any input is read
     remove_leftovers([path], warn)  # whatever this run's fate
-    check_output_path(path, force=force, protected=protected_inputs(sources))
+    check_output_path(path, force=force, protected=input_paths(sources))
     preload_pyplot()  # while the log is read and summarized
     report = read_report(sources, preset, dict(options or {}), input_format, by)
     title = dashboard_title(sources, preset=preset, estimator=estimator)

@@ -156,7 +156,7 @@ def run_summarize(
     """
     from grpo_cli.io.formats import table_format
     from grpo_cli.io.write import write_table
-    from grpo_cli.jobs.outputs import protected_inputs, remove_leftovers, sources_or_stdin
+    from grpo_cli.jobs.outputs import input_paths, remove_leftovers, sources_or_stdin
 
     sources = sources_or_stdin([str(source) for source in inputs])
     target = None if output is None else Path(output)
@@ -173,9 +173,7 @@ def run_summarize(
         assert table is not None
         if not to_stdout:
             remove_leftovers([target], warn)
-        write_table(
-            table, target, force=force, protected=protected_inputs(sources), fmt=output_format
-        )
+        write_table(table, target, force=force, protected=input_paths(sources), fmt=output_format)
         written = "standard output" if to_stdout else str(target)
     return SummaryResult(report, chosen, table, written)
 
@@ -195,10 +193,10 @@ def read_report(
     from grpo_cli.core.columns import logged_advantage
     from grpo_cli.core.layouts import once_per_generation, per_response
     from grpo_cli.core.resolve import derive, make_request, resolve
-    from grpo_cli.jobs.outputs import read_input
+    from grpo_cli.jobs.outputs import input_paths, read_input
 
     request = make_request(preset, {**explicit, "advantage_col": UNUSED_OUTPUT})
-    log = read_input(sources, input_format, request.key_cols)
+    log = read_input(input_paths(sources), input_format, request.key_cols)
     column = logged_advantage(log.frame.columns, explicit.get("advantage_col"))
     frame, tokens = per_response(log.frame, column)
     frame, repeated = once_per_generation(frame, request.layout)

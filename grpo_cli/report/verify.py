@@ -141,7 +141,7 @@ def run_verify(
     from grpo_cli.io.formats import table_format
     from grpo_cli.io.write import write_table
     from grpo_cli.jobs.outputs import (
-        protected_inputs,
+        input_paths,
         read_input,
         refuse_file_engines,
         remove_leftovers,
@@ -155,7 +155,8 @@ def run_verify(
     explicit = dict(options or {})
     refuse_file_engines(explicit.get("backend"), "verify")
     key_cols = tuple(explicit.get("group_cols", DEFAULT_GROUP_COLS))
-    log = read_input(sources, input_format, key_cols)
+    paths = input_paths(sources)
+    log = read_input(paths, input_format, key_cols)
     report = verify_advantages(
         log.frame,
         preset,
@@ -172,7 +173,7 @@ def run_verify(
     if report.differing is not None:
         if not to_stdout:
             remove_leftovers([diff_path], warn)
-        write_table(report.differing, diff_path, force=force, protected=protected_inputs(sources))
+        write_table(report.differing, diff_path, force=force, protected=paths)
     return VerifyResult(report, log.source, "standard output" if to_stdout else str(diff_path))
 
 
