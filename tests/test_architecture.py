@@ -362,6 +362,11 @@ def test_a_file_engine_is_refused_for_a_frame() -> None:
     assert info.value.message == (
         'backend="partitioned" reads and writes files, not an in-memory frame'
     )  # the Python API names keyword arguments (the CLI: --backend partitioned)
+    assert str(info.value.hint) == (  # verify's refusal gives the same hint
+        'use backend="polars" or torch; for logs too large for one machine, '
+        'backend="partitioned" on files writes the advantages (grpo-adv compute, '
+        "grpo_cli.run_job)"
+    )
 
 
 @pytest.mark.parametrize("estimator", ["batch_std", "gpg", "reinforce_pp_baseline", "process"])

@@ -202,3 +202,16 @@ def test_ray_tasks_run_the_plan_resolved_once(runner: CliRunner, tmp_path: Path)
         ray.shutdown()
     assert result.exit_code == 0, result.output
     assert_numbers(pl.read_parquet(out / "*.parquet"), expected(log, "opo"))
+
+
+def test_the_plan_names_the_step_column_the_key_and_the_warnings_read() -> None:
+    from grpo_cli.core.resolve import make_request, resolve
+    from grpo_cli.core.run_summary import span_warnings
+
+    log = renamed_log().with_columns(pl.col("global_step").alias("iteration"))
+    plan = resolve(make_request(None, {"estimator": "batch_std"}), log)
+    assert plan.step_col == "global_step"  # the first of STEP_COLUMNS the log has
+    assert plan.options.group_cols == ("global_step", "prompt_id")
+    assert str(span_warnings(log, plan)[0]).endswith('per step): batch_col="global_step"')
+    unstepped = log.drop("global_step", "iteration")
+    assert resolve(make_request(None, {}), unstepped).step_col is None

@@ -343,7 +343,7 @@ def test_plot_of_a_compare_table_overlays_the_methods(tmp_path: Path) -> None:
     both = tmp_path / "both.parquet"
     args = ["compare", "sample_data/rewards.parquet", "-e", "grpo", "-e", "dr_grpo", "-q"]
     assert CliRunner().invoke(app, [*args, "-o", str(both)]).exit_code == 0
-    report = read_report([str(both)], None, {"advantage_col": "advantage_grpo"}, None, None)
+    report = read_report([both], None, {"advantage_col": "advantage_grpo"}, None, None)
     assert list(report.methods) == ["grpo", "dr_grpo"]
     written = pl.read_parquet(both)
     assert report.methods["dr_grpo"].len() == written["advantage_dr_grpo"].drop_nulls().len()

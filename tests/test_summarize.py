@@ -244,6 +244,17 @@ class TestSummarizeCli:
         assert pl.read_csv(groups).height == 64
         assert json.loads(overall.read_text())[0]["responses"] == 570
 
+    def test_a_table_onto_an_input_a_glob_matched_is_refused(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        log = tmp_path / "a.csv"
+        log.write_bytes(SAMPLE_FILES["csv"].read_bytes())
+        args = ["summarize", str(tmp_path / "*.csv"), "-o", str(log), "--force"]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 4
+        assert f"refusing to overwrite the input {log}" in result.output
+        assert log.read_bytes() == SAMPLE_FILES["csv"].read_bytes()
+
     def test_bad_level(self, runner: CliRunner, tmp_path: Path) -> None:
         result = runner.invoke(
             app, ["summarize", str(SAMPLE_FILES["csv"]), "--level", "epoch", "-o", "x.csv"]

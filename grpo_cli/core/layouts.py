@@ -221,18 +221,17 @@ def apply_layout(
 
 
 def within_steps(
-    columns: Collection[str], fields: dict[str, Any], explicit: Collection[str]
+    step: str | None, fields: dict[str, Any], explicit: Collection[str]
 ) -> dict[str, Any]:
-    """``fields`` with the log's step column put first in the group key, when the user
-    named no grouping (``group_cols`` or ``group_size`` not in ``explicit``), the key
-    (a preset's, a layout's or the default ``prompt_id``) holds no step column, and
-    ``columns`` has one (the first of STEP_COLUMNS): ``(step, prompt_id)``, as every
+    """``fields`` with the log's step column ``step`` (the plan's ``step_col``) put first
+    in the group key, when the user named no grouping (``group_cols`` or ``group_size``
+    not in ``explicit``), the key (a preset's, a layout's or the default ``prompt_id``)
+    holds no step column, and the log has one: ``(step, prompt_id)``, as every
     trainer groups within a step. A positional key (``group_size``) already counts
     within the batch and is left alone."""
     if "group_cols" in explicit or fields.get("group_size") is not None:
         return fields
     group_cols = tuple(fields.get("group_cols", DEFAULT_GROUP_COLS))
-    step = next((c for c in STEP_COLUMNS if c in columns), None)
     if step is None or any(c in STEP_COLUMNS for c in group_cols):
         return fields
     return {**fields, "group_cols": (step, *group_cols)}

@@ -25,7 +25,6 @@ from grpo_cli.core.columns import (
     GROUP_HASH,
     POSITION_KEY,
     REWARD_KEY,
-    STEP_COLUMNS,
     span_flag_column,
 )
 from grpo_cli.core.engine_options import EngineOptions
@@ -132,6 +131,7 @@ class Plan:
             one grouping pass, which tells at no extra pass whether a group spans steps.
         preset: the trainer preset the options came from (its warnings), or None.
         layout: the trainer dump layout the log was read in, or None.
+        step_col: the log's step column (the first of STEP_COLUMNS it has), or None.
         derived: key columns the layout derives from each row
             (:func:`grpo_cli.core.layouts.derived_column`); never written.
         notes: what resolution filled in that the user should know (a TRL group size
@@ -147,6 +147,7 @@ class Plan:
     engine: EngineOptions = field(default_factory=EngineOptions)
     preset: str | None = None
     layout: str | None = None
+    step_col: str | None = None
     derived: tuple[str, ...] = ()
     notes: tuple[Message, ...] = ()
 
@@ -160,12 +161,12 @@ def keyed_groups(plan: Plan) -> bool:
     return plan.options.group_size is None and plan.estimator.uses_groups
 
 
-def step_column(columns: Sequence[str], plan: Plan) -> str | None:
-    """The step-like column groups are checked against: the first of STEP_COLUMNS in
-    ``columns``, when there is no batch column, groups are by key and the key lacks it."""
+def step_column(plan: Plan) -> str | None:
+    """The step-like column groups are checked against: the plan's ``step_col``, when
+    there is no batch column, groups are by key and the key lacks it."""
     if plan.options.batch_col is not None or not keyed_groups(plan):
         return None
-    column = next((c for c in STEP_COLUMNS if c in columns), None)
+    column = plan.step_col
     return None if column is None or column in plan.keys.exact else column
 
 

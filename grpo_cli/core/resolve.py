@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from grpo_cli.core.columns import COUNTER_NAME, LENGTH_NAME, user_columns
+from grpo_cli.core.columns import COUNTER_NAME, LENGTH_NAME, STEP_COLUMNS, user_columns
 from grpo_cli.core.engine_options import ENGINES, EngineOptions, split_engine
 from grpo_cli.core.errors import Message, OptionsError, Verbatim, option
 from grpo_cli.core.estimators import Estimator, get_estimator
@@ -155,7 +155,8 @@ def resolve(
         )
     notes: list[Message] = []
     frame, laid, derived = apply_layout(frame, found, dict(request.fields), explicit, notes)
-    laid = within_steps(user_columns(frame.columns), laid, explicit)
+    step_col = next((c for c in STEP_COLUMNS if c in user_columns(frame.columns)), None)
+    laid = within_steps(step_col, laid, explicit)
     laid = _length_column(frame.schema, laid, request, notes)
     options = AdvantageOptions(**laid)
     estimator = request.estimator
@@ -175,6 +176,7 @@ def resolve(
         engine=request.engine,
         preset=request.preset,
         layout=found,
+        step_col=step_col,
         derived=tuple(derived),
         notes=tuple(notes),
     )
@@ -183,7 +185,7 @@ def resolve(
         return plan
     check_frame(checked, options, estimator, values=not isinstance(data, pl.Schema))
     if in_memory and options.singleton != "drop" and estimator.unit != "step":
-        step = step_column(user_columns(frame.columns), plan) if span_check else None
+        step = step_column(plan) if span_check else None
         if step is not None and not frame.schema[step].is_integer():
             step = None  # other steps: summary._pairs_outnumber_groups checks them
         counts = frame.select(

@@ -37,7 +37,6 @@ from grpo_cli.core.columns import (
     SPAN_VALUES,
     STAT_MEAN,
     STAT_VAR,
-    STEP_COLUMNS,
     UID_GROUP,
     VALID_KEY,
     readable,
@@ -418,7 +417,7 @@ def span_warnings(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
     group key); and rows that repeat a response id within their group
     (:func:`repeat_warning`)."""
     return (
-        *_batch_warnings(frame.columns, plan),
+        *_batch_warnings(plan),
         *_span_warning(frame, plan),
         *_singleton_warning(frame, plan),
         *repeat_warning(frame, plan),
@@ -446,11 +445,10 @@ def _singleton_warning(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
     )
 
 
-def _batch_warnings(columns: Sequence[str], plan: Plan) -> tuple[Message, ...]:
-    options = plan.options
+def _batch_warnings(plan: Plan) -> tuple[Message, ...]:
+    options, column = plan.options, plan.step_col
     if options.batch_col is not None or not reads_batch(options, plan.estimator):
         return ()
-    column = next((c for c in STEP_COLUMNS if c in columns), None)
     if column is None:
         return ()
     return (
@@ -463,7 +461,7 @@ def _batch_warnings(columns: Sequence[str], plan: Plan) -> tuple[Message, ...]:
 
 
 def _span_warning(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
-    column = step_column(frame.columns, plan)
+    column = step_column(plan)
     spans = None if column is None else group_spans(frame, plan.keys, column)
     if spans is None:
         return ()

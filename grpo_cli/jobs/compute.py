@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 
 import polars as pl
 
-from grpo_cli.core.engine_options import EngineOptions, split_engine
+from grpo_cli.core.engine_options import ENGINES, EngineOptions, split_engine
 from grpo_cli.core.errors import OptionsError, option
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, run_with_fallback
@@ -86,17 +86,34 @@ def annotate_frame(frame: pl.DataFrame, plan: Plan) -> tuple[pl.DataFrame, Plan]
 
 def frame_engine(plan: Plan) -> FrameEngine:
     """The engine ``plan.engine.backend`` names, checked against the plan; it must
-    annotate frames (a file engine is run by :func:`grpo_cli.jobs.run.run_job` on files)."""
+    annotate frames (:func:`refuse_file_engines`)."""
     engine = get_engine(plan.engine.backend)
     check(engine, plan)
-    if engine.info.io != "frame":
-        name = engine.info.name
-        raise OptionsError(
-            option("backend", name) + " reads and writes files, not an in-memory frame",
-            hint="run it on files with grpo_cli.run_job (the command line's compute), or "
-            "choose " + option("backend", "polars"),
-        )
+    refuse_file_engines(engine.info.name)
     return cast(FrameEngine, engine)
+
+
+def refuse_file_engines(backend: str | None, command: str | None = None) -> None:
+    """The one refusal of an engine that reads and writes files itself (``partitioned``,
+    ``ray``; run by :func:`grpo_cli.jobs.run.run_job`) for a log read into memory on this
+    machine: by ``command`` (``verify``: before any input is read), or None: an in-memory
+    frame (the Python API). An unknown or in-memory ``backend`` passes."""
+    if backend is None or backend not in ENGINES or not ENGINES[backend].reads_files:
+        return
+    able = [name for name, info in ENGINES.items() if not info.reads_files]
+    named = option("backend", backend)
+    raise OptionsError(
+        named + " reads and writes files, not an in-memory frame"
+        if command is None
+        else f"{command} reads the log on this machine: it does not take " + named,
+        hint="use "
+        + option("backend", able[0])
+        + "".join(f" or {name}" for name in able[1:])
+        + "; for logs too large for one machine, "
+        + named
+        + " on files writes the advantages (grpo-adv compute, grpo_cli.run_job)",
+        value=backend,
+    )
 
 
 def pick_columns(frame: pl.DataFrame, names: Iterable[str]) -> pl.DataFrame:

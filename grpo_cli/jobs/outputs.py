@@ -328,28 +328,6 @@ def _size_text(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-def refuse_file_engines(backend: str | None, command: str) -> None:
-    """``command`` reads the log into memory on this machine: an engine that reads and
-    writes files itself (``--backend partitioned``, ``ray``) is refused before any input
-    is read."""
-    from grpo_cli.core.engine_options import ENGINES
-
-    if backend is None or backend not in ENGINES or not ENGINES[backend].reads_files:
-        return
-    able = [name for name, info in ENGINES.items() if not info.reads_files]
-    others = "".join(f" or {name}" for name in able[1:])
-    raise OptionsError(
-        f"{command} reads the log on this machine: it does not take " + option("backend", backend),
-        hint="use "
-        + option("backend", able[0])
-        + others
-        + "; for logs too large for one machine, grpo-adv compute "
-        + option("backend", backend)
-        + " writes the advantages",
-        value=backend,
-    )
-
-
 def sources_or_stdin(sources: list[str] | None) -> list[str]:
     """The INPUT arguments; none given reads standard input when it is a pipe or a file
     (as jq and xsv do), and is a usage error at a terminal."""

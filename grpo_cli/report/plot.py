@@ -128,9 +128,10 @@ def run_plot(
     if estimator is not None:
         get_estimator(estimator)  # an unknown name fails before any input is read
     remove_leftovers([path], warn)  # whatever this run's fate
-    check_output_path(path, force=force, protected=input_paths(sources))
+    paths = input_paths(sources)
+    check_output_path(path, force=force, protected=paths)
     preload_pyplot()  # while the log is read and summarized
-    report = read_report(sources, preset, dict(options or {}), input_format, by)
+    report = read_report(paths, preset, dict(options or {}), input_format, by)
     title = dashboard_title(sources, preset=preset, estimator=estimator)
     write_dashboard(
         report, path, fmt, title=title, methods=report.methods or None, force=force, spell=spell

@@ -163,8 +163,9 @@ def run_summarize(
     to_stdout = target is not None and str(target) == "-"
     if target is not None:
         table_format(target, output_format)  # before any input is read
+    paths = input_paths(sources)
     report = under_trainer_names(
-        read_report(sources, preset, dict(options or {}), input_format, by), preset
+        read_report(paths, preset, dict(options or {}), input_format, by), preset
     )
     chosen = level or ("step" if report.by else "overall")
     table = report.table(chosen) if target is not None or level is not None else None
@@ -173,30 +174,31 @@ def run_summarize(
         assert table is not None
         if not to_stdout:
             remove_leftovers([target], warn)
-        write_table(table, target, force=force, protected=input_paths(sources), fmt=output_format)
+        write_table(table, target, force=force, protected=paths, fmt=output_format)
         written = "standard output" if to_stdout else str(target)
     return SummaryResult(report, chosen, table, written)
 
 
 def read_report(
-    sources: list[str],
+    paths: list[Path],
     preset: str | None,
     explicit: Mapping[str, Any],
     input_format: str | None,
     by: Sequence[str] | None,
 ) -> Report:
-    """Read the inputs and build their report (``summarize`` and ``plot``): the preset and
-    the explicit options resolved on the log, a dump logged once per generation read once
-    (:func:`grpo_cli.core.layouts.once_per_generation`), the advantage column detected when
-    ``explicit`` names none (:func:`grpo_cli.core.columns.logged_advantage`) and read as one
-    value per response (:func:`grpo_cli.core.layouts.per_response`)."""
+    """Read ``paths`` (none: standard input) and build their report (``summarize``,
+    ``plot``): the preset and the explicit options resolved on the log, a dump logged once
+    per generation read once (:func:`grpo_cli.core.layouts.once_per_generation`), the
+    advantage column detected when ``explicit`` names none
+    (:func:`grpo_cli.core.columns.logged_advantage`) and read as one value per response
+    (:func:`grpo_cli.core.layouts.per_response`)."""
     from grpo_cli.core.columns import logged_advantage
     from grpo_cli.core.layouts import once_per_generation, per_response
     from grpo_cli.core.resolve import derive, make_request, resolve
-    from grpo_cli.jobs.outputs import input_paths, read_input
+    from grpo_cli.jobs.outputs import read_input
 
     request = make_request(preset, {**explicit, "advantage_col": UNUSED_OUTPUT})
-    log = read_input(input_paths(sources), input_format, request.key_cols)
+    log = read_input(paths, input_format, request.key_cols)
     column = logged_advantage(log.frame.columns, explicit.get("advantage_col"))
     frame, tokens = per_response(log.frame, column)
     frame, repeated = once_per_generation(frame, request.layout)

@@ -48,7 +48,7 @@ from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions, not_rewa
 from grpo_cli.core.presets import get_preset
 from grpo_cli.core.resolve import derive, make_request, resolve
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, span_warnings
-from grpo_cli.jobs.compute import annotate_frame
+from grpo_cli.jobs.compute import annotate_frame, refuse_file_engines
 from grpo_cli.report.explain import cut
 
 
@@ -140,13 +140,7 @@ def run_verify(
     """
     from grpo_cli.io.formats import table_format
     from grpo_cli.io.write import write_table
-    from grpo_cli.jobs.outputs import (
-        input_paths,
-        read_input,
-        refuse_file_engines,
-        remove_leftovers,
-        sources_or_stdin,
-    )
+    from grpo_cli.jobs.outputs import input_paths, read_input, remove_leftovers, sources_or_stdin
 
     sources = sources_or_stdin([str(source) for source in inputs])
     diff_path = None if diff_out is None else Path(diff_out)
