@@ -184,6 +184,8 @@ class TestCli:
         assert table_lines and all(cell_len(line) <= width for line in table_lines)
         assert "0.5759 / 0.3942" in result.stderr  # reward mean / std
         assert "-2.846 / 3.175" in result.stderr  # advantage min / max
+        # a text cell wraps between words: one of 20 cells stays whole, not folded
+        assert {"zero-variance", "frac_reward_zero_std"} <= set(result.stderr.split())
         result = runner.invoke(app, ["summarize", str(out)], env=env)
         assert result.exit_code == 0, result.output
         assert ELLIPSIS not in result.stderr

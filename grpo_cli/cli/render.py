@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rich.cells import cell_len
 from rich.console import Console
 from rich.progress import TaskID
 from rich.table import Table
@@ -96,9 +96,6 @@ def _share(count: int, total: int) -> str:
 
 # --------------------------------------------------------------------------- tables that fit
 
-# Rich's default table chrome: one space of padding each side of a cell and a border line
-# left of every column, plus the right edge.
-_CHROME_PER_COLUMN = 3
 # A text column need not be wider than this to keep its words whole: a longer word (an
 # identifier, a path, key=value) may fold onto the next line.
 _MAX_WORD_FLOOR = 20
@@ -108,9 +105,8 @@ _MAX_WORD_FLOOR = 20
 class TableColumn:
     """One column of a table printed by :func:`print_table`.
 
-    ``wrap``: free text, whose cells may wrap on whitespace (never inside a word of up to
-    ``_MAX_WORD_FLOOR`` cells). Otherwise (numbers, names) each cell stays whole on one
-    line.
+    ``wrap``: free text, whose cells may wrap on whitespace and fold a word too long for
+    the column. Otherwise (numbers, names) each cell stays whole on one line.
     """
 
     header: str
@@ -135,56 +131,74 @@ def print_table(
     """Print ``rows`` (markup strings) as Rich tables no wider than ``console.width`` that
     cut no number and no header: Rich's ellipsis never shows.
 
-    The rule, per column: its *need* is its widest cell (the header included when shown),
-    its *floor* the narrowest width that cuts nothing: the need for a one-line column, the
-    longest word (at most ``_MAX_WORD_FLOOR``) for a ``wrap`` column. Then:
+    Each column's ``min_width`` is its *floor*: its widest cell (header included) for a
+    ``no_wrap`` column, its longest word (at most ``_MAX_WORD_FLOOR``) for a ``wrap``
+    one. A table fits when Rich measures it at its floors within the console. One that fits
+    at its widest cells is Rich's own layout; one that fits only narrower gets its floors
+    widened toward the widest cells, the key columns first, then the narrowest (Rich's
+    own narrowing would take a wrap column under its ``min_width``). Else:
 
-    * When every column fits at its need: one table at those widths, as Rich prints it.
-    * When every column fits at its floor: one table, the spare width given to the key
-      columns up to their need, then to the others, the narrowest first.
-    * Else, if ``split`` and the first ``keys`` columns fit beside any single other
-      column: the other columns are split, in order, into consecutive tables ("parts")
-      as wide as fit at their floors, each repeating the ``keys`` columns at its left, as
-      pandas wraps a wide frame; each part is headed by its title and ", part i of n".
-    * Else, with three columns or more: the vertical layout, one ``header  cell`` line per
-      cell, a rule between rows (:func:`_print_records`).
-    * Else (two columns): the text column is narrowed and its longest words fold onto the
-      next line, whole.
+    * if ``split`` and the first ``keys`` columns fit beside any single other column, the
+      other columns are split, in order, into consecutive tables ("parts") as wide as fit,
+      each repeating the ``keys`` columns at its left, as pandas wraps a wide frame; each
+      part is headed by its title and ", part i of n";
+    * else, with three columns or more: the vertical layout, one ``header  cell`` line per
+      cell, a rule between rows (:func:`_print_records`);
+    * else (two columns): Rich narrows the text column and folds its longest words.
 
     ``section``: a rule under every ``section`` rows (none when 0).
     """
-    measured = [
-        _column_extent(
-            console,
-            ([column.header] if show_header else []) + [row[i] for row in rows],
-            wrap=column.wrap,
-        )
-        for i, column in enumerate(columns)
-    ]
-    floors = [floor for floor, _ in measured]
-    needs = [need for _, need in measured]
     keys = min(keys, len(columns))
+    unbounded = console.options.update_width(sys.maxsize)  # a measure capped at no width
+    floors, needs = [], []
+    for i, column in enumerate(columns):
+        cells = [column.header] * show_header + [row[i] for row in rows]
+        sizes = [console.measure(console.render_str(cell), options=unbounded) for cell in cells]
+        needs.append(max((size.maximum for size in sizes), default=1))
+        words = max((size.minimum for size in sizes), default=1)
+        floors.append(min(words, _MAX_WORD_FLOOR) if column.wrap else needs[-1])
+
+    def table(
+        part: Sequence[int], widths: Sequence[int] | None = None, *, fold: bool = False
+    ) -> Table:
+        shown = [*range(keys), *part]
+        result = Table(show_header=show_header, show_lines=show_lines)
+        for n, i in enumerate(shown):
+            result.add_column(
+                columns[i].header,
+                justify=columns[i].justify,
+                style=columns[i].style,
+                overflow="fold",
+                no_wrap=not columns[i].wrap,
+                width=None if widths is None else widths[n],
+                min_width=None if fold and columns[i].wrap else floors[i],
+            )
+        for n, row in enumerate(rows, start=1):
+            result.add_row(*(row[i] for i in shown), end_section=section > 0 and n % section == 0)
+        return result
+
+    def narrowest(part: Sequence[int]) -> int:  # the table's width at the floors
+        at_floors = table(part, [floors[i] for i in (*range(keys), *part)])
+        return console.measure(at_floors, options=unbounded).minimum
+
+    def fits(part: Sequence[int]) -> bool:
+        return narrowest(part) <= console.width
+
     rest = list(range(keys, len(columns)))
-    width = console.width
-    if _fits(needs, width) or _fits(floors, width):
+    if fits(rest):
         parts = [rest]
-    elif split and all(_fits([*floors[:keys], floors[i]], width) for i in rest):
-        parts = _split_columns(floors, keys, width)
+    elif split and all(fits([i]) for i in rest):
+        parts = [[]]
+        for i in rest:
+            if parts[-1] and not fits([*parts[-1], i]):
+                parts.append([])
+            parts[-1].append(i)
     elif len(columns) > 2:
         _print_records(console, columns, rows, title=title, title_justify=title_justify)
         return
     else:
         parts = [rest]
     for number, part in enumerate(parts, start=1):
-        shown = [*range(keys), *part]
-        widths = _column_widths(
-            [floors[i] for i in shown],
-            [needs[i] for i in shown],
-            [columns[i].wrap for i in shown],
-            keys,
-            width - _CHROME_PER_COLUMN * len(shown) - 1,
-        )
-        table_title = title
         if len(parts) > 1:
             # a line of its own: a table's title wraps at the (narrower) table's width
             heading = f"part {number} of {len(parts)}"
@@ -195,25 +209,22 @@ def print_table(
                 markup=False,
                 emoji=False,
             )
-            table_title = None
-        table = Table(
-            title=table_title,
-            title_justify=title_justify,
-            show_header=show_header,
-            show_lines=show_lines,
-        )
-        for i, column_width in zip(shown, widths, strict=True):
-            column = columns[i]
-            table.add_column(
-                column.header,
-                justify=column.justify,
-                style=column.style,
-                width=column_width,
-                overflow="fold",
-            )
-        for n, row in enumerate(rows, start=1):
-            table.add_row(*(row[i] for i in shown), end_section=section > 0 and n % section == 0)
-        console.print(table)
+        shown = [*range(keys), *part]
+        widths = [floors[i] for i in shown]
+        spare = console.width - narrowest(part)
+        for n in sorted(range(len(shown)), key=lambda n: (n >= keys, needs[shown[n]])):
+            grow = max(0, min(spare, needs[shown[n]] - widths[n]))
+            widths[n] += grow
+            spare -= grow
+        if console.measure(table(part), options=unbounded).maximum <= console.width:
+            printed = table(part)  # every column at its need: Rich's own layout
+        elif spare < 0:  # two columns too wide at their floors: Rich folds the long words
+            printed = table(part, fold=True)
+        else:
+            printed = table(part, widths)
+        printed.title = title if len(parts) == 1 else None
+        printed.title_justify = title_justify
+        console.print(printed)
 
 
 def _print_records(
@@ -237,60 +248,6 @@ def _print_records(
         section=len(columns),
         title_justify=title_justify,
     )
-
-
-def _column_extent(console: Console, texts: Sequence[str], *, wrap: bool) -> tuple[int, int]:
-    """``(floor, need)`` of a column holding ``texts`` (see :func:`print_table`), in terminal
-    cells of the text as ``console`` renders it (markup applied)."""
-    floor = need = 1
-    for text in texts:
-        plain = console.render_str(text, highlight=False).plain
-        need = max(need, *(cell_len(line) for line in plain.splitlines() or [""]))
-        if wrap:
-            floor = max(floor, *(cell_len(word) for word in plain.split() or [""]))
-    return (min(floor, _MAX_WORD_FLOOR, need) if wrap else need), need
-
-
-def _fits(widths: Sequence[int], width: int) -> bool:
-    """Whether a table with columns ``widths`` wide (without padding) fits ``width``."""
-    return sum(widths) + _CHROME_PER_COLUMN * len(widths) + 1 <= width
-
-
-def _split_columns(floors: list[int], keys: int, width: int) -> list[list[int]]:
-    """The indices of the columns after the ``keys`` first, split into consecutive parts,
-    each of as many as fit ``width`` at their floors beside the key columns."""
-    parts: list[list[int]] = [[]]
-    for i in range(keys, len(floors)):
-        candidate = [*parts[-1], i]
-        if parts[-1] and not _fits([floors[j] for j in (*range(keys), *candidate)], width):
-            parts.append([i])
-        else:
-            parts[-1] = candidate
-    return parts
-
-
-def _column_widths(
-    floors: list[int], needs: list[int], wraps: list[bool], keys: int, budget: int
-) -> list[int]:
-    """Column widths (without padding) that sum to ``budget`` or less where possible: the
-    needs when they fit; else the floors, widened up to the needs, the key columns first,
-    then the others, the narrowest first; else the floors of the ``wrap`` columns
-    narrowed, the widest first, down to 1 (their long words fold)."""
-    if sum(needs) <= budget:
-        return list(needs)
-    widths = list(floors)
-    while sum(widths) > budget:
-        candidates = [i for i, w in enumerate(widths) if wraps[i] and w > 1]
-        if not candidates:
-            return widths
-        widths[max(candidates, key=lambda i: widths[i])] -= 1
-    for group in (range(keys), range(keys, len(widths))):
-        while sum(widths) < budget:
-            candidates = [i for i in group if widths[i] < needs[i]]
-            if not candidates:
-                break
-            widths[min(candidates, key=lambda i: widths[i])] += 1
-    return widths
 
 
 def render_run_summary(
@@ -359,8 +316,8 @@ def print_figures(
     console: Console, rows: Sequence[tuple[str, str]], *, title: str | None = None
 ) -> None:
     """A headerless two-column table, a bold figure name then its value, that fits the
-    console: both columns wrap on whitespace (the names are widened first), so a number
-    is never cut; only a word over ``_MAX_WORD_FLOOR`` cells (a long path) may fold."""
+    console: both columns wrap on whitespace, so a number is never cut; only a word too
+    long for the console (a long path) may fold."""
     columns = [TableColumn("figure", style="bold", wrap=True), TableColumn("value", wrap=True)]
     print_table(console, columns, rows, keys=1, title=title, show_header=False)
 
