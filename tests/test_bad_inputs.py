@@ -257,6 +257,50 @@ def test_a_signal_at_any_moment_gives_its_one_line(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("out")] == []
 
 
+_SIGNAL_IN_A_POLARS_CALLBACK = """
+import os, signal, sys, time
+import polars as pl
+from grpo_cli.cli import signals
+from grpo_cli.core.errors import Terminated
+
+signal.signal(signal.SIGTERM, signals.on_signal)
+signals.command_started()
+
+
+def double(batch):  # Polars' Rust engine calls it: SIGTERM arrives while it runs
+    os.kill(os.getpid(), signal.SIGTERM)
+    start = time.monotonic()
+    while time.monotonic() - start < 0.05:
+        pass
+    return batch * 2
+
+
+try:
+    frame = pl.DataFrame({"a": [1, 2]}).lazy().select(pl.col("a").map_batches(double))
+    print(frame.collect()["a"].to_list())
+    time.sleep(5)
+    print("the signal was lost")
+except Terminated:
+    print("terminated in our code", signals.raised_signal())
+"""
+
+
+def test_a_signal_inside_a_polars_callback_unwinds_in_our_code() -> None:
+    """A signal that meets Python code run by Polars' engine (a scan's callback: CI once
+    met it in Parquet's cast options) is delivered again once Polars returns, so the run
+    unwinds in its own code: raised inside the callback, it became a Rust panic with its
+    backtrace on stderr and a "cannot read ... as parquet" error."""
+    process = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_IN_A_POLARS_CALLBACK],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert (process.stdout, process.stderr) == (
+        f"[2, 4]\nterminated in our code {int(signal.SIGTERM)}\n",
+        "",
+    )
+
+
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(

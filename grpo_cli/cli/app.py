@@ -28,6 +28,7 @@ from grpo_cli.cli.signals import (
     command_started,
     exit_decided,
     on_signal,
+    raised_signal,
     stopped_line,
 )
 from grpo_cli.cli.summarize import summarize_cmd
@@ -215,11 +216,15 @@ def _exit_for(exc: BaseException) -> NoReturn:
     (anything but an error or a signal passes on)."""
     from grpo_cli.cli.render import print_error, stderr_console
 
+    signum = raised_signal()
+    if signum is not None and not isinstance(exc, typer.Exit):
+        raise typer.Exit(_stopped(signum)) from None  # exc came of the signal (a library's wrap)
     if isinstance(exc, GrpoAdvError):
         print_error(stderr_console(), exc, flag_spelling)  # options named by their flags
         raise typer.Exit(exc.exit_code) from None
-    if isinstance(exc, KeyboardInterrupt | Terminated):
-        raise typer.Exit(_stopped(exc)) from None
+    if isinstance(exc, KeyboardInterrupt | Terminated):  # deferred ones (io.interrupts)
+        sig = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
+        raise typer.Exit(_stopped(sig)) from None
     if isinstance(exc, typer.Exit) or not isinstance(exc, Exception):
         raise exc
     if isinstance(exc, OSError):
@@ -234,20 +239,19 @@ def _exit_for(exc: BaseException) -> NoReturn:
     _internal_error(exc)
 
 
-def _stopped(exc: KeyboardInterrupt | Terminated) -> int:
+def _stopped(signum: int) -> int:
     """Say on stderr that a signal stopped the command, and return the exit code: 130
     (Ctrl-C) or 143 (SIGTERM), nothing written; 0 when the command's outputs were already
     in place (complete), said in a warning."""
     from grpo_cli.cli.render import print_error, print_warning, stderr_console
     from grpo_cli.io import interrupts
 
-    signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
     if interrupts.committed():
         line = stopped_line(signum, complete=True)
         print_warning(stderr_console(), line, flag_spelling)
         return EXIT_OK
     print_error(stderr_console(), GrpoAdvError(stopped_line(signum)), flag_spelling)
-    return EXIT_CODES[signum]
+    return EXIT_CODES[signal.Signals(signum)]
 
 
 def _disk_full_error() -> OutputError:

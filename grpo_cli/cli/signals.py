@@ -9,6 +9,10 @@ background job starts with SIGINT ignored; whoever signals grpo-adv means it):
   unwinds (temporary files removed, no partial output; see
   :mod:`grpo_cli.io.interrupts` for the moments that defer it) and says so in the same
   line; later signals are ignored.
+- **While Polars runs Python code** (its wrappers, or a callback its Rust engine makes
+  during a scan): the signal is delivered again a few milliseconds later, until it meets
+  code of ours. Raised inside a callback, the exception would become a Rust panic (its
+  backtrace on stderr) and a misleading read error.
 - **Once the command's exit is decided** (it returned, or its error is being said):
   ignored.
 
@@ -21,6 +25,8 @@ import contextlib
 import os
 import signal
 import sys
+import threading
+from types import FrameType
 from typing import Final, NoReturn
 
 from grpo_cli.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
@@ -31,6 +37,9 @@ _LOADING: Final = "loading"
 _RUNNING: Final = "running"
 _DECIDED: Final = "decided"
 _stage = {"now": _LOADING}
+_raised: dict[str, int | None] = {"signum": None}
+_POLARS_DIR: Final = f"{os.sep}polars{os.sep}"
+_REDELIVERY_S: Final = 0.005
 
 
 def stopped_line(signum: int, *, complete: bool = False) -> str:
@@ -54,13 +63,35 @@ def end_at_once(signum: int, frame: object = None) -> NoReturn:
     os._exit(EXIT_CODES[signal.Signals(signum)])
 
 
-def on_signal(signum: int, frame: object) -> None:
+def _inside_polars(frame: FrameType | None) -> bool:
+    """Whether Python code of the Polars package is on the stack (a wrapper, or a callback
+    made from its Rust engine: both end in a Polars frame)."""
+    while frame is not None:
+        if _POLARS_DIR in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deliver_again(signum: int) -> None:
+    """Send ``signum`` to this process again in a few milliseconds (from a timer thread;
+    the handler runs in the main thread at its next Python instruction)."""
+    timer = threading.Timer(_REDELIVERY_S, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
+
+
+def on_signal(signum: int, frame: FrameType | None) -> None:
     """The handler of both signals in a grpo-adv process (see the module docstring)."""
     if _stage["now"] == _LOADING:
         end_at_once(signum)
     if _stage["now"] == _DECIDED:
         return
+    if _inside_polars(frame):
+        _deliver_again(signum)
+        return
     _stage["now"] = _DECIDED
+    _raised["signum"] = signum
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated()
@@ -69,6 +100,13 @@ def on_signal(signum: int, frame: object) -> None:
 def command_started() -> None:
     """A command runs from now: a signal unwinds it."""
     _stage["now"] = _RUNNING
+    _raised["signum"] = None
+
+
+def raised_signal() -> int | None:
+    """The signal :func:`on_signal` raised in this command, if any: whatever exception the
+    command ended with was its consequence."""
+    return _raised["signum"]
 
 
 def exit_decided() -> None:
