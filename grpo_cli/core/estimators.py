@@ -299,18 +299,15 @@ class Estimator:
     """A registered estimator and every fact the rest of grpo-adv needs about it.
 
     Attributes:
-        name: the ``--estimator`` value.
-        summary: one line for ``--help``: the formula.
-        source: the paper or trainer file it reproduces.
+        name, summary, source: the ``--estimator`` value, its ``--help`` line (the
+            formula), the paper or trainer file it reproduces.
         fn: the formula.
         uses_groups: whether it needs a group key (and so the singleton policy applies).
         needs: extra columns it reads: ``length``, ``baseline``, ``step_rewards``.
         whitens: whether it ends with a batch whitening (see ``clip_stage``).
-        scope: ``group`` when every statistic it reads lies within one group (a log can be
-            split along groups: partitioned and distributed engines), ``batch`` when it
-            reads whole-batch statistics.
-        unit: ``response`` (one advantage per row) or ``step`` (one per step reward of a
-            list column: process supervision).
+        scope: ``group`` when it reads statistics within one group only (a log can be split
+            along groups), ``batch`` when it reads whole-batch statistics.
+        unit: ``response`` (one advantage per row) or ``step`` (process supervision).
     """
 
     name: str
@@ -328,26 +325,17 @@ ESTIMATORS: Final[dict[str, Estimator]] = {}
 
 
 def register_estimator(
-    name: str,
-    summary: str,
-    source: str,
-    *,
-    uses_groups: bool = True,
-    needs: frozenset[str] = frozenset(),
-    whitens: bool = False,
-    scope: str = "group",
-    unit: str = "response",
+    name: str, summary: str, source: str, **facts: Any
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Register ``fn`` under ``name`` with its facts (see :class:`Estimator`)."""
-    if scope not in SCOPES or unit not in UNITS:
-        raise ValueError(f"estimator {name!r}: scope {scope!r} / unit {unit!r}")
+    """Register ``fn`` under ``name`` with its ``facts`` (:class:`Estimator`'s fields)."""
 
     def decorate(fn: EstimatorFn) -> EstimatorFn:
+        est = Estimator(name, summary, source, fn, **facts)
+        if est.scope not in SCOPES or est.unit not in UNITS:
+            raise ValueError(f"estimator {name!r}: scope {est.scope!r} / unit {est.unit!r}")
         if name in ESTIMATORS:
             raise ValueError(f"estimator {name!r} registered twice")
-        ESTIMATORS[name] = Estimator(
-            name, summary, source, fn, uses_groups, needs, whitens, scope, unit
-        )
+        ESTIMATORS[name] = est
         return fn
 
     return decorate

@@ -84,27 +84,21 @@ def import_torch() -> Any:
         started.join()
     try:
         import torch
-    except ImportError as exc:
-        if exc.name == "torch" or "No module named 'torch'" in str(exc):  # not there
+    except Exception as exc:  # not there, or broken: a CUDA library missing (OSError), ...
+        if isinstance(exc, ImportError) and (
+            exc.name == "torch" or "No module named 'torch'" in str(exc)
+        ):
             raise OptionsError(
                 option("backend", "torch") + " needs PyTorch, which is not installed",
                 hint="install it with: " + INSTALL_HINT,
             ) from None
-        raise _broken_torch(exc) from None
-    except Exception as exc:  # a broken install: a CUDA library missing (OSError), ...
-        raise _broken_torch(exc) from None
+        raise OptionsError(
+            option("backend", "torch") + " needs PyTorch, which failed to load: "
+            f"{type(exc).__name__}: {first_line(str(exc))}",
+            hint="reinstall it with: " + INSTALL_HINT + "; or leave " + option("backend") + " out "
+            "(the Polars engine)",
+        ) from None
     return torch
-
-
-def _broken_torch(exc: Exception) -> OptionsError:
-    """The error for a PyTorch that is installed but fails to load."""
-    detail = first_line(str(exc))
-    return OptionsError(
-        option("backend", "torch")
-        + f" needs PyTorch, which failed to load: {type(exc).__name__}: {detail}",
-        hint="reinstall it with: " + INSTALL_HINT + "; or leave " + option("backend") + " out "
-        "(the Polars engine)",
-    )
 
 
 def resolve_device(torch: Any, device: str) -> Any:
