@@ -82,12 +82,8 @@ ADV_ZERO: Final = "zero_advantages"
 BATCH_VALUES: Final = "batch_values"  # the distinct batch values, a list
 SIZE_HIST: Final = "size_hist"  # list of {size, groups}, sorted by size, one entry a size
 
-SUMS: Final = (
-    ROWS,
-    NULL_REWARDS,
-    ZERO_STD_ROWS,
-    STD_SUM,
-    STD_ROWS,
+# Partials counted per group (summarize's overall table takes them from one row per group).
+GROUP_SUMS: Final = (
     GROUPS,
     ZERO_STD_GROUPS,
     SINGLETON_GROUPS,
@@ -96,24 +92,13 @@ SUMS: Final = (
     SOLVED_GROUPS,
     FAILED_GROUPS,
     GROUP_MEAN_SUM,
-    ADV_ZERO,
 )
+GROUP_PARTIALS: Final = (*GROUP_SUMS, SIZE_HIST)
+SUMS: Final = (ROWS, NULL_REWARDS, ZERO_STD_ROWS, STD_SUM, STD_ROWS, ADV_ZERO, *GROUP_SUMS)
 MINIMA: Final = (SIZE_MIN, ADV_MIN, REWARD_MIN)
 MAXIMA: Final = (SIZE_MAX, ADV_MAX, REWARD_MAX)
 MOMENTS: Final = (REWARD_N, REWARD_MEAN, REWARD_M2, ADV_N, ADV_MEAN)
 PARTIALS: Final = (*SUMS, *MINIMA, *MAXIMA, *MOMENTS, BATCH_VALUES, SIZE_HIST)
-# Partials counted per group (summarize's overall table takes them from one row per group).
-GROUP_PARTIALS: Final = (
-    GROUPS,
-    ZERO_STD_GROUPS,
-    SINGLETON_GROUPS,
-    SCORED_GROUPS,
-    PASSING_GROUPS,
-    SOLVED_GROUPS,
-    FAILED_GROUPS,
-    GROUP_MEAN_SUM,
-    SIZE_HIST,
-)
 
 # ------------------------------------------------------------------ finished figures
 FIGURES: Final = (
