@@ -170,7 +170,7 @@ def torch_columns(frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
     CHECK_MAX, computed with torch over ``frame`` (the prepared reward, the key columns and
     the columns the estimator reads)."""
     with on_device(frame, plan) as ctx:
-        return host_columns(formula_columns(ctx, frame, plan), frame, plan)
+        return host_columns(ctx, frame, plan)
 
 
 @contextlib.contextmanager
@@ -300,9 +300,11 @@ def float_column(torch: Any, frame: pl.DataFrame, expr: pl.Expr, device: Any) ->
     return to_device(torch, values, device)
 
 
-def formula_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> dict[str, Any]:
-    """The tensors of :func:`torch_columns`, on the device (VALID_KEY only when the reward
-    has nulls; COLLISION, a 0-d bool, when the key is hashed: :func:`hash_collides`)."""
+def host_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
+    """The columns of :func:`torch_columns`, computed on the device and copied to the host.
+    CHECK_MAX is the second hash itself when no two keys share a group hash
+    (:func:`hash_collides`), else Polars' window
+    (:func:`grpo_cli.core.plan.collision_columns`)."""
     torch, options = ctx.torch, plan.options
     raw = formula(
         ctx,
@@ -314,24 +316,26 @@ def formula_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> dict[
         ],
     )
     valid = ctx.count().to(torch.int64)
+    sizes = valid  # every reward valid: the group's rows are its valid rewards
     if plan.has_nulls:
         sizes = torch.bincount(ctx.group, minlength=ctx.groups).index_select(0, ctx.group)
-    else:  # every reward valid: the group's rows are its valid rewards
-        sizes = valid
     out = {
         RAW: torch.broadcast_to(raw, ctx.reward.shape),
         SIZE_KEY: sizes,
         CONSTANT_KEY: ctx.is_constant(),
+        VALID_KEY: valid if plan.has_nulls else None,  # else SIZE_KEY's, not copied again
     }
-    if plan.has_nulls:
-        out[VALID_KEY] = valid
+    host = pl.DataFrame({k: v.cpu().numpy() for k, v in out.items() if v is not None})
+    if not plan.has_nulls:
+        host = host.with_columns(pl.col(SIZE_KEY).alias(VALID_KEY))
     if plan.keys.check is not None:
         check = key_tensor(torch, frame, (plan.keys.check,), ctx.device)
-        out[COLLISION] = hash_collides(ctx, check)
-    return out
-
-
-COLLISION: Final = "collision"  # formula_columns' flag: two keys share the group hash
+        if bool(hash_collides(ctx, check)):
+            check_max = frame.select(collision_columns(plan.keys)).to_series()
+        else:
+            check_max = frame.get_column(plan.keys.check).alias(CHECK_MAX)
+        host = host.with_columns(check_max)
+    return host
 
 
 def hash_collides(ctx: TorchContext, check: Any) -> Any:
@@ -341,23 +345,6 @@ def hash_collides(ctx: TorchContext, check: Any) -> Any:
     start = torch.full((ctx.groups,), torch.iinfo(torch.int64).min, device=check.device)
     largest = start.scatter_reduce(0, ctx.group, check, "amax")
     return (largest.index_select(0, ctx.group) != check).any()
-
-
-def host_columns(out: dict[str, Any], frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
-    """The tensors of :func:`formula_columns` as Polars columns on the host; CHECK_MAX is
-    the second hash itself without a collision, else Polars' window
-    (:func:`grpo_cli.core.plan.collision_columns`)."""
-    columns = {name: tensor.cpu().numpy() for name, tensor in out.items() if name != COLLISION}
-    host = pl.DataFrame(columns)
-    if VALID_KEY not in columns:
-        host = host.with_columns(pl.col(SIZE_KEY).alias(VALID_KEY))
-    if COLLISION in out and plan.keys.check is not None:
-        if bool(out[COLLISION]):
-            check_max = frame.select(collision_columns(plan.keys)).to_series()
-        else:
-            check_max = frame.get_column(plan.keys.check).alias(CHECK_MAX)
-        host = host.with_columns(check_max)
-    return host
 
 
 @dataclass(frozen=True)
