@@ -138,10 +138,6 @@ class FormulaContext(ABC):
         """Mean of the group's valid rewards (0 for a singleton under ``singleton_unit``)."""
         return self._unit_for_singletons(self.reward_stat("mean"), 0.0)
 
-    def group_sum(self) -> Value:
-        """Sum of the group's valid rewards."""
-        return self.group_agg(self.reward, "sum")
-
     def group_var(self) -> Value:
         """Variance with ``ddof`` (null when n_g <= ddof; 1 for a singleton under
         ``singleton_unit``)."""
@@ -225,14 +221,6 @@ class EstimatorContext(FormulaContext):
     precomputed: bool = False
     batch_source: BatchStatSource | None = None
 
-    def in_group(self, expr: pl.Expr) -> pl.Expr:
-        """``expr`` evaluated over the row's group."""
-        return expr.over(list(self.group_keys))
-
-    def in_batch(self, expr: pl.Expr) -> pl.Expr:
-        """``expr`` evaluated over the row's batch."""
-        return expr.over(list(self.batch_keys))
-
     def where(
         self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
     ) -> pl.Expr:
@@ -267,12 +255,12 @@ class EstimatorContext(FormulaContext):
         if self.precomputed:
             return pl.col(STAT_COLUMNS[name])
         r = self.reward
-        return self.in_group(
-            {"count": r.count(), "mean": r.mean(), "var": r.var(ddof=self.ddof)}[name]
-        )
+        stat = {"count": r.count(), "mean": r.mean(), "var": r.var(ddof=self.ddof)}[name]
+        return stat.over(list(self.group_keys))
 
     def group_agg(self, x: Value, op: str) -> pl.Expr:
-        return self.in_group({"sum": x.sum(), "count": x.count(), "max": x.max()}[op])
+        aggregate = {"sum": x.sum(), "count": x.count(), "max": x.max()}[op]
+        return aggregate.over(list(self.group_keys))  # type: ignore[no-any-return]
 
     def batch_agg(self, x: Value, op: str) -> pl.Expr:
         aggregate = {
@@ -282,7 +270,7 @@ class EstimatorContext(FormulaContext):
             "min": x.min(),
             "nonzero": (x != 0).sum(),
         }[op]
-        return self.in_batch(aggregate)
+        return aggregate.over(list(self.batch_keys))  # type: ignore[no-any-return]
 
     def batch_stat(self, x: Value, name: str) -> Value:
         """From ``batch_source`` when set, else windows."""
@@ -395,7 +383,7 @@ def rloo(ctx: FormulaContext) -> Value:
     """Leave-one-out baseline: ``A_i = r_i - (sum_g - r_i) / (n_g - 1)`` (sums to 0 in a
     group); a one-response group gets the singleton policy's value (verl: the raw reward)."""
     n = ctx.to_float(ctx.count())
-    loo = ctx.reward - (ctx.group_sum() - ctx.reward) / (n - 1.0)
+    loo = ctx.reward - (ctx.group_agg(ctx.reward, "sum") - ctx.reward) / (n - 1.0)
     return ctx.where(ctx.is_singleton(), ctx.reward - ctx.group_mean(), ctx.zero_if_constant(loo))
 
 
