@@ -200,17 +200,14 @@ def partials(
 
 
 def group_partials(
-    groups: pl.LazyFrame | pl.DataFrame,
-    by: Sequence[str] = (),
-    *,
-    pass_rates: bool = False,
+    groups: pl.LazyFrame | pl.DataFrame, *, pass_rates: bool = False
 ) -> pl.DataFrame:
-    """The partials counted per group (``GROUP_PARTIALS``) of a frame of one row per
-    (value of ``by``, group) with the group's profile."""
-    lazy, keys = groups.lazy(), list(by)
-    counted = _aggregate(lazy, keys, _group_aggs(pass_rates, per_row=False))
-    both = pl.concat([counted, _size_hist(lazy, keys, per_row=False)], how="diagonal")
-    return _merge(both, keys).collect()
+    """The partials counted per group (``GROUP_PARTIALS``) of one row per group with its
+    profile."""
+    lazy = groups.lazy()
+    counted = _aggregate(lazy, [], _group_aggs(pass_rates, per_row=False))
+    both = pl.concat([counted, _size_hist(lazy, [], per_row=False)], how="diagonal")
+    return _merge(both, []).collect()
 
 
 def _aggregate(frame: pl.LazyFrame, by: list[str], aggs: list[pl.Expr]) -> pl.LazyFrame:
