@@ -160,18 +160,17 @@ def partials(
     """The partials of ``rows`` per value of ``by`` (one row when ``by`` is empty).
 
     Args:
-        rows: one row per response, with its group's profile (see the module docstring)
-            and the ``by``, ``batch`` and advantage columns. Without ``groups``, every group
-            lies whole in the rows of one value of ``by``.
+        rows: one row per response, with its group's profile and the ``by``, ``batch`` and
+            advantage columns; without ``groups``, each group whole in one value of ``by``.
         ddof: the ddof of the profile's group variance.
         groups: one row per (value of ``by``, group) with the group's profile, when groups
             may span values of ``by`` (each counted in every value where it has rows).
         rewards: one row per reward (``REWARD_KEY``) when a response has several (process
             supervision); the reward figures come from it.
-        advantage: the advantage (an expression over ``rows``; exploded for list columns).
+        advantage: the advantage (an expression over ``rows``).
         batch: the batch key columns (the ``batches`` figure).
         pass_rates: add the pass@n / pass@1 partials (binary rewards).
-        deterministic: collect with the in-memory engine (bit-for-bit repeatable).
+        deterministic: collect with the in-memory engine.
         reduce: merge to one row per value of ``by``; else several rows per value (also
             partials), for callers that merge many parts anyway.
     """

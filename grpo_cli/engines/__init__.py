@@ -54,8 +54,8 @@ class FileJob:
     """What a file engine reads and writes.
 
     Attributes:
-        sources: the input files (one Parquet file for ``io="file"``).
-        output: the output file, or for ``io="dataset"`` the output folder.
+        sources, output: the input files (one Parquet file for ``io="file"``); the output
+            file (``io="dataset"``: folder).
         plan: the plan.
         input_format: the inputs' format (a name in FORMATS), or None: by suffix.
         derived: key columns a trainer's dump layout derives

@@ -59,22 +59,18 @@ def group_advantages(
 
     Args:
         rewards: a tensor ``(N,)``, or ``(N, K)`` with one column per reward function,
-            combined as the options say: weighted sum with NaN counting 0 (NaN when all K
-            are NaN; ``aggregation="sum_then_normalize"``) or GDPO
-            (``"normalize_then_sum"``). NaN is a null reward (the ``nulls`` policy applies).
-        groups: an integer tensor ``(N,)``, equal values for the responses of one prompt
-            (any values: TRL's ``arange(B).repeat_interleave(G)``, hashed uids...).
-        prompt_ids: instead of ``groups``, N hashable prompt ids (verl's ``uid`` array,
-            strings): coded on the host, copied to the device once.
-        batch: an integer tensor ``(N,)``: batch statistics (whitening, ``batch_std``,
-            ``gpg``) per value; default the whole tensor is one batch.
+            combined by ``aggregation``: weighted sum with NaN counting 0 (NaN when all K
+            are; ``"sum_then_normalize"``) or GDPO (``"normalize_then_sum"``). NaN is a
+            null reward.
+        groups: an integer tensor ``(N,)``, equal values for the responses of one prompt.
+        prompt_ids: instead of ``groups``, N hashable prompt ids (verl's ``uid`` array).
+        batch: an integer tensor ``(N,)``: batch statistics per value; default one batch.
         lengths: response lengths in tokens ``(N,)`` (``opo``, ``token_weighted``).
         baseline: a per-response baseline reward ``(N,)`` (``remax``; NaN for null).
         weights: one weight per reward function (the K columns), default 1 each.
         preset: a trainer preset (``"trl"``, ``"verl"``, ``"openrlhf-rloo"``...); the
             ``overrides`` win over it.
-        options: an :class:`AdvantageOptions` to start from (its column names are not
-            read: the tensors stand for them).
+        options: an :class:`AdvantageOptions` to start from (column names not read).
         **overrides: option fields: ``estimator``, ``ddof``, ``eps``, ``eps_mode``,
             ``singleton``, ``nulls``, ``clip``, ``clip_stage``, ``aggregation``,
             ``token_weighted``, ``reward_weights``; ``group_size=G`` makes consecutive runs
@@ -93,9 +89,8 @@ def group_advantages(
         InputError: tensors of the wrong shape, dtype or device; NaN rewards under
             ``nulls="error"``; a None prompt id.
 
-    Infinite rewards are not refused (that would need a host sync): the advantages of
-    their group are NaN, and of their whole batch when the formula reads batch statistics
-    (``batch_std``, whitening, GDPO).
+    Infinite rewards are not refused (a host sync): their group's advantages are NaN (their
+    batch's when the formula reads batch statistics).
     """
     import torch
 
