@@ -18,9 +18,9 @@ mean and variance with the run's ddof (``STAT_COLUMNS``). The figures:
 - ``reward``, ``reward_std`` (ddof 1, null below two), ``reward_min``, ``reward_max``: over
   the valid rewards (TRL ``reward``/``reward_std``; verl ``critic/score/*``).
 - ``frac_reward_zero_std`` (TRL): the share of responses whose group std (ddof 1 whatever
-  the run's ddof: ``var_d (n - d) / (n - 1)``) is ``isclose(std, 0)`` (atol 1e-8); a group
-  below two valid rewards never counts; a null reward's response counts with its group.
-  Rewards 1.0 and 1.000000001 count, unlike for the exact zero_std_groups.
+  the run's ddof: :func:`group_std`) is ``isclose(std, 0)`` (atol 1e-8); a group below two
+  valid rewards never counts; a null reward's response counts with its group. Rewards 1.0
+  and 1.000000001 count, unlike for the exact zero_std_groups.
 - ``group_reward_std`` (OpenRLHF): mean over responses of their group's std (ddof 1),
   groups below two valid rewards left out.
 - ``zero_std_groups``: groups with at least two valid rewards, all exactly equal;
