@@ -222,16 +222,9 @@ def group_spans(frame: pl.DataFrame, keys: Keys, column: str) -> GroupSpans | No
         rows.join(spanning.lazy(), on=group, how="semi").select(pl.col(SPAN_ROW).min())
     ).item()
     one = frame.slice(first, 1)
-    values = (
-        collect(
-            frame.lazy()
-            .join(one.lazy().select(group), on=group, how="semi")
-            .select(pl.col(column).unique())
-        )
-        .get_column(column)
-        .sort(nulls_last=True)
-        .to_list()
-    )
+    same_group = frame.lazy().join(one.lazy().select(group), on=group, how="semi")
+    unique = collect(same_group.select(pl.col(column).unique().sort(nulls_last=True)))
+    values = unique.get_column(column).to_list()
     names = [DISPLAY_NAMES.get(c, c) for c in keys.exact]
     example = key_text(one.row(0, named=True), keys.exact)
     if any(c.startswith("__grpo_") for c in keys.exact):
