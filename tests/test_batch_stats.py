@@ -14,15 +14,16 @@ from hypothesis import strategies as st
 
 from grpo_cli.core import metrics
 from grpo_cli.core.estimators import ESTIMATORS
+from grpo_cli.core.expressions import with_group_stats
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan
 from grpo_cli.core.resolve import make_request, resolve
 from grpo_cli.engines.batch_partials import (
     applied,
     batch_inputs,
+    grouped_partials,
     merged_stats,
     needs_batch_stats,
-    piece_partials,
     with_batch_stats,
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
@@ -60,9 +61,12 @@ def in_pieces(log: pl.DataFrame, options: AdvantageOptions, pieces: int) -> pl.D
     """Pass 1: partials per piece, merged; pass 2: each piece annotated with them."""
     plan = resolve(make_request(options=options), log)
     parts = split_by_group(log, list(options.group_cols), pieces)
-    stats = merged_stats(
-        [piece_partials(p, resolve(make_request(options=options), p)) for p in parts], plan
-    )
+    piece_plans = [resolve(make_request(options=options), p) for p in parts]
+    partials = [
+        grouped_partials(with_group_stats(p, pp).collect(), pp)
+        for p, pp in zip(parts, piece_plans, strict=True)
+    ]
+    stats = merged_stats(partials, plan)
     annotated = []
     for piece in parts:
         piece_plan: Plan = applied(resolve(make_request(options=options), piece))

@@ -1,22 +1,16 @@
 """The registry of advantage estimators.
 
-Every estimator is a pure function ``fn(ctx)`` that states its formula once, over the
-named statistics of a :class:`FormulaContext`. Each engine implements the context's few
-primitives (Polars windows, torch segments, explain's Python floats), so every estimator runs
-on every engine. Shared policies (null rewards, one-response groups, clipping) live in
-:mod:`grpo_cli.core.policies`; an estimator states only its formula and its own edge cases.
-
-Batch statistics (of a value ``x`` over the response's batch) are read through one method,
-:meth:`EstimatorContext.batch_stat`, by name (``BATCH_STATS``): by default they are windows
-over the batch key; an engine that sees a log in pieces supplies them instead
-(:mod:`grpo_cli.engines.batch_partials`: partials per piece, merged, then applied).
+Every estimator is a pure function ``fn(ctx)`` stating its formula once over a
+:class:`FormulaContext`, whose few primitives each engine implements (Polars windows, torch
+segments, explain's floats). Shared policies live in :mod:`grpo_cli.core.policies`. Batch
+statistics are read by name through :meth:`FormulaContext.batch_stat` (``BATCH_STATS``).
 
 Notation: ``r`` the reward, ``g`` the response's group (one prompt), ``b`` its batch (the
 whole input, or one value of ``batch_col``), ``n_g`` the number of valid rewards in g.
 ``norm(x, var)`` divides by the eps-stabilised spread: ``x / (sqrt(var) + eps)`` (eps_mode
 ``std``), ``x / sqrt(var + eps)`` (``var``) or ``x / sqrt(max(var, eps))`` (``var_floor``).
 
-Polars is imported inside the functions, so ``grpo-adv --help`` reads the registry without it.
+Polars is imported inside the functions (``--help`` reads the registry without it).
 """
 
 from __future__ import annotations
@@ -32,38 +26,34 @@ if TYPE_CHECKING:
     import polars as pl
 
 
-# The batch statistics of a value x (see EstimatorContext.batch_stat).
 BATCH_STATS: Final = ("mean", "var", "count", "max", "min", "nonzero")
 SCOPES: Final = ("group", "batch")
 UNITS: Final = ("response", "step")
 
 
 class BatchStatSource(Protocol):
-    """Where an engine that sees a log in pieces takes batch statistics from (see
-    :mod:`grpo_cli.engines.batch_partials`)."""
+    """Batch statistics for an engine that sees a log in pieces
+    (:mod:`grpo_cli.engines.batch_partials`)."""
 
     def stat(self, ctx: EstimatorContext, x: pl.Expr, name: str) -> pl.Expr:
         """The batch statistic ``name`` (one of ``BATCH_STATS``) of ``x``, per row."""
         ...
 
 
-# A per-row column as an engine holds it: a Polars expression (the Polars, partitioned and
-# Ray engines) or a float64 torch tensor with NaN for null (the torch engine).
+# A per-row column: a Polars expression, or a float64 torch tensor with NaN for null.
 Value = Any
 
 
 class FormulaContext(ABC):
-    """What an estimator's formula reads, for every engine: the statistics by name, written
-    once here over a few primitives that each engine implements (:class:`EstimatorContext`
-    with Polars windows; :class:`grpo_cli.engines.torch.TorchContext` with torch segment
-    operations).
+    """What an estimator's formula reads: the statistics, written once over the primitives
+    each engine implements (:class:`EstimatorContext`,
+    :class:`grpo_cli.engines.torch.TorchContext`).
 
-    A formula combines values with ``+ - * / **``, comparisons, ``& | ~``, ``.sqrt()`` and
-    ``.clip(lo, hi)`` (common to Polars expressions and torch tensors) and with the
-    primitives below; null propagates through arithmetic and is left out of every
-    statistic.
+    A formula combines values with ``+ - * / **``, comparisons, ``& | ~``, ``.sqrt()``,
+    ``.clip(lo, hi)`` and the primitives below; null propagates through arithmetic and is
+    left out of every statistic.
 
-    Attributes (set by each engine's context): ``reward`` (Float64, null marks a row left
+    Attributes: ``reward`` (Float64, null marks a row left
     out of every statistic), ``ddof``, ``eps`` and ``eps_mode`` (see the module docstring),
     ``singleton_unit`` (a one-reward group has mean 0 and variance 1: verl), ``length``
     (response lengths, or None), ``token_weighted`` (weight batch statistics by
@@ -122,8 +112,7 @@ class FormulaContext(ABC):
 
     # ---------------------------------------------------------------- shared rules
     def named(self, symbol: str, value: Value) -> Value:
-        """``value``, named ``symbol`` for ``explain`` (which shows it and states its
-        numbers); the engines compute it unchanged."""
+        """``value``, named ``symbol`` for ``explain``; unchanged elsewhere."""
         return value
 
     def zero_if_constant(self, value: Value) -> Value:
@@ -149,10 +138,6 @@ class FormulaContext(ABC):
         """Mean of the group's valid rewards (0 for a singleton under ``singleton_unit``)."""
         return self._unit_for_singletons(self.reward_stat("mean"), 0.0)
 
-    def group_sum(self) -> Value:
-        """Sum of the group's valid rewards."""
-        return self.group_agg(self.reward, "sum")
-
     def group_var(self) -> Value:
         """Variance with ``ddof`` (null when n_g <= ddof; 1 for a singleton under
         ``singleton_unit``)."""
@@ -164,8 +149,7 @@ class FormulaContext(ABC):
         return zero_spread(self.count(), self.reward_stat("var"))
 
     def norm(self, centered: Value, var: Value) -> Value:
-        """``centered`` divided by the eps-stabilised spread of ``var`` (per eps_mode): the
-        one place eps is placed, for every estimator and engine."""
+        """``centered`` divided by the eps-stabilised spread of ``var`` (per eps_mode)."""
         if self.eps_mode == "std":
             return centered / (var.sqrt() + self.eps)
         if self.eps_mode == "var":
@@ -187,9 +171,7 @@ class FormulaContext(ABC):
         - ``mean``: ``sum w x / W``; ``var``: ``sum w (x - mean)^2 / (W - ddof)`` (with
           token weights, ``W`` is the batch's token count);
         - ``count``: non-null values; ``max``, ``min``; ``nonzero``: values other than 0.
-
-        Every batch statistic an estimator reads goes through here (see the module
-        docstring)."""
+        """
         w = self.batch_weight(x)
         if name == "mean":
             return self.batch_agg(x * w, "sum") / self.batch_agg(w, "sum")
@@ -200,42 +182,28 @@ class FormulaContext(ABC):
             )
         return self.batch_agg(x, name)
 
-    def batch_mean(self, x: Value) -> Value:
-        """Mean of ``x`` over the batch (length-weighted when token_weighted)."""
-        return self.batch_stat(x, "mean")
-
-    def batch_var(self, x: Value) -> Value:
-        """Variance of ``x`` over the batch with ``ddof``; token-weighted, it is
-        ``sum(L (x - m)^2) / (sum(L) - ddof)``, ``sum(L)`` being the token count."""
-        return self.batch_stat(x, "var")
-
     def batch_zscore(self, x: Value) -> Value:
-        """``norm(x - batch_mean(x), batch_var(x))``: batch whitening (of ``x`` clipped to
-        ``shaped_clip`` first, when set).
-
-        A batch whose values are all equal, or with too few values for a variance
-        (count <= ddof), gives exactly 0: it carries no relative information.
-        """
+        """``norm(x - mean_b(x), var_b(x))`` (``x`` clipped to ``shaped_clip`` first, when
+        set); exactly 0 in a batch whose values are all equal or number at most ddof."""
         if self.shaped_clip is not None:
             x = x.clip(*self.shaped_clip)
         flat = (self.batch_stat(x, "count") <= self.ddof) | (
             self.batch_stat(x, "max") == self.batch_stat(x, "min")
         )
-        whitened = self.norm(x - self.batch_mean(x), self.batch_var(x))
+        whitened = self.norm(x - self.batch_stat(x, "mean"), self.batch_stat(x, "var"))
         return self.where(flat, 0.0, whitened)
 
 
 @dataclass(frozen=True)
 class EstimatorContext(FormulaContext):
-    """The formula context of the Polars engines: every value a Polars expression, every
-    statistic a window over the group or batch key.
+    """The formula context of the Polars engines: every statistic a window over the group
+    or batch key.
 
     Attributes (beyond :class:`FormulaContext`'s):
-        group_keys: columns of the group key (for ``.over``).
-        batch_keys: columns of the batch key (a constant column when the input is one batch).
+        group_keys, batch_keys: the key columns (``batch_keys``: a constant column when
+            the input is one batch).
         precomputed: the group count, mean and variance of ``reward`` are already
-            columns (see :func:`grpo_cli.core.grouping.group_stat_columns`): one window pass
-            computes them all.
+            columns (:func:`grpo_cli.core.grouping.group_stat_columns`).
         batch_source: where batch statistics come from; None: windows over ``batch_keys``.
     """
 
@@ -253,18 +221,9 @@ class EstimatorContext(FormulaContext):
     precomputed: bool = False
     batch_source: BatchStatSource | None = None
 
-    def in_group(self, expr: pl.Expr) -> pl.Expr:
-        """``expr`` evaluated over the row's group."""
-        return expr.over(list(self.group_keys))
-
-    def in_batch(self, expr: pl.Expr) -> pl.Expr:
-        """``expr`` evaluated over the row's batch."""
-        return expr.over(list(self.batch_keys))
-
     def where(
         self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
     ) -> pl.Expr:
-        """See :meth:`FormulaContext.where`."""
         import polars as pl
 
         def lit(value: Value | float | None) -> pl.Expr:
@@ -273,43 +232,37 @@ class EstimatorContext(FormulaContext):
         return pl.when(cond).then(lit(then)).otherwise(lit(otherwise))
 
     def is_null(self, x: Value) -> pl.Expr:
-        """See :meth:`FormulaContext.is_null`."""
         return x.is_null()  # type: ignore[no-any-return]
 
     def fill_null(self, x: Value, value: float) -> pl.Expr:
-        """See :meth:`FormulaContext.fill_null`."""
         return x.fill_null(value)  # type: ignore[no-any-return]
 
     def maximum(self, x: Value, floor: float) -> pl.Expr:
-        """See :meth:`FormulaContext.maximum`."""
         import polars as pl
 
         return pl.max_horizontal(x, pl.lit(floor))
 
     def to_float(self, x: Value) -> pl.Expr:
-        """See :meth:`FormulaContext.to_float`."""
         import polars as pl
 
         return x.cast(pl.Float64)  # type: ignore[no-any-return]
 
     def reward_stat(self, name: str) -> pl.Expr:
-        """See :meth:`FormulaContext.reward_stat` (Polars' Welford variance is exactly 0 on
-        equal values): a precomputed column, or a window."""
+        """A precomputed column, or a window (Polars' variance is exactly 0 on equal
+        values)."""
         import polars as pl
 
         if self.precomputed:
             return pl.col(STAT_COLUMNS[name])
         r = self.reward
-        return self.in_group(
-            {"count": r.count(), "mean": r.mean(), "var": r.var(ddof=self.ddof)}[name]
-        )
+        stat = {"count": r.count(), "mean": r.mean(), "var": r.var(ddof=self.ddof)}[name]
+        return stat.over(list(self.group_keys))
 
     def group_agg(self, x: Value, op: str) -> pl.Expr:
-        """See :meth:`FormulaContext.group_agg`."""
-        return self.in_group({"sum": x.sum(), "count": x.count(), "max": x.max()}[op])
+        aggregate = {"sum": x.sum(), "count": x.count(), "max": x.max()}[op]
+        return aggregate.over(list(self.group_keys))  # type: ignore[no-any-return]
 
     def batch_agg(self, x: Value, op: str) -> pl.Expr:
-        """See :meth:`FormulaContext.batch_agg`."""
         aggregate = {
             "sum": x.sum(),
             "count": x.count(),
@@ -317,11 +270,10 @@ class EstimatorContext(FormulaContext):
             "min": x.min(),
             "nonzero": (x != 0).sum(),
         }[op]
-        return self.in_batch(aggregate)
+        return aggregate.over(list(self.batch_keys))  # type: ignore[no-any-return]
 
     def batch_stat(self, x: Value, name: str) -> Value:
-        """See :meth:`FormulaContext.batch_stat`; ``batch_source`` supplies them when
-        set."""
+        """From ``batch_source`` when set, else windows."""
         if self.batch_source is not None:
             return self.batch_source.stat(self, x, name)
         return super().batch_stat(x, name)
@@ -335,18 +287,15 @@ class Estimator:
     """A registered estimator and every fact the rest of grpo-adv needs about it.
 
     Attributes:
-        name: the ``--estimator`` value.
-        summary: one line for ``--help``: the formula.
-        source: the paper or trainer file it reproduces.
+        name, summary, source: the ``--estimator`` value, its ``--help`` line (the
+            formula), the paper or trainer file it reproduces.
         fn: the formula.
         uses_groups: whether it needs a group key (and so the singleton policy applies).
         needs: extra columns it reads: ``length``, ``baseline``, ``step_rewards``.
         whitens: whether it ends with a batch whitening (see ``clip_stage``).
-        scope: ``group`` when every statistic it reads lies within one group (a log can be
-            split along groups: partitioned and distributed engines), ``batch`` when it
-            reads whole-batch statistics.
-        unit: ``response`` (one advantage per row) or ``step`` (one per step reward of a
-            list column: process supervision).
+        scope: ``group`` when it reads statistics within one group only (a log can be split
+            along groups), ``batch`` when it reads whole-batch statistics.
+        unit: ``response`` (one advantage per row) or ``step`` (process supervision).
     """
 
     name: str
@@ -364,27 +313,17 @@ ESTIMATORS: Final[dict[str, Estimator]] = {}
 
 
 def register_estimator(
-    name: str,
-    summary: str,
-    source: str,
-    *,
-    uses_groups: bool = True,
-    needs: frozenset[str] = frozenset(),
-    whitens: bool = False,
-    scope: str = "group",
-    unit: str = "response",
+    name: str, summary: str, source: str, **facts: Any
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Register ``fn`` under ``name`` with its facts (see :class:`Estimator`); ``summary``
-    becomes its line in ``--help``. Adding an estimator is one decorated function."""
-    if scope not in SCOPES or unit not in UNITS:
-        raise ValueError(f"estimator {name!r}: scope {scope!r} / unit {unit!r}")
+    """Register ``fn`` under ``name`` with its ``facts`` (:class:`Estimator`'s fields)."""
 
     def decorate(fn: EstimatorFn) -> EstimatorFn:
+        est = Estimator(name, summary, source, fn, **facts)
+        if est.scope not in SCOPES or est.unit not in UNITS:
+            raise ValueError(f"estimator {name!r}: scope {est.scope!r} / unit {est.unit!r}")
         if name in ESTIMATORS:
             raise ValueError(f"estimator {name!r} registered twice")
-        ESTIMATORS[name] = Estimator(
-            name, summary, source, fn, uses_groups, needs, whitens, scope, unit
-        )
+        ESTIMATORS[name] = est
         return fn
 
     return decorate
@@ -405,11 +344,8 @@ def get_estimator(name: str) -> Estimator:
     "compute_grpo_outcome_advantage; OpenRLHF group_norm",
 )
 def grpo(ctx: FormulaContext) -> Value:
-    """GRPO outcome advantage: ``A = (r - mean_g) / (std_g + eps)`` (eps_mode std).
-
-    A zero-variance group gives exactly 0. Under ``singleton=verl`` a one-response group
-    has mean 0 and std 1: ``A = r / (1 + eps)``.
-    """
+    """``A = norm(r - mean_g, var_g)``; exactly 0 in a zero-variance group; under
+    ``singleton=verl`` a one-response group gets ``r / (1 + eps)``."""
     return ctx.zero_if_constant(ctx.norm(ctx.reward - ctx.group_mean(), ctx.group_var()))
 
 
@@ -420,7 +356,7 @@ def grpo(ctx: FormulaContext) -> Value:
     "norm_adv_by_std_in_grpo=False; OpenRLHF dr_grpo; TRL scale_rewards='none'",
 )
 def dr_grpo(ctx: FormulaContext) -> Value:
-    """``A = r - mean_g``: the group baseline without the std division. Shift invariant."""
+    """``A = r - mean_g``: the group baseline without the std division."""
     return ctx.zero_if_constant(ctx.reward - ctx.group_mean())
 
 
@@ -431,9 +367,10 @@ def dr_grpo(ctx: FormulaContext) -> Value:
     scope="batch",
 )
 def batch_std(ctx: FormulaContext) -> Value:
-    """``A = norm(r - mean_g, var_b(r))``: centred in the group, scaled by the std of all
-    valid rewards of the batch."""
-    return ctx.zero_if_constant(ctx.norm(ctx.reward - ctx.group_mean(), ctx.batch_var(ctx.reward)))
+    """``A = norm(r - mean_g, var_b(r))``: var_b over all valid rewards of the batch."""
+    return ctx.zero_if_constant(
+        ctx.norm(ctx.reward - ctx.group_mean(), ctx.batch_stat(ctx.reward, "var"))
+    )
 
 
 @register_estimator(
@@ -443,13 +380,10 @@ def batch_std(ctx: FormulaContext) -> Value:
     "TRL rloo_trainer.py",
 )
 def rloo(ctx: FormulaContext) -> Value:
-    """Leave-one-out baseline: ``A_i = r_i - (sum_g - r_i) / (n_g - 1)``.
-
-    Sums to 0 over each group. A one-response group has no other response: its advantage is
-    the singleton policy's (verl leaves the raw reward: ``singleton=verl`` or ``raw``).
-    """
+    """Leave-one-out baseline: ``A_i = r_i - (sum_g - r_i) / (n_g - 1)`` (sums to 0 in a
+    group); a one-response group gets the singleton policy's value (verl: the raw reward)."""
     n = ctx.to_float(ctx.count())
-    loo = ctx.reward - (ctx.group_sum() - ctx.reward) / (n - 1.0)
+    loo = ctx.reward - (ctx.group_agg(ctx.reward, "sum") - ctx.reward) / (n - 1.0)
     return ctx.where(ctx.is_singleton(), ctx.reward - ctx.group_mean(), ctx.zero_if_constant(loo))
 
 
@@ -477,8 +411,8 @@ def reinforce_pp_baseline(ctx: FormulaContext) -> Value:
     scope="batch",
 )
 def reinforce_pp(ctx: FormulaContext) -> Value:
-    """``A = norm(r - mean_b, var_b)``: no group baseline (the outcome reward on the last
-    token with gamma 1 makes every token's return r)."""
+    """``A = norm(r - mean_b, var_b)``: no group baseline (gamma 1: every token's return
+    is r)."""
     return ctx.batch_zscore(ctx.reward)
 
 
@@ -489,10 +423,8 @@ def reinforce_pp(ctx: FormulaContext) -> Value:
     needs=frozenset({"length"}),
 )
 def opo(ctx: FormulaContext) -> Value:
-    """``A = r - sum_g(L r) / sum_g(L)`` with L the response length (``length_col``).
-
-    Under ``singleton=verl`` a one-response group has baseline 0 (``A = r``).
-    """
+    """``A = r - sum_g(L r) / sum_g(L)``, L the response length; under ``singleton=verl``
+    a one-response group has baseline 0."""
     assert ctx.length is not None
     weight = ctx.where(~ctx.is_null(ctx.reward), ctx.to_float(ctx.length))
     baseline = ctx.group_agg(weight * ctx.reward, "sum") / ctx.group_agg(weight, "sum")

@@ -1,56 +1,41 @@
 """Every run figure, defined once, as partial aggregates that merge.
 
-``compute``'s run summary, ``summarize``'s overall and per-step tables and the partitioned
-engine's totals all come from three functions:
-
-- :func:`partials`: per value of ``by`` (or one row overall), *partials* of a set of rows:
-  counts and sums, the reward's count, mean and sum of squared deviations, minima and
-  maxima, a histogram of group sizes and the distinct batch values.
-- :func:`merge`: the partials of several disjoint sets of rows in which every group lies
-  whole in one set (partitions of a log split along groups, size buckets, workers): counts
-  and sums add, minima and maxima combine, means and squared deviations merge with Chan et
-  al.'s parallel formula, histograms add size by size, batch values unite.
+- :func:`partials`: per value of ``by`` (or one row overall), counts and sums, the reward's
+  count, mean and sum of squared deviations, minima and maxima, a histogram of group sizes
+  and the distinct batch values of a set of rows.
+- :func:`merge`: the partials of disjoint sets of rows, each group whole in one set: sums
+  add, extrema combine, moments merge by Chan et al.'s formula, histograms add, batch
+  values unite.
 - :func:`finish`: the figures, under the names the trainers log them.
 
-The rows carry their group's profile (defined in :mod:`grpo_cli.core.grouping`, which the
-engines add while annotating): ``REWARD_KEY`` (null: no valid reward), ``SIZE_KEY`` (rows in
-the group), ``VALID_KEY`` (valid rewards in the group), and the group's reward mean and
-variance with the run's ddof (``STAT_COLUMNS``). The figures (per value of ``by``, or overall):
+The rows carry their group's profile (:mod:`grpo_cli.core.grouping`): ``REWARD_KEY`` (null:
+no valid reward), ``SIZE_KEY`` (rows), ``VALID_KEY`` (valid rewards) and the group's reward
+mean and variance with the run's ddof (``STAT_COLUMNS``). The figures:
 
 - ``responses``: rows. ``groups``: groups with a row there. ``group_size_min``,
-  ``group_size_median``, ``group_size_max``: rows per group (the median of the groups'
-  sizes, the mean of the two middle ones for an even count).
-- ``reward``: mean of the valid rewards (TRL ``reward``, OpenRLHF ``rollout/reward_mean``);
-  ``reward_std``: their std with ddof 1 (TRL ``reward_std``, OpenRLHF
-  ``rollout/reward_std``), null with fewer than two; ``reward_min``, ``reward_max``: their
-  extremes (verl ``critic/score/min``, ``critic/score/max``).
-- ``frac_reward_zero_std`` (TRL): the share of responses whose group std is ``isclose(std,
-  0)`` (atol 1e-8), the std with ddof 1 over the group's valid rewards whatever the run's
-  ddof (TRL's ``nanstd``; derived from the run's variance as ``var_d (n - d) / (n - 1)``).
-  A group with fewer than two valid rewards has no std (NaN) and never counts; a response
-  with a null reward counts like the others of its group (TRL repeats the group's std over
-  every response). Rewards 1.0 and 1.000000001 count; the exact zero_std_groups do not
-  count them.
-- ``group_reward_std`` (OpenRLHF): mean over responses of their group's std (ddof 1);
-  responses of groups with fewer than two valid rewards are left out.
-- ``zero_std_groups``: groups with at least two valid rewards, all exactly equal (variance
-  exactly 0; the advantage's zero-variance case); ``zero_std_group_share``: their share of
-  the groups. ``singleton_groups``: groups with exactly one valid reward. ``null_rewards``:
-  null or NaN rewards. ``batches``: distinct batch values (with ``batch``).
-- With ``pass_rates`` (binary rewards): ``zero_std_solved`` and ``zero_std_failed``, the
-  zero-variance groups split into all solved (every reward 1: too easy) and all failed
-  (every reward 0: too hard); ``pass_at_n``, the share of groups with a valid
-  reward that have a success (OpenRLHF ``pass{n}``; with 0/1 rewards, a group mean above
-  0), and ``pass_at_1``, the mean of those groups' means (OpenRLHF ``pass1``).
+  ``group_size_median`` (the mean of the two middle sizes for an even count),
+  ``group_size_max``.
+- ``reward``, ``reward_std`` (ddof 1, null below two), ``reward_min``, ``reward_max``: over
+  the valid rewards (TRL ``reward``/``reward_std``; verl ``critic/score/*``).
+- ``frac_reward_zero_std`` (TRL): the share of responses whose group std (ddof 1 whatever
+  the run's ddof: :func:`group_std`) is ``isclose(std, 0)`` (atol 1e-8); a group below two
+  valid rewards never counts; a null reward's response counts with its group. Rewards 1.0
+  and 1.000000001 count, unlike for the exact zero_std_groups.
+- ``group_reward_std`` (OpenRLHF): mean over responses of their group's std (ddof 1),
+  groups below two valid rewards left out.
+- ``zero_std_groups``: groups with at least two valid rewards, all exactly equal;
+  ``zero_std_group_share``: their share of the groups. ``singleton_groups``: groups with
+  exactly one valid reward. ``null_rewards``: null or NaN rewards. ``batches``: distinct
+  batch values (with ``batch``).
+- With ``pass_rates`` (binary rewards): ``zero_std_solved`` / ``zero_std_failed``, the
+  zero-variance groups with every reward 1 / 0; ``pass_at_n``, the share of groups with a
+  valid reward whose mean is above 0 (OpenRLHF ``pass{n}``); ``pass_at_1``, the mean of
+  those groups' means (OpenRLHF ``pass1``).
 - With ``advantage``: ``advantage_mean``, ``advantage_min``, ``advantage_max`` (NaN as
-  null) and ``frac_zero_advantage``, the share of responses whose advantage is exactly 0.
+  null), ``frac_zero_advantage`` (exactly 0).
 
-Groups are counted from the rows (each row adds 1/size) when every group lies whole in one
-value of ``by``, else from a frame of one row per (value, group).
-
-The partial columns are plain names (``rows``, ``reward_m2``, ...): a partials frame holds
-only them and the ``by`` columns, and :func:`partials` refuses a ``by`` column of the same
-name as a partial or a figure.
+Partial columns have plain names (``rows``, ``reward_m2``...); :func:`partials` refuses a
+``by`` column named as a partial or a figure.
 """
 
 from __future__ import annotations
@@ -97,12 +82,8 @@ ADV_ZERO: Final = "zero_advantages"
 BATCH_VALUES: Final = "batch_values"  # the distinct batch values, a list
 SIZE_HIST: Final = "size_hist"  # list of {size, groups}, sorted by size, one entry a size
 
-SUMS: Final = (
-    ROWS,
-    NULL_REWARDS,
-    ZERO_STD_ROWS,
-    STD_SUM,
-    STD_ROWS,
+# Partials counted per group (summarize's overall table takes them from one row per group).
+GROUP_SUMS: Final = (
     GROUPS,
     ZERO_STD_GROUPS,
     SINGLETON_GROUPS,
@@ -111,24 +92,13 @@ SUMS: Final = (
     SOLVED_GROUPS,
     FAILED_GROUPS,
     GROUP_MEAN_SUM,
-    ADV_ZERO,
 )
+GROUP_PARTIALS: Final = (*GROUP_SUMS, SIZE_HIST)
+SUMS: Final = (ROWS, NULL_REWARDS, ZERO_STD_ROWS, STD_SUM, STD_ROWS, ADV_ZERO, *GROUP_SUMS)
 MINIMA: Final = (SIZE_MIN, ADV_MIN, REWARD_MIN)
 MAXIMA: Final = (SIZE_MAX, ADV_MAX, REWARD_MAX)
 MOMENTS: Final = (REWARD_N, REWARD_MEAN, REWARD_M2, ADV_N, ADV_MEAN)
 PARTIALS: Final = (*SUMS, *MINIMA, *MAXIMA, *MOMENTS, BATCH_VALUES, SIZE_HIST)
-# Partials counted per group (summarize's overall table takes them from one row per group).
-GROUP_PARTIALS: Final = (
-    GROUPS,
-    ZERO_STD_GROUPS,
-    SINGLETON_GROUPS,
-    SCORED_GROUPS,
-    PASSING_GROUPS,
-    SOLVED_GROUPS,
-    FAILED_GROUPS,
-    GROUP_MEAN_SUM,
-    SIZE_HIST,
-)
 
 # ------------------------------------------------------------------ finished figures
 FIGURES: Final = (
@@ -173,19 +143,6 @@ def group_std(ddof: int) -> pl.Expr:
     return pl.when(n >= 2).then(var1.sqrt())
 
 
-def trl_zero_std(ddof: int) -> pl.Expr:
-    """Per row, TRL's ``isclose(std, 0)`` (atol 1e-8) for its group's std (ddof 1):
-    False below two valid rewards (``isclose(NaN, 0)`` is False)."""
-    return (group_std(ddof) <= ZERO_STD_ATOL).fill_null(False)
-
-
-def zero_variance() -> pl.Expr:
-    """Per row (or group), the group has at least two valid rewards, all exactly equal
-    (:func:`grpo_cli.core.grouping.zero_spread`, the one rule)."""
-    rule: pl.Expr = zero_spread(pl.col(VALID_KEY), pl.col(GROUP_VAR))
-    return rule
-
-
 # ------------------------------------------------------------------ partials
 def partials(
     rows: pl.LazyFrame | pl.DataFrame,
@@ -203,22 +160,19 @@ def partials(
     """The partials of ``rows`` per value of ``by`` (one row when ``by`` is empty).
 
     Args:
-        rows: one row per response, with its group's profile (see the module docstring)
-            and the ``by``, ``batch`` and advantage columns. Without ``groups``, every group
-            lies whole in the rows of one value of ``by``.
+        rows: one row per response, with its group's profile and the ``by``, ``batch`` and
+            advantage columns; without ``groups``, each group whole in one value of ``by``.
         ddof: the ddof of the profile's group variance.
         groups: one row per (value of ``by``, group) with the group's profile, when groups
-            may span values of ``by``: each is then counted in every value where it has rows.
-        rewards: one row per reward (``REWARD_KEY``), when a response has several
-            (process supervision's step rewards); the reward figures come from it.
-        advantage: the advantage (an expression over ``rows``; exploded for list columns).
+            may span values of ``by`` (each counted in every value where it has rows).
+        rewards: one row per reward (``REWARD_KEY``) when a response has several (process
+            supervision); the reward figures come from it.
+        advantage: the advantage (an expression over ``rows``).
         batch: the batch key columns (the ``batches`` figure).
         pass_rates: add the pass@n / pass@1 partials (binary rewards).
-        deterministic: collect with the in-memory engine (bit-for-bit repeatable).
-        reduce: merge to one row per value of ``by``. Without, the row figures come in
-            one row per value and the group figures in one row per (value, group size):
-            partials too (:func:`merge` takes any number of rows per value), for callers
-            that merge many parts anyway.
+        deterministic: collect with the in-memory engine.
+        reduce: merge to one row per value of ``by``; else several rows per value (also
+            partials), for callers that merge many parts anyway.
     """
     by = list(by)
     clash = sorted(set(by) & {*PARTIALS, *FIGURES, _SIZE, SIZE_KEY})
@@ -245,17 +199,14 @@ def partials(
 
 
 def group_partials(
-    groups: pl.LazyFrame | pl.DataFrame,
-    by: Sequence[str] = (),
-    *,
-    pass_rates: bool = False,
+    groups: pl.LazyFrame | pl.DataFrame, *, pass_rates: bool = False
 ) -> pl.DataFrame:
-    """The partials counted per group (``GROUP_PARTIALS``) of a frame of one row per
-    (value of ``by``, group) with the group's profile."""
-    lazy, keys = groups.lazy(), list(by)
-    counted = _aggregate(lazy, keys, _group_aggs(pass_rates, per_row=False))
-    both = pl.concat([counted, _size_hist(lazy, keys, per_row=False)], how="diagonal")
-    return _merge(both, keys).collect()
+    """The partials counted per group (``GROUP_PARTIALS``) of one row per group with its
+    profile."""
+    lazy = groups.lazy()
+    counted = _aggregate(lazy, [], _group_aggs(pass_rates, per_row=False))
+    both = pl.concat([counted, _size_hist(lazy, [], per_row=False)], how="diagonal")
+    return _merge(both, []).collect()
 
 
 def _aggregate(frame: pl.LazyFrame, by: list[str], aggs: list[pl.Expr]) -> pl.LazyFrame:
@@ -269,7 +220,7 @@ def _row_aggs(
     size = pl.col(SIZE_KEY).cast(pl.Int64)
     aggs = [
         pl.len().cast(pl.Int64).alias(ROWS),
-        trl_zero_std(ddof).sum().cast(pl.Int64).alias(ZERO_STD_ROWS),
+        (std <= ZERO_STD_ATOL).fill_null(False).sum().cast(pl.Int64).alias(ZERO_STD_ROWS),
         std.sum().alias(STD_SUM),
         std.count().cast(pl.Int64).alias(STD_ROWS),
         size.min().alias(SIZE_MIN),
@@ -305,11 +256,11 @@ def _reward_aggs() -> list[pl.Expr]:
 
 
 def _group_aggs(pass_rates: bool, *, per_row: bool) -> list[pl.Expr]:
-    """The groups' counts. ``per_row``: over rows, each weighing 1/size (a group's rows add
-    up to 1; every group lies whole in the rows, so the sums round to exact counts); else
-    over one row per group."""
+    """The groups' counts: ``per_row``, over rows each weighing 1/size (rounded to exact
+    counts, every group being whole); else over one row per group."""
     size = pl.col(SIZE_KEY).cast(pl.Float64)
     valid = pl.col(VALID_KEY)
+    constant: pl.Expr = zero_spread(valid, pl.col(GROUP_VAR))
 
     def groups(flag: pl.Expr) -> pl.Expr:
         if not per_row:
@@ -317,7 +268,7 @@ def _group_aggs(pass_rates: bool, *, per_row: bool) -> list[pl.Expr]:
         return (flag.cast(pl.Float64) / size).sum().round().cast(pl.Int64)
 
     aggs = [
-        groups(zero_variance()).alias(ZERO_STD_GROUPS),
+        groups(constant).alias(ZERO_STD_GROUPS),
         groups(valid == 1).alias(SINGLETON_GROUPS),
     ]
     if pass_rates:
@@ -326,17 +277,16 @@ def _group_aggs(pass_rates: bool, *, per_row: bool) -> list[pl.Expr]:
         aggs += [
             groups(scored).alias(SCORED_GROUPS),
             groups(scored & (pl.col(GROUP_MEAN) > 0.0)).alias(PASSING_GROUPS),
-            groups(zero_variance() & (pl.col(GROUP_MEAN) == 1.0)).alias(SOLVED_GROUPS),
-            groups(zero_variance() & (pl.col(GROUP_MEAN) == 0.0)).alias(FAILED_GROUPS),
+            groups(constant & (pl.col(GROUP_MEAN) == 1.0)).alias(SOLVED_GROUPS),
+            groups(constant & (pl.col(GROUP_MEAN) == 0.0)).alias(FAILED_GROUPS),
             (means / size.filter(scored) if per_row else means).sum().alias(GROUP_MEAN_SUM),
         ]
     return aggs
 
 
 def _size_hist(frame: pl.LazyFrame, by: list[str], *, per_row: bool) -> pl.LazyFrame:
-    """Groups and their one-entry size histogram, per (value of ``by``, group size).
-    ``per_row``: a group of size s puts its s rows in the bucket of size s, so the count
-    of groups is an exact integer division; else one row per group."""
+    """Groups and their one-entry size histogram, per (value of ``by``, group size), from
+    rows (``per_row``: s rows per group of size s) or one row per group."""
     size = pl.col(SIZE_KEY).first().cast(pl.Int64)
     count = pl.len().cast(pl.Int64)
     groups = count // size if per_row else count
@@ -347,9 +297,8 @@ def _size_hist(frame: pl.LazyFrame, by: list[str], *, per_row: bool) -> pl.LazyF
 
 # ------------------------------------------------------------------ merge
 def merge(parts: pl.DataFrame | Iterable[pl.DataFrame], by: Sequence[str] = ()) -> pl.DataFrame:
-    """The partials of the union of disjoint sets of rows, from theirs (one row per value
-    of ``by``). Every group must lie whole in one set; a figure missing from a part
-    (null) counts as empty there."""
+    """The partials of the union of disjoint sets of rows (each group whole in one), one
+    row per value of ``by``; a partial missing from a part (null) counts as empty."""
     frame = parts if isinstance(parts, pl.DataFrame) else pl.concat(parts, how="diagonal")
     return _merge(frame.lazy(), list(by)).collect()
 
@@ -476,9 +425,6 @@ def _median() -> pl.Expr:
 
 
 # ------------------------------------------------------------------ batch statistics
-# The partials of one batch input x with weights w (see EstimatorContext.batch_stat):
-# W = sum w, the weighted mean, the weighted sum of squared deviations, and the plain
-# count, extrema and non-zero count.
 _BATCH_PARTS: Final = ("weight", "mean", "m2", "count", "max", "min", "nonzero")
 
 
@@ -487,11 +433,10 @@ def batch_partials(
     inputs: Sequence[tuple[pl.Expr, pl.Expr]],
     by: Sequence[str],
 ) -> pl.DataFrame:
-    """Per value of the batch key ``by``, the partials of each batch input ``(x, w)``
-    over the rows of ``frame``: for input k, the columns ``batch_stat_column(k, part)``
-    for part in weight (``W = sum w``), mean (``sum w x / W``), m2 (``sum w (x - mean)^2``),
-    count (non-null x), max, min and nonzero (x other than 0). Null x (and null w) count
-    nowhere. Partials of disjoint sets of rows merge with :func:`merge_batch_partials`."""
+    """Per value of the batch key ``by``, the partials of each batch input ``(x, w)``: for
+    input k, ``batch_stat_column(k, part)`` for weight (``W = sum w``), mean
+    (``sum w x / W``), m2 (``sum w (x - mean)^2``), count (non-null x), max, min and
+    nonzero. Null x (and null w) count nowhere."""
     aggs: list[pl.Expr] = []
     for k, (x, w) in enumerate(inputs):
         weight = w.sum()
@@ -513,8 +458,7 @@ def merge_batch_partials(
     parts: pl.DataFrame | Iterable[pl.DataFrame], by: Sequence[str], inputs: int
 ) -> pl.DataFrame:
     """The batch partials of the union of disjoint sets of rows, one row per value of
-    ``by``: weights, counts and non-zero counts add, extrema combine, means and squared
-    deviations merge with Chan et al.'s formula (as the reward's do)."""
+    ``by`` (moments merged by Chan et al.'s formula)."""
     frame = parts if isinstance(parts, pl.DataFrame) else pl.concat(parts, how="vertical")
     aggs: list[pl.Expr] = []
     for k in range(inputs):
@@ -559,9 +503,8 @@ def trainer_aggs(
     length_col: str | None,
     advantage: str | None,
 ) -> list[pl.Expr]:
-    """Figures TRL logs next to the reward, as aggregations over a set of rows (the rows
-    of a step, or all of them; not partials: :mod:`grpo_cli.report.summarize` evaluates them on the
-    whole log):
+    """Figures TRL logs next to the reward, as aggregations over a set of rows (not
+    partials):
 
     - with several reward columns, per reward function ``rewards/<col>/mean`` and
       ``rewards/<col>/std`` (ddof 1, NaN as null: TRL's nanmean / nanstd);
@@ -592,16 +535,10 @@ def trainer_aggs(
     return aggs
 
 
-# The names each trainer logs a figure under, where they differ from the figure's own (the
-# figures' own names are TRL's, or ours where TRL logs no such figure); a figure a trainer
-# does not log keeps its own name and meaning.
-# - verl 0.9 (verl/trainer/ppo/metric_utils.py compute_data_metrics): critic/score/mean,
-#   /min, /max over the sequences' scores; critic/advantages/min, /max; response_length/*.
-#   verl logs no score std; its critic/advantages/mean is a mean over response *tokens*,
-#   which a per-response log cannot give, so advantage_mean keeps its name.
-# - OpenRLHF 0.11 (openrlhf/trainer/ppo_trainer.py, the rollout statistics):
-#   rollout/reward_mean, rollout/reward_std (ddof 1), rollout/response_length_mean;
-#   group_reward_std is already its name.
+# The names each trainer logs a figure under, where they differ from the figure's own
+# (TRL's, or ours). verl 0.9 (metric_utils.py compute_data_metrics) logs no score std, and
+# its critic/advantages/mean is over tokens, which a per-response log cannot give.
+# OpenRLHF 0.11: ppo_trainer.py's rollout statistics.
 TRAINER_NAMES: Final[dict[str, dict[str, str]]] = {
     "verl": {
         "reward": "critic/score/mean",

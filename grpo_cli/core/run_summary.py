@@ -11,10 +11,9 @@ The reward is the one the estimator saw (the weighted sum of several reward colu
 
 The run's figures (:class:`RunSummary`) are defined in :mod:`grpo_cli.core.metrics`.
 
-Groups that span steps: a group key without the step (or batch) column pools a prompt
-sampled again in a later step into one group. :func:`check_batch_spans` refuses that for a
-batch column; :func:`span_warnings` warns about it for a step-like column. Both cost one pass
-over the key hash; the key is grouped to name the spanning groups only when there are some.
+A group key without the step (or batch) column pools a prompt sampled again in a later step
+into one group: :func:`check_batch_spans` refuses that for a batch column,
+:func:`span_warnings` warns for a step-like column.
 """
 
 from __future__ import annotations
@@ -68,14 +67,9 @@ def reward_units(frame: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
 
 
 def group_table(annotated: pl.LazyFrame, plan: Plan, extra: Sequence[pl.Expr] = ()) -> pl.DataFrame:
-    """One row per group, in order of first appearance: keys, then GROUP_TABLE_COLUMNS, then
-    the ``extra`` aggregations (named expressions) in the same grouping.
-
-    ``annotated`` is :func:`grpo_cli.core.expressions.annotate_lazy`'s frame (with its key
-    columns), ``plan`` the plan that made it. The size, mean, std and zero_std are the
-    group's profile (:mod:`grpo_cli.core.grouping`). Temporary key columns get readable names
-    (``group_index``, ``group``).
-    """
+    """One row per group of ``annotated`` (made by ``plan``, with its key columns), in order
+    of first appearance: keys (temporary ones by their DISPLAY_NAMES), GROUP_TABLE_COLUMNS,
+    then the ``extra`` aggregations (named expressions)."""
     options, keys = plan.options, plan.keys
     r = pl.col(REWARD_KEY)
     firsts = [pl.col(c).first() for c in keys.exact] if keys.hashed else []
@@ -106,8 +100,7 @@ def group_table(annotated: pl.LazyFrame, plan: Plan, extra: Sequence[pl.Expr] = 
 
 @dataclass(frozen=True)
 class RunSummary:
-    """Figures of one computation, for the terminal summary (see :mod:`grpo_cli.core.metrics`
-    for their definitions)."""
+    """Figures of one computation (defined in :mod:`grpo_cli.core.metrics`)."""
 
     rows: int
     groups: int
@@ -127,8 +120,7 @@ class RunSummary:
     repeats: Repeats | None = None  # counted by the file engines (see engine_warnings)
 
     def engine_warnings(self) -> tuple[Message, ...]:
-        """The warnings a file engine found while computing (the in-memory path finds
-        them in its frame: :func:`span_warnings`)."""
+        """The warnings a file engine found while computing."""
         return () if self.repeats is None else (self.repeats.warning(),)
 
     @classmethod
@@ -156,39 +148,26 @@ class RunSummary:
 
 def summarize_run(annotated: pl.LazyFrame, plan: Plan) -> RunSummary:
     """Overall figures of an annotated frame (with its key and group profile columns; made
-    by ``plan``), from :func:`grpo_cli.core.metrics.partials`: one pass of aggregates and one
-    grouping of the rows by group size, none of the key. ``reward_std`` is the std of all
-    valid rewards with ddof 1, as TRL logs ``reward_std``."""
+    by ``plan``): one query of :func:`grpo_cli.core.metrics.partials`. Process supervision
+    (no SIZE_KEY): each response carries its group's profile over the step rewards (size:
+    responses), the reward figures are over the step rewards, the advantages every step's."""
     options, keys = plan.options, plan.keys
-    schema = annotated.collect_schema()
-    if SIZE_KEY not in schema:
-        return _summarize_process(annotated, plan)
-    merged = metrics.partials(
-        with_profile(annotated, keys.group, options.ddof),
-        ddof=options.ddof,
-        advantage=pl.col(options.advantage_col),
-        batch=keys.batch,
-        deterministic=options.deterministic,
-    )
-    return RunSummary.from_partials(merged)
-
-
-def _summarize_process(annotated: pl.LazyFrame, plan: Plan) -> RunSummary:
-    """Process supervision: the rows are the responses, each with the profile of its
-    group's step rewards (size: responses; valid, mean, variance: over the step rewards);
-    the reward figures are over the step rewards, the advantages over every step."""
-    options, keys = plan.options, plan.keys
-    units = reward_units(annotated, plan)
-    group = list(keys.group)
-    profile = units.group_by(group).agg(
-        profile_aggregations(options.ddof, size=pl.col(ROW_KEY).n_unique())
-    )
-    rows = annotated.join(profile, on=group, how="left", nulls_equal=True)
+    advantage, units = pl.col(options.advantage_col), None
+    if SIZE_KEY in annotated.collect_schema():
+        rows = with_profile(annotated, keys.group, options.ddof)
+    else:
+        units = reward_units(annotated, plan)
+        group = list(keys.group)
+        profile = units.group_by(group).agg(
+            profile_aggregations(options.ddof, size=pl.col(ROW_KEY).n_unique())
+        )
+        rows = annotated.join(profile, on=group, how="left", nulls_equal=True)
+        advantage = advantage.explode()
     merged = metrics.partials(
         rows,
         ddof=options.ddof,
         rewards=units,
-        advantage=pl.col(options.advantage_col).explode(),
+        advantage=advantage,
         batch=keys.batch,
         deterministic=options.deterministic,
     )
@@ -197,17 +176,9 @@ def _summarize_process(annotated: pl.LazyFrame, plan: Plan) -> RunSummary:
 
 @dataclass(frozen=True)
 class GroupSpans:
-    """Groups whose rows fall in several values of ``column``.
-
-    Attributes:
-        count: how many groups do.
-        column: the step or batch column.
-        key: the group key, as shown (``prompt_id``; ``step, input``).
-        example: the first such group in input order and its values of ``column``
-            (``prompt_id='p7' in step 1, 2 and 7``).
-        fix: the options that group within each value of ``column`` (``-g step -g
-            prompt_id``).
-    """
+    """``count`` groups (by ``key``, as shown) whose rows fall in several values of
+    ``column``; ``example``: the first in input order (``prompt_id='p7' in step 1, 2 and
+    7``); ``fix``: the options that group within each value (``-g step -g prompt_id``)."""
 
     count: int
     column: str
@@ -226,15 +197,11 @@ class GroupSpans:
 
 def group_spans(frame: pl.DataFrame, keys: Keys, column: str) -> GroupSpans | None:
     """The groups of ``frame`` (with the columns of ``keys``) whose rows hold several values
-    of ``column``, or None when every group stays within one value.
-
-    First one cheap pass: over the engine's per-row flag when it added one
-    (:func:`grpo_cli.core.plan.span_flag`; ``column`` without nulls), else with hashed
-    keys :func:`_pairs_outnumber_groups`; then, only when some group spans, one grouping
-    of the key with the distinct count of ``column`` and a few passes for the example.
-    """
+    of ``column``, or None. One cheap pass first (the engine's flag,
+    :func:`grpo_cli.core.plan.span_flag`, or :func:`_pairs_outnumber_groups`); the key is
+    grouped only when some group spans."""
     flag = span_flag_column(column)
-    if flag in frame.columns:  # the engine's flag: one cheap pass
+    if flag in frame.columns:
         if not frame.get_column(flag).any():
             return None
     elif keys.hashed and not _pairs_outnumber_groups(frame, column):
@@ -255,16 +222,9 @@ def group_spans(frame: pl.DataFrame, keys: Keys, column: str) -> GroupSpans | No
         rows.join(spanning.lazy(), on=group, how="semi").select(pl.col(SPAN_ROW).min())
     ).item()
     one = frame.slice(first, 1)
-    values = (
-        collect(
-            frame.lazy()
-            .join(one.lazy().select(group), on=group, how="semi")
-            .select(pl.col(column).unique())
-        )
-        .get_column(column)
-        .sort(nulls_last=True)
-        .to_list()
-    )
+    same_group = frame.lazy().join(one.lazy().select(group), on=group, how="semi")
+    unique = collect(same_group.select(pl.col(column).unique().sort(nulls_last=True)))
+    values = unique.get_column(column).to_list()
     names = [DISPLAY_NAMES.get(c, c) for c in keys.exact]
     example = key_text(one.row(0, named=True), keys.exact)
     if any(c.startswith("__grpo_") for c in keys.exact):
@@ -288,14 +248,9 @@ def key_text(row: Mapping[str, Any], exact: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class Repeats:
-    """Rows that repeat a response id within their group (a log concatenated with itself).
-
-    Attributes:
-        rows: rows whose id appeared before in their group (each copy beyond the first).
-        column: the response id column (:func:`response_id`).
-        example: the first such row's id and group, as shown (``completion_id=1 in the
-            group step=1, prompt_id='p015'``).
-    """
+    """``rows`` whose ``column`` id (:func:`response_id`) appeared before in their group (a
+    log concatenated with itself); ``example``: the first, as shown (``completion_id=1 in
+    the group step=1, prompt_id='p015'``)."""
 
     rows: int
     column: str
@@ -342,10 +297,9 @@ def repeated_rows(
     frame: pl.DataFrame, group: Sequence[str], response: pl.Expr
 ) -> tuple[int, int | None]:
     """The rows of ``frame`` whose ``response`` id (not null) appeared before in their
-    group (``group``: its key columns or their hash; every group whole in ``frame``), and
-    the position of the first of them (None without any). One pass counts the distinct
-    (group, id) pairs as 64-bit hashes (0.25 s per 10M rows; equal pairs hash equal, so no
-    repeat is missed); only when they are fewer than the ids, an exact pass counts."""
+    group (``group``: key columns or hash), and the position of the first (None without).
+    A pass over (group, id) hashes first (equal pairs hash equal: no repeat is missed);
+    an exact pass only when they are fewer than the ids."""
     valid = response.is_not_null()
     pair = pl.struct(*group, response)
     ids, distinct = frame.select(
@@ -360,7 +314,7 @@ def repeated_rows(
 
 def repeat_warning(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
     """The warning line of :class:`Repeats` for an annotated in-memory ``frame`` (with its
-    key columns) made by ``plan``; none without a response id column or repeats."""
+    key columns) made by ``plan``, if any."""
     column = response_id(frame.columns, plan.options)
     if column is None:
         return ()
@@ -372,10 +326,8 @@ def repeat_warning(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
 
 def _pairs_outnumber_groups(frame: pl.DataFrame, column: str) -> bool:
     """Whether some group holds several values of ``column``: the distinct (group hash,
-    value) pairs, as one 64-bit hash each, outnumber the groups (counted from each row's
-    group size in SIZE_KEY: a group of s rows adds 1/s per row; without it, distinct
-    hashes). One pass, 2x cheaper than grouping the key; a false "no" needs two pairs to
-    share a 64-bit hash (about 1e-8 for a million pairs)."""
+    value) pairs, hashed, outnumber the groups (from SIZE_KEY, 1/s per row, else distinct
+    hashes). A false "no" needs two pairs to share a 64-bit hash (1e-8 for 1M pairs)."""
     group = pl.col(GROUP_HASH)
     pairs = (group ^ pl.col(column).hash(seed=7)).n_unique()
     if SIZE_KEY in frame.columns:
@@ -395,9 +347,8 @@ def _value_list(values: list[object]) -> str:
 
 
 def check_batch_spans(frame: pl.DataFrame, plan: Plan) -> None:
-    """Refuse groups whose rows fall in several values of the batch column: batch statistics
-    are per batch value, so such a group would be pooled across batches. Positional groups
-    are within batches already; a group key holding the batch column cannot span it."""
+    """Refuse groups whose rows fall in several values of the batch column (they would be
+    pooled across batches); positional groups and keys holding the column cannot."""
     column, keys = plan.options.batch_col, plan.keys
     if column is None or column in keys.exact or not keyed_groups(plan):
         return
@@ -410,12 +361,9 @@ def check_batch_spans(frame: pl.DataFrame, plan: Plan) -> None:
 
 
 def span_warnings(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
-    """Warning lines: groups that span several values of the log's step-like column (a
-    prompt sampled again in a later step pooled into one group); and a batch-level
-    estimator without a batch column on a log with a step-like column (every step pooled
-    into one batch); and more than half of the groups holding one response (a wrong
-    group key); and rows that repeat a response id within their group
-    (:func:`repeat_warning`)."""
+    """Warning lines: a batch-level estimator without a batch column on a log with a
+    step-like column; groups spanning that column; more than half of the groups holding
+    one response (a wrong key); repeated response ids (:func:`repeat_warning`)."""
     return (
         *_batch_warnings(plan),
         *_span_warning(frame, plan),
@@ -425,9 +373,7 @@ def span_warnings(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
 
 
 def _singleton_warning(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
-    """More than half of the groups hold one response: the group key is probably wrong
-    (a response id rather than a prompt id). Groups are counted from the rows (a group of
-    s rows adds s times 1/s)."""
+    """More than half of the groups hold one response: the key is probably wrong."""
     if not keyed_groups(plan) or SIZE_KEY not in frame.columns or frame.height == 0:
         return ()
     size = pl.col(SIZE_KEY).cast(pl.Float64)
@@ -447,9 +393,7 @@ def _singleton_warning(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
 
 def _batch_warnings(plan: Plan) -> tuple[Message, ...]:
     options, column = plan.options, plan.step_col
-    if options.batch_col is not None or not reads_batch(options, plan.estimator):
-        return ()
-    if column is None:
+    if options.batch_col is not None or column is None or not reads_batch(options, plan.estimator):
         return ()
     return (
         f"{options.estimator} reads batch statistics and no "

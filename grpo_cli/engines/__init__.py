@@ -1,20 +1,11 @@
 """Engines: where the arithmetic of a :class:`grpo_cli.core.plan.Plan` runs.
 
-Every engine is one entry of :data:`grpo_cli.core.engine_options.ENGINES` (its name is a
-``--backend`` value) and one module under ``grpo_cli/engines/``, imported only when the
-engine runs (:func:`get_engine`): this package itself imports nothing heavy.
-
-An engine either annotates an in-memory frame (``io="frame"``: :class:`FrameEngine`) or
-reads its inputs and writes its output itself (:class:`FileEngine`): ``io="file"``, one
-Parquet file in and one out (logs larger than memory), or ``io="dataset"``, many input
-files in and a folder of Parquet part files out (logs spread over files and machines).
-Each declares what it cannot do (:meth:`Engine.refusal`); :func:`check` turns that into
-the one error every engine gives. The shared policies (:mod:`grpo_cli.core.policies`) and
-the collision fallback (:func:`grpo_cli.core.plan.run_with_fallback`) are applied the same
-way for every engine.
-
-A new engine: a module here with an ``ENGINE`` object, and one
-:class:`grpo_cli.core.engine_options.EngineInfo` line in the registry.
+Every engine is one :data:`grpo_cli.core.engine_options.ENGINES` entry and one module here
+with an ``ENGINE`` object, imported only when it runs (:func:`get_engine`). It annotates an
+in-memory frame (:class:`FrameEngine`) or reads and writes files itself
+(:class:`FileEngine`: ``io="file"``, one Parquet file in and out; ``io="dataset"``, many
+files in and a folder of part files out), and declares what it cannot do
+(:meth:`Engine.refusal`, turned into one error by :func:`check`).
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 from grpo_cli.core.engine_options import ENGINES, EngineInfo
 from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, option
@@ -53,9 +44,9 @@ class FrameEngine(Engine, Protocol):
     """An engine that annotates an in-memory frame."""
 
     def annotate(self, frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
-        """``frame`` with the advantage, the plan's key and reward columns and each row's
-        group profile (SIZE_KEY, VALID_KEY, CONSTANT_KEY), and CHECK_MAX when the plan's
-        keys are hashed; the shared policies applied."""
+        """``frame`` with the advantage (policies applied), the plan's key and reward
+        columns, each row's group profile (SIZE_KEY, VALID_KEY, CONSTANT_KEY), and
+        CHECK_MAX when the keys are hashed."""
 
 
 @dataclass(frozen=True)
@@ -63,21 +54,18 @@ class FileJob:
     """What a file engine reads and writes.
 
     Attributes:
-        sources: the input files (one Parquet file for ``io="file"``).
-        output: the output file, or for ``io="dataset"`` the output folder.
-        plan: the plan (options checked, estimator looked up).
+        sources, output: the input files (one Parquet file for ``io="file"``); the output
+            file (``io="dataset"``: folder).
+        plan: the plan.
         input_format: the inputs' format (a name in FORMATS), or None: by suffix.
-        derived: names of key columns a trainer's dump layout derives from each row
+        derived: key columns a trainer's dump layout derives
             (:func:`grpo_cli.core.layouts.derived_column`); never written.
         groups: where the per-group table goes (``io="dataset"``: a folder), or None.
-        notes: where the engine says what the user should know before the run's end
-            (``io="dataset"``: which cluster it runs on), or None: nowhere.
-        fatal: where the engine says why it ends the process at once (the Ray engine:
-            its cluster lost, or not answering, while Ray holds the main thread; exit 4
-            follows), called with the process's standard error back in place; None:
-            ``error:`` and ``hint:`` lines with options by keyword.
-        response: the column naming each response, whose repeats within a group the
-            engine counts (:func:`grpo_cli.core.run_summary.response_id`), or None.
+        notes: where the engine tells the user things before the run's end, or None.
+        fatal: where the engine says why it ends the process at once (the Ray engine's
+            lost cluster; exit 4 follows), with standard error back in place; None:
+            ``error:`` and ``hint:`` lines.
+        response: the response id column whose repeats the engine counts, or None.
     """
 
     sources: tuple[Path, ...]
@@ -95,8 +83,7 @@ class FileEngine(Engine, Protocol):
     """An engine that reads its input and writes its output itself."""
 
     def require(self) -> None:
-        """Raise the one-line error with the install hint when an optional package the
-        engine needs is missing."""
+        """Raise the install hint's error when an optional package is missing."""
 
     def annotate_files(self, job: FileJob) -> RunSummary:
         """Annotate ``job.sources`` into ``job.output``; the run's figures."""
@@ -115,20 +102,12 @@ def get_engine(name: str) -> Engine:
     return engine
 
 
-@runtime_checkable
-class Preloading(Protocol):
-    """An engine whose optional package takes long to import (torch: seconds)."""
-
-    def start_loading(self) -> None:
-        """Start importing it in the background (errors are for its first use to raise)."""
-
-
 def start_loading(name: str) -> None:
-    """Let the engine called ``name`` start importing what it needs while the caller
-    reads the input (an engine that needs nothing slow does nothing)."""
-    engine = get_engine(name)
-    if isinstance(engine, Preloading):
-        engine.start_loading()
+    """Let the engine called ``name`` start importing a slow optional package (torch)
+    while the caller reads the input, if it has a ``start_loading`` method."""
+    load = getattr(get_engine(name), "start_loading", None)
+    if load is not None:
+        load()
 
 
 def check(engine: Engine, plan: Plan | Request) -> None:

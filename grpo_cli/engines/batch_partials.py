@@ -1,25 +1,15 @@
-"""Batch statistics from partials: batch-level estimators on a log seen in pieces.
+"""Batch statistics from partials: batch-level estimators on a log seen in pieces (split
+along groups), in two passes:
 
-An estimator reads every batch statistic through
-:meth:`grpo_cli.core.estimators.EstimatorContext.batch_stat` (``batch_stat(x, name)``).
-When a log is split along groups into pieces, each ``x`` is computable piece by piece but
-its batch statistics are not, so an engine that sees the log in pieces runs a batch-level
-estimator in two passes:
+1. :func:`batch_inputs`: the values ``x`` (with weights ``w``) the formula asks batch
+   statistics of, found by building it once with a :class:`Recorder` source;
+2. :func:`grouped_partials` per piece and batch value, merged and finished
+   (:func:`merged_stats`): one small row per batch value;
+3. :func:`applied`: the plan reading those statistics (a :class:`Given` source) from
+   columns joined onto each piece (:func:`with_batch_stats`). Values are matched by the
+   order the formula asks about them, the same on any key (hashed or exact).
 
-1. :func:`batch_inputs`: the distinct values ``x`` (each with its weight ``w``, see
-   :meth:`~grpo_cli.core.estimators.EstimatorContext.batch_weight`) the plan's formula asks batch
-   statistics of, found by building the formula once with a :class:`Recorder` source;
-2. :func:`piece_partials`: per piece and batch value, the mergeable partials of each ``x``
-   (:func:`grpo_cli.core.metrics.batch_partials`); the driver merges them
-   (:func:`grpo_cli.core.metrics.merge_batch_partials`) and finishes them
-   (:func:`grpo_cli.core.metrics.finish_batch_stats`): one small row per batch value;
-3. :func:`applied`: the plan whose formula reads those statistics (a :class:`Given` source)
-   from columns joined onto each piece by the batch key (:func:`with_batch_stats`). Values
-   are matched by the order the formula asks about them, the same on any key (hashed or
-   exact), so each piece may fall back to its exact key on a hash collision.
-
-The formula is the estimator's own; merged partials equal the single-pass statistics up to
-rounding (about 1e-16 relative).
+Merged partials equal the single-pass statistics up to rounding (about 1e-16 relative).
 """
 
 from __future__ import annotations
@@ -42,8 +32,8 @@ def _index_of(inputs: Sequence[tuple[pl.Expr, pl.Expr]], x: pl.Expr) -> int | No
 
 @dataclass
 class Recorder:
-    """A batch statistics source that notes each distinct value asked about (with its
-    weight) and answers a placeholder: the formula it builds is never evaluated."""
+    """A batch statistics source noting each distinct value asked about (with its weight);
+    its placeholder answers are never evaluated."""
 
     inputs: list[tuple[pl.Expr, pl.Expr]] = field(default_factory=list)
 
@@ -56,8 +46,8 @@ class Recorder:
 
 @dataclass(frozen=True)
 class Given:
-    """A batch statistics source that reads each statistic from its column (see
-    :func:`grpo_cli.core.columns.batch_stat_column`), joined onto the rows beforehand."""
+    """A batch statistics source reading each statistic from its joined column
+    (:func:`grpo_cli.core.columns.batch_stat_column`)."""
 
     inputs: tuple[tuple[pl.Expr, pl.Expr], ...]
 
@@ -75,9 +65,8 @@ def needs_batch_stats(plan: Plan) -> bool:
 
 
 def batch_inputs(plan: Plan) -> tuple[tuple[pl.Expr, pl.Expr], ...]:
-    """The values (and weights) the plan's formula asks batch statistics of, as
-    expressions over a frame with the group statistics (see
-    :func:`grpo_cli.core.expressions.with_group_stats`)."""
+    """The values (and weights) the plan's formula asks batch statistics of, over a frame
+    with the group statistics (:func:`grpo_cli.core.expressions.with_group_stats`)."""
     from grpo_cli.core.expressions import advantage_expr
 
     recorder = Recorder()
@@ -85,50 +74,32 @@ def batch_inputs(plan: Plan) -> tuple[tuple[pl.Expr, pl.Expr], ...]:
     return tuple(recorder.inputs)
 
 
-def piece_partials(piece: pl.DataFrame, plan: Plan) -> pl.DataFrame:
-    """The batch partials of one piece of the log (every group whole in it), per value of
-    the batch key; on the exact key if two of the piece's keys share a hash."""
-    from grpo_cli.core.expressions import with_group_stats
-    from grpo_cli.core.plan import hash_collision
-
-    grouped = with_group_stats(piece, plan).collect()
-    if hash_collision(grouped, plan.keys):
-        plan = plan.exact()
-        grouped = with_group_stats(piece, plan).collect()
-    return grouped_partials(grouped, plan)
-
-
 def grouped_partials(grouped: pl.DataFrame, plan: Plan) -> pl.DataFrame:
-    """The batch partials of ``grouped``, a piece of the log with its group statistics
-    (:func:`grpo_cli.core.expressions.with_group_stats`), per value of the batch key: for an
-    engine that handles a hash collision itself (the partitioned engine starts again)."""
+    """The batch partials of ``grouped`` (a piece with its group statistics: every group
+    whole in it), per value of the batch key."""
     return metrics.batch_partials(grouped, batch_inputs(plan), plan.keys.batch)
 
 
 def merged_partials(parts: Sequence[pl.DataFrame], plan: Plan) -> pl.DataFrame:
-    """Pieces' partials merged into the partials of their union (one row per batch value;
-    merged again with other pieces' partials, it gives the same statistics)."""
+    """Pieces' partials merged into the partials of their union (one row per batch value)."""
     return metrics.merge_batch_partials(parts, plan.keys.batch, len(batch_inputs(plan)))
 
 
 def merged_stats(parts: Sequence[pl.DataFrame], plan: Plan) -> pl.DataFrame:
     """The batch statistics of the whole log, one row per batch value, from every piece's
     partials."""
+    merged = merged_partials(parts, plan)
     by, inputs = plan.keys.batch, len(batch_inputs(plan))
-    merged = metrics.merge_batch_partials(parts, by, inputs)
     return metrics.finish_batch_stats(merged, by, inputs, plan.options.ddof)
 
 
 def applied(plan: Plan) -> Plan:
-    """``plan`` reading its batch statistics from the joined columns (the k-th value its
-    formula asks about reads the k-th statistics: the formula asks in the same order on
-    any keys)."""
+    """``plan`` reading its batch statistics from the joined columns."""
     return replace(plan, batch_source=Given(batch_inputs(plan)))
 
 
 def with_batch_stats(piece: pl.DataFrame, plan: Plan, stats: pl.DataFrame) -> pl.DataFrame:
-    """``piece`` with its batch's statistics as columns, rows in their order. Without a
-    batch column the log is one batch (``stats`` has one row)."""
+    """``piece`` with its batch's statistics as columns, rows in their order."""
     from grpo_cli.core.plan import with_keys
 
     keys = list(plan.keys.batch)

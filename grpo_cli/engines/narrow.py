@@ -1,20 +1,12 @@
-"""The narrow rows of a log seen in pieces: what an engine that moves rows between pieces
-(the partitioned engine's spills, the Ray engine's shuffle) moves, and how it computes on
-them.
+"""The narrow rows that an engine moving rows between pieces (the partitioned engine's
+spills, the Ray engine's shuffle) moves, and how it computes on them.
 
-Only what the plan's formula reads crosses: the group key as two independent 64-bit hashes
-(:data:`GROUP` identifies the group, :data:`CHECK` detects two keys sharing it: the plan's
-collision check, ``Keys.check``), the reward columns, the batch key, the lengths and the
-baseline when the options name them, a row locator, and when the log has a response id
-column its 64-bit hash (:func:`piece_repeats`): 32 bytes a row (40 with the id) on a
-one-reward log. On a hash collision the engine starts again with the exact key columns in
-place of the hashes (``exact``), as it does when it needs the key's values (the per-group
-table).
-
-Every group lies whole in one piece after a shuffle by :data:`GROUP`, so the Polars engine
-computes each piece with the plan made once for the whole log (:func:`inner_plan`), its
-group key the moved one; batch statistics come from mergeable partials
-(:mod:`grpo_cli.engines.batch_partials`).
+Only what the formula reads crosses: the group key as two independent 64-bit hashes
+(:data:`GROUP`, and :data:`CHECK` for the collision check), the reward, batch, length and
+baseline columns, a row locator and a response id's hash (:func:`piece_repeats`). On a
+hash collision, or when it needs the key's values, the engine moves the exact key columns.
+After a shuffle by :data:`GROUP` every group lies whole in one piece, computed by the Polars
+engine with the plan made once for the whole log (:func:`inner_plan`).
 """
 
 from __future__ import annotations
@@ -39,9 +31,7 @@ CHECK: Final = PART_CHECK
 
 
 def needed_columns(options: AdvantageOptions, schema: Collection[str] | None = None) -> list[str]:
-    """The columns of the log the formula reads besides the group key: the reward columns,
-    the batch, length and baseline columns the options name (those in ``schema``, when
-    given)."""
+    """The columns the formula reads besides the group key (those in ``schema``, if given)."""
     names = [*options.reward_cols]
     for extra in (options.batch_col, options.length_col, options.baseline_col):
         if extra is not None:
@@ -50,9 +40,8 @@ def needed_columns(options: AdvantageOptions, schema: Collection[str] | None = N
 
 
 def read_columns(plan: Plan, derived: Sequence[str], response: str | None = None) -> list[str]:
-    """The log's columns a piece must read: the key columns (for a key a trainer's layout
-    derives, the columns it is derived from), :func:`needed_columns`' and the
-    ``response`` id column (read if present)."""
+    """The log's columns a piece must read: the key columns (or those a derived key is
+    made from), :func:`needed_columns`' and the ``response`` id column."""
     sources: list[str] = []
     for column in plan.keys.exact:
         if column in derived:
@@ -71,11 +60,10 @@ def hashed_key(key_cols: Sequence[str]) -> list[pl.Expr]:
 
 def inner_plan(plan: Plan, group: tuple[str, ...], *, check_hash: bool) -> Plan:
     """``plan`` on narrow rows whose group key is ``group`` (GROUP, with CHECK when
-    ``check_hash``; else the exact key columns): the same options, estimator and policies;
-    the reward may hold nulls (the rows of a piece are not checked again)."""
+    ``check_hash``; else the exact key columns); the reward may hold nulls."""
     inner_options = plan.options.with_overrides(group_cols=group)
     keys = resolve_keys(inner_options)
-    if check_hash:  # the moved key is a hash: its check in the same grouping pass
+    if check_hash:
         keys = replace(keys, check=CHECK)
     return Plan(inner_options, plan.estimator, keys, has_nulls=True, engine=plan.engine)
 
@@ -83,14 +71,11 @@ def inner_plan(plan: Plan, group: tuple[str, ...], *, check_hash: bool) -> Plan:
 def check_batch_spans(
     part: pl.DataFrame, options: AdvantageOptions, group: tuple[str, ...], *, uses_groups: bool
 ) -> None:
-    """Refuse groups whose rows fall in several values of the batch column, as the in-memory
-    path does (:func:`grpo_cli.core.run_summary.check_batch_spans`); each group lies whole in
-    one piece, so the check runs per piece."""
+    """:func:`grpo_cli.core.run_summary.check_batch_spans` for one piece (every group whole
+    in it)."""
     column = options.batch_col
-    if column is None or column in options.group_cols:
+    if column is None or column in options.group_cols or not uses_groups:
         return
-    if not uses_groups:  # the plan's estimator
-        return  # no groups to span batches, as in the in-memory check
     spanning = (
         part.group_by(list(group)).agg(pl.col(column).n_unique().alias("n")).filter(pl.col("n") > 1)
     )
@@ -107,8 +92,8 @@ def check_batch_spans(
 def piece_run_partials(
     full: pl.DataFrame, options: AdvantageOptions, group: tuple[str, ...]
 ) -> pl.DataFrame:
-    """The run figures' partials (:mod:`grpo_cli.core.metrics`) of one annotated piece
-    (every group whole in it), unreduced: one query, on the in-memory engine."""
+    """The run figures' partials (:mod:`grpo_cli.core.metrics`) of one annotated piece,
+    unreduced."""
     rows = with_profile(full.lazy(), group, options.ddof)
     return metrics.partials(
         rows,
@@ -127,9 +112,8 @@ def response_hash(column: str) -> pl.Expr:
 
 
 def piece_repeats(full: pl.DataFrame, group: tuple[str, ...], row: str) -> tuple[int, int] | None:
-    """The rows of an annotated piece (every group whole in it, with RESPONSE_HASH) that
-    repeat a response id in their group, and the ``row`` column's value (the row's place
-    in the input) at the first of them; None without any."""
+    """The count of an annotated piece's rows that repeat a RESPONSE_HASH in their group,
+    and the ``row`` column's value at the first; None without any."""
     count, at = repeated_rows(full, group, pl.col(RESPONSE_HASH))
     return None if at is None else (count, int(full.get_column(row)[at]))
 

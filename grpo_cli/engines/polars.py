@@ -1,11 +1,7 @@
-"""The Polars engine (``--backend polars``, the default): window expressions, no Python loop
-over rows or groups, float64.
-
-One grouping pass computes every group statistic (count, mean, variance: see
-:func:`grpo_cli.core.grouping.group_stat_columns`) over the plan's group key (its 64-bit hash
-unless the plan is exact); the estimator's formula and the shared policies are then
-expressions over those columns. Rows keep their input order (dropped singletons aside) and
-every input column is returned unchanged.
+"""The Polars engine (``--backend polars``, the default), float64: one grouping pass
+computes the group statistics (:func:`grpo_cli.core.grouping.group_stat_columns`), then the
+formula and the policies are expressions over them. Rows keep their order (dropped
+singletons aside), input columns unchanged.
 """
 
 from __future__ import annotations
@@ -18,9 +14,7 @@ import polars as pl
 from grpo_cli.core.engine_options import ENGINES, EngineInfo
 from grpo_cli.core.errors import Message
 from grpo_cli.core.expressions import annotate_lazy, collect
-from grpo_cli.core.plan import (
-    Plan,
-)
+from grpo_cli.core.plan import Plan
 
 if TYPE_CHECKING:
     from grpo_cli.core.resolve import Request

@@ -1,20 +1,15 @@
 """The optional torch engine (``--backend torch``): the same contract as the Polars engine.
 
-Polars hashes the group key (the plan's 64-bit hash) and prepares the reward
-(aggregation, null policy), row-wise; only the columns the formula reads cross to the
-device, where ``torch.unique`` codes the keys (:func:`key_codes`: no sort on the host) and
-the plan's collision check runs (:func:`hash_collides`); torch then evaluates the
-estimator's own formula (``plan.estimator.fn``, or GDPO's) on the chosen device, in
-float64, through :class:`TorchContext`: the formula context
-(:class:`grpo_cli.core.estimators.FormulaContext`) implemented with segment operations
-(``index_add_``, ``scatter_reduce``) over the codes, NaN standing for null:
+Polars hashes the group key and prepares the reward, row-wise; only the columns the formula
+reads cross to the device, where ``torch.unique`` codes the keys (:func:`key_codes`) and
+the estimator's formula runs in float64 through :class:`TorchContext`, with segment
+operations over the codes, NaN standing for null:
 
     n_g = sum_g 1[valid], mean_g = sum_g r / n_g, var_g = sum_g (r - mean_g)^2 / (n_g - ddof)
 
-(``var_g`` exactly 0 when the group's valid rewards are all equal, as Polars' is). The
-shared policies are applied afterwards, as for every engine. Process supervision runs over
-the steps Polars explodes from the list column (:func:`step_scores`). torch is imported only
-when this engine runs, in a background thread (:func:`start_import`) while the log is read.
+(``var_g`` exactly 0 when the group's valid rewards are all equal, as Polars' is). Polars
+then applies the shared policies. torch is imported in a background thread while the log
+is read (:func:`start_import`).
 """
 
 from __future__ import annotations
@@ -66,16 +61,13 @@ _IMPORT: dict[str, threading.Thread] = {}  # the background import, once started
 
 
 def start_import() -> None:
-    """Start importing torch in a background thread (the caller then reads its input while
-    torch loads: ``import torch`` takes seconds, reading a large log too); once per
-    process. A missing torch is reported by :func:`import_torch`, not here. The thread is
-    not a daemon: an early exit waits for the import rather than stop it half-way."""
+    """Start importing torch in a background thread, once per process (errors are
+    :func:`import_torch`'s to report). Not a daemon: an early exit waits for the import
+    rather than stop it half-way."""
     if "torch" in _IMPORT:
         return
 
     def load() -> None:
-        # a torch that fails to load (a missing CUDA library: OSError) is reported by
-        # import_torch, which imports it again, not by this thread
         with contextlib.suppress(Exception):
             import torch  # noqa: F401
 
@@ -92,43 +84,34 @@ def import_torch() -> Any:
         started.join()
     try:
         import torch
-    except ImportError as exc:
-        if exc.name == "torch" or "No module named 'torch'" in str(exc):  # not there
+    except Exception as exc:  # not there, or broken: a CUDA library missing (OSError), ...
+        if isinstance(exc, ImportError) and (
+            exc.name == "torch" or "No module named 'torch'" in str(exc)
+        ):
             raise OptionsError(
                 option("backend", "torch") + " needs PyTorch, which is not installed",
                 hint="install it with: " + INSTALL_HINT,
             ) from None
-        raise _broken_torch(exc) from None
-    except Exception as exc:  # a broken install: a CUDA library missing (OSError), ...
-        raise _broken_torch(exc) from None
+        raise OptionsError(
+            option("backend", "torch") + " needs PyTorch, which failed to load: "
+            f"{type(exc).__name__}: {first_line(str(exc))}",
+            hint="reinstall it with: " + INSTALL_HINT + "; or leave " + option("backend") + " out "
+            "(the Polars engine)",
+        ) from None
     return torch
 
 
-def _broken_torch(exc: Exception) -> OptionsError:
-    """The error for a PyTorch that is installed but fails to load."""
-    detail = first_line(str(exc))
-    return OptionsError(
-        option("backend", "torch")
-        + f" needs PyTorch, which failed to load: {type(exc).__name__}: {detail}",
-        hint="reinstall it with: " + INSTALL_HINT + "; or leave " + option("backend") + " out "
-        "(the Polars engine)",
-    )
-
-
 def resolve_device(torch: Any, device: str) -> Any:
-    """``auto``: CUDA when available, else the CPU; ``cuda`` without CUDA is an error
-    (``device`` is one of DEVICES: :class:`grpo_cli.core.engine_options.EngineOptions`
-    checked it)."""
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise OptionsError(
-                option("device", "cuda") + ": torch sees no CUDA device",
-                hint="use "
-                + option("device", "cpu")
-                + ", or a machine with an NVIDIA GPU and a CUDA build of torch",
-            )
-        return torch.device("cuda")
-    return torch.device("cpu")
+    """``auto``: CUDA when available, else the CPU; ``cuda`` without CUDA is an error."""
+    available = torch.cuda.is_available()
+    if device == "cuda" and not available:
+        raise OptionsError(
+            option("device", "cuda") + ": torch sees no CUDA device",
+            hint="use "
+            + option("device", "cpu")
+            + ", or a machine with an NVIDIA GPU and a CUDA build of torch",
+        )
+    return torch.device("cuda" if device != "cpu" and available else "cpu")
 
 
 @dataclass(frozen=True)
@@ -138,18 +121,16 @@ class TorchEngine:
     info: EngineInfo
 
     def refusal(self, plan: Plan | Request) -> Message | None:
-        """Nothing: every estimator's formula and every policy runs on torch."""
+        """Nothing: every estimator and policy runs on torch."""
         return None
 
     def start_loading(self) -> None:
-        """Start importing torch while the caller reads the log (:func:`start_import`)."""
+        """See :func:`start_import`."""
         start_import()
 
     def annotate(self, frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
-        """Polars hashes the key and prepares the reward (row-wise: the streaming engine,
-        whose result is the in-memory one's); torch finds the groups and does the
-        arithmetic (:func:`torch_columns`); Polars applies the policies (see
-        :class:`grpo_cli.engines.FrameEngine`)."""
+        """Polars prepares (row-wise: streaming is exact), torch computes
+        (:func:`torch_columns`), Polars applies the policies."""
         from grpo_cli.core.expressions import collect, prepare
 
         options = plan.options
@@ -177,9 +158,8 @@ ENGINE = TorchEngine(ENGINES["torch"])
 
 
 def dense_codes(frame: pl.DataFrame, columns: tuple[str, ...]) -> pl.Series:
-    """0..k-1 codes of the key ``columns`` by Polars (a sort): equal keys, equal codes. Only
-    for keys that are not one integer column (the exact fallback of a string or composite
-    key; a string batch column); see :func:`key_codes`."""
+    """0..k-1 codes of the key ``columns`` by Polars (a sort): for keys that are not one
+    integer column (see :func:`key_codes`)."""
     key = pl.col(columns[0]) if len(columns) == 1 else pl.struct(list(columns))
     return frame.select((key.rank("dense") - 1).cast(pl.Int64)).to_series()
 
@@ -187,25 +167,22 @@ def dense_codes(frame: pl.DataFrame, columns: tuple[str, ...]) -> pl.Series:
 def torch_columns(frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
     """The formula's value (RAW, before the policies; NaN for null), the per-row group
     profile (SIZE_KEY, VALID_KEY, CONSTANT_KEY) and, when the plan's key is hashed,
-    CHECK_MAX (see :func:`grpo_cli.core.plan.hash_collision`), computed with torch.
-    ``frame`` holds the prepared reward (REWARD_KEY), the key columns and the columns the
-    estimator reads. Only those columns cross to the device (:func:`torch_context`); RAW,
-    SIZE_KEY and CONSTANT_KEY come back (VALID_KEY is SIZE_KEY when the reward has no
-    nulls)."""
-    torch = import_torch()
-    device = resolve_device(torch, plan.engine.device)
-    with device_memory(device, frame.height):
-        ctx = torch_context(torch, frame, plan, device)
-        return host_columns(formula_columns(ctx, frame, plan), frame, plan)
+    CHECK_MAX, computed with torch over ``frame`` (the prepared reward, the key columns and
+    the columns the estimator reads)."""
+    with on_device(frame, plan) as ctx:
+        return host_columns(ctx, frame, plan)
 
 
 @contextlib.contextmanager
-def device_memory(device: Any, rows: int) -> Iterator[None]:
-    """An allocation that fails on ``device`` (torch's ``OutOfMemoryError`` on CUDA, its
-    CPU allocator's ``RuntimeError``) as a :class:`MemoryShortError` that says where and
-    what to do, not as a bug. The tensors are freed by then: the error holds no frame."""
+def on_device(frame: pl.DataFrame, plan: Plan) -> Iterator[TorchContext]:
+    """The formula context of ``plan`` over ``frame`` on the plan's device; an allocation
+    that fails there (CUDA's ``OutOfMemoryError``, the CPU allocator's ``RuntimeError``) as a
+    :class:`MemoryShortError` saying what to do (the tensors freed by then)."""
+    torch = import_torch()
+    device = resolve_device(torch, plan.engine.device)
+    rows = frame.height
     try:
-        yield
+        yield torch_context(torch, frame, plan, device)
     except Exception as exc:
         if not is_out_of_memory(exc):
             raise
@@ -223,24 +200,19 @@ def device_memory(device: Any, rows: int) -> Iterator[None]:
 
 
 def step_scores(steps: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
-    """Process supervision's step z-scores (see
-    :data:`grpo_cli.core.process_supervision.StepScores`): the formula over the exploded
-    steps, with torch."""
+    """Process supervision's step z-scores
+    (:data:`grpo_cli.core.process_supervision.StepScores`) over the exploded steps."""
     from grpo_cli.core.expressions import collect
 
     frame = collect(steps, deterministic=True)
-    torch = import_torch()
-    device = resolve_device(torch, plan.engine.device)
-    with device_memory(device, frame.height):
-        ctx = torch_context(torch, frame, plan, device)
-        z = torch.broadcast_to(plan.estimator.fn(ctx), ctx.reward.shape).cpu().numpy()
+    with on_device(frame, plan) as ctx:
+        z = ctx.torch.broadcast_to(plan.estimator.fn(ctx), ctx.reward.shape).cpu().numpy()
     return frame.with_columns(pl.Series(STEP_Z, z).fill_nan(None)).lazy()
 
 
 def torch_context(torch: Any, frame: pl.DataFrame, plan: Plan, device: Any) -> TorchContext:
-    """The formula context of ``plan`` over the prepared ``frame``: the group and batch
-    codes made on ``device`` (:func:`key_codes`), the columns the formula reads copied to
-    it."""
+    """The formula context of ``plan`` over the prepared ``frame``: the keys coded and the
+    columns the formula reads copied on ``device``."""
     options, keys = plan.options, plan.keys
 
     def column(name: str | None) -> Any:  # absent from process supervision's steps
@@ -268,9 +240,7 @@ def torch_context(torch: Any, frame: pl.DataFrame, plan: Plan, device: Any) -> T
 
 
 def context_settings(options: AdvantageOptions) -> dict[str, Any]:
-    """What a :class:`TorchContext` takes from the options (the engine's and the tensor
-    API's contexts alike): ddof, eps and its placement, the singleton unit, token
-    weighting, the clip before whitening."""
+    """What a :class:`TorchContext` takes from the options (engine and tensor API alike)."""
     return {
         "ddof": options.ddof,
         "eps": options.eps,
@@ -284,13 +254,9 @@ def context_settings(options: AdvantageOptions) -> dict[str, Any]:
 def key_codes(
     torch: Any, frame: pl.DataFrame, columns: tuple[str, ...], device: Any
 ) -> tuple[Any, int]:
-    """0..k-1 codes of the key ``columns`` as an int64 tensor on ``device`` (equal keys,
-    equal codes), and k. One integer column without nulls (the plan's 64-bit key hash, a
-    positional key, an integer batch column) is copied in and coded there by
-    ``torch.unique(return_inverse=True)`` (a UInt64 hash as its int64 bits: equality is
-    kept); any other key (the exact fallback of a string or composite key) is coded by
-    Polars (:func:`dense_codes`). k is known from the unique values' count, one
-    synchronisation."""
+    """0..k-1 codes of the key ``columns`` as an int64 tensor on ``device``, and k. One
+    integer column without nulls (:func:`key_tensor`) is coded there by ``torch.unique``;
+    any other key by Polars (:func:`dense_codes`)."""
     key = key_tensor(torch, frame, columns, device)
     if key is None:
         codes = to_device(torch, dense_codes(frame, columns).to_numpy(), device)
@@ -299,7 +265,6 @@ def key_codes(
     return codes, int(uniques.numel())
 
 
-# Integer types whose values an int64 tensor holds (UInt64 reinterpreted bit for bit).
 INT64_COMPATIBLE: Final = frozenset(
     {pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64}
 )
@@ -321,10 +286,9 @@ def key_tensor(torch: Any, frame: pl.DataFrame, columns: tuple[str, ...], device
 
 
 def to_device(torch: Any, values: Any, device: Any) -> Any:
-    """The NumPy array ``values`` as a tensor on ``device``: shared with ``values`` on the
-    CPU (a read-only array too: torch's tensors of the inputs are never written), one copy
-    to a GPU."""
-    with warnings.catch_warnings():  # a read-only array: shared, never written
+    """The NumPy array ``values`` as a tensor on ``device`` (shared on the CPU, even when
+    read-only: input tensors are never written)."""
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         tensor = torch.from_numpy(values)
     return tensor.to(device)
@@ -336,12 +300,11 @@ def float_column(torch: Any, frame: pl.DataFrame, expr: pl.Expr, device: Any) ->
     return to_device(torch, values, device)
 
 
-def formula_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> dict[str, Any]:
-    """The tensors of :func:`torch_columns`, on the device: the estimator's formula
-    (GDPO's with ``aggregation=normalize_then_sum``, each reward column's context sharing
-    the codes), the group profile (VALID_KEY only when the reward has nulls: else it is
-    SIZE_KEY) and, when the plan's key is hashed, whether two keys share a hash
-    (COLLISION: a 0-d bool tensor; see :func:`hash_collides`)."""
+def host_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
+    """The columns of :func:`torch_columns`, computed on the device and copied to the host.
+    CHECK_MAX is the second hash itself when no two keys share a group hash
+    (:func:`hash_collides`), else Polars' window
+    (:func:`grpo_cli.core.plan.collision_columns`)."""
     torch, options = ctx.torch, plan.options
     raw = formula(
         ctx,
@@ -352,49 +315,22 @@ def formula_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> dict[
             for c in options.reward_cols
         ],
     )
-    valid = ctx.count().to(torch.int64)  # the reward's statistics: computed once
+    valid = ctx.count().to(torch.int64)
+    sizes = valid  # every reward valid: the group's rows are its valid rewards
     if plan.has_nulls:
         sizes = torch.bincount(ctx.group, minlength=ctx.groups).index_select(0, ctx.group)
-    else:  # every reward valid: the group's rows are its valid rewards
-        sizes = valid
     out = {
         RAW: torch.broadcast_to(raw, ctx.reward.shape),
         SIZE_KEY: sizes,
         CONSTANT_KEY: ctx.is_constant(),
+        VALID_KEY: valid if plan.has_nulls else None,  # else SIZE_KEY's, not copied again
     }
-    if plan.has_nulls:
-        out[VALID_KEY] = valid
+    host = pl.DataFrame({k: v.cpu().numpy() for k, v in out.items() if v is not None})
+    if not plan.has_nulls:
+        host = host.with_columns(pl.col(SIZE_KEY).alias(VALID_KEY))
     if plan.keys.check is not None:
         check = key_tensor(torch, frame, (plan.keys.check,), ctx.device)
-        out[COLLISION] = hash_collides(ctx, check)
-    return out
-
-
-COLLISION: Final = "collision"  # formula_columns' flag: two keys share the group hash
-
-
-def hash_collides(ctx: TorchContext, check: Any) -> Any:
-    """Whether two different keys share a group hash: their second hashes (``check``, as
-    int64) differ within one group, so some row's is not its group's largest (the plan's
-    check, :func:`grpo_cli.core.plan.hash_collision`, made over the device's codes)."""
-    torch = ctx.torch
-    start = torch.full((ctx.groups,), torch.iinfo(torch.int64).min, device=check.device)
-    largest = start.scatter_reduce(0, ctx.group, check, "amax")
-    return (largest.index_select(0, ctx.group) != check).any()
-
-
-def host_columns(out: dict[str, Any], frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
-    """The tensors of :func:`formula_columns` as Polars columns on the host (one copy each
-    from a GPU): VALID_KEY is SIZE_KEY when the reward has no nulls; CHECK_MAX (what
-    :func:`grpo_cli.core.plan.hash_collision` reads) is the second hash itself when no
-    two keys share a group hash (every row's is then its group's largest), else Polars'
-    window (:func:`grpo_cli.core.plan.collision_columns`)."""
-    columns = {name: tensor.cpu().numpy() for name, tensor in out.items() if name != COLLISION}
-    host = pl.DataFrame(columns)
-    if VALID_KEY not in columns:
-        host = host.with_columns(pl.col(SIZE_KEY).alias(VALID_KEY))
-    if COLLISION in out and plan.keys.check is not None:
-        if bool(out[COLLISION]):
+        if bool(hash_collides(ctx, check)):
             check_max = frame.select(collision_columns(plan.keys)).to_series()
         else:
             check_max = frame.get_column(plan.keys.check).alias(CHECK_MAX)
@@ -402,11 +338,19 @@ def host_columns(out: dict[str, Any], frame: pl.DataFrame, plan: Plan) -> pl.Dat
     return host
 
 
+def hash_collides(ctx: TorchContext, check: Any) -> Any:
+    """Whether two keys share a group hash: their second hashes (``check``) differ within
+    a group (:func:`grpo_cli.core.plan.hash_collision` over the device's codes)."""
+    torch = ctx.torch
+    start = torch.full((ctx.groups,), torch.iinfo(torch.int64).min, device=check.device)
+    largest = start.scatter_reduce(0, ctx.group, check, "amax")
+    return (largest.index_select(0, ctx.group) != check).any()
+
+
 @dataclass(frozen=True)
 class TorchContext(FormulaContext):
-    """The formula context (:class:`grpo_cli.core.estimators.FormulaContext`) on torch: every
-    value a float64 tensor (one entry per row, NaN for null), every statistic a segment
-    reduction over dense codes (``group``, ``batch``: int64 tensors, 0..k-1, with k
+    """The formula context on torch: every value a float64 tensor (NaN for null), every
+    statistic a segment reduction over dense codes (``group``, ``batch``: 0..k-1, k
     ``groups``, ``batches``) gathered back to the rows."""
 
     torch: Any
@@ -430,36 +374,30 @@ class TorchContext(FormulaContext):
         return self.reward.device
 
     def with_reward(self, reward: Any) -> TorchContext:
-        """The same context over another reward (GDPO's reward columns)."""
+        """The same context over another reward."""
         return replace(self, reward=reward)
 
     def _tensor(self, value: Value | float | None) -> Any:
         if isinstance(value, self.torch.Tensor):
             return value
         scalar = float("nan") if value is None else value
-        # a fill on the device (torch.tensor would copy from the host, a sync on CUDA)
         return self.torch.full((), scalar, dtype=self.torch.float64, device=self.device)
 
     def where(
         self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
     ) -> Any:
-        """See :meth:`FormulaContext.where` (a NaN comparison is false, as a null one)."""
         return self.torch.where(cond, self._tensor(then), self._tensor(otherwise))
 
     def is_null(self, x: Value) -> Any:
-        """See :meth:`FormulaContext.is_null`."""
         return self.torch.isnan(x)
 
     def fill_null(self, x: Value, value: float) -> Any:
-        """See :meth:`FormulaContext.fill_null`."""
         return self.where(self.torch.isnan(x), value, x)
 
     def maximum(self, x: Value, floor: float) -> Any:
-        """See :meth:`FormulaContext.maximum`."""
         return self.where(self.torch.isnan(x), floor, self.torch.clamp(x, min=floor))
 
     def to_float(self, x: Value) -> Any:
-        """See :meth:`FormulaContext.to_float`."""
         return x.to(self.torch.float64)
 
     @cached_property
@@ -469,29 +407,18 @@ class TorchContext(FormulaContext):
         mean = self.group_agg(r, "sum") / n
         centred = self.fill_null(r - mean, 0.0)
         var = self.group_agg(centred * centred, "sum") / (n - self.ddof)
-        # all valid rewards equal: the group's largest is its smallest (compared per group,
-        # one gather; a group without valid rewards is not equal, as NaN == NaN is not)
-        valid = ~torch.isnan(r)
-        ends = [
-            torch.full((self.groups,), fill, dtype=torch.float64, device=r.device).scatter_reduce(
-                0, self.group, torch.where(valid, r, fill), op
-            )
-            for fill, op in ((-torch.inf, "amax"), (torch.inf, "amin"))
-        ]
-        equal = (ends[0] == ends[1]).index_select(0, self.group)
+        # all valid rewards equal (none: NaN == NaN is false)
+        equal = self.group_agg(r, "max") == self.group_agg(r, "min")
         var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
         return {"count": n, "mean": mean, "var": var}
 
     def reward_stat(self, name: str) -> Any:
-        """See :meth:`FormulaContext.reward_stat` (computed once per context)."""
         return self._reward_stats[name]
 
     def group_agg(self, x: Value, op: str) -> Any:
-        """See :meth:`FormulaContext.group_agg`."""
         return self._segment(self.group, self.groups, x, op)
 
     def batch_agg(self, x: Value, op: str) -> Any:
-        """See :meth:`FormulaContext.batch_agg`."""
         return self._segment(self.batch, self.batches, x, op)
 
     def _segment(self, codes: Any, size: int, x: Value, op: str) -> Any:

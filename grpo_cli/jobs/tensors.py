@@ -1,28 +1,18 @@
 """Advantages of tensors, inside a training step: :func:`group_advantages`.
 
-A trainer holds its rewards as a tensor on its device; this computes their advantages there,
-with the same formulas (:mod:`grpo_cli.core.estimators`, through
-:class:`grpo_cli.engines.torch.TorchContext`) and the same policies
-(:func:`grpo_cli.core.policies.policy_value`) as :func:`grpo_cli.compute_advantages` on a
-frame, and returns a tensor of the rewards' shape ``(N,)`` on the rewards' device.
+The same formulas (through :class:`grpo_cli.engines.torch.TorchContext`) and policies as
+:func:`grpo_cli.compute_advantages`, on the rewards' device, under ``torch.no_grad()``
+(advantages are constants of the loss, as in TRL and verl).
 
-No host copy on the path: group and batch indices are made dense on the device by a sort
-(:func:`dense_index`, without ``torch.unique``'s sync), every segment buffer has N entries
-(shapes depend on N only, which suits ``torch.compile``), and scalars are filled on the
-device. What does reach the host: prompt ids given as Python
-values are coded there once and copied in (pass an integer ``groups`` tensor to avoid it),
-``nulls="error"`` counts the NaN rewards to refuse them (one sync), and ``group_size``
-with ``batch`` checks that every batch holds whole groups (one sync).
+No host sync on the path: indices are made dense by a sort (:func:`dense_index`), every
+segment buffer has N entries (shapes depend on N only: ``torch.compile``), scalars are
+filled on the device. Only these reach the host: prompt ids given as Python values (coded
+there, copied in once), ``nulls="error"``'s count of NaN rewards, and ``group_size`` with
+``batch``'s check that every batch holds whole groups.
 
-Advantages are constants of the policy-gradient loss: they are computed under
-``torch.no_grad()`` (as TRL and verl compute theirs), so the result carries no autograd
-graph even when the rewards do.
-
-The arithmetic is float64 whatever the input (exact: within 1e-12 of the Polars engine);
-the result is cast to the rewards' floating dtype (float32 in, float32 out: the float64
-result rounded once, within 6e-8 relative), float64 for integer rewards.
-
-Its errors name its arguments as Python keywords (it has no command line).
+The arithmetic is float64 (within 1e-12 of the Polars engine); the result is cast to the
+rewards' floating dtype (float32: within 6e-8 relative), float64 for integer rewards.
+Errors name the arguments as Python keywords.
 """
 
 from __future__ import annotations
@@ -37,8 +27,7 @@ from grpo_cli.core.policies import formula, policy_value, reads_batch
 from grpo_cli.core.presets import merge_options
 from grpo_cli.engines.torch import TorchContext, context_settings
 
-# Options that name columns of a frame, and the argument that stands for them here (None:
-# no meaning for tensors).
+# Options that name columns, and the argument that stands for them here (None: no meaning).
 COLUMN_OPTIONS: Final[Mapping[str, str | None]] = {
     "group_cols": "groups",
     "reward_cols": "rewards",
@@ -70,22 +59,18 @@ def group_advantages(
 
     Args:
         rewards: a tensor ``(N,)``, or ``(N, K)`` with one column per reward function,
-            combined as the options say: weighted sum with NaN counting 0 (NaN when all K
-            are NaN; ``aggregation="sum_then_normalize"``) or GDPO
-            (``"normalize_then_sum"``). NaN is a null reward (the ``nulls`` policy applies).
-        groups: an integer tensor ``(N,)``, equal values for the responses of one prompt
-            (any values: TRL's ``arange(B).repeat_interleave(G)``, hashed uids...).
-        prompt_ids: instead of ``groups``, N hashable prompt ids (verl's ``uid`` array,
-            strings): coded on the host, copied to the device once.
-        batch: an integer tensor ``(N,)``: batch statistics (whitening, ``batch_std``,
-            ``gpg``) per value; default the whole tensor is one batch.
+            combined by ``aggregation``: weighted sum with NaN counting 0 (NaN when all K
+            are; ``"sum_then_normalize"``) or GDPO (``"normalize_then_sum"``). NaN is a
+            null reward.
+        groups: an integer tensor ``(N,)``, equal values for the responses of one prompt.
+        prompt_ids: instead of ``groups``, N hashable prompt ids (verl's ``uid`` array).
+        batch: an integer tensor ``(N,)``: batch statistics per value; default one batch.
         lengths: response lengths in tokens ``(N,)`` (``opo``, ``token_weighted``).
         baseline: a per-response baseline reward ``(N,)`` (``remax``; NaN for null).
         weights: one weight per reward function (the K columns), default 1 each.
         preset: a trainer preset (``"trl"``, ``"verl"``, ``"openrlhf-rloo"``...); the
             ``overrides`` win over it.
-        options: an :class:`AdvantageOptions` to start from (its column names are not
-            read: the tensors stand for them).
+        options: an :class:`AdvantageOptions` to start from (column names not read).
         **overrides: option fields: ``estimator``, ``ddof``, ``eps``, ``eps_mode``,
             ``singleton``, ``nulls``, ``clip``, ``clip_stage``, ``aggregation``,
             ``token_weighted``, ``reward_weights``; ``group_size=G`` makes consecutive runs
@@ -104,13 +89,11 @@ def group_advantages(
         InputError: tensors of the wrong shape, dtype or device; NaN rewards under
             ``nulls="error"``; a None prompt id.
 
-    Infinite rewards are not refused (that would need a host sync): the advantages of
-    their group are NaN, and of their whole batch when the formula reads batch statistics
-    (``batch_std``, whitening, GDPO).
+    Infinite rewards are not refused (a host sync): their group's advantages are NaN (their
+    batch's when the formula reads batch statistics).
     """
     import torch
 
-    # advantages are constants of the loss (see the module docstring)
     with torch.no_grad():
         rewards = _rewards(torch, rewards)
         n, k = rewards.shape[0], 1 if rewards.dim() == 1 else rewards.shape[1]
@@ -174,15 +157,11 @@ def group_advantages(
 def _infinite_spoils(
     ctx: TorchContext, parts: Sequence[Any], value: Any, *, batch_level: bool
 ) -> Any:
-    """``value`` NaN on the rows whose group holds an infinite reward (in any reward
-    column), or whose batch does when the formula reads batch statistics: the context
-    takes NaN for null, so the NaN that ``inf - inf`` makes would otherwise pass for a
-    null reward and leave a spread of 0 (advantages of 0). On the device, no sync."""
+    """``value`` NaN on the rows whose group (batch, when the formula reads batch
+    statistics) holds an infinite reward: else the NaN of ``inf - inf`` would pass for a
+    null reward and leave advantages of 0."""
     torch = ctx.torch
-    infinite = torch.zeros_like(parts[0], dtype=torch.bool)
-    for part in parts:
-        infinite = infinite | torch.isinf(part)
-    flag = infinite.to(torch.float64)
+    flag = _any(torch, parts, torch.isinf).to(torch.float64)
     spoiled = (ctx.batch_agg(flag, "sum") if batch_level else ctx.group_agg(flag, "sum")) > 0
     return torch.where(spoiled, float("nan"), value)
 
@@ -198,9 +177,8 @@ def tensor_options(
     baseline: bool,
     batch: bool,
 ) -> AdvantageOptions:
-    """The options of one call: ``options`` (default the defaults), the preset's, then the
-    ``overrides``; the column options named after the tensors given (so that the options'
-    own checks run), none of them accepted from the caller."""
+    """``options`` (default the defaults), the preset's, then the ``overrides``; the column
+    options named after the tensors given (for the options' own checks)."""
     for name in overrides:
         if name in COLUMN_OPTIONS:
             argument = COLUMN_OPTIONS[name]
@@ -235,8 +213,8 @@ def tensor_options(
 def _check_needs(
     options: AdvantageOptions, estimator: Estimator, *, lengths: Any, baseline: Any
 ) -> None:
-    """What the estimator needs, named by this function's arguments (then the options'
-    own checks: GDPO is GRPO's)."""
+    """What the estimator needs, named by this function's arguments, then the options'
+    own checks."""
     if estimator.unit == "step":
         raise OptionsError(
             f"estimator {estimator.name} works on lists of step rewards, not on a tensor",
@@ -315,10 +293,8 @@ def _same_rows(rewards: Any, tensor: Any, name: str) -> Any:
 
 
 def dense_index(torch: Any, index: Any) -> Any:
-    """0..k-1 codes of the integer tensor ``index`` (equal values, equal codes, in the
-    order of the values: ``torch.unique(index, return_inverse=True)[1]``) on its device,
-    with no host sync: a sort, a running count of the first of each run of equal values,
-    scattered back to the rows."""
+    """``torch.unique(index, return_inverse=True)[1]`` without a host sync: a sort, a
+    running count of the first of each run of equal values, scattered back."""
     values, order = torch.sort(index)
     first = torch.ones_like(values, dtype=torch.int64)
     first[1:] = (values[1:] != values[:-1]).to(torch.int64)
@@ -334,10 +310,9 @@ def _group_codes(
     estimator: Estimator,
     batch: tuple[Any, Any] | None = None,
 ) -> Any:
-    """The dense group codes, from ``groups``, ``prompt_ids`` or ``group_size`` (one of
-    them for estimators with groups; for the others, one group). With ``group_size`` and
-    ``batch`` (its dense codes and the tensor given), the groups are runs of G rows within
-    each batch value, as :func:`grpo_cli.core.plan.with_keys` makes them for a frame."""
+    """The dense group codes, from one of ``groups``, ``prompt_ids`` or ``group_size``
+    (without any, one group for estimators without groups). With ``group_size`` and
+    ``batch`` (its codes and the tensor given), runs of G rows within each batch value."""
     n, device = rewards.shape[0], rewards.device
     given = [
         name
@@ -379,13 +354,11 @@ def _group_codes(
 
 
 def _groups_within_batches(torch: Any, batch: Any, values: Any, size: int) -> Any:
-    """Dense codes of (batch, position within the batch // ``size``): each batch value's
-    rows, in their order, cut into runs of ``size`` (``batch``: the dense codes of the
-    batch tensor ``values``). A batch whose rows are not a multiple of ``size`` is refused
-    (one host sync), as for a frame. Every batch holding whole runs, a row's group is its
-    rank in the rows sorted by batch (stably) // ``size``: one sort."""
+    """Each batch value's rows, in order, cut into runs of ``size`` (``batch``: the dense
+    codes of the tensor ``values``): a row's rank in the rows stably sorted by batch //
+    ``size``. A batch whose rows are not a multiple of ``size`` is refused."""
     n = batch.shape[0]
-    order = torch.sort(batch, stable=True).indices  # each batch's rows together, in order
+    order = torch.sort(batch, stable=True).indices
     counts = torch.bincount(batch, minlength=n)
     uneven = counts % size != 0
     if bool(uneven.any()):
@@ -439,21 +412,22 @@ def combined(torch: Any, parts: Sequence[Any], weights: Sequence[float]) -> Any:
     ``sum_k w_k r_k`` with NaN counting 0, NaN where every ``r_k`` is."""
     if len(parts) == 1 and tuple(weights) == (1.0,):
         return parts[0]
-    total, all_null = None, None
-    for part, weight in zip(parts, weights, strict=True):
-        null = torch.isnan(part)
-        term = torch.where(null, 0.0, part * weight)
-        total = term if total is None else total + term
-        all_null = null if all_null is None else all_null & null
-    return torch.where(all_null, float("nan"), total)
+    terms = [torch.where(torch.isnan(p), 0.0, p * w) for p, w in zip(parts, weights, strict=True)]
+    all_null = ~_any(torch, parts, lambda p: ~torch.isnan(p))
+    return torch.where(all_null, float("nan"), sum(terms[1:], terms[0]))
+
+
+def _any(torch: Any, parts: Sequence[Any], test: Any) -> Any:
+    """Per row, whether ``test`` holds in any of ``parts``."""
+    found = torch.zeros_like(parts[0], dtype=torch.bool)
+    for part in parts:
+        found = found | test(part)
+    return found
 
 
 def _refuse_nulls(torch: Any, parts: Sequence[Any]) -> None:
-    """``nulls="error"``: NaN rewards refused (the one host sync of the path)."""
-    null = torch.zeros_like(parts[0], dtype=torch.bool)
-    for part in parts:
-        null = null | torch.isnan(part)
-    count = int(null.sum())
+    """``nulls="error"``: NaN rewards refused (one host sync)."""
+    count = int(_any(torch, parts, torch.isnan).sum())
     if count:
         raise InputError(
             f'{count} row(s) have a NaN reward (nulls="error")',
