@@ -399,7 +399,7 @@ def write_dashboard(
             svg = io.StringIO()
             fig.savefig(svg, format="svg", metadata=_SAVE_METADATA["svg"])
             page = html_page(report, svg.getvalue(), title).encode()
-            atomic_write(path, lambda sink: sink.write(page), force=force)
+            atomic_write(path, lambda sink: sink.writelines([page]), force=force)
         else:
             metadata = _SAVE_METADATA.get(fmt)
             atomic_write(
