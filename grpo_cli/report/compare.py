@@ -46,6 +46,7 @@ from grpo_cli.core.layouts import detect_layout
 from grpo_cli.core.presets import get_preset
 from grpo_cli.core.resolve import Request, make_request
 from grpo_cli.jobs.pipeline import Annotation, annotate_request
+from grpo_cli.report.summarize import largest_per_group
 
 COLUMN_PREFIX: Final = "advantage_"
 DEFAULT_TOP: Final = 5
@@ -333,28 +334,18 @@ def _top_groups(
         {
             **keys,
             "reward": first.full[REWARD_KEY].cast(pl.Float64),
-            "diff": row_diff,
+            "abs_diff": row_diff,
             "which": which.astype(np.int64),
         }
     )
-    groups = (
-        rows.group_by(list(keys), maintain_order=True)
-        .agg(
-            pl.len().alias("size"),
-            pl.col("reward"),
-            pl.col("diff").max(),
-            pl.col("which").get(pl.col("diff").arg_max()),
-        )
-        .filter(pl.col("diff") > 0)
-        .sort("diff", descending=True, maintain_order=True)
-        .head(top)
-    )
+    which_most = pl.col("which").get(pl.col("abs_diff").arg_max())
+    _, groups = largest_per_group(rows, list(keys), 0.0, top, pl.col("reward"), which_most)
     return tuple(
         GroupDisagreement(
             key=tuple((readable(c), row[f"k{i}"]) for i, c in enumerate(exact)),
             size=int(row["size"]),
             rewards=tuple(row["reward"]),
-            max_abs_diff=float(row["diff"]),
+            max_abs_diff=float(row["max_abs_diff"]),
             method=methods[1 + int(row["which"])],
         )
         for row in groups.iter_rows(named=True)

@@ -395,6 +395,19 @@ def _table(merged: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
     return finished.select(*by, *(c for c in TABLE_COLUMNS if c in finished.columns))
 
 
+def largest_per_group(
+    rows: pl.DataFrame, keys: Sequence[str], above: float, top: int, *extra: pl.Expr
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per group of ``keys`` (in order of appearance): ``extra``, ``size`` and the largest
+    ``abs_diff`` as ``max_abs_diff``; and the ``top`` groups whose largest is above
+    ``above``, largest first (ties in order of appearance). ``verify`` and ``compare``."""
+    groups = rows.group_by(list(keys), maintain_order=True).agg(
+        *extra, size=pl.len(), max_abs_diff=pl.col("abs_diff").max()
+    )
+    over = groups.filter(pl.col("max_abs_diff") > above)
+    return groups, over.sort("max_abs_diff", descending=True, maintain_order=True).head(top)
+
+
 def histogram(values: pl.Series, bins: int = 20) -> tuple[list[float], list[int]]:
     """Equal-width histogram of the finite ``values``: ``bins + 1`` edges and ``bins``
     counts, as numpy's (a value in bin ``floor((v - lo) / width)``, the largest in the last;

@@ -45,6 +45,7 @@ from grpo_cli.core.resolve import derive, make_request, resolve
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, span_warnings
 from grpo_cli.jobs.compute import annotate_frame, refuse_file_engines
 from grpo_cli.report.explain import cut
+from grpo_cli.report.summarize import largest_per_group
 
 
 @dataclass(frozen=True)
@@ -252,16 +253,8 @@ def verify_advantages(
         .alias("abs_diff")
     )
     rows = collect(pairs.with_columns(diff))
-    per_group = rows.group_by(list(keys.exact), maintain_order=True).agg(
-        *(pl.col(c).first() for c in shown_prompt),
-        size=pl.len(),
-        max_abs_diff=pl.col("abs_diff").max(),
-    )
-    worst = (
-        per_group.filter(pl.col("max_abs_diff") > tol)
-        .sort("max_abs_diff", descending=True, maintain_order=True)
-        .head(top)
-    )
+    prompts = (pl.col(c).first() for c in shown_prompt)
+    per_group, worst = largest_per_group(rows, keys.exact, tol, top, *prompts)
     worst = worst.with_columns(  # a positional group's name: its prompt, shortened
         pl.Series(c, [cut(text) for text in worst[c]], dtype=pl.String) for c in shown_prompt
     ).rename({k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES})
