@@ -74,9 +74,9 @@ class VerifyReport:
     tol: float
     options: AdvantageOptions
     layout: str | None
+    differing: pl.DataFrame
     warnings: tuple[Message, ...] = ()
     hints: tuple[Message, ...] = ()
-    differing: pl.DataFrame | None = None
 
     @property
     def agree(self) -> bool:
@@ -132,22 +132,15 @@ def run_verify(
     paths = input_paths(sources)
     log = read_input(paths, input_format, key_cols)
     report = verify_advantages(
-        log.frame,
-        preset,
-        advantage_col=advantage_col,
-        tol=tol,
-        top=top,
-        warn=warnings,
-        **explicit,
+        log.frame, preset, advantage_col=advantage_col, tol=tol, top=top, warn=warnings, **explicit
     )
     report = replace(report, warnings=(*log.warnings, *report.warnings))
     if diff_path is None:
         return VerifyResult(report, log.source)
     to_stdout = str(diff_path) == "-"
-    if report.differing is not None:
-        if not to_stdout:
-            remove_leftovers([diff_path], warn)
-        write_table(report.differing, diff_path, force=force, protected=paths)
+    if not to_stdout:
+        remove_leftovers([diff_path], warn)
+    write_table(report.differing, diff_path, force=force, protected=paths)
     return VerifyResult(report, log.source, "standard output" if to_stdout else str(diff_path))
 
 
@@ -158,10 +151,8 @@ def _no_logged_advantages(
     of floats) that is not an input of the computation (never the reward: a verl dump's
     ``score``), else saying there is nothing to verify."""
     options = resolve(make_request(preset, explicit), frame.head(0), checks=False).options
-    used = {*options.reward_cols, *options.group_cols}
-    for column in (options.batch_col, options.length_col, options.baseline_col):
-        if column is not None:
-            used.add(column)
+    inputs = (options.batch_col, options.length_col, options.baseline_col)
+    used = {*options.reward_cols, *options.group_cols, *inputs}
     candidates = [
         name
         for name, dtype in frame.schema.items()
@@ -376,29 +367,28 @@ def _hints(
     weights give: a group where one reward varies agrees whatever the weights)."""
     if rows_over == 0:
         return ()
-    hints: list[Message] = []
     if options.group_size is not None and TRL_PROMPT in frame.columns:
         batch = options.batch_col if options.batch_col in frame.columns else None
         runs_g = runs_group_size(prompt_runs(frame, batch))
         if runs_g is not None and runs_g != options.group_size:
-            hints.append(
+            return (
                 f"prompt runs have length {runs_g}, not "
                 + option("group_size", options.group_size)
                 + ": pass "
                 + option("group_size", runs_g)
-                + " (your num_generations), or leave it out to infer it"
+                + " (your num_generations), or leave it out to infer it",
             )
     columns = options.reward_cols
-    if not hints and len(columns) > 1 and 2 * rows_over > rows:
-        weights = ", ".join(f"{w:g}" for w in options.weights)
-        fix = not_rewards_hint(columns)
-        count = len(columns) - (0 if fix is None else sum(map(not_a_reward, columns)))
-        hints.append(
-            f"{rows_over:,} of {rows:,} rows differ and {len(columns)} reward columns are "
-            f"summed ({', '.join(columns)}; weights {weights})"
-            + (": give" if fix is None else "; " + fix + " and")
-            + " the trainer's weights with "
-            + option("reward_weights", tuple(Verbatim(f"W{i + 1}") for i in range(count)))
-            + " (TRL: GRPOConfig reward_weights)"
-        )
-    return tuple(hints)
+    if len(columns) < 2 or 2 * rows_over <= rows:
+        return ()
+    weights = ", ".join(f"{w:g}" for w in options.weights)
+    fix = not_rewards_hint(columns)
+    count = len(columns) - (0 if fix is None else sum(map(not_a_reward, columns)))
+    return (
+        f"{rows_over:,} of {rows:,} rows differ and {len(columns)} reward columns are "
+        f"summed ({', '.join(columns)}; weights {weights})"
+        + (": give" if fix is None else "; " + fix + " and")
+        + " the trainer's weights with "
+        + option("reward_weights", tuple(Verbatim(f"W{i + 1}") for i in range(count)))
+        + " (TRL: GRPOConfig reward_weights)",
+    )
