@@ -253,8 +253,7 @@ def _histograms(report: Report, ax_adv: Any, ax_reward: Any) -> None:
         _method_histograms(report.methods, ax_adv)
     elif report.advantages is not None and report.advantages.len():
         _hist(ax_adv, report.advantages, 50, _BLUE)
-        ax_adv.set_title(f"advantage ({report.advantages.len():,} responses)")
-        ax_adv.set_xlabel("advantage")
+        ax_adv.set(title=f"advantage ({report.advantages.len():,} responses)", xlabel="advantage")
     else:
         stds = report.group_sizes["std"].drop_nulls().drop_nans().to_numpy()
         ax_adv.hist(stds, bins=30, color=_PURPLE)
@@ -262,9 +261,7 @@ def _histograms(report: Report, ax_adv: Any, ax_reward: Any) -> None:
         ax_adv.set_xlabel("std of the group's rewards")
     ax_adv.set_ylabel("count")
     _hist(ax_reward, report.rewards, 50, _GREEN)
-    ax_reward.set_title(f"reward ({report.rewards.len():,} valid)")
-    ax_reward.set_xlabel("reward")
-    ax_reward.set_ylabel("count")
+    ax_reward.set(title=f"reward ({report.rewards.len():,} valid)", xlabel="reward", ylabel="count")
 
 
 def _method_histograms(methods: Mapping[str, Any], ax: Any) -> None:
@@ -276,9 +273,7 @@ def _method_histograms(methods: Mapping[str, Any], ax: Any) -> None:
     colors = (_BLUE, _ORANGE, _GREEN, _RED, _PURPLE, _BROWN)
     for i, (name, values) in enumerate(zip(methods, arrays, strict=True)):
         ax.hist(values, bins=edges, histtype="step", color=colors[i % len(colors)], label=name)
-    ax.set_title(f"advantage by method ({len(methods)} methods)")
-    ax.set_xlabel("advantage")
-    ax.set_ylabel("count")
+    ax.set(title=f"advantage by method ({len(methods)} methods)", xlabel="advantage")
     ax.legend(**_LEGEND)
 
 
@@ -298,9 +293,7 @@ def _per_step(report: Report, axes: list[Any]) -> None:
         x, mean - std, mean + std, color=_GREEN, alpha=0.2, linewidth=0, label="± reward_std"
     )
     ax_reward.plot(x, mean, color=_GREEN, marker=marker, markersize=3, label="reward (mean)")
-    ax_reward.set_ylabel("reward")
-    ax_reward.set_title(f"reward per {', '.join(report.by)}", loc="left", fontsize=10)
-    ax_reward.legend(**_LEGEND)
+    _panel(ax_reward, f"reward per {', '.join(report.by)}", "reward")
 
     zero = steps["frac_reward_zero_std"].cast(float).to_numpy()
     ax_zero.plot(x, zero, color=_RED, marker=marker, markersize=3, label="frac_reward_zero_std")
@@ -311,13 +304,9 @@ def _per_step(report: Report, axes: list[Any]) -> None:
     finite = [v for v in zero if math.isfinite(v)]
     peak = max(finite) if finite else 0.0
     note = f"max {peak:.3g} = {peak * 100:.3g}%" if peak > 0 else "0 at every step"
-    ax_zero.set_title(
-        f"frac_reward_zero_std: share of responses in zero-std groups ({note})",
-        loc="left",
-        fontsize=10,
+    _panel(
+        ax_zero, f"frac_reward_zero_std: share of responses in zero-std groups ({note})", "share"
     )
-    ax_zero.set_ylabel("share")
-    ax_zero.legend(**_LEGEND)
 
     if len(axes) > 2:
         ax_sizes = axes[2]
@@ -331,18 +320,22 @@ def _per_step(report: Report, axes: list[Any]) -> None:
         ):
             values = steps[name].cast(float).to_numpy()
             ax_sizes.plot(x, values, color=color, marker=marker, markersize=3, label=name)
-        ax_sizes.set_ylabel("responses per group")
-        ax_sizes.set_title(f"group sizes per {', '.join(report.by)}", loc="left", fontsize=10)
-        ax_sizes.legend(**_LEGEND)
+        _panel(ax_sizes, f"group sizes per {', '.join(report.by)}", "responses per group")
 
     axes[-1].set_xlabel(label)
     if len(report.by) > 1:
         axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     elif steps.schema[report.by[0]].is_numeric():
         axes[-1].xaxis.set_major_locator(FixedLocator(step_ticks(x)))
-    for ax in axes:
-        ax.grid(axis="y", color="#dddddd", linewidth=0.6)
-        ax.set_axisbelow(True)
+
+
+def _panel(ax: Any, title: str, ylabel: str) -> None:
+    """A per-step panel's title (left), y label, legend (right of it) and y grid."""
+    ax.set_title(title, loc="left", fontsize=10)
+    ax.set_ylabel(ylabel)
+    ax.legend(**_LEGEND)
+    ax.grid(axis="y", color="#dddddd", linewidth=0.6)
+    ax.set_axisbelow(True)
 
 
 MAX_STEP_TICKS: Final = 12
@@ -376,8 +369,7 @@ def _size_histogram(report: Report, ax: Any) -> None:
     ax.hist(sizes, bins=bins, color=_BLUE, edgecolor="white", linewidth=0.5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"group sizes ({len(sizes):,} groups)", loc="left", fontsize=10)
-    ax.set_xlabel("responses per group")
-    ax.set_ylabel("groups")
+    ax.set(xlabel="responses per group", ylabel="groups")
 
 
 def write_dashboard(
