@@ -386,21 +386,15 @@ def write_dashboard(
     from grpo_cli.io.atomic import atomic_write
 
     fig = figure(report, title, spell=spell)
+    drawn, kind = io.BytesIO(), "svg" if fmt == "html" else fmt
     try:
-        if fmt == "html":
-            svg = io.StringIO()
-            fig.savefig(svg, format="svg", metadata=_SAVE_METADATA["svg"])
-            page = html_page(report, svg.getvalue(), title).encode()
-            atomic_write(path, lambda sink: sink.writelines([page]), force=force)
-        else:
-            metadata = _SAVE_METADATA.get(fmt)
-            atomic_write(
-                path,
-                lambda sink: fig.savefig(sink, format=fmt, dpi=DPI, metadata=metadata),
-                force=force,
-            )
+        fig.savefig(drawn, format=kind, dpi=DPI, metadata=_SAVE_METADATA.get(kind))
     finally:
         _pyplot().close(fig)
+    data = drawn.getvalue()
+    if fmt == "html":
+        data = html_page(report, data.decode(), title).encode()
+    atomic_write(path, lambda sink: sink.writelines([data]), force=force)
 
 
 def _html_table(frame: Any, css_class: str) -> str:
