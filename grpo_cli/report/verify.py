@@ -235,14 +235,8 @@ def verify_advantages(
         pairs = pairs.explode(advantage_col, RECOMPUTED)
     stored = pl.col(advantage_col).cast(pl.Float64).fill_nan(None)
     new = pl.col(RECOMPUTED)
-    diff = (
-        pl.when(stored.is_null() & new.is_null())
-        .then(pl.lit(0.0))
-        .when(stored.is_null() | new.is_null())
-        .then(pl.lit(float("inf")))
-        .otherwise((stored - new).abs())
-        .alias("abs_diff")
-    )
+    one_null = pl.when(stored.is_null() & new.is_null()).then(0.0).otherwise(float("inf"))
+    diff = (stored - new).abs().fill_null(one_null).alias("abs_diff")  # two nulls agree
     rows = collect(pairs.with_columns(diff))
     prompts = (pl.col(c).first() for c in shown_prompt)
     per_group, worst = largest_per_group(rows, keys.exact, tol, top, *prompts)
