@@ -12,9 +12,8 @@ Python API::
 
     result = run_job(["rewards.parquet"], "out.parquet", engine={"backend": "partitioned"})
 
-    # every command is one such call: run_verify, run_summarize, run_plot, run_explain,
-    # run_compare (what ``grpo-adv verify`` ... ``compare`` run), each returning what the
-    # command shows
+    # every command is one such call (run_verify, run_summarize, run_plot, run_explain,
+    # run_compare), returning what the command shows
     from grpo_cli import run_verify
 
     agree = run_verify(["out.parquet"], preset="verl").report.agree
@@ -34,37 +33,20 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ESTIMATORS",
-    "AdvantageOptions",
-    "GrpoAdvError",
-    "__version__",
-    "compute_advantages",
-    "group_advantages",
-    "group_table",
-    "read_rewards",
-    "run_compare",
-    "run_explain",
-    "run_job",
-    "run_plot",
-    "run_summarize",
-    "run_verify",
-]
-
 if TYPE_CHECKING:
-    from grpo_cli.core.errors import GrpoAdvError
-    from grpo_cli.core.estimators import ESTIMATORS
-    from grpo_cli.core.options import AdvantageOptions
-    from grpo_cli.core.run_summary import group_table
-    from grpo_cli.io.read import read_rewards
-    from grpo_cli.jobs.compute import compute_advantages
-    from grpo_cli.jobs.run import run_job
-    from grpo_cli.jobs.tensors import group_advantages
-    from grpo_cli.report.compare import run_compare
-    from grpo_cli.report.explain import run_explain
-    from grpo_cli.report.plot import run_plot
-    from grpo_cli.report.summarize import run_summarize
-    from grpo_cli.report.verify import run_verify
+    from grpo_cli.core.errors import GrpoAdvError as GrpoAdvError
+    from grpo_cli.core.estimators import ESTIMATORS as ESTIMATORS
+    from grpo_cli.core.options import AdvantageOptions as AdvantageOptions
+    from grpo_cli.core.run_summary import group_table as group_table
+    from grpo_cli.io.read import read_rewards as read_rewards
+    from grpo_cli.jobs.compute import compute_advantages as compute_advantages
+    from grpo_cli.jobs.run import run_job as run_job
+    from grpo_cli.jobs.tensors import group_advantages as group_advantages
+    from grpo_cli.report.compare import run_compare as run_compare
+    from grpo_cli.report.explain import run_explain as run_explain
+    from grpo_cli.report.plot import run_plot as run_plot
+    from grpo_cli.report.summarize import run_summarize as run_summarize
+    from grpo_cli.report.verify import run_verify as run_verify
 
 _LAZY = {
     "compute_advantages": "grpo_cli.jobs.compute",
@@ -81,6 +63,7 @@ _LAZY = {
     "AdvantageOptions": "grpo_cli.core.options",
     "group_table": "grpo_cli.core.run_summary",
 }
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -204,6 +204,25 @@ class TestVerify:
         assert result.exit_code == 0, result.stderr
         assert "3 files" in result.stderr
 
+    def test_two_nulls_agree_and_a_null_against_a_number_does_not(self) -> None:
+        # group a agrees; b's null reward leaves its advantage null (logged null: agrees,
+        # logged 0.3: differs by inf); c's logged NaN is a null against the recomputed 0
+        frame = pl.DataFrame(
+            {
+                "prompt_id": ["a", "a", "b", "b", "b", "c", "c"],
+                "reward": [1.0, 0.0, 1.0, 0.0, None, 0.5, 0.5],
+                "advantage": [0.70710678, -0.70710678, 0.70710678, -0.70710678, None, 0.0, 0.0],
+            }
+        )
+        agreeing = verify_advantages(frame, nulls="exclude")
+        assert (agreeing.rows, agreeing.rows_over) == (7, 0)
+        assert agreeing.max_abs_diff < 1e-7  # the null pair counts as 0
+        logged = frame["advantage"].scatter([4, 5], [0.3, float("nan")])
+        report = verify_advantages(frame.with_columns(logged), nulls="exclude")
+        assert (report.rows_over, report.groups_over, report.max_abs_diff) == (2, 2, float("inf"))
+        assert report.differing["row"].to_list() == [4, 5]
+        assert report.differing["recomputed"].to_list() == [None, 0.0]
+
     def test_missing_advantage_column(
         self, runner: CliRunner, sample_copy: dict[str, Path]
     ) -> None:

@@ -25,12 +25,11 @@ from grpo_cli.report.plot import (
     default_plot_path,
     figure,
     html_page,
-    method_advantages,
     sizes_vary,
     step_ticks,
     zero_std_top,
 )
-from grpo_cli.report.summarize import Report, summarize
+from grpo_cli.report.summarize import Report, compared_advantages, summarize
 from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, import_or_skip
 
 FLAT_SHARE = 4 / 1000  # one flat group of 4 among the 1000 responses of step 3
@@ -165,18 +164,19 @@ class TestFigure:
 
         frame = pl.read_parquet(SAMPLE_FILES["parquet"])
         table = compare(frame, methods_from(["trl", "verl"], ["dr_grpo"]), {}).frame
-        methods = method_advantages(table)
-        assert list(methods) == ["trl", "verl", "dr_grpo"]
-        assert len(methods["verl"]) == table["advantage_verl"].drop_nulls().len() == 569
-        fig = figure(_report(table), "t", methods=methods)
+        report = _report(table)
+        assert list(report.methods) == ["trl", "verl", "dr_grpo"]
+        assert report.methods["verl"].len() == table["advantage_verl"].drop_nulls().len() == 569
+        fig = figure(report, "t")
         (ax,) = _titled(fig, "advantage by method")
         assert [t.get_text() for t in ax.get_legend().get_texts()] == ["trl", "verl", "dr_grpo"]
         steps = ax.patches
         assert len(steps) == 3 and all(p.get_fill() is False for p in steps)  # step outlines
         assert _titled(fig, "advantage (") == []  # in place of the one histogram
         # one advantage_ column (or none): the ordinary histogram
-        assert method_advantages(table.select("prompt_id", "reward", "advantage_trl")) == {}
-        plain = figure(_report(table.rename({"advantage_trl": "advantage"})), "t")
+        one = table.select("prompt_id", "reward", "advantage_trl")
+        assert compared_advantages(one) == {}
+        plain = figure(_report(one.rename({"advantage_trl": "advantage"})), "t")
         assert _titled(plain, "advantage by method") == []
 
 

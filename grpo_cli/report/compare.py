@@ -20,15 +20,11 @@ Against the first method (``B``), over the rows where both are not null:
 
 The groups where methods disagree most: per row ``d = max over the other methods of
 |A_m - A_first|`` (pairs with a null ignored), per group the largest ``d``; the ``top``
-groups by it, largest first (ties in the order the groups first appear). Groups where no
-paired difference is above 0 are not listed. Groups are the first method's (its key
-columns, after any dump layout), and their rewards are the rewards the estimator saw
-(the combined reward when there are several reward columns).
+groups by it above 0, largest first (ties in order of appearance). Groups are the first
+method's, their rewards those the estimator saw (the combined reward).
 
-Options: ``explicit`` (what the user gave) is shared by every method and wins over every
-preset, as in ``compute``. A trainer dump is read with one layout for every method (see
-:func:`shared_layout`): that of the first preset, in the order given, whose trainer's dump
-the log is. What the layout fills in reaches every method as if given explicitly, so
+``explicit`` (what the user gave) is shared by every method and wins over every preset. A
+trainer dump is read with one layout for every method (:func:`shared_layout`), so
 ``--preset trl --preset verl`` compare the two formulas on the same groups.
 """
 
@@ -50,6 +46,7 @@ from grpo_cli.core.layouts import detect_layout
 from grpo_cli.core.presets import get_preset
 from grpo_cli.core.resolve import Request, make_request
 from grpo_cli.jobs.pipeline import Annotation, annotate_request
+from grpo_cli.report.summarize import largest_per_group
 
 COLUMN_PREFIX: Final = "advantage_"
 DEFAULT_TOP: Final = 5
@@ -106,7 +103,7 @@ def methods_from(presets: Sequence[str], estimators: Sequence[str]) -> tuple[Met
 @dataclass(frozen=True)
 class MethodStats:
     """One method's figures (see the module docstring); the pairwise ones are None for the
-    first method, and ``correlation`` also where it is undefined."""
+    first method (``correlation`` also where undefined)."""
 
     method: Method
     responses: int
@@ -120,9 +117,8 @@ class MethodStats:
 
 @dataclass(frozen=True)
 class GroupDisagreement:
-    """A group where methods disagree: its key (readable column name, value), its size,
-    its rewards in row order, the largest |difference| from the first method and the
-    method where it is reached."""
+    """A group where methods disagree: its key (readable column name, value), size,
+    rewards in row order, the largest |difference| from the first method and its method."""
 
     key: tuple[tuple[str, Any], ...]
     size: int
@@ -133,8 +129,9 @@ class GroupDisagreement:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The result of :func:`compare`: ``frame`` holds every input row, in order, with its
-    columns and one ``advantage_<method>`` column per method."""
+    """The result of :func:`compare`: ``frame`` holds every input row, in order, with one
+    ``advantage_<method>`` column per method; ``written``: where :func:`run_compare` wrote it
+    (``standard output``, ``compared.parquet (parquet)``), or None."""
 
     methods: tuple[Method, ...]
     frame: pl.DataFrame
@@ -143,8 +140,7 @@ class Comparison:
     warnings: tuple[Message, ...] = ()
     layout: str | None = None
     layout_preset: str | None = None
-    written: str | None = None  # where run_compare wrote ``frame``: ``standard output``,
-    # ``compared.parquet (parquet)``; None when it was not written
+    written: str | None = None
 
 
 def run_compare(
@@ -161,24 +157,16 @@ def run_compare(
     warn: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Compare the log in ``inputs`` under the ``presets`` and ``estimators`` (what
-    ``grpo-adv compare`` runs): every method's options and the output checked before any
-    file is read, the log read, :func:`compare`, and with ``output`` every row with one
-    ``advantage_<method>`` column per method written there.
+    ``grpo-adv compare`` runs; every option and the output checked before any read).
 
     Args:
-        inputs: the log's files, folders or globs; empty: standard input when it is a pipe
-            or a file.
-        output: the table (``"-"``: standard output; format from the suffix, else
-            ``output_format``, else the input's), or None.
+        inputs, input_format, force, warn: as for
+            :func:`grpo_cli.report.summarize.run_summarize`.
+        output: where :attr:`Comparison.frame` goes (``"-"``: standard output; format from
+            the suffix, else ``output_format``, else the input's), or None.
         presets, estimators: the methods, presets first (two or more in all).
         options: compute's options (the CLI's keywords) shared by every method.
         top: groups listed where the methods disagree most.
-        input_format: the inputs' format when the suffixes do not say.
-        force: overwrite an existing ``output`` (never an input).
-        warn: where removed leftovers of killed runs are reported, or None.
-
-    Returns:
-        The :class:`Comparison`, with ``written`` saying where the table went.
     """
     from grpo_cli.io.formats import normalize_format
     from grpo_cli.io.write import check_output_path, write_table
@@ -213,7 +201,7 @@ def run_compare(
     fmt = None
     if target is not None:
         _, fmt = output_target(sources, str(target), output_format, log.format)
-    result = compare(log.frame, methods, explicit, top=top, requests=requests)
+    result = compare(log.frame, methods, explicit, top=top)
     result = replace(result, warnings=(*log.warnings, *result.warnings))
     if target is None:
         return result
@@ -254,34 +242,29 @@ def compare(
     explicit: Mapping[str, Any],
     *,
     top: int = DEFAULT_TOP,
-    requests: Mapping[Method, Request] | None = None,
 ) -> Comparison:
     """Every method's advantages on ``frame`` with the shared ``explicit`` options, their
-    figures and the ``top`` groups where they disagree most (see the module docstring).
-    ``requests``: each method's (:func:`method_requests`), when the caller made them."""
+    figures and the ``top`` groups where they disagree most (see the module docstring)."""
     if top < 0:
         raise OptionsError(
             option("top") + f" must be 0 or more, got {top}",
             hint="e.g. " + option("top", 5),
             value=top,
         )
-    shared = shared_layout(frame, methods)
-    asked = requests or method_requests(methods, explicit)
-    layout = shared[0] if shared else None
-    annotations = [annotate_request(frame, asked[m], layout=layout) for m in methods]
+    layout, preset = shared_layout(frame, methods) or (None, None)
+    requests = method_requests(methods, explicit)
+    annotations = [annotate_request(frame, requests[m], layout=layout) for m in methods]
     out = frame.with_columns(a.frame[m.column] for a, m in zip(annotations, methods, strict=True))
     values = [_values(out[m.column]) for m in methods]
-    stats = [_own_stats(methods[0], values[0])]
-    stats += [_pair_stats(m, v, values[0]) for m, v in zip(methods[1:], values[1:], strict=True)]
     warnings = tuple(dict.fromkeys(w for a in annotations for w in a.warnings))
     return Comparison(
         methods=tuple(methods),
         frame=out,
-        stats=tuple(stats),
+        stats=tuple(_stats(m, v, values[0]) for m, v in zip(methods, values, strict=True)),
         top_groups=_top_groups(annotations[0], methods, values, top),
         warnings=warnings,
-        layout=shared[0] if shared else None,
-        layout_preset=shared[1] if shared else None,
+        layout=layout,
+        layout_preset=preset,
     )
 
 
@@ -290,35 +273,28 @@ def _values(column: pl.Series) -> np.ndarray[Any, np.dtype[np.float64]]:
     return column.cast(pl.Float64).fill_null(float("nan")).to_numpy().astype(np.float64)
 
 
-def _own_stats(method: Method, a: np.ndarray[Any, np.dtype[np.float64]]) -> MethodStats:
+def _stats(
+    method: Method,
+    a: np.ndarray[Any, np.dtype[np.float64]],
+    first: np.ndarray[Any, np.dtype[np.float64]],
+) -> MethodStats:
+    """``a``'s figures, and against ``first`` (the first method's) unless it is ``a``."""
     valid = a[~np.isnan(a)]
     if valid.size == 0:
         return MethodStats(method, 0, None, None, None)
-    return MethodStats(
+    own = MethodStats(
         method,
         int(valid.size),
         mean_abs=float(np.mean(np.abs(valid))),
         std=float(np.std(valid)),
         zero_share=float(np.mean(valid == 0.0)),
     )
-
-
-def _pair_stats(
-    method: Method,
-    a: np.ndarray[Any, np.dtype[np.float64]],
-    first: np.ndarray[Any, np.dtype[np.float64]],
-) -> MethodStats:
-    own = _own_stats(method, a)
     both = ~np.isnan(a) & ~np.isnan(first)
     x, y = a[both], first[both]
-    if x.size == 0:
+    if a is first or x.size == 0:
         return own
-    return MethodStats(
-        method,
-        own.responses,
-        own.mean_abs,
-        own.std,
-        own.zero_share,
+    return replace(
+        own,
         max_abs_diff=float(np.max(np.abs(x - y))),
         correlation=pearson(x, y),
         sign_differs=float(np.mean(np.sign(x) != np.sign(y))),
@@ -358,28 +334,18 @@ def _top_groups(
         {
             **keys,
             "reward": first.full[REWARD_KEY].cast(pl.Float64),
-            "diff": row_diff,
+            "abs_diff": row_diff,
             "which": which.astype(np.int64),
         }
     )
-    groups = (
-        rows.group_by(list(keys), maintain_order=True)
-        .agg(
-            pl.len().alias("size"),
-            pl.col("reward"),
-            pl.col("diff").max(),
-            pl.col("which").get(pl.col("diff").arg_max()),
-        )
-        .filter(pl.col("diff") > 0)
-        .sort("diff", descending=True, maintain_order=True)
-        .head(top)
-    )
+    which_most = pl.col("which").get(pl.col("abs_diff").arg_max())
+    _, groups = largest_per_group(rows, list(keys), 0.0, top, pl.col("reward"), which_most)
     return tuple(
         GroupDisagreement(
             key=tuple((readable(c), row[f"k{i}"]) for i, c in enumerate(exact)),
             size=int(row["size"]),
             rewards=tuple(row["reward"]),
-            max_abs_diff=float(row["diff"]),
+            max_abs_diff=float(row["max_abs_diff"]),
             method=methods[1 + int(row["which"])],
         )
         for row in groups.iter_rows(named=True)

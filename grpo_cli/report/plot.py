@@ -1,21 +1,13 @@
 """``plot``: a dashboard of a :class:`grpo_cli.report.summarize.Report` as PNG, SVG, PDF or HTML.
 
-The panels, top to bottom: the advantage histogram (annotated logs; else the per-group
-reward std) beside the reward histogram; then, when the report has a per-step table, full
-width and sharing the step axis: the reward mean with its std band, the share of zero-std
-responses (``frac_reward_zero_std``, on its own axis scaled to its values, so that 0.3% is
-as visible as 30%), and the group size min / median / max. The group-size panel is drawn
-only when group sizes vary (a histogram of them without a per-step table); when every
-group has the same size, the title's second line says that size. Legends sit to the right
-of their axes, never over a line. The title names the inputs and the preset or estimator.
-A ``compare`` output (two or more ``advantage_<method>`` columns, see
-:func:`method_advantages`) gets one step histogram per method, on shared bins, with a
-legend, in place of the advantage histogram.
-
-HTML embeds the SVG and the overall and per-step tables, styled to fit the page.
-
-matplotlib is an optional extra (``pip install -e '.[plot]'``), imported only when a plot is
-drawn, with the non-interactive Agg backend.
+The panels, top to bottom: the advantage histogram (annotated logs; one step histogram per
+method for a ``compare`` output; else the per-group reward std) beside the reward
+histogram; then, with a per-step table, sharing the step axis: the reward mean with its
+std band, ``frac_reward_zero_std`` on its own axis scaled to its values, and the group
+size min / median / max. The group-size panel is drawn only when group sizes vary (a
+histogram of them without a per-step table). Legends sit right of their axes. HTML embeds
+the SVG and the overall and per-step tables. matplotlib (the ``plot`` extra) is imported
+only to draw, with the Agg backend.
 """
 
 from __future__ import annotations
@@ -28,7 +20,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 from grpo_cli.core.errors import (
     OptionsError,
@@ -40,13 +32,7 @@ from grpo_cli.core.errors import (
 )
 from grpo_cli.report.summarize import Report
 
-PLOT_FORMATS: Final = {
-    ".png": "png",
-    ".svg": "svg",
-    ".pdf": "pdf",
-    ".html": "html",
-    ".htm": "html",
-}
+PLOT_FORMATS: Final = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".html": "html", ".htm": "html"}
 INSTALL_HINT: Final = "install it with: " + install_command("plot")
 DEFAULT_SUFFIX: Final = ".report.png"
 DPI: Final = 110
@@ -72,11 +58,8 @@ _GREEN, _RED, _BLUE, _ORANGE, _BROWN, _PURPLE = (
     "#937860",
     "#8172B2",
 )
-_SAVE_METADATA: Final[dict[str, dict[str, None]]] = {
-    # No creation date: the same report gives the same bytes.
-    "svg": {"Date": None},
-    "pdf": {"CreationDate": None},
-}
+# No creation date: the same report gives the same bytes.
+_SAVE_METADATA: Final = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}
 
 
 @dataclass(frozen=True)
@@ -100,22 +83,15 @@ def run_plot(
     warn: Callable[[str], None] | None = None,
     spell: Spelling = keyword_spelling,
 ) -> PlotResult:
-    """Draw the dashboard of the log in ``inputs`` (what ``grpo-adv plot`` runs): the path
-    and its format checked, an unknown ``estimator`` refused and the output checked before
-    any input is read; the report (:func:`grpo_cli.report.summarize.read_report`) drawn atomically.
+    """Draw the dashboard of the log in ``inputs`` (what ``grpo-adv plot`` runs), the
+    output path, its format and ``estimator`` checked before any input is read.
 
     Args:
-        inputs: the log's files, folders or globs; empty: standard input when it is a pipe
-            or a file.
-        output: the dashboard (.png, .svg, .pdf or .html); None: ``<stem>.report.png``
-            beside the one input (:func:`default_plot_path`).
-        preset, options, by: as for :func:`grpo_cli.report.summarize.run_summarize`.
+        inputs, preset, options, by, input_format, force, warn: as for
+            :func:`grpo_cli.report.summarize.run_summarize`.
+        output: the dashboard (.png, .svg, .pdf or .html); None: :func:`default_plot_path`.
         estimator: the estimator the advantages came from, named in the title only.
-        input_format: the inputs' format when the suffixes do not say.
-        force: overwrite an existing dashboard (never an input).
-        warn: where removed leftovers of killed runs are reported, or None.
-        spell: how the dashboard's text names options (the caller's: the command line's
-            flags for ``grpo-adv plot``).
+        spell: how the dashboard's text names options (the command line's flags).
     """
     from grpo_cli.core.estimators import get_estimator
     from grpo_cli.io.write import check_output_path
@@ -133,9 +109,7 @@ def run_plot(
     preload_pyplot()  # while the log is read and summarized
     report = read_report(paths, preset, dict(options or {}), input_format, by)
     title = dashboard_title(sources, preset=preset, estimator=estimator)
-    write_dashboard(
-        report, path, fmt, title=title, methods=report.methods or None, force=force, spell=spell
-    )
+    write_dashboard(report, path, fmt, title=title, force=force, spell=spell)
     return PlotResult(path, report)
 
 
@@ -153,11 +127,9 @@ def check_plot_path(path: Path) -> str:
 
 def default_plot_path(sources: Sequence[str]) -> Path:
     """Where ``plot`` without ``-o`` writes: ``<stem>.report.png`` beside the one input
-    (``runs/r.adv.parquet`` -> ``runs/r.adv.report.png``; a compression suffix goes too:
-    ``r.jsonl.gz`` -> ``r.report.png``; a folder ``runs/logs`` -> ``runs/logs.report.png``,
-    ``.`` -> ``../<its name>.report.png``: relative unless the input was absolute).
-    Standard input, a glob or several inputs have no such name: an OptionsError asks for
-    ``-o``."""
+    (``r.jsonl.gz`` -> ``r.report.png``; a folder ``runs/logs`` -> ``runs/logs.report.png``,
+    ``.`` -> ``../<its name>.report.png``). Standard input, a glob or several inputs: an
+    OptionsError asks for ``-o``."""
     from grpo_cli.io.formats import uncompressed_name
 
     if len(sources) != 1 or sources[0] == "-" or not Path(sources[0]).exists():
@@ -183,23 +155,15 @@ def dashboard_title(
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     run = [f"preset {preset}"] if preset else []
     if estimator or not preset:
-        run.append(f"estimator {estimator or _default_estimator()}")
+        from grpo_cli.core.options import AdvantageOptions
+
+        run.append(f"estimator {estimator or AdvantageOptions().estimator}")
     return f"grpo-adv: {shown} ({', '.join(run)})"
 
 
-def _default_estimator() -> str:
-    """The estimator ``compute`` uses when neither a preset nor ``--estimator`` names one."""
-    from dataclasses import fields
-
-    from grpo_cli.core.options import AdvantageOptions
-
-    return next(str(f.default) for f in fields(AdvantageOptions) if f.name == "estimator")
-
-
 def preload_pyplot() -> None:
-    """Import matplotlib's pyplot in a background thread, while the log is read and
-    summarized (Polars releases the interpreter lock), so its imports overlap the reading.
-    A missing matplotlib is left for :func:`_pyplot` to report."""
+    """Import pyplot in a background thread while the log is read (Polars releases the
+    interpreter lock); a missing matplotlib is left for :func:`_pyplot` to report."""
     import threading
 
     def load() -> None:
@@ -210,8 +174,7 @@ def preload_pyplot() -> None:
 
 
 def _hist(ax: Any, values: Any, bins: int, color: str) -> None:
-    """``ax.hist`` of ``values`` (a Polars Series), its bins counted by Polars
-    (:func:`grpo_cli.report.summarize.histogram`), faster than numpy's."""
+    """``ax.hist`` of a Series, binned by :func:`grpo_cli.report.summarize.histogram`."""
     from grpo_cli.report.summarize import histogram
 
     edges, counts = histogram(values, bins)
@@ -233,56 +196,28 @@ def _pyplot() -> Any:
 
 
 def sizes_vary(report: Report) -> bool:
-    """Whether the log's groups differ in size (rows per group); the group-size panel is
-    drawn only then."""
+    """Whether the log's groups differ in size (the group-size panel is drawn only then)."""
     overall = report.overall
     if overall.height and {"group_size_min", "group_size_max"} <= set(overall.columns):
         return bool(overall["group_size_min"][0] != overall["group_size_max"][0])
     return report.group_sizes["size"].n_unique() > 1
 
 
-def method_advantages(frame: Any) -> dict[str, Any]:
-    """The advantages of a ``compare`` output by method: every numeric column named
-    ``advantage_<method>``, as a float array without nulls and NaNs, keyed by
-    ``<method>``, when there are two or more such columns; else empty (one advantage
-    column is the ordinary histogram)."""
-    import polars as pl
-
-    prefix = "advantage_"
-    found = {
-        name.removeprefix(prefix): frame[name].cast(pl.Float64).drop_nulls().drop_nans().to_numpy()
-        for name in frame.columns
-        if name.startswith(prefix) and len(name) > len(prefix) and frame[name].dtype.is_numeric()
-    }
-    return found if len(found) >= 2 else {}
-
-
-def figure(
-    report: Report,
-    title: str = "grpo-adv",
-    *,
-    methods: Mapping[str, Any] | None = None,
-    spell: Spelling = keyword_spelling,
-) -> Any:
-    """The dashboard as a matplotlib Figure (see the module docstring for its panels);
-    ``title`` is its first title line, as :func:`dashboard_title` makes it; ``methods``
-    (see :func:`method_advantages`): two or more methods' advantages, overlaid; ``spell``:
-    how its hint names an option (the command line's: its flags)."""
+def figure(report: Report, title: str = "grpo-adv", *, spell: Spelling = keyword_spelling) -> Any:
+    """The dashboard as a matplotlib Figure (see the module docstring); ``title``: its
+    first title line (:func:`dashboard_title`); ``spell``: how its hint names an option."""
     plt = _pyplot()
     per_step = bool(report.by) and report.steps.height > 0
     vary = sizes_vary(report)
-    rows = [_HIST_IN]
-    if per_step:
-        rows += [_REWARD_IN, _SMALL_IN] + ([_SMALL_IN] if vary else [])
-    elif vary:
-        rows.append(_SMALL_IN)
-    fig = plt.figure(figsize=(WIDTH_IN, sum(rows) + _TITLE_IN), layout="constrained", dpi=DPI)
+    lower = ([_REWARD_IN, _SMALL_IN] if per_step else []) + ([_SMALL_IN] if vary else [])
+    height = _HIST_IN + sum(lower) + _TITLE_IN
+    fig = plt.figure(figsize=(WIDTH_IN, height), layout="constrained", dpi=DPI)
     fig.suptitle(f"{title}\n{_overview(report, spell)}", fontsize=12)
-    grid = fig.add_gridspec(len(rows), 2, height_ratios=rows)
-    ax_adv, ax_reward = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
-    _histograms(report, ax_adv, ax_reward, methods or {})
-    if per_step:
-        _per_step(report, fig, grid, vary)
+    grid = fig.add_gridspec(1 + len(lower), 2, height_ratios=[_HIST_IN, *lower])
+    _histograms(report, fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]))
+    if per_step:  # shared step axis: subplots labels only the lowest panel's ticks
+        rows = grid[1:, :].subgridspec(len(lower), 1, height_ratios=lower)
+        _per_step(report, list(rows.subplots(sharex=True)))
     elif vary:
         _size_histogram(report, fig.add_subplot(grid[1, :]))
     return fig
@@ -311,15 +246,14 @@ def _num(value: float) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3g}"
 
 
-def _histograms(report: Report, ax_adv: Any, ax_reward: Any, methods: Mapping[str, Any]) -> None:
-    """The advantage histogram (one per method given two or more ``methods``; else the
-    group reward std's) and the reward histogram."""
-    if len(methods) >= 2:
-        _method_histograms(methods, ax_adv)
+def _histograms(report: Report, ax_adv: Any, ax_reward: Any) -> None:
+    """The advantage histogram (one per method of a ``compare`` output; else the group
+    reward std's) and the reward histogram."""
+    if report.methods:
+        _method_histograms(report.methods, ax_adv)
     elif report.advantages is not None and report.advantages.len():
         _hist(ax_adv, report.advantages, 50, _BLUE)
-        ax_adv.set_title(f"advantage ({report.advantages.len():,} responses)")
-        ax_adv.set_xlabel("advantage")
+        ax_adv.set(title=f"advantage ({report.advantages.len():,} responses)", xlabel="advantage")
     else:
         stds = report.group_sizes["std"].drop_nulls().drop_nans().to_numpy()
         ax_adv.hist(stds, bins=30, color=_PURPLE)
@@ -327,9 +261,7 @@ def _histograms(report: Report, ax_adv: Any, ax_reward: Any, methods: Mapping[st
         ax_adv.set_xlabel("std of the group's rewards")
     ax_adv.set_ylabel("count")
     _hist(ax_reward, report.rewards, 50, _GREEN)
-    ax_reward.set_title(f"reward ({report.rewards.len():,} valid)")
-    ax_reward.set_xlabel("reward")
-    ax_reward.set_ylabel("count")
+    ax_reward.set(title=f"reward ({report.rewards.len():,} valid)", xlabel="reward", ylabel="count")
 
 
 def _method_histograms(methods: Mapping[str, Any], ax: Any) -> None:
@@ -341,23 +273,19 @@ def _method_histograms(methods: Mapping[str, Any], ax: Any) -> None:
     colors = (_BLUE, _ORANGE, _GREEN, _RED, _PURPLE, _BROWN)
     for i, (name, values) in enumerate(zip(methods, arrays, strict=True)):
         ax.hist(values, bins=edges, histtype="step", color=colors[i % len(colors)], label=name)
-    ax.set_title(f"advantage by method ({len(methods)} methods)")
-    ax.set_xlabel("advantage")
-    ax.set_ylabel("count")
+    ax.set(title=f"advantage by method ({len(methods)} methods)", xlabel="advantage")
     ax.legend(**_LEGEND)
 
 
-def _per_step(report: Report, fig: Any, grid: Any, vary: bool) -> None:
-    """The full-width per-step panels, sharing the step axis (its labels on the lowest)."""
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
+def _per_step(report: Report, axes: list[Any]) -> None:
+    """The per-step panels on ``axes`` (reward, zero-std share, group sizes if given)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
 
     steps = report.steps
     x = list(range(steps.height)) if len(report.by) > 1 else steps[report.by[0]].to_numpy()
     label = ", ".join(report.by) + (" (row number)" if len(report.by) > 1 else "")
     marker = "o" if steps.height <= 60 else None
-    ax_reward = fig.add_subplot(grid[1, :])
-    ax_zero = fig.add_subplot(grid[2, :], sharex=ax_reward)
-    axes = [ax_reward, ax_zero]
+    ax_reward, ax_zero = axes[:2]
 
     mean = steps["reward"].cast(float).to_numpy()
     std = steps["reward_std"].cast(float).fill_null(0.0).to_numpy()
@@ -365,30 +293,23 @@ def _per_step(report: Report, fig: Any, grid: Any, vary: bool) -> None:
         x, mean - std, mean + std, color=_GREEN, alpha=0.2, linewidth=0, label="± reward_std"
     )
     ax_reward.plot(x, mean, color=_GREEN, marker=marker, markersize=3, label="reward (mean)")
-    ax_reward.set_ylabel("reward")
-    ax_reward.set_title(f"reward per {', '.join(report.by)}", loc="left", fontsize=10)
-    ax_reward.legend(**_LEGEND)
+    _panel(ax_reward, f"reward per {', '.join(report.by)}", "reward")
 
     zero = steps["frac_reward_zero_std"].cast(float).to_numpy()
     ax_zero.plot(x, zero, color=_RED, marker=marker, markersize=3, label="frac_reward_zero_std")
     top = zero_std_top(zero)
     ax_zero.set_ylim(0.0, top)
-    ax_zero.yaxis.set_major_formatter(FuncFormatter(_percent))
+    ax_zero.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v * 100:.3g}%"))
     ax_zero.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
     finite = [v for v in zero if math.isfinite(v)]
     peak = max(finite) if finite else 0.0
     note = f"max {peak:.3g} = {peak * 100:.3g}%" if peak > 0 else "0 at every step"
-    ax_zero.set_title(
-        f"frac_reward_zero_std: share of responses in zero-std groups ({note})",
-        loc="left",
-        fontsize=10,
+    _panel(
+        ax_zero, f"frac_reward_zero_std: share of responses in zero-std groups ({note})", "share"
     )
-    ax_zero.set_ylabel("share")
-    ax_zero.legend(**_LEGEND)
 
-    if vary:
-        ax_sizes = fig.add_subplot(grid[3, :], sharex=ax_reward)
-        axes.append(ax_sizes)
+    if len(axes) > 2:
+        ax_sizes = axes[2]
         lo = steps["group_size_min"].cast(float).to_numpy()
         hi = steps["group_size_max"].cast(float).to_numpy()
         ax_sizes.fill_between(x, lo, hi, color=_BLUE, alpha=0.15, linewidth=0, label="min to max")
@@ -399,22 +320,22 @@ def _per_step(report: Report, fig: Any, grid: Any, vary: bool) -> None:
         ):
             values = steps[name].cast(float).to_numpy()
             ax_sizes.plot(x, values, color=color, marker=marker, markersize=3, label=name)
-        ax_sizes.set_ylabel("responses per group")
-        ax_sizes.set_title(f"group sizes per {', '.join(report.by)}", loc="left", fontsize=10)
-        ax_sizes.legend(**_LEGEND)
+        _panel(ax_sizes, f"group sizes per {', '.join(report.by)}", "responses per group")
 
-    for ax in axes[:-1]:
-        ax.tick_params(labelbottom=False)
     axes[-1].set_xlabel(label)
     if len(report.by) > 1:
         axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     elif steps.schema[report.by[0]].is_numeric():
-        from matplotlib.ticker import FixedLocator
-
         axes[-1].xaxis.set_major_locator(FixedLocator(step_ticks(x)))
-    for ax in axes:
-        ax.grid(axis="y", color="#dddddd", linewidth=0.6)
-        ax.set_axisbelow(True)
+
+
+def _panel(ax: Any, title: str, ylabel: str) -> None:
+    """A per-step panel's title (left), y label, legend (right of it) and y grid."""
+    ax.set_title(title, loc="left", fontsize=10)
+    ax.set_ylabel(ylabel)
+    ax.legend(**_LEGEND)
+    ax.grid(axis="y", color="#dddddd", linewidth=0.6)
+    ax.set_axisbelow(True)
 
 
 MAX_STEP_TICKS: Final = 12
@@ -427,11 +348,6 @@ def step_ticks(steps: Any) -> list[float]:
     values = [float(v) for v in steps]
     k = max(1, math.ceil(len(values) / MAX_STEP_TICKS))
     return values[::k]
-
-
-def _percent(value: float, _position: object = None) -> str:
-    """A share as a percentage without trailing zeros (0.004 -> 0.4%)."""
-    return f"{value * 100:.3g}%"
 
 
 def zero_std_top(values: Any) -> float:
@@ -453,8 +369,7 @@ def _size_histogram(report: Report, ax: Any) -> None:
     ax.hist(sizes, bins=bins, color=_BLUE, edgecolor="white", linewidth=0.5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"group sizes ({len(sizes):,} groups)", loc="left", fontsize=10)
-    ax.set_xlabel("responses per group")
-    ax.set_ylabel("groups")
+    ax.set(xlabel="responses per group", ylabel="groups")
 
 
 def write_dashboard(
@@ -463,41 +378,27 @@ def write_dashboard(
     fmt: str,
     *,
     title: str = "grpo-adv",
-    methods: Mapping[str, Any] | None = None,
     force: bool = False,
     spell: Spelling = keyword_spelling,
 ) -> None:
-    """Draw the dashboard into ``path`` as ``fmt`` (png, svg, pdf or html), atomically:
-    nothing is left on failure; ``methods``, ``spell``: as for :func:`figure`; ``force``:
-    replace what is at ``path`` (else it must not appear meanwhile:
-    :func:`grpo_cli.io.atomic.commit`)."""
+    """Draw the dashboard into ``path`` as ``fmt`` (png, svg, pdf or html), atomically
+    (:func:`grpo_cli.io.atomic.atomic_write`; ``force``: replace what is there)."""
     from grpo_cli.io.atomic import atomic_write
 
-    fig = figure(report, title, methods=methods, spell=spell)
-    plt = _pyplot()
+    fig = figure(report, title, spell=spell)
+    drawn, kind = io.BytesIO(), "svg" if fmt == "html" else fmt
     try:
-        if fmt == "html":
-            svg = io.StringIO()
-            fig.savefig(svg, format="svg", metadata=_SAVE_METADATA["svg"])
-            page = html_page(report, svg.getvalue(), title)
-
-            def write(sink: IO[bytes]) -> None:
-                sink.write(page.encode())
-
-            atomic_write(path, write, force=force)
-        else:
-
-            def draw(sink: IO[bytes]) -> None:
-                fig.savefig(sink, format=fmt, dpi=DPI, metadata=_SAVE_METADATA.get(fmt))
-
-            atomic_write(path, draw, force=force)
+        fig.savefig(drawn, format=kind, dpi=DPI, metadata=_SAVE_METADATA.get(kind))
     finally:
-        plt.close(fig)
+        _pyplot().close(fig)
+    data = drawn.getvalue()
+    if fmt == "html":
+        data = html_page(report, data.decode(), title).encode()
+    atomic_write(path, lambda sink: sink.writelines([data]), force=force)
 
 
 def _html_table(frame: Any, css_class: str) -> str:
-    """``frame`` as an HTML table in a horizontally scrolling wrapper; headers may break
-    after their underscores."""
+    """``frame`` as an HTML table in a scrolling wrapper; headers break after ``_``."""
     head = "".join(f"<th>{html.escape(c).replace('_', '_<wbr>')}</th>" for c in frame.columns)
     rows = []
     for record in frame.iter_rows():
@@ -531,8 +432,8 @@ table.pairs td:first-child { text-align: left; }
 
 
 def html_page(report: Report, svg: str, title: str) -> str:
-    """The HTML dashboard: ``title``, the SVG figure, the overall metrics (one row per
-    metric) and the per-step table, with :data:`PAGE_CSS` so the tables fit the page."""
+    """The HTML dashboard: ``title``, the SVG figure, the overall metrics (one row each)
+    and the per-step table, styled by :data:`PAGE_CSS` to fit the page."""
     import polars as pl
 
     svg = svg[svg.find("<svg") :]

@@ -1,15 +1,12 @@
 """``summarize``: metrics of a reward log per group, per batch value (e.g. per step) and
-overall, under the names the trainers log them (no Rich here; see :mod:`grpo_cli.cli.render`).
+overall, under the names the trainers log them (rendered by :mod:`grpo_cli.cli.render`).
 
 Every metric is over the reward the estimator sees (the weighted sum of the reward columns,
-NaN as null), with groups as ``compute`` forms them. Per batch value (``by``) and overall:
-the figures of :mod:`grpo_cli.core.metrics` (defined there once); ``pass_at_n`` and
-``pass_at_1`` for binary rewards, the advantage figures on annotated input.
-
-A group is counted in every batch value where it has rows; its statistics are over all of
-its rows (a group spans batch values only when the group key does not include the batch).
-Groups that span the batch column are refused, and groups that span the log's step column
-give a warning (see :func:`grpo_cli.core.run_summary.span_warnings`).
+NaN as null), with groups as ``compute`` forms them: the figures of
+:mod:`grpo_cli.core.metrics`, the pass figures for binary rewards, the advantage figures on
+annotated input. A group is counted in every batch value where it has rows, its statistics
+over all its rows. Groups that span the batch column are refused; groups that span the
+step column give a warning (:func:`grpo_cli.core.run_summary.span_warnings`).
 """
 
 from __future__ import annotations
@@ -36,34 +33,30 @@ from grpo_cli.core.plan import (
     span_flag,
     with_keys,
 )
+from grpo_cli.core.presets import get_preset
 from grpo_cli.core.rewards import combined_reward
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, group_table, span_warnings
 
 LEVELS: Final = ("step", "group", "overall")
-# The tables' columns, after the ``by`` columns: the metrics module's figures but the two
-# that only compute's run summary shows (pass and advantage figures when present).
+# The tables' columns after ``by``: the metrics' figures but two only compute's summary shows.
 TABLE_COLUMNS: Final = tuple(
     name for name in metrics.FIGURES if name not in ("zero_std_group_share", "batches")
 )
-# The group profile every row carries (variance with ddof 1: the trainers' group std).
-_PROFILE: Final = PROFILE_COLUMNS
 
 
 @dataclass(frozen=True)
 class Report:
-    """What ``summarize`` shows: the three tables and how they were made.
+    """What ``summarize`` shows.
 
     Attributes:
         overall: one row of metrics over the whole log.
         steps: one row of metrics per value of ``by`` (empty without ``by``).
-        group_rows: makes the ``groups`` table, on first use (one more grouping of the key,
-            which only ``--level group`` needs).
+        group_rows: makes the ``groups`` table on first use (only ``--level group`` needs it).
         group_sizes: ``size`` and ``std`` of every group (what ``plot`` draws).
-        by: the batch columns of ``steps``.
         binary: every valid reward is 0 or 1 (the pass metrics are present).
         annotated: the input has the advantage column (the advantage metrics are present).
-        rewards: the valid rewards, for histograms; advantages: likewise (or None).
-        warnings: what the user should know (groups that span steps), one line each.
+        rewards, advantages: the valid values, for histograms (advantages: None if absent).
+        methods: a ``compare`` output's advantages by method (:func:`compared_advantages`).
     """
 
     overall: pl.DataFrame
@@ -101,22 +94,16 @@ class Report:
                 + option("by", ("step",))
                 + ")",
             )
-        if level == "group":  # built on first use only: one more grouping of the key
+        if level == "group":
             return self.groups
         return self.steps if level == "step" else self.overall
 
 
 @dataclass(frozen=True)
 class SummaryResult:
-    """What :func:`run_summarize` did.
-
-    Attributes:
-        report: the report, its figures under the preset's trainer's names.
-        level: the level of ``table`` (``--level``, else step with a per-step column, else
-            overall).
-        table: that level's table, when it was written or asked for; else None.
-        written: where the table went (``standard output`` or the path), or None.
-    """
+    """What :func:`run_summarize` did: the ``report`` (under the preset's trainer's names),
+    the ``level`` of ``table`` (None unless written or asked for) and where it was
+    ``written`` (``standard output``, the path, or None)."""
 
     report: Report
     level: str
@@ -137,17 +124,16 @@ def run_summarize(
     force: bool = False,
     warn: Callable[[str], None] | None = None,
 ) -> SummaryResult:
-    """Summarize the log in ``inputs`` (what ``grpo-adv summarize`` runs): read, resolve
-    the preset and its dump layout, the :class:`Report` under the trainer's names, and
-    with ``output`` the ``level`` table written (checked before any input is read).
+    """Summarize the log in ``inputs`` (what ``grpo-adv summarize`` runs) into a
+    :class:`Report` under the preset's trainer's names (:func:`metrics.trainer_names`).
 
     Args:
         inputs: the log's files, folders or globs, read as one log; empty: standard input
             when it is a pipe or a file.
-        output: where the ``level`` table goes (``"-"``: standard output), or None.
+        output: where the ``level`` table goes (``"-"``: standard output; its format checked
+            before any input is read), or None.
         preset: a trainer preset, or None.
-        options: the options as the CLI's keywords (``group_cols``, ``ddof``,
-            ``advantage_col``: None detects it, ...), over the preset's.
+        options: the CLI's keywords (``advantage_col``: None detects it), over the preset's.
         by: the per-step columns; None: the batch column, else ``step``.
         level: step, group or overall; None: step with a per-step column, else overall.
         input_format, output_format: formats when the suffixes do not say.
@@ -164,8 +150,12 @@ def run_summarize(
     if target is not None:
         table_format(target, output_format)  # before any input is read
     paths = input_paths(sources)
-    report = under_trainer_names(
-        read_report(paths, preset, dict(options or {}), input_format, by), preset
+    report = read_report(paths, preset, dict(options or {}), input_format, by)
+    trainer = get_preset(preset).trainer.split()[0] if preset else None
+    report = replace(
+        report,
+        overall=metrics.trainer_names(report.overall, trainer),
+        steps=metrics.trainer_names(report.steps, trainer),
     )
     chosen = level or ("step" if report.by else "overall")
     table = report.table(chosen) if target is not None or level is not None else None
@@ -187,11 +177,9 @@ def read_report(
     by: Sequence[str] | None,
 ) -> Report:
     """Read ``paths`` (none: standard input) and build their report (``summarize``,
-    ``plot``): the preset and the explicit options resolved on the log, a dump logged once
-    per generation read once (:func:`grpo_cli.core.layouts.once_per_generation`), the
-    advantage column detected when ``explicit`` names none
-    (:func:`grpo_cli.core.columns.logged_advantage`) and read as one value per response
-    (:func:`grpo_cli.core.layouts.per_response`)."""
+    ``plot``): the options resolved on the log, a dump logged once per generation read once,
+    the advantage column detected when ``explicit`` names none and read as one value per
+    response (:mod:`grpo_cli.core.layouts`)."""
     from grpo_cli.core.columns import logged_advantage
     from grpo_cli.core.layouts import once_per_generation, per_response
     from grpo_cli.core.resolve import derive, make_request, resolve
@@ -209,26 +197,6 @@ def read_report(
     return replace(report, warnings=(*log.warnings, *plan.notes, *once, *report.warnings))
 
 
-def under_trainer_names(report: Report, preset: str | None) -> Report:
-    """``report``'s tables under the names the preset's trainer logs its figures (verl:
-    ``critic/score/mean``...; see :func:`grpo_cli.core.metrics.trainer_names`)."""
-    from grpo_cli.core.presets import get_preset
-
-    trainer = get_preset(preset).trainer.split()[0] if preset else None
-    return replace(
-        report,
-        overall=metrics.trainer_names(report.overall, trainer),
-        steps=metrics.trainer_names(report.steps, trainer),
-    )
-
-
-def default_by(columns: list[str], options: AdvantageOptions) -> tuple[str, ...]:
-    """The per-step column when the user names none: the batch column, else ``step``."""
-    if options.batch_col:
-        return (options.batch_col,)
-    return ("step",) if "step" in columns else ()
-
-
 def summarize(
     frame: pl.DataFrame,
     options: AdvantageOptions,
@@ -237,8 +205,8 @@ def summarize(
     plan: Plan | None = None,
 ) -> Report:
     """The :class:`Report` of a raw or annotated reward log (see the module docstring);
-    ``plan``: the options resolved on ``frame`` with no advantage column written, when the
-    caller resolved them already (:func:`build_report`)."""
+    ``by``: None is the batch column, else ``step`` if present; ``plan``: the options
+    resolved on ``frame`` with no advantage column written, if the caller has them."""
     if options.aggregation != "sum_then_normalize" or options.step_rewards_col is not None:
         raise OptionsError(
             "summarize works on outcome rewards combined by a weighted sum",
@@ -247,7 +215,9 @@ def summarize(
             + " / "
             + option("aggregation", "normalize_then_sum"),
         )
-    by = default_by(frame.columns, options) if by is None else by
+    if by is None:
+        step = ("step",) if "step" in frame.columns else ()
+        by = (options.batch_col,) if options.batch_col else step
     missing = [c for c in by if c not in frame.columns]
     if missing:
         raise InputError(
@@ -310,8 +280,8 @@ def compared_advantages(frame: pl.DataFrame) -> dict[str, pl.Series]:
 
 
 def _flagged_columns(frame: pl.DataFrame, plan: Plan, by: tuple[str, ...]) -> tuple[str, ...]:
-    """The columns :func:`_prepare` flags groups spanning: the one ``by`` column and
-    the step column (span checks, and :func:`_one_row_per_group`), when without nulls."""
+    """The columns :func:`_prepare` flags groups spanning: the one ``by`` column and the
+    step column, those without nulls."""
     wanted = [*by[:1], *([plan.span_col] if plan.span_col else [])]
     if len(by) > 1 or not wanted:
         return ()
@@ -320,10 +290,8 @@ def _flagged_columns(frame: pl.DataFrame, plan: Plan, by: tuple[str, ...]) -> tu
 
 
 def _prepare(frame: pl.DataFrame, plan: Plan, flagged: tuple[str, ...] = ()) -> pl.DataFrame:
-    """Every row with its reward and its group's figures, groups found by the plan's keys
-    (a 64-bit hash of the key unless the plan is exact), as in ``compute``; and whether
-    its group spans each ``flagged`` column (:func:`grpo_cli.core.plan.span_flag`), in the
-    same grouping pass."""
+    """Every row with its reward, its group's profile (groups as ``compute`` forms them)
+    and whether its group spans each ``flagged`` column, in one grouping pass."""
     keys = plan.keys
     rows = with_keys(frame.lazy(), plan.options).with_columns(
         *hash_columns(keys), combined_reward(plan.options).alias(REWARD_KEY)
@@ -342,9 +310,8 @@ def _prepare(frame: pl.DataFrame, plan: Plan, flagged: tuple[str, ...] = ()) -> 
 def _one_row_per_group(
     prepared: pl.DataFrame, keys: Keys, by: tuple[str, ...], columns: list[str]
 ) -> pl.DataFrame | None:
-    """One row per (value of ``by``, group) with ``columns``: when no group spans the one
-    ``by`` column (by its span flag), the first row of each group (one
-    hash-set pass, 6x cheaper than grouping by both); None when that does not hold."""
+    """One row per (value of ``by``, group) with ``columns`` when no group spans the one
+    ``by`` column: each group's first row (6x cheaper than grouping); else None."""
     if len(by) > 1:
         return None
     if by:
@@ -354,7 +321,7 @@ def _one_row_per_group(
     first = (
         pl.struct(list(keys.group)).is_first_distinct()
         if len(keys.group) > 1
-        else (pl.col(keys.group[0]).is_first_distinct())
+        else pl.col(keys.group[0]).is_first_distinct()
     )
     rest = [g for g in keys.group if g not in by]
     return prepared.lazy().filter(first).select(*by, *rest, *columns).collect()
@@ -395,18 +362,15 @@ def _tables(
     adv: str | None,
     deterministic: bool,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The overall table, the per-``by`` table (empty without ``by``), from the partials
-    of :mod:`grpo_cli.core.metrics`, and one row per group with its profile.
-
-    A group is counted in every value of ``by`` where it has rows (one row per (``by``,
-    group) with the group's profile), and once overall (its whole key: positional keys
-    hold the batch column, which ``group`` leaves out). The overall row figures merge
-    those of the ``by`` values (disjoint rows); its group figures come from one row per
-    group."""
+    """The overall table, the per-``by`` table (empty without ``by``) and one row per
+    group with its profile. A group counts in every value of ``by`` where it has rows and
+    once overall; the overall row figures merge those of the ``by`` values."""
     group = [g for g in keys.group if g not in by]
-    per_group = _one_row_per_group(prepared, keys, by, list(_PROFILE))
+    per_group = _one_row_per_group(prepared, keys, by, list(PROFILE_COLUMNS))
     if per_group is None:
-        per_group = prepared.lazy().group_by([*by, *group]).agg(pl.col(*_PROFILE).first()).collect()
+        per_group = (
+            prepared.lazy().group_by([*by, *group]).agg(pl.col(*PROFILE_COLUMNS).first()).collect()
+        )
     advantage = pl.col(adv) if adv is not None else None
     per_by = metrics.partials(
         prepared.lazy(),
@@ -431,12 +395,23 @@ def _table(merged: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
     return finished.select(*by, *(c for c in TABLE_COLUMNS if c in finished.columns))
 
 
+def largest_per_group(
+    rows: pl.DataFrame, keys: Sequence[str], above: float, top: int, *extra: pl.Expr
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per group of ``keys`` (in order of appearance): ``extra``, ``size`` and the largest
+    ``abs_diff`` as ``max_abs_diff``; and the ``top`` groups whose largest is above
+    ``above``, largest first (ties in order of appearance). ``verify`` and ``compare``."""
+    groups = rows.group_by(list(keys), maintain_order=True).agg(
+        *extra, size=pl.len(), max_abs_diff=pl.col("abs_diff").max()
+    )
+    over = groups.filter(pl.col("max_abs_diff") > above)
+    return groups, over.sort("max_abs_diff", descending=True, maintain_order=True).head(top)
+
+
 def histogram(values: pl.Series, bins: int = 20) -> tuple[list[float], list[int]]:
-    """Equal-width histogram of ``values`` (nulls, NaN and infinities left out): ``bins + 1``
-    edges and ``bins`` counts (one bin around the value when all values are equal; no bins
-    for no values). A value goes in bin ``floor((v - lo) / width)``, the largest in the
-    last (as numpy's ``histogram``, up to rounding at an edge; one Polars pass, where
-    converting 10M values to numpy alone costs more)."""
+    """Equal-width histogram of the finite ``values``: ``bins + 1`` edges and ``bins``
+    counts, as numpy's (a value in bin ``floor((v - lo) / width)``, the largest in the last;
+    one bin around the value when all are equal; nothing for no values), in one Polars pass."""
     v = pl.col(values.name).cast(pl.Float64)
     data = values.to_frame().lazy().filter(v.is_finite())
     lo, hi = data.select(v.min(), v.max().alias("hi")).collect().row(0)

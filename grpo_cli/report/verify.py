@@ -6,12 +6,7 @@ process supervision; under an estimator with one advantage per response (verl's 
 tensor, one value per token) it is read as one value per response
 (:func:`grpo_cli.core.layouts.per_response`).
 
-When rows differ the report carries hints: a group size the log's runs of equal prompts
-contradict (``prompt runs have length 4, not --group-size 8``), and, when more than half
-the rows differ and several reward columns are summed, the reward weights (TRL sums its
-reward functions with GRPOConfig ``reward_weights``). ``differing`` holds the rows over
-tolerance: input ``row`` (from 0, in the order read), the group key, the prompt, the
-logged and recomputed advantages and ``difference`` (logged - recomputed).
+When rows differ the report carries hints (:func:`_hints`, :func:`_matching_route`).
 """
 
 from __future__ import annotations
@@ -50,6 +45,7 @@ from grpo_cli.core.resolve import derive, make_request, resolve
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, span_warnings
 from grpo_cli.jobs.compute import annotate_frame, refuse_file_engines
 from grpo_cli.report.explain import cut
+from grpo_cli.report.summarize import largest_per_group
 
 
 @dataclass(frozen=True)
@@ -58,22 +54,15 @@ class VerifyReport:
 
     Attributes:
         rows: rows compared (list elements for list columns).
-        groups: groups in the log.
         max_abs_diff: the largest absolute difference (inf where a null meets a number).
-        rows_over: rows whose difference exceeds ``tol``.
-        groups_over: groups holding at least one such row.
-        worst: the groups with the largest differences: keys, ``prompt`` (a TRL dump's
-            positional groups: the start of their prompt, see
-            :func:`grpo_cli.report.explain.cut`), size, max_abs_diff.
-        tol: the tolerance.
-        options: the options the advantages were recomputed with.
-        layout: the trainer dump layout the log was read as, if any.
-        warnings: what the user should know (an inferred group size, groups that span
-            steps), one line each.
-        hints: why the rows may differ (see the module), one line each.
-        differing: the rows over tolerance: ``row``, the group key, ``prompt`` (when the
-            log has it), ``logged``, ``recomputed``, ``difference`` (logged - recomputed;
-            null where one side is null).
+        rows_over, groups_over: rows whose difference exceeds ``tol``, groups holding one.
+        worst: the ``top`` groups by largest difference: keys, ``prompt`` (a TRL dump's
+            positional groups: its start, :func:`grpo_cli.report.explain.cut`), size,
+            max_abs_diff.
+        options, layout: the options recomputed with, the dump layout read as (or None).
+        differing: the rows over tolerance: input ``row`` (from 0), the group key,
+            ``prompt`` (if logged), ``logged``, ``recomputed``, ``difference`` (logged -
+            recomputed; null where one side is null).
     """
 
     rows: int
@@ -85,9 +74,9 @@ class VerifyReport:
     tol: float
     options: AdvantageOptions
     layout: str | None
+    differing: pl.DataFrame
     warnings: tuple[Message, ...] = ()
     hints: tuple[Message, ...] = ()
-    differing: pl.DataFrame | None = None
 
     @property
     def agree(self) -> bool:
@@ -96,10 +85,8 @@ class VerifyReport:
 
 @dataclass(frozen=True)
 class VerifyResult:
-    """What :func:`run_verify` did: the ``report``, the log's ``source`` (for people:
-    ``rewards.parquet``, ``3 files``, ``standard input``) and where the rows over
-    tolerance went (``diff_written``: ``standard output`` or the path; None without
-    ``diff_out``)."""
+    """What :func:`run_verify` did: the ``report``, the log's ``source`` (``3 files``,
+    ``standard input``...) and where the rows over tolerance went (or None)."""
 
     report: VerifyReport
     source: str
@@ -121,22 +108,15 @@ def run_verify(
     warn: Callable[[str], None] | None = None,
 ) -> VerifyResult:
     """Verify the logged advantages of the log in ``inputs`` (what ``grpo-adv verify``
-    runs): read it, recompute (:func:`verify_advantages`), and with ``diff_out`` write the
-    rows over ``tol`` there (its format checked before any input is read).
+    runs) with :func:`verify_advantages`.
 
     Args:
-        inputs: the log's files, folders or globs; empty: standard input when it is a pipe
-            or a file.
-        preset, options: the computation's preset and options (the CLI's keywords); an
-            engine that reads files itself (``backend="partitioned"``, ``"ray"``) is
-            refused before any input is read.
-        advantage_col, tol, top: as for :func:`verify_advantages`.
-        input_format: the inputs' format when the suffixes do not say.
-        diff_out: where the differing rows go (a table format's suffix;
-            ``"-"``: standard output), or None.
-        force: overwrite an existing ``diff_out`` (never an input).
-        warnings: compute the warnings (span checks: one more grouping of the key).
-        warn: where removed leftovers of killed runs are reported, or None.
+        inputs, preset, options, input_format, force, warn: as for
+            :func:`grpo_cli.report.summarize.run_summarize` (an engine that reads files
+            itself, ``backend="partitioned"`` or ``"ray"``, refused before any read).
+        advantage_col, tol, top: as for :func:`verify_advantages`; ``warnings`` is its ``warn``.
+        diff_out: where the differing rows go (``"-"``: standard output; its format checked
+            before any read), or None.
     """
     from grpo_cli.io.formats import table_format
     from grpo_cli.io.write import write_table
@@ -145,29 +125,22 @@ def run_verify(
     sources = sources_or_stdin([str(source) for source in inputs])
     diff_path = None if diff_out is None else Path(diff_out)
     if diff_path is not None:
-        table_format(diff_path, flag=None)  # before any input is read (verify has no format option)
+        table_format(diff_path, flag=None)  # verify has no format option
     explicit = dict(options or {})
     refuse_file_engines(explicit.get("backend"), "verify")
     key_cols = tuple(explicit.get("group_cols", DEFAULT_GROUP_COLS))
     paths = input_paths(sources)
     log = read_input(paths, input_format, key_cols)
     report = verify_advantages(
-        log.frame,
-        preset,
-        advantage_col=advantage_col,
-        tol=tol,
-        top=top,
-        warn=warnings,
-        **explicit,
+        log.frame, preset, advantage_col=advantage_col, tol=tol, top=top, warn=warnings, **explicit
     )
     report = replace(report, warnings=(*log.warnings, *report.warnings))
     if diff_path is None:
         return VerifyResult(report, log.source)
     to_stdout = str(diff_path) == "-"
-    if report.differing is not None:
-        if not to_stdout:
-            remove_leftovers([diff_path], warn)
-        write_table(report.differing, diff_path, force=force, protected=paths)
+    if not to_stdout:
+        remove_leftovers([diff_path], warn)
+    write_table(report.differing, diff_path, force=force, protected=paths)
     return VerifyResult(report, log.source, "standard output" if to_stdout else str(diff_path))
 
 
@@ -178,10 +151,8 @@ def _no_logged_advantages(
     of floats) that is not an input of the computation (never the reward: a verl dump's
     ``score``), else saying there is nothing to verify."""
     options = resolve(make_request(preset, explicit), frame.head(0), checks=False).options
-    used = {*options.reward_cols, *options.group_cols}
-    for column in (options.batch_col, options.length_col, options.baseline_col):
-        if column is not None:
-            used.add(column)
+    inputs = (options.batch_col, options.length_col, options.baseline_col)
+    used = {*options.reward_cols, *options.group_cols, *inputs}
     candidates = [
         name
         for name, dtype in frame.schema.items()
@@ -215,13 +186,9 @@ def verify_advantages(
     **explicit: Any,
 ) -> VerifyReport:
     """Recompute with ``preset`` and ``explicit`` options; compare with ``advantage_col``
-    (None: ``advantage``, else verl's ``advantages``; see :func:`logged_advantage`).
-
-    Groups that span several values of the batch column are refused; with ``warn``, groups
-    that span the log's step column give a warning (one more grouping of the key). With
-    ``search``, when rows differ, the preset's siblings and the subsets of the reward
-    columns are tried, and the one that reproduces the logged column is the hint (see
-    :func:`_matching_route`)."""
+    (None: ``advantage``, else verl's ``advantages``). Groups that span the batch column
+    are refused; ``warn``: the warnings (span checks: one more grouping); ``search``: when
+    rows differ, the hint names the options that reproduce the log (:func:`_matching_route`)."""
     if not tol >= 0:
         raise OptionsError(
             option("tol") + f" must be >= 0, got {tol}",
@@ -252,16 +219,10 @@ def verify_advantages(
     full, plan = annotate_frame(laid.with_columns(logged), plan)
     keys = plan.keys
     check_batch_spans(full, plan)
-    warnings = (
-        (
-            *plan.notes,
-            *([repeated] if repeated else []),
-            *([tokens] if tokens else []),
-            *span_warnings(full, plan),
-        )
-        if warn
-        else ()
-    )
+    warnings: tuple[Message, ...] = ()
+    if warn:
+        once = [note for note in (repeated, tokens) if note]
+        warnings = (*plan.notes, *once, *span_warnings(full, plan))
     shown_prompt = (
         [TRL_PROMPT] if TRL_PROMPT in full.columns and TRL_PROMPT not in keys.exact else []
     )
@@ -274,25 +235,11 @@ def verify_advantages(
         pairs = pairs.explode(advantage_col, RECOMPUTED)
     stored = pl.col(advantage_col).cast(pl.Float64).fill_nan(None)
     new = pl.col(RECOMPUTED)
-    diff = (
-        pl.when(stored.is_null() & new.is_null())
-        .then(pl.lit(0.0))
-        .when(stored.is_null() | new.is_null())
-        .then(pl.lit(float("inf")))
-        .otherwise((stored - new).abs())
-        .alias("abs_diff")
-    )
+    one_null = pl.when(stored.is_null() & new.is_null()).then(0.0).otherwise(float("inf"))
+    diff = (stored - new).abs().fill_null(one_null).alias("abs_diff")  # two nulls agree
     rows = collect(pairs.with_columns(diff))
-    per_group = rows.group_by(list(keys.exact), maintain_order=True).agg(
-        *(pl.col(c).first() for c in shown_prompt),
-        size=pl.len(),
-        max_abs_diff=pl.col("abs_diff").max(),
-    )
-    worst = (
-        per_group.filter(pl.col("max_abs_diff") > tol)
-        .sort("max_abs_diff", descending=True, maintain_order=True)
-        .head(top)
-    )
+    prompts = (pl.col(c).first() for c in shown_prompt)
+    per_group, worst = largest_per_group(rows, keys.exact, tol, top, *prompts)
     worst = worst.with_columns(  # a positional group's name: its prompt, shortened
         pl.Series(c, [cut(text) for text in worst[c]], dtype=pl.String) for c in shown_prompt
     ).rename({k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES})
@@ -340,12 +287,9 @@ def _matching_route(
     tol: float,
 ) -> Message | None:
     """The options that reproduce the logged column when the given ones do not: a sibling
-    preset of the same trainer (``--preset trl`` on a ``scale_rewards="batch"`` run:
-    ``trl-batch``), a subset of the reward columns the log offers (a numeric ``log_extra``
-    column taken as a reward), or both; None when none agrees. Candidates go sibling by
-    sibling (the given preset first), each with every reward set (all, then the subsets
-    from the largest: at most SEARCH_SUBSETS columns, and only when the rewards were not
-    named), until SEARCH_ROW_BUDGET rows have been recomputed."""
+    preset (``trl`` on a ``scale_rewards="batch"`` run: ``trl-batch``), a subset of the
+    reward columns (unless named; at most SEARCH_SUBSETS columns, largest subsets first), or
+    both; None when none agrees within SEARCH_ROW_BUDGET recomputed rows."""
     from grpo_cli.core.presets import siblings
 
     presets = [preset, *siblings(preset)] if preset else [None]
@@ -412,37 +356,33 @@ def _route_hint(
 def _hints(
     frame: pl.DataFrame, options: AdvantageOptions, rows_over: int, rows: int
 ) -> tuple[Message, ...]:
-    """Why rows may differ: a ``--group-size`` that the runs of equal prompts contradict
-    (their length, by :func:`grpo_cli.core.layouts.runs_group_size`, is another G); several
-    reward columns summed when more than half the rows differ and the group size is not in
-    question (a systematic mismatch, as
-    wrong weights give: a group where only one reward varies agrees whatever the weights,
-    so "every row" would miss it)."""
+    """Why rows may differ: a ``--group-size`` that the runs of equal prompts contradict;
+    else several reward columns summed when more than half the rows differ (as wrong
+    weights give: a group where one reward varies agrees whatever the weights)."""
     if rows_over == 0:
         return ()
-    hints: list[Message] = []
     if options.group_size is not None and TRL_PROMPT in frame.columns:
         batch = options.batch_col if options.batch_col in frame.columns else None
         runs_g = runs_group_size(prompt_runs(frame, batch))
         if runs_g is not None and runs_g != options.group_size:
-            hints.append(
+            return (
                 f"prompt runs have length {runs_g}, not "
                 + option("group_size", options.group_size)
                 + ": pass "
                 + option("group_size", runs_g)
-                + " (your num_generations), or leave it out to infer it"
+                + " (your num_generations), or leave it out to infer it",
             )
     columns = options.reward_cols
-    if not hints and len(columns) > 1 and 2 * rows_over > rows:
-        weights = ", ".join(f"{w:g}" for w in options.weights)
-        fix = not_rewards_hint(columns)
-        count = len(columns) - (0 if fix is None else sum(map(not_a_reward, columns)))
-        hints.append(
-            f"{rows_over:,} of {rows:,} rows differ and {len(columns)} reward columns are "
-            f"summed ({', '.join(columns)}; weights {weights})"
-            + (": give" if fix is None else "; " + fix + " and")
-            + " the trainer's weights with "
-            + option("reward_weights", tuple(Verbatim(f"W{i + 1}") for i in range(count)))
-            + " (TRL: GRPOConfig reward_weights)"
-        )
-    return tuple(hints)
+    if len(columns) < 2 or 2 * rows_over <= rows:
+        return ()
+    weights = ", ".join(f"{w:g}" for w in options.weights)
+    fix = not_rewards_hint(columns)
+    count = len(columns) - (0 if fix is None else sum(map(not_a_reward, columns)))
+    return (
+        f"{rows_over:,} of {rows:,} rows differ and {len(columns)} reward columns are "
+        f"summed ({', '.join(columns)}; weights {weights})"
+        + (": give" if fix is None else "; " + fix + " and")
+        + " the trainer's weights with "
+        + option("reward_weights", tuple(Verbatim(f"W{i + 1}") for i in range(count)))
+        + " (TRL: GRPOConfig reward_weights)",
+    )
