@@ -1,23 +1,16 @@
-"""The filled-in arithmetic of ``explain``: the estimator's own formula evaluated over one
-batch's numbers in plain Python floats, each value remembering how it was made.
+"""The filled-in arithmetic of ``explain``: the estimator's own formula
+(:func:`grpo_cli.core.policies.formula`, stated once in :mod:`grpo_cli.core.estimators`)
+evaluated by :class:`ExplainContext` over one batch in plain Python floats. Each value is a
+:class:`Term`, its numbers (None: null) and the operation that made it, rendered in symbols
+(``(r - mean) / (std + eps)``: the formula line) or with one row's numbers
+(``(1 - 0.5) / (0.57735 + 1e-08)``: that response's line).
 
-:class:`ExplainContext` is the third formula context (beside the Polars and torch ones): the
-engines' formula (:func:`grpo_cli.core.policies.formula`) runs on it unchanged, so every
-detail is stated once, in :mod:`grpo_cli.core.estimators`. Each value is a :class:`Term`:
-its numbers (one per row evaluated; None for null) and the operation that made it, which
-renders
-
-- in symbols (``(r - mean) / (std + eps)``): the formula line of ``explain``;
-- with one row's numbers (``(1 - 0.5) / (0.57735 + 1e-08)``): that response's line.
-
-Rendering rules: a named statistic (``mean``, ``var``, ``n``, ``sum``, the batch's
-``mean_b``, ``var_b``, ...) and a value the formula names (``ctx.named``: GPG's ``alpha``,
-OPO's ``baseline``) show as their number; so does any part computed from group or batch
-numbers alone, unless it holds eps or a named value (``n - 1`` shows ``3``,
-``sqrt(var) + eps`` stays ``0.57735 + 1e-08``); ``sqrt`` of a variance is its std. A
-choice (``where``) shows the branch taken for the row (in symbols: the general one); the
-zero-variance rule shows the formula it overrides (explain states the policy beside).
-Named values and batch statistics add lines to the steps above the table
+A named statistic (``mean``, ``var``, ``n``, ``sum``, ``mean_b``, ...), a value the formula
+names (GPG's ``alpha``) and any part made of group or batch numbers alone show as their
+number, unless eps or a named value is part of it (``n - 1`` shows ``3``, ``sqrt(var) +
+eps`` stays ``0.57735 + 1e-08``); ``sqrt`` of a variance is its std. A choice (``where``)
+shows the branch taken (in symbols: the general one); the zero-variance rule shows the
+formula it overrides. Named values and batch statistics add lines to the steps
 (``alpha = n_b / max(nonzero_b, 1) = 8 / 4 = 2``).
 
 Arithmetic follows the engines': null propagates and is left out of every statistic, a
@@ -28,8 +21,9 @@ rewards are all equal.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.core.estimators import FormulaContext, Value
@@ -90,38 +84,54 @@ def _sqrt(a: float) -> float:
     return math.sqrt(a) if a >= 0 else math.nan
 
 
-_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
-    "+": lambda a, b: a + b,
-    "-": lambda a, b: a - b,
-    "*": lambda a, b: a * b,
-    "/": _div,
-    "**": lambda a, b: a**b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
 # Binding strength of each operation, for parentheses.
-_PRECEDENCE = {
-    "or": 1,
-    "and": 2,
-    "not": 3,
-    "==": 4,
-    "!=": 4,
-    "<": 4,
-    "<=": 4,
-    ">": 4,
-    ">=": 4,
-    "+": 5,
-    "-": 5,
-    "*": 6,
-    "/": 6,
-    "**": 7,
-}
+_TIERS = (
+    ("or",),
+    ("and",),
+    ("not",),
+    ("==", "!=", "<", "<=", ">", ">="),
+    ("+", "-"),
+    ("*", "/"),
+    ("**",),
+)
+_PRECEDENCE = {op: strength for strength, ops in enumerate(_TIERS, start=1) for op in ops}
 _SHOWN_OP = {"==": "=", "*": "x"}
 ATOM = 10
+
+
+def _not(a: Number) -> Number:
+    return None if a is None else not a
+
+
+def _kleene_and(a: Number, b: Number) -> Number:
+    if a is False or b is False:
+        return False
+    if a is None or b is None:
+        return None
+    return bool(a) and bool(b)
+
+
+def _kleene_or(a: Number, b: Number) -> Number:
+    return _not(_kleene_and(_not(a), _not(b)))
+
+
+def _operator(
+    op: str, fn: Callable[[Any, Any], Any], *, swap: bool = False
+) -> Callable[[Term, Any], Term]:
+    """The method of :class:`Term` for ``op``: ``fn`` per row, null propagating (Kleene
+    logic for ``and`` and ``or``); ``swap``: the reflected method (``other op self``)."""
+    kleene = op in ("and", "or")
+
+    def method(self: Term, other: Any) -> Term:
+        other = _term(other, len(self.values))
+        left, right = (other, self) if swap else (self, other)
+        values = [
+            fn(a, b) if kleene or (a is not None and b is not None) else None
+            for a, b in zip(left.values, right.values, strict=True)
+        ]
+        return _made(values, op, (left, right))
+
+    return method
 
 
 @dataclass(eq=False)
@@ -143,76 +153,24 @@ class Term:
     varies: bool = False
     unfolded: bool = False
 
-    # ------------------------------------------------------------------ operators
-    def _binary(self, other: Any, op: str, swap: bool = False) -> Term:
-        other = _term(other, len(self.values))
-        left, right = (other, self) if swap else (self, other)
-        fn = _ARITHMETIC[op]
-        values = [
-            None if a is None or b is None else fn(a, b)
-            for a, b in zip(left.values, right.values, strict=True)
-        ]
-        return _made(values, op, (left, right))
-
-    def __add__(self, other: Any) -> Term:
-        return self._binary(other, "+")
-
-    def __radd__(self, other: Any) -> Term:
-        return self._binary(other, "+", swap=True)
-
-    def __sub__(self, other: Any) -> Term:
-        return self._binary(other, "-")
-
-    def __rsub__(self, other: Any) -> Term:
-        return self._binary(other, "-", swap=True)
-
-    def __mul__(self, other: Any) -> Term:
-        return self._binary(other, "*")
-
-    def __rmul__(self, other: Any) -> Term:
-        return self._binary(other, "*", swap=True)
-
-    def __truediv__(self, other: Any) -> Term:
-        return self._binary(other, "/")
-
-    def __rtruediv__(self, other: Any) -> Term:
-        return self._binary(other, "/", swap=True)
-
-    def __pow__(self, other: Any) -> Term:
-        return self._binary(other, "**")
-
-    def __eq__(self, other: object) -> Term:  # type: ignore[override]
-        return self._binary(other, "==")
-
-    def __ne__(self, other: object) -> Term:  # type: ignore[override]
-        return self._binary(other, "!=")
-
-    def __lt__(self, other: Any) -> Term:
-        return self._binary(other, "<")
-
-    def __le__(self, other: Any) -> Term:
-        return self._binary(other, "<=")
-
-    def __gt__(self, other: Any) -> Term:
-        return self._binary(other, ">")
-
-    def __ge__(self, other: Any) -> Term:
-        return self._binary(other, ">=")
-
+    __add__ = _operator("+", operator.add)
+    __radd__ = _operator("+", operator.add, swap=True)
+    __sub__ = _operator("-", operator.sub)
+    __rsub__ = _operator("-", operator.sub, swap=True)
+    __mul__ = _operator("*", operator.mul)
+    __rmul__ = _operator("*", operator.mul, swap=True)
+    __truediv__ = _operator("/", _div)
+    __rtruediv__ = _operator("/", _div, swap=True)
+    __pow__ = _operator("**", operator.pow)
+    __eq__ = _operator("==", operator.eq)  # type: ignore[assignment]
+    __ne__ = _operator("!=", operator.ne)  # type: ignore[assignment]
+    __lt__ = _operator("<", operator.lt)
+    __le__ = _operator("<=", operator.le)
+    __gt__ = _operator(">", operator.gt)
+    __ge__ = _operator(">=", operator.ge)
+    __and__ = _operator("and", _kleene_and)
+    __or__ = _operator("or", _kleene_or)
     __hash__ = None  # type: ignore[assignment]
-
-    def __and__(self, other: Any) -> Term:
-        other = _term(other, len(self.values))
-        values = [_kleene_and(a, b) for a, b in zip(self.values, other.values, strict=True)]
-        return _made(values, "and", (self, other))
-
-    def __or__(self, other: Any) -> Term:
-        other = _term(other, len(self.values))
-        values = [
-            _not(_kleene_and(_not(a), _not(b)))
-            for a, b in zip(self.values, other.values, strict=True)
-        ]
-        return _made(values, "or", (self, other))
 
     def __invert__(self) -> Term:
         return _made([_not(a) for a in self.values], "not", (self,))
@@ -228,18 +186,6 @@ class Term:
         """Bounded to ``[lo, hi]``."""
         values = [None if a is None else min(max(float(a), lo), hi) for a in self.values]
         return _made(values, "clip", (self, _lit(lo, len(values)), _lit(hi, len(values))))
-
-
-def _not(a: Number) -> Number:
-    return None if a is None else not a
-
-
-def _kleene_and(a: Number, b: Number) -> Number:
-    if a is False or b is False:
-        return False
-    if a is None or b is None:
-        return None
-    return bool(a) and bool(b)
 
 
 def _lit(value: float | None, n: int) -> Term:
@@ -388,10 +334,6 @@ class ExplainContext(FormulaContext):
     row_named: list[Term] = field(default_factory=list)
     _batch: dict[int, tuple[Term, dict[str, Term]]] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        n = len(self.groups)
-        self.eps = Term([self.eps] * n, "eps", (self.eps,), unfolded=True)  # type: ignore[assignment]
-
     @property
     def size(self) -> int:
         """The number of rows evaluated."""
@@ -399,21 +341,7 @@ class ExplainContext(FormulaContext):
 
     def with_reward(self, reward: Term) -> ExplainContext:
         """The same rows, another reward (GDPO's reward columns)."""
-        return ExplainContext(
-            reward,
-            self.groups,
-            self.ddof,
-            self.eps.args[0],  # type: ignore[attr-defined]
-            self.eps_mode,
-            self.singleton_unit,
-            self.length,
-            self.token_weighted,
-            self.baseline,
-            self.shaped_clip,
-            self.steps,
-            self.row_named,
-            self._batch,
-        )
+        return replace(self, reward=reward)
 
     # ---------------------------------------------------------------- primitives
     def where(
@@ -458,15 +386,12 @@ class ExplainContext(FormulaContext):
         return by
 
     def reward_stat(self, name: str) -> Term:
-        """See :meth:`FormulaContext.reward_stat`: ``n``, ``mean`` and ``var`` of each
-        group's valid rewards (exactly the reward and 0 when they are all equal)."""
+        """See :meth:`FormulaContext.reward_stat` (exactly the reward and 0 when the valid
+        rewards are all equal)."""
         stats: dict[int, Number] = {}
         for g, values in self._per_group(self.reward).items():
-            if name == "count":
-                stats[g] = float(len(values))
-                continue
             mean, var = mean_var(values, self.ddof)
-            stats[g] = mean if name == "mean" else var
+            stats[g] = {"count": float(len(values)), "mean": mean, "var": var}[name]
         default = 0.0 if name == "count" else None
         symbol = {"count": "n", "mean": "mean", "var": "var"}[name]
         return _leaf([stats.get(g, default) for g in self.groups], symbol)
@@ -475,29 +400,14 @@ class ExplainContext(FormulaContext):
         """See :meth:`FormulaContext.group_agg`: a named statistic (``sum`` of the reward,
         ``sum(L r)``, ``max(r)``)."""
         by = self._per_group(x)
-        aggregate: dict[str, Callable[[list[float]], Number]] = {
-            "sum": math.fsum,
-            "count": lambda v: float(len(v)),
-            "max": lambda v: max(v) if v else None,
-        }
-        empty = {"sum": 0.0, "count": 0.0, "max": None}[op]
-        values = [aggregate[op](by[g]) if g in by else empty for g in self.groups]
+        values = [_aggregate(by.get(g, []), op) for g in self.groups]
         symbol = "sum" if x is self.reward and op == "sum" else f"{op}({render(x, None)})"
         return _leaf(values, symbol)
 
     def batch_agg(self, x: Value, op: str) -> Term:
         """See :meth:`FormulaContext.batch_agg`: over every row evaluated (one batch)."""
         valid = [float(v) for v in x.values if v is not None]
-        value: Number
-        if op == "sum":
-            value = math.fsum(valid)
-        elif op == "count":
-            value = float(len(valid))
-        elif op == "nonzero":
-            value = float(sum(1 for v in valid if v != 0))
-        else:
-            value = (max if op == "max" else min)(valid) if valid else None
-        return _leaf([value] * self.size, f"{op}_b")
+        return _leaf([_aggregate(valid, op)] * self.size, f"{op}_b")
 
     # ---------------------------------------------------------------- named values
     def named(self, symbol: str, value: Value) -> Term:
@@ -542,6 +452,16 @@ class ExplainContext(FormulaContext):
                 + ", ".join(parts)
             )
         return lines
+
+
+def _aggregate(values: list[float], op: str) -> Number:
+    """``op`` (``sum``, ``count``, ``nonzero``, ``max``, ``min``) of ``values``: 0 or null
+    (``max``, ``min``) when there are none."""
+    if op in ("max", "min"):
+        return (max if op == "max" else min)(values) if values else None
+    if op == "nonzero":
+        return float(sum(1 for v in values if v != 0))
+    return math.fsum(values) if op == "sum" else float(len(values))
 
 
 def _first(term: Term, row: int = 0) -> float | None:
@@ -603,7 +523,7 @@ def context(
         reward=_leaf(list(rewards), "r", varies=True),
         groups=list(groups),
         ddof=options.ddof,
-        eps=options.eps,
+        eps=Term([options.eps] * len(groups), "eps", (options.eps,), unfolded=True),  # type: ignore[arg-type]
         eps_mode=options.eps_mode,
         singleton_unit=options.singleton == "verl",
         length=length,
