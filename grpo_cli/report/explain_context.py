@@ -80,10 +80,6 @@ def _div(a: float, b: float) -> float:
     return a / b
 
 
-def _sqrt(a: float) -> float:
-    return math.sqrt(a) if a >= 0 else math.nan
-
-
 # Binding strength of each operation, for parentheses.
 _TIERS = (
     ("or",),
@@ -177,9 +173,9 @@ class Term:
 
     def sqrt(self) -> Term:
         """The square root; of a named variance, its std (``var`` -> ``std``)."""
-        values = [None if a is None else _sqrt(float(a)) for a in self.values]
+        values = [None if a is None else math.sqrt(a) if a >= 0 else math.nan for a in self.values]
         if self.op == "leaf" and self.symbol.startswith("var"):
-            return replace_leaf(self, values, "std" + self.symbol[3:])
+            return Term(values, "leaf", (), "std" + self.symbol[3:], self.varies, self.unfolded)
         return _made(values, "sqrt", (self,))
 
     def clip(self, lo: float, hi: float) -> Term:
@@ -193,7 +189,7 @@ def _lit(value: float | None, n: int) -> Term:
 
 
 def _term(value: Any, n: int) -> Term:
-    return value if isinstance(value, Term) else _lit(None if value is None else value, n)
+    return value if isinstance(value, Term) else _lit(value, n)
 
 
 def _made(values: Sequence[Number], op: str, args: tuple[Term, ...]) -> Term:
@@ -206,20 +202,11 @@ def _made(values: Sequence[Number], op: str, args: tuple[Term, ...]) -> Term:
     )
 
 
-def replace_leaf(term: Term, values: list[Number], symbol: str) -> Term:
-    """A named leaf like ``term`` (as varying) with other numbers."""
-    return Term(values, "leaf", (), symbol, term.varies, term.unfolded)
-
-
 def _leaf(values: list[Number], symbol: str, *, varies: bool = False) -> Term:
     return Term(values, "leaf", (), symbol, varies=varies)
 
 
 # --------------------------------------------------------------------------- rendering
-
-
-def _is_literal(term: Term) -> bool:
-    return term.op == "lit"
 
 
 def render(term: Term, row: int | None) -> str:
@@ -273,7 +260,7 @@ def _render_node(term: Term, row: int | None) -> tuple[str, int]:
         return f"{op}({inner})", ATOM
     strength = _PRECEDENCE[op]
     left, right = args
-    if op == "*" and not numeric and _is_literal(left) is False and _is_literal(right) is False:
+    if op == "*" and not numeric and left.op != "lit" and right.op != "lit":
         # symbols side by side: ``L r``, ``alpha (r - mean)``
         return f"{_wrap(left, row, strength)} {_wrap(right, row, strength)}", strength
     # a right operand of - or / binds tighter than the operator (a - (b - c), a / (b x c))
@@ -294,13 +281,13 @@ def _render_where(term: Term, row: int | None) -> tuple[str, int]:
     if row is None:
         if cond.op == "not" and cond.args[0].op == "is_null":
             return _render(then, row)  # a validity mask
-        if _is_literal(otherwise) and otherwise.args[0] is None and not _is_literal(then):
+        if otherwise.op == "lit" and otherwise.args[0] is None and then.op != "lit":
             return f"{_wrap(then, row, ATOM)} if {render(cond, row)}", 0
-        if _is_literal(then) and _is_literal(otherwise):
+        if then.op == otherwise.op == "lit":
             return f"[{render(cond, row)}]", ATOM
-        return _render(then if _is_literal(otherwise) else otherwise, row)
+        return _render(then if otherwise.op == "lit" else otherwise, row)
     taken, general = (then, otherwise) if cond.values[row] else (otherwise, then)
-    if _is_literal(taken) and not _is_literal(general):
+    if taken.op == "lit" and general.op != "lit":
         why = render(cond, None) if cond.values[row] else f"not {_wrap(cond, None, ATOM)}"
         return f"{render(taken, row)}  ({why})", 0
     return _render(taken, row)
@@ -465,7 +452,7 @@ def _aggregate(values: list[float], op: str) -> Number:
 
 
 def _first(term: Term, row: int = 0) -> float | None:
-    value = term.values[row] if term.values else None
+    value = term.values[row]
     return None if value is None else float(value)
 
 
@@ -474,18 +461,10 @@ def _definition(term: Term) -> str:
     the same on every row of the group (row 0 stands for them)."""
     (value,) = term.args
     parts = [term.symbol, render(value, None)]
-    if value.op not in ("leaf", "named"):
-        parts.append(_render_node(value, 0)[0] if not _folded_leafless(value) else "")
+    if value.op not in ("leaf", "named", "lit", "eps"):
+        parts.append(_render_node(value, 0)[0])
     parts.append(fmt(_first(term)))
-    shown: list[str] = []
-    for part in parts:
-        if part and part not in shown:
-            shown.append(part)
-    return " = ".join(shown)
-
-
-def _folded_leafless(term: Term) -> bool:
-    return term.op in ("lit", "eps")
+    return " = ".join(dict.fromkeys(parts))
 
 
 # --------------------------------------------------------------------------- explain's use
@@ -510,28 +489,6 @@ class FilledIn:
     per_reward: bool
 
 
-def context(
-    options: AdvantageOptions,
-    rewards: Sequence[float | None],
-    groups: Sequence[int],
-    lengths: Sequence[float | None] | None = None,
-) -> ExplainContext:
-    """The explain context of ``options`` over rows with these rewards, group indices and
-    lengths (see :func:`grpo_cli.core.plan.estimator_context` for the engines')."""
-    length = None if lengths is None else _leaf(list(lengths), "L", varies=True)
-    return ExplainContext(
-        reward=_leaf(list(rewards), "r", varies=True),
-        groups=list(groups),
-        ddof=options.ddof,
-        eps=Term([options.eps] * len(groups), "eps", (options.eps,), unfolded=True),  # type: ignore[arg-type]
-        eps_mode=options.eps_mode,
-        singleton_unit=options.singleton == "verl",
-        length=length,
-        token_weighted=options.token_weighted,
-        shaped_clip=options.clip if options.clip_stage == "shaped" else None,
-    )
-
-
 def fill_in(
     estimator: Estimator,
     options: AdvantageOptions,
@@ -543,8 +500,19 @@ def fill_in(
 ) -> FilledIn:
     """The formula the engines run (:func:`grpo_cli.core.estimators.formula`) over these
     rows (one batch: each row's reward, group index, length and value of each reward
-    column), filled in for the rows at positions ``shown`` (one group)."""
-    ctx = context(options, rewards, groups, lengths)
+    column), filled in for the rows at positions ``shown`` (one group). The context is the
+    engines' (:func:`grpo_cli.core.plan.estimator_context`) in Terms."""
+    ctx = ExplainContext(
+        reward=_leaf(list(rewards), "r", varies=True),
+        groups=list(groups),
+        ddof=options.ddof,
+        eps=Term([options.eps] * len(groups), "eps", (options.eps,), unfolded=True),  # type: ignore[arg-type]
+        eps_mode=options.eps_mode,
+        singleton_unit=options.singleton == "verl",
+        length=None if lengths is None else _leaf(list(lengths), "L", varies=True),
+        token_weighted=options.token_weighted,
+        shaped_clip=options.clip if options.clip_stage == "shaped" else None,
+    )
     made: list[ExplainContext] = []
 
     def per_reward() -> list[ExplainContext]:
@@ -559,7 +527,7 @@ def fill_in(
             "; ".join([*(f"{t.symbol} = {render(t.args[0], None)}" for t in ctx.row_named), ""])
             + f"A = {render(result, None)}"
         )
-        steps = tuple(_unique([*ctx.steps, *ctx.batch_lines()]))
+        steps = tuple(dict.fromkeys([*ctx.steps, *ctx.batch_lines()]))
         rows = []
         for i in shown:
             prefix = "".join(f"{t.symbol} = {_row_text(t.args[0], i)}; " for t in ctx.row_named)
@@ -675,7 +643,9 @@ def _per_reward(
         rows.append(
             (f"{text}; ({fmt(_first(x, i))} - {fmt(mean_b)}) / {spread}", _number(result, i))
         )
-    spread, batch = spread_symbol(options), spread_symbol(options, "_b")
+    # the spreads in symbols: (std + eps), sqrt(var + eps), ... (the group's: of a named var)
+    spread = _wrap(ctx.norm(ctx.reward, _leaf(ctx.reward.values, "var")).args[1], None, ATOM)
+    batch = _wrap(whitened.args[1], None, ATOM)
     formula_line = f"z_k = (r_k - mean_k) / {spread}; s = sum_k w_k z_k; A = (s - mean_b) / {batch}"
     return formula_line, tuple(lines), rows
 
@@ -685,19 +655,5 @@ def _count(ctx: ExplainContext, row: int) -> int:
 
 
 def _row_text(term: Term, row: int) -> str:
-    text = render(term, row)
-    value = term.values[row]
-    number = fmt(None if value is None else float(value))
+    text, number = render(term, row), fmt(_first(term, row))
     return text if text == number else f"{text} = {number}"
-
-
-def _unique(lines: list[str]) -> list[str]:
-    return list(dict.fromkeys(lines))
-
-
-def spread_symbol(options: AdvantageOptions, batch: str = "") -> str:
-    """The eps-stabilised spread in symbols (``(std + eps)``, ``sqrt(var + eps)``, ...),
-    of the batch's spread with ``batch`` as the suffix (``_b``)."""
-    ctx = context(options, [None], [0])
-    term = ctx.norm(_lit(1.0, 1), _leaf([1.0], f"var{batch}"))
-    return _wrap(term.args[1], None, ATOM)
