@@ -489,6 +489,27 @@ class FilledIn:
     per_reward: bool
 
 
+def context(
+    options: AdvantageOptions,
+    rewards: Sequence[float | None],
+    groups: Sequence[int],
+    lengths: Sequence[float | None] | None = None,
+) -> ExplainContext:
+    """The explain context of ``options`` over rows with these rewards, group indices and
+    lengths (see :func:`grpo_cli.core.plan.estimator_context` for the engines')."""
+    return ExplainContext(
+        reward=_leaf(list(rewards), "r", varies=True),
+        groups=list(groups),
+        ddof=options.ddof,
+        eps=Term([options.eps] * len(groups), "eps", (options.eps,), unfolded=True),  # type: ignore[arg-type]
+        eps_mode=options.eps_mode,
+        singleton_unit=options.singleton == "verl",
+        length=None if lengths is None else _leaf(list(lengths), "L", varies=True),
+        token_weighted=options.token_weighted,
+        shaped_clip=options.clip if options.clip_stage == "shaped" else None,
+    )
+
+
 def fill_in(
     estimator: Estimator,
     options: AdvantageOptions,
@@ -500,19 +521,8 @@ def fill_in(
 ) -> FilledIn:
     """The formula the engines run (:func:`grpo_cli.core.estimators.formula`) over these
     rows (one batch: each row's reward, group index, length and value of each reward
-    column), filled in for the rows at positions ``shown`` (one group). The context is the
-    engines' (:func:`grpo_cli.core.plan.estimator_context`) in Terms."""
-    ctx = ExplainContext(
-        reward=_leaf(list(rewards), "r", varies=True),
-        groups=list(groups),
-        ddof=options.ddof,
-        eps=Term([options.eps] * len(groups), "eps", (options.eps,), unfolded=True),  # type: ignore[arg-type]
-        eps_mode=options.eps_mode,
-        singleton_unit=options.singleton == "verl",
-        length=None if lengths is None else _leaf(list(lengths), "L", varies=True),
-        token_weighted=options.token_weighted,
-        shaped_clip=options.clip if options.clip_stage == "shaped" else None,
-    )
+    column), filled in for the rows at positions ``shown`` (one group)."""
+    ctx = context(options, rewards, groups, lengths)
     made: list[ExplainContext] = []
 
     def per_reward() -> list[ExplainContext]:
