@@ -1,20 +1,11 @@
 """``explain``: one group's advantages with every number of the formula filled in, the way
-the reference lessons teach it (no Rich here; :mod:`grpo_cli.cli.render` draws it).
+the reference lessons teach it (no Rich here; :mod:`grpo_cli.cli.render` draws it). The
+formula the engines run is evaluated by :mod:`grpo_cli.report.explain_context`; the
+advantage shown is the one ``compute`` writes.
 
-The formula the engines run is evaluated over the group's batch in plain Python floats by
-:mod:`grpo_cli.report.explain_context` (n, mean, var, each response's filled-in formula and
-the rule that replaced its value). The advantage shown is the one ``compute`` writes.
-
-The group is chosen in one of three ways (exactly one; see :func:`check_choice`):
-
-* ``--group``: its key, one value per key column (see :func:`parse_key`); each value may be
-  the start of its column's value when exactly one group's key starts that way
-  (:func:`select_group`);
-* ``--row N``: the group of the input's row ``N``, counting from 0 in the order read;
-* ``--pick``: ``worst``, the group holding the largest |advantage| ``compute`` writes;
-  ``zero-variance``, the first group (in input order) with two or more valid rewards, all
-  equal; ``singleton``, the first group with exactly one valid reward (see
-  :func:`pick_row`).
+The group is chosen by exactly one of ``--group`` (its key, or the start of one group's key:
+:func:`select_group`), ``--row N`` (the group of the input's row N, from 0, in the order
+read) or ``--pick`` (:func:`pick_row`); see :func:`check_choice`.
 """
 
 from __future__ import annotations
@@ -401,8 +392,8 @@ def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advanta
 
 
 def _group_at(full: pl.DataFrame, group_cols: tuple[str, ...], position: int) -> pl.DataFrame:
-    """The rows of the group of ``full``'s row at ``position`` (a null key value matches
-    null)."""
+    """The rows of ``full`` (in order) whose ``group_cols`` equal those of its row at
+    ``position``: its group, or its batch (a null value matches null)."""
     first = full.row(position, named=True)
     return full.filter(
         pl.all_horizontal(
@@ -444,80 +435,79 @@ def explain_group(
     group_rows: pl.DataFrame,
     options: AdvantageOptions,
     estimator: Estimator,
-    batch: pl.DataFrame | None = None,
-    logged: pl.Series | None = None,
-    key: dict[str, Any] | None = None,
-    chosen: Message | None = None,
-    group_keys: tuple[str, ...] = (),
+    batch: pl.DataFrame | None,
+    logged: pl.Series | None,
+    key: dict[str, Any],
+    chosen: Message | None,
+    group_keys: tuple[str, ...],
 ) -> Explanation:
-    """Explain ``group_rows`` (one group, with REWARD_KEY and the advantage column);
-    ``batch``: the rows of its batch (with ROW_KEY and the key columns), for a formula
-    that reads batch statistics (its groups told apart by ``group_keys``);
-    ``logged``: the advantages the input carried for these rows, shown beside ours;
-    ``key``: the group's key as shown (default: its ``group_cols`` values);
-    ``chosen``: how the group was found; ``estimator``: the options' estimator, looked up
-    by the caller (the plan's). Each response's input row (ROW_KEY), step (STEP_COL,
-    unless it is part of the key) and the start of its text (the first of TEXT_COLS) come
-    along when ``group_rows`` has them."""
-    rewards = [_float(v) for v in group_rows[REWARD_KEY].to_list()]
-    advantages = [_float(v) for v in group_rows[options.advantage_col].to_list()]
-    logged_values = (
-        [_float(v) for v in logged.to_list()] if logged is not None else [None] * len(rewards)
-    )
-    filled = _fill_in(group_rows, batch, group_keys or options.group_cols, options, estimator)
-    n, mean, var = filled.n, filled.mean, filled.var
-    std = math.sqrt(var) if var is not None else None
+    """Explain ``group_rows`` (one group, with ROW_KEY, REWARD_KEY and the advantage
+    column) by the options' ``estimator``; ``batch``: the rows of its batch, for a formula
+    that reads batch statistics (its groups told apart by ``group_keys``); ``logged``: the
+    advantages the input carried, shown beside ours; ``key``: the group's key as shown;
+    ``chosen``: how the group was found. Each response's step (STEP_COL, unless part of the
+    key) and the start of its text (the first of TEXT_COLS) come along when the log has
+    them."""
+    size = group_rows.height
+    rewards = _floats(group_rows[REWARD_KEY])
+    filled = _fill_in(group_rows, batch, group_keys, options, estimator)
     notes: list[str] = []
     if "constant" in filled.overrides:
         notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
-    formulas = [
-        ("-", None) if r is None else row for r, row in zip(rewards, filled.rows, strict=True)
-    ]
     steps = filled.steps
     if not filled.per_reward:
-        steps = _steps([r for r in rewards if r is not None], mean, var, options) + steps
-    if key is None:
-        key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
-    size = group_rows.height
-    numbers = group_rows[ROW_KEY].to_list() if ROW_KEY in group_rows.columns else [None] * size
+        valid = [r for r in rewards if r is not None]
+        steps = _steps(valid, filled.mean, filled.var, options) + steps
+    numbers = group_rows[ROW_KEY].to_list()
     # A step that is part of the key is the same on every row: the heading shows it.
     step_col = STEP_COL if STEP_COL in group_rows.columns and STEP_COL not in key else None
     step_values = group_rows[step_col].to_list() if step_col else [None] * size
     text_col = next((c for c in TEXT_COLS if c in group_rows.columns), None)
     texts = [cut(v) for v in group_rows[text_col].to_list()] if text_col else [None] * size
     summed = options.reward_cols if len(options.reward_cols) > 1 and not filled.per_reward else ()
-    parts = _parts(group_rows, summed)
+    parts: list[tuple[float | None, ...]] = [()] * size
     if summed:
+        parts = group_rows.select(reward_expr(c) for c in summed).rows()
         terms = " + ".join(f"{fmt(w)} x {c}" for w, c in zip(options.weights, summed, strict=True))
         steps = (f"r = {terms} (a None counts 0)", *steps)
         notes += _none_notes(summed, parts, numbers)
-    rows = []
-    for reward, advantage, was, (formula, value), name, number, step, text, part in zip(
-        rewards,
-        advantages,
-        logged_values,
-        formulas,
-        filled.overrides,
-        numbers,
-        step_values,
-        texts,
-        parts,
-        strict=True,
-    ):
-        policy = _policy(name, options)
-        rows.append(
-            ExplainedRow(reward, formula, value, advantage, policy, was, number, step, text, part)
+    rows = [
+        ExplainedRow(
+            reward,
+            "-" if reward is None else formula,
+            None if reward is None else value,
+            advantage,
+            _policy(name, options),
+            was,
+            number,
+            step,
+            text,
+            part,
         )
+        for reward, (formula, value), name, advantage, was, number, step, text, part in zip(
+            rewards,
+            filled.rows,
+            filled.overrides,
+            _floats(group_rows[options.advantage_col]),
+            [None] * size if logged is None else _floats(logged),
+            numbers,
+            step_values,
+            texts,
+            parts,
+            strict=True,
+        )
+    ]
+    var = filled.var
     return Explanation(
         key=key,
         options=options,
         estimator_summary=estimator.summary,
         formula=filled.formula,
-        size=group_rows.height,
-        n=n,
-        mean=mean,
+        size=size,
+        n=filled.n,
+        mean=filled.mean,
         var=var,
-        std=std,
+        std=None if var is None else math.sqrt(var),
         steps=steps,
         rows=tuple(rows),
         notes=tuple(notes),
@@ -529,36 +519,22 @@ def explain_group(
     )
 
 
-def _parts(group_rows: pl.DataFrame, columns: tuple[str, ...]) -> list[tuple[float | None, ...]]:
-    """Each row's value of each of ``columns`` as a float (None for null or NaN, whatever
-    the null policy makes of it); empty tuples without columns."""
-    if not columns:
-        return [()] * group_rows.height
-    return [
-        tuple(_float(v) for v in values)
-        for values in group_rows.select(reward_expr(c) for c in columns).iter_rows()
-    ]
-
-
 def _none_notes(
-    columns: tuple[str, ...], parts: list[tuple[float | None, ...]], numbers: list[Any]
+    columns: tuple[str, ...], parts: list[tuple[float | None, ...]], numbers: list[int]
 ) -> list[str]:
-    """One note per row where some but not all of the summed ``columns`` are None (a row
-    where all are has no reward: its policy says so)."""
+    """One note per row (its input row number in ``numbers``) where some but not all of the
+    summed ``columns`` are None (a row where all are has no reward: its policy says so)."""
     notes = []
-    for i, (values, number) in enumerate(zip(parts, numbers, strict=True)):
+    for values, number in zip(parts, numbers, strict=True):
         missing = [c for c, v in zip(columns, values, strict=True) if v is None]
         if missing and len(missing) < len(columns):
-            where = f"row {number}" if number is not None else f"response {i}"
-            notes.append(f"{where}: {', '.join(missing)} is None, counted as 0 in r")
+            notes.append(f"row {number}: {', '.join(missing)} is None, counted as 0 in r")
     return notes
 
 
-def _float(value: Any) -> float | None:
-    if value is None:
-        return None
-    f = float(value)
-    return None if math.isnan(f) else f
+def _floats(values: pl.Series) -> list[float | None]:
+    """``values`` as floats, None for null or NaN."""
+    return values.cast(pl.Float64).fill_nan(None).to_list()
 
 
 def _steps(
@@ -605,24 +581,19 @@ def _fill_in(
     :mod:`grpo_cli.report.explain_context`), evaluated over ``batch`` (the rows of its
     batch) when given, else over the group."""
     rows = group_rows if batch is None else batch
-    if batch is None:
-        shown = list(range(group_rows.height))
-        groups = [0] * group_rows.height
-    else:
-        where = {row: i for i, row in enumerate(batch[ROW_KEY].to_list())}
-        shown = [where[row] for row in group_rows[ROW_KEY].to_list()]
-        keys = [c for c in group_keys if c in batch.columns] or [ROW_KEY]
-        ids: dict[tuple[Any, ...], int] = {}
-        groups = [ids.setdefault(k, len(ids)) for k in batch.select(keys).iter_rows()]
+    where = {row: i for i, row in enumerate(rows[ROW_KEY].to_list())}
+    keys = [c for c in group_keys if c in rows.columns] or [ROW_KEY]
+    ids: dict[tuple[Any, ...], int] = {}
+    groups = [ids.setdefault(k, len(ids)) for k in rows.select(keys).iter_rows()]
     lengths = None
     if options.length_col and options.length_col in rows.columns:
-        lengths = [_float(v) for v in rows[options.length_col].to_list()]
-    rewards = [_float(v) for v in rows[REWARD_KEY].to_list()]
+        lengths = _floats(rows[options.length_col])
     read = rows.select(
         reward_expr(c, options.nulls).alias(f"r{i}") for i, c in enumerate(options.reward_cols)
     )
-    columns = [[_float(v) for v in column.to_list()] for column in read.get_columns()]
-    return fill_in(estimator, options, rewards, groups, shown, lengths, columns)
+    columns = [column.to_list() for column in read.get_columns()]
+    shown = [where[row] for row in group_rows[ROW_KEY].to_list()]
+    return fill_in(estimator, options, _floats(rows[REWARD_KEY]), groups, shown, lengths, columns)
 
 
 def _policy(name: str | None, options: AdvantageOptions) -> Message | None:
@@ -762,7 +733,8 @@ def explain_one(
         position = pick_row(full, keys.exact, pick, options.advantage_col)
         rows = _group_at(full, keys.exact, position)
         chosen = _picked(pick, full.row(position, named=True), options.advantage_col)
-    batch = _batch_members(full, rows, keys.batch) if reads_batch(options, plan.estimator) else None
+    position = rows[ROW_KEY][0]
+    batch = _group_at(full, keys.batch, position) if reads_batch(options, plan.estimator) else None
     logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
     shown = {name: rows[c][0] for c, name in zip(keys.exact, names, strict=True)}
     explained = explain_group(
@@ -782,11 +754,3 @@ def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> Message:
     if pick == "singleton":
         return named + ": the first group with exactly one valid reward"
     return named + ": the first group whose valid rewards (two or more) are equal"
-
-
-def _batch_members(
-    full: pl.DataFrame, rows: pl.DataFrame, batch_cols: tuple[str, ...]
-) -> pl.DataFrame:
-    """The rows of ``full`` in the batch of ``rows``, in order."""
-    first = rows.row(0, named=True)
-    return full.filter(pl.all_horizontal(pl.col(c) == first[c] for c in batch_cols))
