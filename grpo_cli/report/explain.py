@@ -71,6 +71,8 @@ SHOWN_CANDIDATES: Final = 5
 STEP_COL: Final = "step"
 TEXT_COLS: Final = ("completion", "response", "output")
 TEXT_WIDTH: Final = 40
+# The hint's other ways to choose a group, where one fails.
+GROUP_OR_ROW: Final = option("group", Verbatim("KEY")) + " or " + option("row", Verbatim("N"))
 
 
 @dataclass(frozen=True)
@@ -166,9 +168,7 @@ def check_choice(
 
 
 def parse_key(
-    text: str | Sequence[str],
-    group_cols: tuple[str, ...],
-    names: tuple[str, ...] | None = None,
+    text: str | Sequence[str], group_cols: tuple[str, ...], names: tuple[str, ...]
 ) -> tuple[str, ...]:
     """The ``--group`` value(s) as one value per group column; ``names``: the columns as the
     user knows them (derived ones differ, see SHOWN_NAMES).
@@ -177,7 +177,6 @@ def parse_key(
     one value each, so a value may hold commas (``--group step=1 --group "prompt=a, b"``).
     Each value is bare (the columns in order) or ``COL=VALUE`` (any order; COL a key
     column, so a value that starts with ``COL=`` is written ``COL=COL=...``); not both."""
-    names = names or group_cols
     texts = (text,) if isinstance(text, str) else tuple(text)
     if len(texts) == 1 and len(group_cols) > 1:
         parts = tuple(p.strip() for p in texts[0].split(","))
@@ -267,17 +266,13 @@ def existing_keys(full: pl.DataFrame, group_cols: tuple[str, ...]) -> str:
 
 
 def select_group(
-    full: pl.DataFrame,
-    group_cols: tuple[str, ...],
-    text: str | Sequence[str],
-    names: tuple[str, ...] | None = None,
-) -> pl.DataFrame:
-    """The rows of the group whose key reads ``text`` (see :func:`parse_key`); failing an
-    exact match, of the one group whose key values start with the values given. An error
-    lists a few existing keys, or the candidates of an ambiguous prefix. ``names``: the key
-    columns as the user knows them (derived ones differ, see SHOWN_NAMES)."""
-    names = names or group_cols
-    texts = (text,) if isinstance(text, str) else tuple(text)
+    full: pl.DataFrame, group_cols: tuple[str, ...], texts: tuple[str, ...], names: tuple[str, ...]
+) -> tuple[pl.DataFrame, bool]:
+    """The rows of the group whose key reads ``texts`` (see :func:`parse_key`), and whether
+    they name it exactly; failing an exact match, the rows of the one group whose key values
+    start with the values given. An error lists a few existing keys, or the candidates of
+    an ambiguous prefix. ``names``: the key columns as the user knows them (see
+    SHOWN_NAMES)."""
     try:
         values = parse_key(texts, group_cols, names)
     except InputError as exc:
@@ -289,7 +284,7 @@ def select_group(
     strings = [pl.col(c).cast(pl.String) for c in group_cols]
     exact = full.filter(pl.all_horizontal(s == v for s, v in zip(strings, values, strict=True)))
     if exact.height:
-        return exact
+        return exact, True
     rows = full.filter(
         pl.all_horizontal(s.str.starts_with(v) for s, v in zip(strings, values, strict=True))
     )
@@ -306,7 +301,7 @@ def select_group(
             f"no group {_given(texts)} in {', '.join(names)}",
             hint=existing_keys(full, group_cols),
         )
-    return rows
+    return rows, False
 
 
 def _within_one_step(
@@ -314,17 +309,17 @@ def _within_one_step(
     group_cols: tuple[str, ...],
     texts: tuple[str, ...],
     names: tuple[str, ...],
-) -> pl.DataFrame | None:
+) -> tuple[pl.DataFrame, bool] | None:
     """A key led by a step column (groups form within each step) named without its step
-    (``--group p007``): the rows of the one group with that prompt key, or an error listing
-    the steps it is a group in; None when the key is not led by a step or the values do
-    not name the rest of it."""
+    (``--group p007``): :func:`select_group` of the one group with that prompt key, or an
+    error listing the steps it is a group in; None when the key is not led by a step or the
+    values do not name the rest of it."""
     if len(group_cols) < 2 or group_cols[0] not in STEP_COLUMNS or POSITION_KEY in group_cols:
         return None
     parts = texts[0].split(",") if len(texts) == 1 else list(texts)
     if len(parts) != len(group_cols) - 1 or any("=" in part for part in parts):
         return None
-    rows = select_group(full, group_cols[1:], texts, names[1:])
+    rows, exact = select_group(full, group_cols[1:], texts, names[1:])
     candidates = _key_strings(rows, group_cols)
     if candidates.len() > 1:
         steps = rows[group_cols[0]].unique(maintain_order=True)
@@ -334,21 +329,7 @@ def _within_one_step(
             f"{_listed(candidates, group_cols, SHOWN_CANDIDATES)}",
             hint=f"give the {names[0]} too, e.g. " + option("group", Verbatim(candidates[0])),
         )
-    return rows
-
-
-def _named_exactly(
-    rows: pl.DataFrame, group_cols: tuple[str, ...], texts: tuple[str, ...], names: tuple[str, ...]
-) -> bool:
-    """Whether ``texts`` name the key of the group ``rows`` in full (not a prefix of it);
-    a key led by a step column may be named without its step (see
-    :func:`_within_one_step`)."""
-    try:
-        values = parse_key(texts, group_cols, names)
-    except InputError:
-        group_cols, names = group_cols[1:], names[1:]
-        values = parse_key(texts, group_cols, names)
-    return bool(_key_strings(rows, group_cols).item() == ",".join(values))
+    return rows, exact
 
 
 def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advantage_col: str) -> int:
@@ -365,10 +346,7 @@ def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advanta
         if largest is None:
             raise InputError(
                 option("pick", "worst") + " finds no advantage: every advantage of the log is null",
-                hint="give "
-                + option("group", Verbatim("KEY"))
-                + " or "
-                + option("row", Verbatim("N")),
+                hint="give " + GROUP_OR_ROW,
             )
         return int(sizes.arg_max() or 0)
     reward = pl.col(REWARD_KEY)
@@ -384,9 +362,7 @@ def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advanta
         raise InputError(
             option("pick", pick) + f" finds no group: {missing}",
             hint=f"pick another ({', '.join(p for p in PICKS if p != pick)}), or give "
-            + option("group", Verbatim("KEY"))
-            + " or "
-            + option("row", Verbatim("N")),
+            + GROUP_OR_ROW,
         )
     return int(hits.arg_true()[0])
 
@@ -400,19 +376,6 @@ def _group_at(full: pl.DataFrame, group_cols: tuple[str, ...], position: int) ->
             pl.col(c).eq_missing(pl.lit(first[c], dtype=full.schema[c])) for c in group_cols
         )
     )
-
-
-def _row_of(full: pl.DataFrame, row: int) -> int:
-    """The position in ``full`` of the input's row ``row`` (an error past the last)."""
-    if row >= full.height:
-        plural = "" if full.height == 1 else "s"
-        raise InputError(
-            option("row", row) + f" is past the end of the log: it has {full.height:,} row{plural}",
-            hint=f"rows are numbered from 0 to {full.height - 1:,}, in the order read"
-            if full.height
-            else "the log is empty",
-        )
-    return row
 
 
 def cut(value: Any, width: int = TEXT_WIDTH) -> str | None:
@@ -719,14 +682,23 @@ def explain_one(
     names = tuple(SHOWN_NAMES.get(c, c) for c in keys.exact)
     chosen: Message | None = None
     if texts:
-        rows = select_group(full, keys.exact, texts, names)
-        if not _named_exactly(rows, keys.exact, texts, names):
+        rows, exact = select_group(full, keys.exact, texts, names)
+        if not exact:
             chosen = (
                 option("group", Verbatim(_given(texts)))
                 + ": the only group whose key starts that way"
             )
     elif row is not None:
-        rows = _group_at(full, keys.exact, _row_of(full, row))
+        if row >= full.height:
+            plural = "" if full.height == 1 else "s"
+            raise InputError(
+                option("row", row)
+                + f" is past the end of the log: it has {full.height:,} row{plural}",
+                hint=f"rows are numbered from 0 to {full.height - 1:,}, in the order read"
+                if full.height
+                else "the log is empty",
+            )
+        rows = _group_at(full, keys.exact, row)
         chosen = option("row", row) + f": the group of input row {row}"
     else:
         assert pick is not None
