@@ -42,21 +42,7 @@ from grpo_cli.core.estimators import Estimator
 from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions
 from grpo_cli.core.policies import reads_batch
 from grpo_cli.core.rewards import reward_expr
-from grpo_cli.report.explain_context import (
-    FilledIn,
-    fill_in,
-    fmt,
-    signed_sum,
-)
-
-
-def filled() -> tuple[str, ...]:
-    """The estimators explain writes out with numbers: every one with groups and one
-    advantage per response (their formula evaluated by :mod:`grpo_cli.report.explain_context`)."""
-    from grpo_cli.core.estimators import ESTIMATORS
-
-    return tuple(name for name, e in ESTIMATORS.items() if e.uses_groups and e.unit == "response")
-
+from grpo_cli.report.explain_context import FilledIn, fill_in, fmt, signed_sum
 
 SHOWN_KEYS: Final = 8
 # The names a user reads and types for the key columns the pipeline derives.
