@@ -38,23 +38,14 @@ Number = float | bool | None
 
 def fmt(x: float | None) -> str:
     """Six significant digits, the way the lessons print them."""
-    if x is None:
-        return "null"
-    return f"{x:.6g}"
+    return "null" if x is None else f"{x:.6g}"
 
 
 def signed_sum(values: list[float]) -> str:
-    """``values`` written as a sum, a negative term with its minus sign as the operator:
-    ``[1, -1.5, 2]`` -> ``1 - 1.5 + 2`` (never ``1 + -1.5``)."""
-    parts: list[str] = []
-    for x in values:
-        if not parts:
-            parts.append(fmt(x))
-        elif math.copysign(1.0, x) < 0:
-            parts.append(f"- {fmt(-x)}")
-        else:
-            parts.append(f"+ {fmt(x)}")
-    return " ".join(parts)
+    """Non-empty ``values`` written as a sum, a negative term with its minus sign as the
+    operator: ``[1, -1.5, 2]`` -> ``1 - 1.5 + 2`` (never ``1 + -1.5``)."""
+    terms = (f"- {fmt(-x)}" if math.copysign(1.0, x) < 0 else f"+ {fmt(x)}" for x in values[1:])
+    return " ".join([fmt(values[0]), *terms])
 
 
 def mean_var(values: list[float], ddof: int) -> tuple[float, float | None]:
@@ -133,14 +124,11 @@ def _operator(
 @dataclass(eq=False)
 class Term:
     """A value of a formula evaluated by :class:`ExplainContext`: its numbers, one per row
-    (None: null), and how it was made (``op`` over ``args``), for rendering.
-
-    ``op`` is ``leaf`` (a named input or statistic: ``symbol``), ``lit`` (a number),
-    ``eps``, an arithmetic or logical operator, ``sqrt``, ``max``, ``clip``, ``where``,
-    ``is_null``, ``fill_null``, ``named`` (a value the formula names) or ``shown`` (a value
-    shown as another, ``args[0]``). ``varies``: differs between the rows of a group;
-    ``unfolded``: eps or a named value is part of it (then it is never shown folded into
-    its number: ``(best - second) / (std + eps)`` keeps its parts)."""
+    (None: null), and how it was made, ``op`` over ``args``: ``leaf`` (a named input or
+    statistic, ``symbol``), ``lit``, ``eps``, an operator, ``sqrt``, ``max``, ``clip``,
+    ``where``, ``is_null``, ``fill_null``, ``named`` (a value the formula names) or
+    ``shown`` (shown as ``args[0]``). ``varies``: differs between a group's rows;
+    ``unfolded``: eps or a named value is part of it (never shown folded into its number)."""
 
     values: list[Number]
     op: str
@@ -299,13 +287,10 @@ def _render_where(term: Term, row: int | None) -> tuple[str, int]:
 @dataclass
 class ExplainContext(FormulaContext):
     """The formula context of ``explain``: every value a :class:`Term` over the rows of
-    one batch (or of one group, for an estimator that reads no batch statistic), in
-    Python floats (see the module docstring).
-
-    Attributes (beyond :class:`FormulaContext`'s): ``groups``, each row's group (an index);
-    ``steps``, the lines the evaluation adds (named values, batch statistics), in order;
-    ``row_named``, the named values that differ per row (written in the formula line).
-    """
+    one batch (or of one group, for an estimator that reads no batch statistic). Beyond
+    :class:`FormulaContext`'s attributes: ``groups``, each row's group (an index);
+    ``steps``, the lines named values add; ``row_named``, the named values that differ per
+    row (written in the formula line)."""
 
     reward: Term
     groups: list[int]
@@ -473,11 +458,10 @@ def _definition(term: Term) -> str:
 @dataclass(frozen=True)
 class FilledIn:
     """One group's filled-in formula: the formula line in symbols, the lines stating the
-    numbers it shares (named values, batch statistics), and per shown row the formula
-    with its numbers and its value (None where undefined) and the name of the rule that
-    sets its advantage instead (see :func:`overrides`); the group's valid count, mean and
-    variance as the formula reads them; ``per_reward``: the formula z-scored each reward
-    column on its own (GDPO)."""
+    numbers it shares (named values, batch statistics), per shown row the formula with its
+    numbers and value (None: undefined) and the rule that sets its advantage instead (see
+    :func:`_overrides`); the group's valid count, mean and variance as the formula reads
+    them; ``per_reward``: each reward column z-scored on its own (GDPO)."""
 
     formula: str
     steps: tuple[str, ...]
@@ -570,13 +554,12 @@ def _overrides(
     under GDPO, which z-scores each reward alone), ``clip``
     (:func:`grpo_cli.core.policies.final_clip`), or None."""
     rules = overrides(ctx, options, estimator, singleton=ctx.is_singleton())
-    constant = ctx.is_constant()
+    if not per_reward:
+        rules.append(("constant", ctx.is_constant(), 0.0))
     bounds = final_clip(options, estimator)
     names: list[str | None] = []
     for i in shown:
         name = next((name for name, holds, _ in rules if holds.values[i]), None)
-        if name is None and not per_reward and constant.values[i]:
-            name = "constant"
         value = _number(result, i)
         if name is None and value is not None and bounds is not None:
             name = "clip" if value < bounds[0] or value > bounds[1] else None
