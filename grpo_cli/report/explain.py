@@ -164,10 +164,8 @@ def parse_key(
     Each value is bare (the columns in order) or ``COL=VALUE`` (any order; COL a key
     column, so a value that starts with ``COL=`` is written ``COL=COL=...``); not both."""
     texts = (text,) if isinstance(text, str) else tuple(text)
-    if len(texts) == 1 and len(group_cols) > 1:
-        parts = tuple(p.strip() for p in texts[0].split(","))
-    else:
-        parts = texts
+    split = len(texts) == 1 and len(group_cols) > 1
+    parts = tuple(p.strip() for p in texts[0].split(",")) if split else texts
     columns = {name: i for i, name in enumerate(names)}
     columns.update({c: i for i, c in enumerate(group_cols) if not c.startswith(PREFIX)})
     named: dict[int, str] = {}
@@ -181,7 +179,7 @@ def parse_key(
                     option("group") + f" gives {names[index]} twice",
                     hint=_key_form(group_cols, names),
                 )
-            named[index] = value.strip() if len(texts) == 1 and len(group_cols) > 1 else value
+            named[index] = value.strip() if split else value
         else:
             bare.append(part)
     shown = _given(texts)
@@ -318,39 +316,45 @@ def _within_one_step(
     return rows, exact
 
 
-def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advantage_col: str) -> int:
+def pick_row(
+    full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advantage_col: str
+) -> tuple[int, Message]:
     """The position in ``full`` (input order) of the first row of the group ``--pick``
-    names (see the module docstring): ``worst``, the first row whose |advantage| is the
-    largest of the log; else the first row of the first group that is constant
-    (``zero-variance``) or has one valid reward (``singleton``). An error when there is
-    none."""
-    over = list(group_cols)
+    names, and how it was found: ``worst``, the first row whose |advantage| is the largest
+    of the log; else the first row of the first group that is constant (``zero-variance``)
+    or has one valid reward (``singleton``). An error when there is none."""
+    named = option("pick", pick)
     if pick == "worst":
-        size = pl.col(advantage_col).cast(pl.Float64).fill_nan(None).abs()
-        sizes = full.select(size).to_series()
-        largest = sizes.max()
-        if largest is None:
+        sizes = full.select(pl.col(advantage_col).cast(pl.Float64).fill_nan(None).abs())
+        if sizes.to_series().max() is None:
             raise InputError(
-                option("pick", "worst") + " finds no advantage: every advantage of the log is null",
+                named + " finds no advantage: every advantage of the log is null",
                 hint="give " + GROUP_OR_ROW,
             )
-        return int(sizes.arg_max() or 0)
+        position = int(sizes.to_series().arg_max() or 0)
+        largest = fmt(full[advantage_col][position])
+        return position, named + (
+            f": input row {position} has the largest |advantage| of the log ({largest})"
+        )
+    over = list(group_cols)
     reward = pl.col(REWARD_KEY)
     valid = reward.count().over(over)
     if pick == "singleton":
         found = valid == 1
         missing = "no group has exactly one valid reward"
+        how = "the first group with exactly one valid reward"
     else:
         found = (valid >= 2) & (reward.min().over(over) == reward.max().over(over))
         missing = "no group has two or more valid rewards, all equal"
+        how = "the first group whose valid rewards (two or more) are equal"
     hits = full.select(found.fill_null(False)).to_series()
     if not hits.any():
         raise InputError(
-            option("pick", pick) + f" finds no group: {missing}",
+            named + f" finds no group: {missing}",
             hint=f"pick another ({', '.join(p for p in PICKS if p != pick)}), or give "
             + GROUP_OR_ROW,
         )
-    return int(hits.arg_true()[0])
+    return int(hits.arg_true()[0]), named + f": {how}"
 
 
 def _group_at(full: pl.DataFrame, group_cols: tuple[str, ...], position: int) -> pl.DataFrame:
@@ -580,20 +584,12 @@ def run_explain(
     options: Mapping[str, Any] | None = None,
     input_format: str | None = None,
 ) -> Explanation:
-    """Explain one group of the log in ``inputs`` (what ``grpo-adv explain`` runs): the
-    choice of group checked before any input is read (:func:`check_choice`), the log read,
-    then :func:`explain_one`.
-
-    Args:
-        inputs: the log's files, folders or globs; empty: standard input when it is a pipe
-            or a file.
-        key, row, pick: which group (exactly one; see :func:`explain_one`).
-        preset, options: the computation's preset and options (the CLI's keywords,
-            ``advantage_col`` included: its logged values are shown beside, one per
-            response (:func:`grpo_cli.core.layouts.per_response`); None or absent:
-            ``advantage``, else verl's ``advantages``).
-        input_format: the inputs' format when the suffixes do not say.
-    """
+    """Explain one group of the log in ``inputs`` (files, folders or globs; empty: standard
+    input when it is a pipe or a file) read as ``input_format`` (None: from the suffixes),
+    as ``grpo-adv explain`` does: the choice of group (``key``, ``row``, ``pick``) checked
+    before any input is read, then :func:`explain_one` with ``preset`` and ``options``
+    (the CLI's keywords; ``advantage_col``: the logged advantages shown beside, default
+    ``advantage``, else verl's ``advantages``)."""
     from grpo_cli.jobs.outputs import input_paths, read_input, sources_or_stdin
 
     check_choice(key, row, pick)  # before any input is read
@@ -628,16 +624,14 @@ def explain_one(
     row: int | None = None,
     pick: str | None = None,
 ) -> Explanation:
-    """Compute the log as ``compute`` would (preset, layout, options), then explain one
-    group: the one whose key reads ``key``, the one of input row ``row`` (from 0), or the
-    one ``pick`` names (exactly one of the three; see the module docstring).
+    """Compute the log as ``compute`` would (preset, layout, options), then explain the
+    group whose key reads ``key`` (:func:`select_group`), the one of input row ``row``
+    (from 0), or the one ``pick`` names (exactly one of the three).
 
-    ``key`` gives one value per group column (see :func:`parse_key`), or the start of one
-    group's key values. Positional groups (``group_size``) are keyed ``BATCH,GROUP_INDEX``
-    (``step,group_index`` for a TRL log): GROUP_INDEX counts the runs of group_size rows
-    within the batch value from 0; without a batch column, the key is GROUP_INDEX alone. A
-    verl dump's uid-derived key column (the uid without its session and index parts) is
-    named ``uid``. ``backend`` and ``device`` are ignored: explain computes with Polars.
+    Positional groups (``group_size``) are keyed ``BATCH,GROUP_INDEX`` (``step,group_index``
+    for a TRL log; GROUP_INDEX alone without a batch column), GROUP_INDEX counting the runs
+    of group_size rows within the batch value from 0; a verl dump's uid-derived key column
+    is named ``uid``. ``backend`` and ``device`` are ignored: explain computes with Polars.
     """
     from grpo_cli.core.columns import logged_advantage
     from grpo_cli.core.layouts import per_response
@@ -688,9 +682,8 @@ def explain_one(
         chosen = option("row", row) + f": the group of input row {row}"
     else:
         assert pick is not None
-        position = pick_row(full, keys.exact, pick, options.advantage_col)
+        position, chosen = pick_row(full, keys.exact, pick, options.advantage_col)
         rows = _group_at(full, keys.exact, position)
-        chosen = _picked(pick, full.row(position, named=True), options.advantage_col)
     position = rows[ROW_KEY][0]
     batch = _group_at(full, keys.batch, position) if reads_batch(options, plan.estimator) else None
     logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
@@ -699,16 +692,3 @@ def explain_one(
         rows, options, plan.estimator, batch, logged, shown, chosen, group_keys=keys.exact
     )
     return replace(explained, warnings=(*plan.notes, *([tokens] if tokens else [])))
-
-
-def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> Message:
-    """How ``pick`` found the group, ``first`` being the row it found."""
-    named = option("pick", pick)
-    if pick == "worst":
-        return named + (
-            f": input row {first[ROW_KEY]} has the largest |advantage| of the "
-            f"log ({fmt(first[advantage_col])})"
-        )
-    if pick == "singleton":
-        return named + ": the first group with exactly one valid reward"
-    return named + ": the first group whose valid rewards (two or more) are equal"
