@@ -311,33 +311,25 @@ class ExplainContext(FormulaContext):
         """The number of rows evaluated."""
         return len(self.groups)
 
-    def with_reward(self, reward: Term) -> ExplainContext:
-        """The same rows, another reward (GDPO's reward columns)."""
-        return replace(self, reward=reward)
-
-    # ---------------------------------------------------------------- primitives
+    # ------------------------------------------------ the primitives of FormulaContext
     def where(
         self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
     ) -> Term:
-        """See :meth:`FormulaContext.where`."""
         n = self.size
         c, a, b = _term(cond, n), _term(then, n), _term(otherwise, n)
         values = [x if k else y for k, x, y in zip(c.values, a.values, b.values, strict=True)]
         return _made(values, "where", (c, a, b))
 
     def is_null(self, x: Value) -> Term:
-        """See :meth:`FormulaContext.is_null`."""
         return _made([v is None for v in x.values], "is_null", (x,))
 
     def fill_null(self, x: Value, value: float) -> Term:
-        """See :meth:`FormulaContext.fill_null`."""
         values = [value if v is None else v for v in x.values]
         term = _made(values, "fill_null", (x,))
         term.args = (x, value)
         return term
 
     def maximum(self, x: Value, floor: float) -> Term:
-        """See :meth:`FormulaContext.maximum`."""
         f = _term(floor, self.size)
         values = [
             lo if v is None else max(float(v), float(lo))
@@ -510,7 +502,7 @@ def fill_in(
     made: list[ExplainContext] = []
 
     def per_reward() -> list[ExplainContext]:
-        made.extend(ctx.with_reward(_leaf(list(c), "r", varies=True)) for c in columns)
+        made.extend(replace(ctx, reward=_leaf(list(c), "r", varies=True)) for c in columns)
         return made
 
     result = _term(formula(ctx, options, estimator, per_reward), ctx.size)
@@ -617,10 +609,7 @@ def _per_reward(
             f"{fmt(mean_b)}, var_b (ddof={ddof}) = {fmt(var_b)}"
         )
     rows: list[tuple[str, float | None]] = []
-    for i in shown:
-        if s.values[i] is None:
-            rows.append(("-", None))
-            continue
+    for i in shown:  # (a row without a reward is explain's "-")
         terms = [
             f"{fmt(w)} x {fmt(_first(z, i))}"
             for w, z, r in zip(options.weights, zs, rewards, strict=True)
