@@ -57,8 +57,10 @@ SHOWN_CANDIDATES: Final = 5
 STEP_COL: Final = "step"
 TEXT_COLS: Final = ("completion", "response", "output")
 TEXT_WIDTH: Final = 40
-# The hint's other ways to choose a group, where one fails.
-GROUP_OR_ROW: Final = option("group", Verbatim("KEY")) + " or " + option("row", Verbatim("N"))
+# The ways to choose a group, as a message names them.
+KEY_REF: Final = option("group", Verbatim("KEY"))
+ROW_REF: Final = option("row", Verbatim("N"))
+GROUP_OR_ROW: Final = KEY_REF + " or " + ROW_REF
 
 
 @dataclass(frozen=True)
@@ -113,24 +115,11 @@ def check_choice(
         for flag, value in zip(CHOOSERS, (texts, row, pick), strict=True)
         if value not in ((), None)
     ]
-    example = (
-        "e.g. "
-        + option("group", Verbatim("p007"))
-        + ", "
-        + option("row", 0)
-        + " or "
-        + option("pick", "worst")
-    )
+    example = "e.g. " + join(", ", [option("group", Verbatim("p007")), option("row", 0)])
+    example += " or " + option("pick", "worst")
     if not given:
-        raise OptionsError(
-            "explain needs a group: give "
-            + option("group", Verbatim("KEY"))
-            + ", "
-            + option("row", Verbatim("N"))
-            + " or "
-            + option("pick", Verbatim("WHICH")),
-            hint=example,
-        )
+        choose = join(", ", [KEY_REF, ROW_REF]) + " or " + option("pick", Verbatim("WHICH"))
+        raise OptionsError("explain needs a group: give " + choose, hint=example)
     if len(given) > 1:
         raise OptionsError(
             join(" and ", given)
