@@ -412,7 +412,10 @@ def explain_group(
         parts = group_rows.select(reward_expr(c) for c in summed).rows()
         terms = " + ".join(f"{fmt(w)} x {c}" for w, c in zip(options.weights, summed, strict=True))
         steps = (f"r = {terms} (a None counts 0)", *steps)
-        notes += _none_notes(summed, parts, numbers)
+        for values, number in zip(parts, numbers, strict=True):
+            missing = [c for c, v in zip(summed, values, strict=True) if v is None]
+            if 0 < len(missing) < len(summed):  # all None: no reward, its policy says so
+                notes.append(f"row {number}: {', '.join(missing)} is None, counted as 0 in r")
     rows = [
         ExplainedRow(
             reward,
@@ -459,19 +462,6 @@ def explain_group(
         chosen=chosen,
         reward_cols=summed,
     )
-
-
-def _none_notes(
-    columns: tuple[str, ...], parts: list[tuple[float | None, ...]], numbers: list[int]
-) -> list[str]:
-    """One note per row (its input row number in ``numbers``) where some but not all of the
-    summed ``columns`` are None (a row where all are has no reward: its policy says so)."""
-    notes = []
-    for values, number in zip(parts, numbers, strict=True):
-        missing = [c for c, v in zip(columns, values, strict=True) if v is None]
-        if missing and len(missing) < len(columns):
-            notes.append(f"row {number}: {', '.join(missing)} is None, counted as 0 in r")
-    return notes
 
 
 def _floats(values: pl.Series) -> list[float | None]:
