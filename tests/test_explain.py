@@ -13,9 +13,13 @@ from typer.testing import CliRunner
 from grpo_cli.cli import app
 from grpo_cli.cli.params import flag_spelling
 from grpo_cli.core.errors import InputError, as_text
-from grpo_cli.report.explain import explain_one, filled
+from grpo_cli.core.estimators import ESTIMATORS
+from grpo_cli.report.explain import explain_one
 from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, make_log
 
+# The estimators explain writes out with numbers: every one with groups and one advantage
+# per response (the others it refuses).
+FILLED = [name for name, e in ESTIMATORS.items() if e.uses_groups and e.unit == "response"]
 LESSON = make_log({"g1": [1.0, 0.0, 0.0, 1.0], "g2": [0.0, 0.0, 1.0, 1.0]})
 
 
@@ -59,7 +63,7 @@ class TestExplain:
         with pytest.raises(InputError, match="gives 3 values for 2 key columns"):
             explain_one(frame, None, {"group_cols": ("step", "prompt_id")}, "1,p015,x")
 
-    @pytest.mark.parametrize("estimator", filled())
+    @pytest.mark.parametrize("estimator", FILLED)
     @pytest.mark.parametrize(
         "policies",
         [
@@ -126,7 +130,6 @@ class TestExplain:
     def test_each_policy_is_named_once_for_engines_and_explain(self) -> None:
         """The policies name the rules that replace the formula's value; explain states
         the one that decided each row (the first that holds, then the final clip)."""
-        from grpo_cli.core.estimators import ESTIMATORS
         from grpo_cli.core.options import AdvantageOptions
         from grpo_cli.core.policies import final_clip, overrides
         from grpo_cli.report.explain_context import context

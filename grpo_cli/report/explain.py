@@ -1,20 +1,11 @@
 """``explain``: one group's advantages with every number of the formula filled in, the way
-the reference lessons teach it (no Rich here; :mod:`grpo_cli.cli.render` draws it).
+the reference lessons teach it (no Rich here; :mod:`grpo_cli.cli.render` draws it). The
+formula the engines run is evaluated by :mod:`grpo_cli.report.explain_context`; the
+advantage shown is the one ``compute`` writes.
 
-The formula the engines run is evaluated over the group's batch in plain Python floats by
-:mod:`grpo_cli.report.explain_context` (n, mean, var, each response's filled-in formula and
-the rule that replaced its value). The advantage shown is the one ``compute`` writes.
-
-The group is chosen in one of three ways (exactly one; see :func:`check_choice`):
-
-* ``--group``: its key, one value per key column (see :func:`parse_key`); each value may be
-  the start of its column's value when exactly one group's key starts that way
-  (:func:`select_group`);
-* ``--row N``: the group of the input's row ``N``, counting from 0 in the order read;
-* ``--pick``: ``worst``, the group holding the largest |advantage| ``compute`` writes;
-  ``zero-variance``, the first group (in input order) with two or more valid rewards, all
-  equal; ``singleton``, the first group with exactly one valid reward (see
-  :func:`pick_row`).
+The group is chosen by exactly one of ``--group`` (its key, or the start of one group's key:
+:func:`select_group`), ``--row N`` (the group of the input's row N, from 0, in the order
+read) or ``--pick`` (:func:`pick_row`); see :func:`check_choice`.
 """
 
 from __future__ import annotations
@@ -51,21 +42,7 @@ from grpo_cli.core.estimators import Estimator
 from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions
 from grpo_cli.core.policies import reads_batch
 from grpo_cli.core.rewards import reward_expr
-from grpo_cli.report.explain_context import (
-    FilledIn,
-    fill_in,
-    fmt,
-    signed_sum,
-)
-
-
-def filled() -> tuple[str, ...]:
-    """The estimators explain writes out with numbers: every one with groups and one
-    advantage per response (their formula evaluated by :mod:`grpo_cli.report.explain_context`)."""
-    from grpo_cli.core.estimators import ESTIMATORS
-
-    return tuple(name for name, e in ESTIMATORS.items() if e.uses_groups and e.unit == "response")
-
+from grpo_cli.report.explain_context import FilledIn, fill_in, fmt, signed_sum
 
 SHOWN_KEYS: Final = 8
 # The names a user reads and types for the key columns the pipeline derives.
@@ -80,6 +57,10 @@ SHOWN_CANDIDATES: Final = 5
 STEP_COL: Final = "step"
 TEXT_COLS: Final = ("completion", "response", "output")
 TEXT_WIDTH: Final = 40
+# The ways to choose a group, as a message names them.
+KEY_REF: Final = option("group", Verbatim("KEY"))
+ROW_REF: Final = option("row", Verbatim("N"))
+GROUP_OR_ROW: Final = KEY_REF + " or " + ROW_REF
 
 
 @dataclass(frozen=True)
@@ -134,24 +115,11 @@ def check_choice(
         for flag, value in zip(CHOOSERS, (texts, row, pick), strict=True)
         if value not in ((), None)
     ]
-    example = (
-        "e.g. "
-        + option("group", Verbatim("p007"))
-        + ", "
-        + option("row", 0)
-        + " or "
-        + option("pick", "worst")
-    )
+    example = "e.g. " + join(", ", [option("group", Verbatim("p007")), option("row", 0)])
+    example += " or " + option("pick", "worst")
     if not given:
-        raise OptionsError(
-            "explain needs a group: give "
-            + option("group", Verbatim("KEY"))
-            + ", "
-            + option("row", Verbatim("N"))
-            + " or "
-            + option("pick", Verbatim("WHICH")),
-            hint=example,
-        )
+        choose = join(", ", [KEY_REF, ROW_REF]) + " or " + option("pick", Verbatim("WHICH"))
+        raise OptionsError("explain needs a group: give " + choose, hint=example)
     if len(given) > 1:
         raise OptionsError(
             join(" and ", given)
@@ -175,9 +143,7 @@ def check_choice(
 
 
 def parse_key(
-    text: str | Sequence[str],
-    group_cols: tuple[str, ...],
-    names: tuple[str, ...] | None = None,
+    text: str | Sequence[str], group_cols: tuple[str, ...], names: tuple[str, ...]
 ) -> tuple[str, ...]:
     """The ``--group`` value(s) as one value per group column; ``names``: the columns as the
     user knows them (derived ones differ, see SHOWN_NAMES).
@@ -186,12 +152,9 @@ def parse_key(
     one value each, so a value may hold commas (``--group step=1 --group "prompt=a, b"``).
     Each value is bare (the columns in order) or ``COL=VALUE`` (any order; COL a key
     column, so a value that starts with ``COL=`` is written ``COL=COL=...``); not both."""
-    names = names or group_cols
     texts = (text,) if isinstance(text, str) else tuple(text)
-    if len(texts) == 1 and len(group_cols) > 1:
-        parts = tuple(p.strip() for p in texts[0].split(","))
-    else:
-        parts = texts
+    split = len(texts) == 1 and len(group_cols) > 1
+    parts = tuple(p.strip() for p in texts[0].split(",")) if split else texts
     columns = {name: i for i, name in enumerate(names)}
     columns.update({c: i for i, c in enumerate(group_cols) if not c.startswith(PREFIX)})
     named: dict[int, str] = {}
@@ -205,7 +168,7 @@ def parse_key(
                     option("group") + f" gives {names[index]} twice",
                     hint=_key_form(group_cols, names),
                 )
-            named[index] = value.strip() if len(texts) == 1 and len(group_cols) > 1 else value
+            named[index] = value.strip() if split else value
         else:
             bare.append(part)
     shown = _given(texts)
@@ -276,17 +239,13 @@ def existing_keys(full: pl.DataFrame, group_cols: tuple[str, ...]) -> str:
 
 
 def select_group(
-    full: pl.DataFrame,
-    group_cols: tuple[str, ...],
-    text: str | Sequence[str],
-    names: tuple[str, ...] | None = None,
-) -> pl.DataFrame:
-    """The rows of the group whose key reads ``text`` (see :func:`parse_key`); failing an
-    exact match, of the one group whose key values start with the values given. An error
-    lists a few existing keys, or the candidates of an ambiguous prefix. ``names``: the key
-    columns as the user knows them (derived ones differ, see SHOWN_NAMES)."""
-    names = names or group_cols
-    texts = (text,) if isinstance(text, str) else tuple(text)
+    full: pl.DataFrame, group_cols: tuple[str, ...], texts: tuple[str, ...], names: tuple[str, ...]
+) -> tuple[pl.DataFrame, bool]:
+    """The rows of the group whose key reads ``texts`` (see :func:`parse_key`), and whether
+    they name it exactly; failing an exact match, the rows of the one group whose key values
+    start with the values given. An error lists a few existing keys, or the candidates of
+    an ambiguous prefix. ``names``: the key columns as the user knows them (see
+    SHOWN_NAMES)."""
     try:
         values = parse_key(texts, group_cols, names)
     except InputError as exc:
@@ -298,7 +257,7 @@ def select_group(
     strings = [pl.col(c).cast(pl.String) for c in group_cols]
     exact = full.filter(pl.all_horizontal(s == v for s, v in zip(strings, values, strict=True)))
     if exact.height:
-        return exact
+        return exact, True
     rows = full.filter(
         pl.all_horizontal(s.str.starts_with(v) for s, v in zip(strings, values, strict=True))
     )
@@ -315,7 +274,7 @@ def select_group(
             f"no group {_given(texts)} in {', '.join(names)}",
             hint=existing_keys(full, group_cols),
         )
-    return rows
+    return rows, False
 
 
 def _within_one_step(
@@ -323,17 +282,17 @@ def _within_one_step(
     group_cols: tuple[str, ...],
     texts: tuple[str, ...],
     names: tuple[str, ...],
-) -> pl.DataFrame | None:
+) -> tuple[pl.DataFrame, bool] | None:
     """A key led by a step column (groups form within each step) named without its step
-    (``--group p007``): the rows of the one group with that prompt key, or an error listing
-    the steps it is a group in; None when the key is not led by a step or the values do
-    not name the rest of it."""
+    (``--group p007``): :func:`select_group` of the one group with that prompt key, or an
+    error listing the steps it is a group in; None when the key is not led by a step or the
+    values do not name the rest of it."""
     if len(group_cols) < 2 or group_cols[0] not in STEP_COLUMNS or POSITION_KEY in group_cols:
         return None
     parts = texts[0].split(",") if len(texts) == 1 else list(texts)
     if len(parts) != len(group_cols) - 1 or any("=" in part for part in parts):
         return None
-    rows = select_group(full, group_cols[1:], texts, names[1:])
+    rows, exact = select_group(full, group_cols[1:], texts, names[1:])
     candidates = _key_strings(rows, group_cols)
     if candidates.len() > 1:
         steps = rows[group_cols[0]].unique(maintain_order=True)
@@ -343,85 +302,59 @@ def _within_one_step(
             f"{_listed(candidates, group_cols, SHOWN_CANDIDATES)}",
             hint=f"give the {names[0]} too, e.g. " + option("group", Verbatim(candidates[0])),
         )
-    return rows
+    return rows, exact
 
 
-def _named_exactly(
-    rows: pl.DataFrame, group_cols: tuple[str, ...], texts: tuple[str, ...], names: tuple[str, ...]
-) -> bool:
-    """Whether ``texts`` name the key of the group ``rows`` in full (not a prefix of it);
-    a key led by a step column may be named without its step (see
-    :func:`_within_one_step`)."""
-    try:
-        values = parse_key(texts, group_cols, names)
-    except InputError:
-        group_cols, names = group_cols[1:], names[1:]
-        values = parse_key(texts, group_cols, names)
-    return bool(_key_strings(rows, group_cols).item() == ",".join(values))
-
-
-def pick_row(full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advantage_col: str) -> int:
+def pick_row(
+    full: pl.DataFrame, group_cols: tuple[str, ...], pick: str, advantage_col: str
+) -> tuple[int, Message]:
     """The position in ``full`` (input order) of the first row of the group ``--pick``
-    names (see the module docstring): ``worst``, the first row whose |advantage| is the
-    largest of the log; else the first row of the first group that is constant
-    (``zero-variance``) or has one valid reward (``singleton``). An error when there is
-    none."""
-    over = list(group_cols)
+    names, and how it was found: ``worst``, the first row whose |advantage| is the largest
+    of the log; else the first row of the first group that is constant (``zero-variance``)
+    or has one valid reward (``singleton``). An error when there is none."""
+    named = option("pick", pick)
     if pick == "worst":
-        size = pl.col(advantage_col).cast(pl.Float64).fill_nan(None).abs()
-        sizes = full.select(size).to_series()
-        largest = sizes.max()
-        if largest is None:
+        sizes = full.select(pl.col(advantage_col).cast(pl.Float64).fill_nan(None).abs())
+        if sizes.to_series().max() is None:
             raise InputError(
-                option("pick", "worst") + " finds no advantage: every advantage of the log is null",
-                hint="give "
-                + option("group", Verbatim("KEY"))
-                + " or "
-                + option("row", Verbatim("N")),
+                named + " finds no advantage: every advantage of the log is null",
+                hint="give " + GROUP_OR_ROW,
             )
-        return int(sizes.arg_max() or 0)
+        position = int(sizes.to_series().arg_max() or 0)
+        largest = fmt(full[advantage_col][position])
+        return position, named + (
+            f": input row {position} has the largest |advantage| of the log ({largest})"
+        )
+    over = list(group_cols)
     reward = pl.col(REWARD_KEY)
     valid = reward.count().over(over)
     if pick == "singleton":
         found = valid == 1
         missing = "no group has exactly one valid reward"
+        how = "the first group with exactly one valid reward"
     else:
         found = (valid >= 2) & (reward.min().over(over) == reward.max().over(over))
         missing = "no group has two or more valid rewards, all equal"
+        how = "the first group whose valid rewards (two or more) are equal"
     hits = full.select(found.fill_null(False)).to_series()
     if not hits.any():
         raise InputError(
-            option("pick", pick) + f" finds no group: {missing}",
+            named + f" finds no group: {missing}",
             hint=f"pick another ({', '.join(p for p in PICKS if p != pick)}), or give "
-            + option("group", Verbatim("KEY"))
-            + " or "
-            + option("row", Verbatim("N")),
+            + GROUP_OR_ROW,
         )
-    return int(hits.arg_true()[0])
+    return int(hits.arg_true()[0]), named + f": {how}"
 
 
 def _group_at(full: pl.DataFrame, group_cols: tuple[str, ...], position: int) -> pl.DataFrame:
-    """The rows of the group of ``full``'s row at ``position`` (a null key value matches
-    null)."""
+    """The rows of ``full`` (in order) whose ``group_cols`` equal those of its row at
+    ``position``: its group, or its batch (a null value matches null)."""
     first = full.row(position, named=True)
     return full.filter(
         pl.all_horizontal(
             pl.col(c).eq_missing(pl.lit(first[c], dtype=full.schema[c])) for c in group_cols
         )
     )
-
-
-def _row_of(full: pl.DataFrame, row: int) -> int:
-    """The position in ``full`` of the input's row ``row`` (an error past the last)."""
-    if row >= full.height:
-        plural = "" if full.height == 1 else "s"
-        raise InputError(
-            option("row", row) + f" is past the end of the log: it has {full.height:,} row{plural}",
-            hint=f"rows are numbered from 0 to {full.height - 1:,}, in the order read"
-            if full.height
-            else "the log is empty",
-        )
-    return row
 
 
 def cut(value: Any, width: int = TEXT_WIDTH) -> str | None:
@@ -444,80 +377,82 @@ def explain_group(
     group_rows: pl.DataFrame,
     options: AdvantageOptions,
     estimator: Estimator,
-    batch: pl.DataFrame | None = None,
-    logged: pl.Series | None = None,
-    key: dict[str, Any] | None = None,
-    chosen: Message | None = None,
-    group_keys: tuple[str, ...] = (),
+    batch: pl.DataFrame | None,
+    logged: pl.Series | None,
+    key: dict[str, Any],
+    chosen: Message | None,
+    group_keys: tuple[str, ...],
 ) -> Explanation:
-    """Explain ``group_rows`` (one group, with REWARD_KEY and the advantage column);
-    ``batch``: the rows of its batch (with ROW_KEY and the key columns), for a formula
-    that reads batch statistics (its groups told apart by ``group_keys``);
-    ``logged``: the advantages the input carried for these rows, shown beside ours;
-    ``key``: the group's key as shown (default: its ``group_cols`` values);
-    ``chosen``: how the group was found; ``estimator``: the options' estimator, looked up
-    by the caller (the plan's). Each response's input row (ROW_KEY), step (STEP_COL,
-    unless it is part of the key) and the start of its text (the first of TEXT_COLS) come
-    along when ``group_rows`` has them."""
-    rewards = [_float(v) for v in group_rows[REWARD_KEY].to_list()]
-    advantages = [_float(v) for v in group_rows[options.advantage_col].to_list()]
-    logged_values = (
-        [_float(v) for v in logged.to_list()] if logged is not None else [None] * len(rewards)
-    )
-    filled = _fill_in(group_rows, batch, group_keys or options.group_cols, options, estimator)
-    n, mean, var = filled.n, filled.mean, filled.var
-    std = math.sqrt(var) if var is not None else None
+    """Explain ``group_rows`` (one group, with ROW_KEY, REWARD_KEY and the advantage
+    column) by the options' ``estimator``; ``batch``: the rows of its batch, for a formula
+    that reads batch statistics (its groups told apart by ``group_keys``); ``logged``: the
+    advantages the input carried, shown beside ours; ``key``: the group's key as shown;
+    ``chosen``: how the group was found. Each response's step (STEP_COL, unless part of the
+    key) and the start of its text (the first of TEXT_COLS) come along when the log has
+    them."""
+    size = group_rows.height
+    rewards = _floats(group_rows[REWARD_KEY])
+    filled = _fill_in(group_rows, batch, group_keys, options, estimator)
     notes: list[str] = []
     if "constant" in filled.overrides:
         notes.append("every valid reward is equal: zero variance, every advantage is exactly 0")
-    formulas = [
-        ("-", None) if r is None else row for r, row in zip(rewards, filled.rows, strict=True)
-    ]
     steps = filled.steps
     if not filled.per_reward:
-        steps = _steps([r for r in rewards if r is not None], mean, var, options) + steps
-    if key is None:
-        key = {c: group_rows[c][0] for c in options.group_cols if c in group_rows.columns}
-    size = group_rows.height
-    numbers = group_rows[ROW_KEY].to_list() if ROW_KEY in group_rows.columns else [None] * size
+        valid = [r for r in rewards if r is not None]
+        steps = _steps(valid, filled.mean, filled.var, options) + steps
+    numbers = group_rows[ROW_KEY].to_list()
     # A step that is part of the key is the same on every row: the heading shows it.
     step_col = STEP_COL if STEP_COL in group_rows.columns and STEP_COL not in key else None
     step_values = group_rows[step_col].to_list() if step_col else [None] * size
     text_col = next((c for c in TEXT_COLS if c in group_rows.columns), None)
     texts = [cut(v) for v in group_rows[text_col].to_list()] if text_col else [None] * size
     summed = options.reward_cols if len(options.reward_cols) > 1 and not filled.per_reward else ()
-    parts = _parts(group_rows, summed)
+    parts: list[tuple[float | None, ...]] = [()] * size
     if summed:
+        parts = group_rows.select(reward_expr(c) for c in summed).rows()
         terms = " + ".join(f"{fmt(w)} x {c}" for w, c in zip(options.weights, summed, strict=True))
         steps = (f"r = {terms} (a None counts 0)", *steps)
-        notes += _none_notes(summed, parts, numbers)
-    rows = []
-    for reward, advantage, was, (formula, value), name, number, step, text, part in zip(
-        rewards,
-        advantages,
-        logged_values,
-        formulas,
-        filled.overrides,
-        numbers,
-        step_values,
-        texts,
-        parts,
-        strict=True,
-    ):
-        policy = _policy(name, options)
-        rows.append(
-            ExplainedRow(reward, formula, value, advantage, policy, was, number, step, text, part)
+        for values, number in zip(parts, numbers, strict=True):
+            missing = [c for c, v in zip(summed, values, strict=True) if v is None]
+            if 0 < len(missing) < len(summed):  # all None: no reward, its policy says so
+                notes.append(f"row {number}: {', '.join(missing)} is None, counted as 0 in r")
+    rows = [
+        ExplainedRow(
+            reward,
+            "-" if reward is None else formula,
+            None if reward is None else value,
+            advantage,
+            _policy(name, options),
+            was,
+            number,
+            step,
+            text,
+            part,
         )
+        for reward, (formula, value), name, advantage, was, number, step, text, part in zip(
+            rewards,
+            filled.rows,
+            filled.overrides,
+            _floats(group_rows[options.advantage_col]),
+            [None] * size if logged is None else _floats(logged),
+            numbers,
+            step_values,
+            texts,
+            parts,
+            strict=True,
+        )
+    ]
+    var = filled.var
     return Explanation(
         key=key,
         options=options,
         estimator_summary=estimator.summary,
         formula=filled.formula,
-        size=group_rows.height,
-        n=n,
-        mean=mean,
+        size=size,
+        n=filled.n,
+        mean=filled.mean,
         var=var,
-        std=std,
+        std=None if var is None else math.sqrt(var),
         steps=steps,
         rows=tuple(rows),
         notes=tuple(notes),
@@ -529,36 +464,9 @@ def explain_group(
     )
 
 
-def _parts(group_rows: pl.DataFrame, columns: tuple[str, ...]) -> list[tuple[float | None, ...]]:
-    """Each row's value of each of ``columns`` as a float (None for null or NaN, whatever
-    the null policy makes of it); empty tuples without columns."""
-    if not columns:
-        return [()] * group_rows.height
-    return [
-        tuple(_float(v) for v in values)
-        for values in group_rows.select(reward_expr(c) for c in columns).iter_rows()
-    ]
-
-
-def _none_notes(
-    columns: tuple[str, ...], parts: list[tuple[float | None, ...]], numbers: list[Any]
-) -> list[str]:
-    """One note per row where some but not all of the summed ``columns`` are None (a row
-    where all are has no reward: its policy says so)."""
-    notes = []
-    for i, (values, number) in enumerate(zip(parts, numbers, strict=True)):
-        missing = [c for c, v in zip(columns, values, strict=True) if v is None]
-        if missing and len(missing) < len(columns):
-            where = f"row {number}" if number is not None else f"response {i}"
-            notes.append(f"{where}: {', '.join(missing)} is None, counted as 0 in r")
-    return notes
-
-
-def _float(value: Any) -> float | None:
-    if value is None:
-        return None
-    f = float(value)
-    return None if math.isnan(f) else f
+def _floats(values: pl.Series) -> list[float | None]:
+    """``values`` as floats, None for null or NaN."""
+    return values.cast(pl.Float64).fill_nan(None).to_list()
 
 
 def _steps(
@@ -605,24 +513,19 @@ def _fill_in(
     :mod:`grpo_cli.report.explain_context`), evaluated over ``batch`` (the rows of its
     batch) when given, else over the group."""
     rows = group_rows if batch is None else batch
-    if batch is None:
-        shown = list(range(group_rows.height))
-        groups = [0] * group_rows.height
-    else:
-        where = {row: i for i, row in enumerate(batch[ROW_KEY].to_list())}
-        shown = [where[row] for row in group_rows[ROW_KEY].to_list()]
-        keys = [c for c in group_keys if c in batch.columns] or [ROW_KEY]
-        ids: dict[tuple[Any, ...], int] = {}
-        groups = [ids.setdefault(k, len(ids)) for k in batch.select(keys).iter_rows()]
+    where = {row: i for i, row in enumerate(rows[ROW_KEY].to_list())}
+    keys = [c for c in group_keys if c in rows.columns] or [ROW_KEY]
+    ids: dict[tuple[Any, ...], int] = {}
+    groups = [ids.setdefault(k, len(ids)) for k in rows.select(keys).iter_rows()]
     lengths = None
     if options.length_col and options.length_col in rows.columns:
-        lengths = [_float(v) for v in rows[options.length_col].to_list()]
-    rewards = [_float(v) for v in rows[REWARD_KEY].to_list()]
+        lengths = _floats(rows[options.length_col])
     read = rows.select(
         reward_expr(c, options.nulls).alias(f"r{i}") for i, c in enumerate(options.reward_cols)
     )
-    columns = [[_float(v) for v in column.to_list()] for column in read.get_columns()]
-    return fill_in(estimator, options, rewards, groups, shown, lengths, columns)
+    columns = [column.to_list() for column in read.get_columns()]
+    shown = [where[row] for row in group_rows[ROW_KEY].to_list()]
+    return fill_in(estimator, options, _floats(rows[REWARD_KEY]), groups, shown, lengths, columns)
 
 
 def _policy(name: str | None, options: AdvantageOptions) -> Message | None:
@@ -660,20 +563,12 @@ def run_explain(
     options: Mapping[str, Any] | None = None,
     input_format: str | None = None,
 ) -> Explanation:
-    """Explain one group of the log in ``inputs`` (what ``grpo-adv explain`` runs): the
-    choice of group checked before any input is read (:func:`check_choice`), the log read,
-    then :func:`explain_one`.
-
-    Args:
-        inputs: the log's files, folders or globs; empty: standard input when it is a pipe
-            or a file.
-        key, row, pick: which group (exactly one; see :func:`explain_one`).
-        preset, options: the computation's preset and options (the CLI's keywords,
-            ``advantage_col`` included: its logged values are shown beside, one per
-            response (:func:`grpo_cli.core.layouts.per_response`); None or absent:
-            ``advantage``, else verl's ``advantages``).
-        input_format: the inputs' format when the suffixes do not say.
-    """
+    """Explain one group of the log in ``inputs`` (files, folders or globs; empty: standard
+    input when it is a pipe or a file) read as ``input_format`` (None: from the suffixes),
+    as ``grpo-adv explain`` does: the choice of group (``key``, ``row``, ``pick``) checked
+    before any input is read, then :func:`explain_one` with ``preset`` and ``options``
+    (the CLI's keywords; ``advantage_col``: the logged advantages shown beside, default
+    ``advantage``, else verl's ``advantages``)."""
     from grpo_cli.jobs.outputs import input_paths, read_input, sources_or_stdin
 
     check_choice(key, row, pick)  # before any input is read
@@ -708,16 +603,14 @@ def explain_one(
     row: int | None = None,
     pick: str | None = None,
 ) -> Explanation:
-    """Compute the log as ``compute`` would (preset, layout, options), then explain one
-    group: the one whose key reads ``key``, the one of input row ``row`` (from 0), or the
-    one ``pick`` names (exactly one of the three; see the module docstring).
+    """Compute the log as ``compute`` would (preset, layout, options), then explain the
+    group whose key reads ``key`` (:func:`select_group`), the one of input row ``row``
+    (from 0), or the one ``pick`` names (exactly one of the three).
 
-    ``key`` gives one value per group column (see :func:`parse_key`), or the start of one
-    group's key values. Positional groups (``group_size``) are keyed ``BATCH,GROUP_INDEX``
-    (``step,group_index`` for a TRL log): GROUP_INDEX counts the runs of group_size rows
-    within the batch value from 0; without a batch column, the key is GROUP_INDEX alone. A
-    verl dump's uid-derived key column (the uid without its session and index parts) is
-    named ``uid``. ``backend`` and ``device`` are ignored: explain computes with Polars.
+    Positional groups (``group_size``) are keyed ``BATCH,GROUP_INDEX`` (``step,group_index``
+    for a TRL log; GROUP_INDEX alone without a batch column), GROUP_INDEX counting the runs
+    of group_size rows within the batch value from 0; a verl dump's uid-derived key column
+    is named ``uid``. ``backend`` and ``device`` are ignored: explain computes with Polars.
     """
     from grpo_cli.core.columns import logged_advantage
     from grpo_cli.core.layouts import per_response
@@ -748,45 +641,33 @@ def explain_one(
     names = tuple(SHOWN_NAMES.get(c, c) for c in keys.exact)
     chosen: Message | None = None
     if texts:
-        rows = select_group(full, keys.exact, texts, names)
-        if not _named_exactly(rows, keys.exact, texts, names):
+        rows, exact = select_group(full, keys.exact, texts, names)
+        if not exact:
             chosen = (
                 option("group", Verbatim(_given(texts)))
                 + ": the only group whose key starts that way"
             )
     elif row is not None:
-        rows = _group_at(full, keys.exact, _row_of(full, row))
+        if row >= full.height:
+            plural = "" if full.height == 1 else "s"
+            raise InputError(
+                option("row", row)
+                + f" is past the end of the log: it has {full.height:,} row{plural}",
+                hint=f"rows are numbered from 0 to {full.height - 1:,}, in the order read"
+                if full.height
+                else "the log is empty",
+            )
+        rows = _group_at(full, keys.exact, row)
         chosen = option("row", row) + f": the group of input row {row}"
     else:
         assert pick is not None
-        position = pick_row(full, keys.exact, pick, options.advantage_col)
+        position, chosen = pick_row(full, keys.exact, pick, options.advantage_col)
         rows = _group_at(full, keys.exact, position)
-        chosen = _picked(pick, full.row(position, named=True), options.advantage_col)
-    batch = _batch_members(full, rows, keys.batch) if reads_batch(options, plan.estimator) else None
+    position = rows[ROW_KEY][0]
+    batch = _group_at(full, keys.batch, position) if reads_batch(options, plan.estimator) else None
     logged = rows[LOGGED_KEY].cast(pl.Float64, strict=False) if has_logged else None
     shown = {name: rows[c][0] for c, name in zip(keys.exact, names, strict=True)}
     explained = explain_group(
         rows, options, plan.estimator, batch, logged, shown, chosen, group_keys=keys.exact
     )
     return replace(explained, warnings=(*plan.notes, *([tokens] if tokens else [])))
-
-
-def _picked(pick: str, first: dict[str, Any], advantage_col: str) -> Message:
-    """How ``pick`` found the group, ``first`` being the row it found."""
-    named = option("pick", pick)
-    if pick == "worst":
-        return named + (
-            f": input row {first[ROW_KEY]} has the largest |advantage| of the "
-            f"log ({fmt(first[advantage_col])})"
-        )
-    if pick == "singleton":
-        return named + ": the first group with exactly one valid reward"
-    return named + ": the first group whose valid rewards (two or more) are equal"
-
-
-def _batch_members(
-    full: pl.DataFrame, rows: pl.DataFrame, batch_cols: tuple[str, ...]
-) -> pl.DataFrame:
-    """The rows of ``full`` in the batch of ``rows``, in order."""
-    first = rows.row(0, named=True)
-    return full.filter(pl.all_horizontal(pl.col(c) == first[c] for c in batch_cols))

@@ -1,23 +1,16 @@
-"""The filled-in arithmetic of ``explain``: the estimator's own formula evaluated over one
-batch's numbers in plain Python floats, each value remembering how it was made.
+"""The filled-in arithmetic of ``explain``: the estimator's own formula
+(:func:`grpo_cli.core.policies.formula`, stated once in :mod:`grpo_cli.core.estimators`)
+evaluated by :class:`ExplainContext` over one batch in plain Python floats. Each value is a
+:class:`Term`, its numbers (None: null) and the operation that made it, rendered in symbols
+(``(r - mean) / (std + eps)``: the formula line) or with one row's numbers
+(``(1 - 0.5) / (0.57735 + 1e-08)``: that response's line).
 
-:class:`ExplainContext` is the third formula context (beside the Polars and torch ones): the
-engines' formula (:func:`grpo_cli.core.policies.formula`) runs on it unchanged, so every
-detail is stated once, in :mod:`grpo_cli.core.estimators`. Each value is a :class:`Term`:
-its numbers (one per row evaluated; None for null) and the operation that made it, which
-renders
-
-- in symbols (``(r - mean) / (std + eps)``): the formula line of ``explain``;
-- with one row's numbers (``(1 - 0.5) / (0.57735 + 1e-08)``): that response's line.
-
-Rendering rules: a named statistic (``mean``, ``var``, ``n``, ``sum``, the batch's
-``mean_b``, ``var_b``, ...) and a value the formula names (``ctx.named``: GPG's ``alpha``,
-OPO's ``baseline``) show as their number; so does any part computed from group or batch
-numbers alone, unless it holds eps or a named value (``n - 1`` shows ``3``,
-``sqrt(var) + eps`` stays ``0.57735 + 1e-08``); ``sqrt`` of a variance is its std. A
-choice (``where``) shows the branch taken for the row (in symbols: the general one); the
-zero-variance rule shows the formula it overrides (explain states the policy beside).
-Named values and batch statistics add lines to the steps above the table
+A named statistic (``mean``, ``var``, ``n``, ``sum``, ``mean_b``, ...), a value the formula
+names (GPG's ``alpha``) and any part made of group or batch numbers alone show as their
+number, unless eps or a named value is part of it (``n - 1`` shows ``3``, ``sqrt(var) +
+eps`` stays ``0.57735 + 1e-08``); ``sqrt`` of a variance is its std. A choice (``where``)
+shows the branch taken (in symbols: the general one); the zero-variance rule shows the
+formula it overrides. Named values and batch statistics add lines to the steps
 (``alpha = n_b / max(nonzero_b, 1) = 8 / 4 = 2``).
 
 Arithmetic follows the engines': null propagates and is left out of every statistic, a
@@ -28,8 +21,9 @@ rewards are all equal.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.core.estimators import FormulaContext, Value
@@ -44,23 +38,14 @@ Number = float | bool | None
 
 def fmt(x: float | None) -> str:
     """Six significant digits, the way the lessons print them."""
-    if x is None:
-        return "null"
-    return f"{x:.6g}"
+    return "null" if x is None else f"{x:.6g}"
 
 
 def signed_sum(values: list[float]) -> str:
-    """``values`` written as a sum, a negative term with its minus sign as the operator:
-    ``[1, -1.5, 2]`` -> ``1 - 1.5 + 2`` (never ``1 + -1.5``)."""
-    parts: list[str] = []
-    for x in values:
-        if not parts:
-            parts.append(fmt(x))
-        elif math.copysign(1.0, x) < 0:
-            parts.append(f"- {fmt(-x)}")
-        else:
-            parts.append(f"+ {fmt(x)}")
-    return " ".join(parts)
+    """Non-empty ``values`` written as a sum, a negative term with its minus sign as the
+    operator: ``[1, -1.5, 2]`` -> ``1 - 1.5 + 2`` (never ``1 + -1.5``)."""
+    terms = (f"- {fmt(-x)}" if math.copysign(1.0, x) < 0 else f"+ {fmt(x)}" for x in values[1:])
+    return " ".join([fmt(values[0]), *terms])
 
 
 def mean_var(values: list[float], ddof: int) -> tuple[float, float | None]:
@@ -86,148 +71,19 @@ def _div(a: float, b: float) -> float:
     return a / b
 
 
-def _sqrt(a: float) -> float:
-    return math.sqrt(a) if a >= 0 else math.nan
-
-
-_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
-    "+": lambda a, b: a + b,
-    "-": lambda a, b: a - b,
-    "*": lambda a, b: a * b,
-    "/": _div,
-    "**": lambda a, b: a**b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
 # Binding strength of each operation, for parentheses.
-_PRECEDENCE = {
-    "or": 1,
-    "and": 2,
-    "not": 3,
-    "==": 4,
-    "!=": 4,
-    "<": 4,
-    "<=": 4,
-    ">": 4,
-    ">=": 4,
-    "+": 5,
-    "-": 5,
-    "*": 6,
-    "/": 6,
-    "**": 7,
-}
+_TIERS = (
+    ("or",),
+    ("and",),
+    ("not",),
+    ("==", "!=", "<", "<=", ">", ">="),
+    ("+", "-"),
+    ("*", "/"),
+    ("**",),
+)
+_PRECEDENCE = {op: strength for strength, ops in enumerate(_TIERS, start=1) for op in ops}
 _SHOWN_OP = {"==": "=", "*": "x"}
 ATOM = 10
-
-
-@dataclass(eq=False)
-class Term:
-    """A value of a formula evaluated by :class:`ExplainContext`: its numbers, one per row
-    (None: null), and how it was made (``op`` over ``args``), for rendering.
-
-    ``op`` is ``leaf`` (a named input or statistic: ``symbol``), ``lit`` (a number),
-    ``eps``, an arithmetic or logical operator, ``sqrt``, ``max``, ``clip``, ``where``,
-    ``is_null``, ``fill_null``, ``named`` (a value the formula names) or ``shown`` (a value
-    shown as another, ``args[0]``). ``varies``: differs between the rows of a group;
-    ``unfolded``: eps or a named value is part of it (then it is never shown folded into
-    its number: ``(best - second) / (std + eps)`` keeps its parts)."""
-
-    values: list[Number]
-    op: str
-    args: tuple[Any, ...] = ()
-    symbol: str = ""
-    varies: bool = False
-    unfolded: bool = False
-
-    # ------------------------------------------------------------------ operators
-    def _binary(self, other: Any, op: str, swap: bool = False) -> Term:
-        other = _term(other, len(self.values))
-        left, right = (other, self) if swap else (self, other)
-        fn = _ARITHMETIC[op]
-        values = [
-            None if a is None or b is None else fn(a, b)
-            for a, b in zip(left.values, right.values, strict=True)
-        ]
-        return _made(values, op, (left, right))
-
-    def __add__(self, other: Any) -> Term:
-        return self._binary(other, "+")
-
-    def __radd__(self, other: Any) -> Term:
-        return self._binary(other, "+", swap=True)
-
-    def __sub__(self, other: Any) -> Term:
-        return self._binary(other, "-")
-
-    def __rsub__(self, other: Any) -> Term:
-        return self._binary(other, "-", swap=True)
-
-    def __mul__(self, other: Any) -> Term:
-        return self._binary(other, "*")
-
-    def __rmul__(self, other: Any) -> Term:
-        return self._binary(other, "*", swap=True)
-
-    def __truediv__(self, other: Any) -> Term:
-        return self._binary(other, "/")
-
-    def __rtruediv__(self, other: Any) -> Term:
-        return self._binary(other, "/", swap=True)
-
-    def __pow__(self, other: Any) -> Term:
-        return self._binary(other, "**")
-
-    def __eq__(self, other: object) -> Term:  # type: ignore[override]
-        return self._binary(other, "==")
-
-    def __ne__(self, other: object) -> Term:  # type: ignore[override]
-        return self._binary(other, "!=")
-
-    def __lt__(self, other: Any) -> Term:
-        return self._binary(other, "<")
-
-    def __le__(self, other: Any) -> Term:
-        return self._binary(other, "<=")
-
-    def __gt__(self, other: Any) -> Term:
-        return self._binary(other, ">")
-
-    def __ge__(self, other: Any) -> Term:
-        return self._binary(other, ">=")
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __and__(self, other: Any) -> Term:
-        other = _term(other, len(self.values))
-        values = [_kleene_and(a, b) for a, b in zip(self.values, other.values, strict=True)]
-        return _made(values, "and", (self, other))
-
-    def __or__(self, other: Any) -> Term:
-        other = _term(other, len(self.values))
-        values = [
-            _not(_kleene_and(_not(a), _not(b)))
-            for a, b in zip(self.values, other.values, strict=True)
-        ]
-        return _made(values, "or", (self, other))
-
-    def __invert__(self) -> Term:
-        return _made([_not(a) for a in self.values], "not", (self,))
-
-    def sqrt(self) -> Term:
-        """The square root; of a named variance, its std (``var`` -> ``std``)."""
-        values = [None if a is None else _sqrt(float(a)) for a in self.values]
-        if self.op == "leaf" and self.symbol.startswith("var"):
-            return replace_leaf(self, values, "std" + self.symbol[3:])
-        return _made(values, "sqrt", (self,))
-
-    def clip(self, lo: float, hi: float) -> Term:
-        """Bounded to ``[lo, hi]``."""
-        values = [None if a is None else min(max(float(a), lo), hi) for a in self.values]
-        return _made(values, "clip", (self, _lit(lo, len(values)), _lit(hi, len(values))))
 
 
 def _not(a: Number) -> Number:
@@ -242,12 +98,86 @@ def _kleene_and(a: Number, b: Number) -> Number:
     return bool(a) and bool(b)
 
 
+def _kleene_or(a: Number, b: Number) -> Number:
+    return _not(_kleene_and(_not(a), _not(b)))
+
+
+def _operator(
+    op: str, fn: Callable[[Any, Any], Any], *, swap: bool = False
+) -> Callable[[Term, Any], Term]:
+    """The method of :class:`Term` for ``op``: ``fn`` per row, null propagating (Kleene
+    logic for ``and`` and ``or``); ``swap``: the reflected method (``other op self``)."""
+    kleene = op in ("and", "or")
+
+    def method(self: Term, other: Any) -> Term:
+        other = _term(other, len(self.values))
+        left, right = (other, self) if swap else (self, other)
+        values = [
+            fn(a, b) if kleene or (a is not None and b is not None) else None
+            for a, b in zip(left.values, right.values, strict=True)
+        ]
+        return _made(values, op, (left, right))
+
+    return method
+
+
+@dataclass(eq=False)
+class Term:
+    """A value of a formula evaluated by :class:`ExplainContext`: its numbers, one per row
+    (None: null), and how it was made, ``op`` over ``args``: ``leaf`` (a named input or
+    statistic, ``symbol``), ``lit``, ``eps``, an operator, ``sqrt``, ``max``, ``clip``,
+    ``where``, ``is_null``, ``fill_null``, ``named`` (a value the formula names) or
+    ``shown`` (shown as ``args[0]``). ``varies``: differs between a group's rows;
+    ``unfolded``: eps or a named value is part of it (never shown folded into its number)."""
+
+    values: list[Number]
+    op: str
+    args: tuple[Any, ...] = ()
+    symbol: str = ""
+    varies: bool = False
+    unfolded: bool = False
+
+    __add__ = _operator("+", operator.add)
+    __radd__ = _operator("+", operator.add, swap=True)
+    __sub__ = _operator("-", operator.sub)
+    __rsub__ = _operator("-", operator.sub, swap=True)
+    __mul__ = _operator("*", operator.mul)
+    __rmul__ = _operator("*", operator.mul, swap=True)
+    __truediv__ = _operator("/", _div)
+    __rtruediv__ = _operator("/", _div, swap=True)
+    __pow__ = _operator("**", operator.pow)
+    __eq__ = _operator("==", operator.eq)  # type: ignore[assignment]
+    __ne__ = _operator("!=", operator.ne)  # type: ignore[assignment]
+    __lt__ = _operator("<", operator.lt)
+    __le__ = _operator("<=", operator.le)
+    __gt__ = _operator(">", operator.gt)
+    __ge__ = _operator(">=", operator.ge)
+    __and__ = _operator("and", _kleene_and)
+    __or__ = _operator("or", _kleene_or)
+    __hash__ = None  # type: ignore[assignment]
+
+    def __invert__(self) -> Term:
+        return _made([_not(a) for a in self.values], "not", (self,))
+
+    def sqrt(self) -> Term:
+        """The square root; of a named variance, its std (``var`` -> ``std``)."""
+        values = [None if a is None else math.sqrt(a) if a >= 0 else math.nan for a in self.values]
+        if self.op == "leaf" and self.symbol.startswith("var"):
+            return Term(values, "leaf", (), "std" + self.symbol[3:], self.varies, self.unfolded)
+        return _made(values, "sqrt", (self,))
+
+    def clip(self, lo: float, hi: float) -> Term:
+        """Bounded to ``[lo, hi]``."""
+        values = [None if a is None else min(max(float(a), lo), hi) for a in self.values]
+        return _made(values, "clip", (self, _lit(lo, len(values)), _lit(hi, len(values))))
+
+
 def _lit(value: float | None, n: int) -> Term:
     return Term([value] * n, "lit", (value,))
 
 
 def _term(value: Any, n: int) -> Term:
-    return value if isinstance(value, Term) else _lit(None if value is None else value, n)
+    return value if isinstance(value, Term) else _lit(value, n)
 
 
 def _made(values: Sequence[Number], op: str, args: tuple[Term, ...]) -> Term:
@@ -260,20 +190,11 @@ def _made(values: Sequence[Number], op: str, args: tuple[Term, ...]) -> Term:
     )
 
 
-def replace_leaf(term: Term, values: list[Number], symbol: str) -> Term:
-    """A named leaf like ``term`` (as varying) with other numbers."""
-    return Term(values, "leaf", (), symbol, term.varies, term.unfolded)
-
-
 def _leaf(values: list[Number], symbol: str, *, varies: bool = False) -> Term:
     return Term(values, "leaf", (), symbol, varies=varies)
 
 
 # --------------------------------------------------------------------------- rendering
-
-
-def _is_literal(term: Term) -> bool:
-    return term.op == "lit"
 
 
 def render(term: Term, row: int | None) -> str:
@@ -327,7 +248,7 @@ def _render_node(term: Term, row: int | None) -> tuple[str, int]:
         return f"{op}({inner})", ATOM
     strength = _PRECEDENCE[op]
     left, right = args
-    if op == "*" and not numeric and _is_literal(left) is False and _is_literal(right) is False:
+    if op == "*" and not numeric and left.op != "lit" and right.op != "lit":
         # symbols side by side: ``L r``, ``alpha (r - mean)``
         return f"{_wrap(left, row, strength)} {_wrap(right, row, strength)}", strength
     # a right operand of - or / binds tighter than the operator (a - (b - c), a / (b x c))
@@ -348,13 +269,13 @@ def _render_where(term: Term, row: int | None) -> tuple[str, int]:
     if row is None:
         if cond.op == "not" and cond.args[0].op == "is_null":
             return _render(then, row)  # a validity mask
-        if _is_literal(otherwise) and otherwise.args[0] is None and not _is_literal(then):
+        if otherwise.op == "lit" and otherwise.args[0] is None and then.op != "lit":
             return f"{_wrap(then, row, ATOM)} if {render(cond, row)}", 0
-        if _is_literal(then) and _is_literal(otherwise):
+        if then.op == otherwise.op == "lit":
             return f"[{render(cond, row)}]", ATOM
-        return _render(then if _is_literal(otherwise) else otherwise, row)
+        return _render(then if otherwise.op == "lit" else otherwise, row)
     taken, general = (then, otherwise) if cond.values[row] else (otherwise, then)
-    if _is_literal(taken) and not _is_literal(general):
+    if taken.op == "lit" and general.op != "lit":
         why = render(cond, None) if cond.values[row] else f"not {_wrap(cond, None, ATOM)}"
         return f"{render(taken, row)}  ({why})", 0
     return _render(taken, row)
@@ -366,13 +287,10 @@ def _render_where(term: Term, row: int | None) -> tuple[str, int]:
 @dataclass
 class ExplainContext(FormulaContext):
     """The formula context of ``explain``: every value a :class:`Term` over the rows of
-    one batch (or of one group, for an estimator that reads no batch statistic), in
-    Python floats (see the module docstring).
-
-    Attributes (beyond :class:`FormulaContext`'s): ``groups``, each row's group (an index);
-    ``steps``, the lines the evaluation adds (named values, batch statistics), in order;
-    ``row_named``, the named values that differ per row (written in the formula line).
-    """
+    one batch (or of one group, for an estimator that reads no batch statistic). Beyond
+    :class:`FormulaContext`'s attributes: ``groups``, each row's group (an index);
+    ``steps``, the lines named values add; ``row_named``, the named values that differ per
+    row (written in the formula line)."""
 
     reward: Term
     groups: list[int]
@@ -388,56 +306,30 @@ class ExplainContext(FormulaContext):
     row_named: list[Term] = field(default_factory=list)
     _batch: dict[int, tuple[Term, dict[str, Term]]] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        n = len(self.groups)
-        self.eps = Term([self.eps] * n, "eps", (self.eps,), unfolded=True)  # type: ignore[assignment]
-
     @property
     def size(self) -> int:
         """The number of rows evaluated."""
         return len(self.groups)
 
-    def with_reward(self, reward: Term) -> ExplainContext:
-        """The same rows, another reward (GDPO's reward columns)."""
-        return ExplainContext(
-            reward,
-            self.groups,
-            self.ddof,
-            self.eps.args[0],  # type: ignore[attr-defined]
-            self.eps_mode,
-            self.singleton_unit,
-            self.length,
-            self.token_weighted,
-            self.baseline,
-            self.shaped_clip,
-            self.steps,
-            self.row_named,
-            self._batch,
-        )
-
-    # ---------------------------------------------------------------- primitives
+    # ------------------------------------------------ the primitives of FormulaContext
     def where(
         self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
     ) -> Term:
-        """See :meth:`FormulaContext.where`."""
         n = self.size
         c, a, b = _term(cond, n), _term(then, n), _term(otherwise, n)
         values = [x if k else y for k, x, y in zip(c.values, a.values, b.values, strict=True)]
         return _made(values, "where", (c, a, b))
 
     def is_null(self, x: Value) -> Term:
-        """See :meth:`FormulaContext.is_null`."""
         return _made([v is None for v in x.values], "is_null", (x,))
 
     def fill_null(self, x: Value, value: float) -> Term:
-        """See :meth:`FormulaContext.fill_null`."""
         values = [value if v is None else v for v in x.values]
         term = _made(values, "fill_null", (x,))
         term.args = (x, value)
         return term
 
     def maximum(self, x: Value, floor: float) -> Term:
-        """See :meth:`FormulaContext.maximum`."""
         f = _term(floor, self.size)
         values = [
             lo if v is None else max(float(v), float(lo))
@@ -458,15 +350,12 @@ class ExplainContext(FormulaContext):
         return by
 
     def reward_stat(self, name: str) -> Term:
-        """See :meth:`FormulaContext.reward_stat`: ``n``, ``mean`` and ``var`` of each
-        group's valid rewards (exactly the reward and 0 when they are all equal)."""
+        """See :meth:`FormulaContext.reward_stat` (exactly the reward and 0 when the valid
+        rewards are all equal)."""
         stats: dict[int, Number] = {}
         for g, values in self._per_group(self.reward).items():
-            if name == "count":
-                stats[g] = float(len(values))
-                continue
             mean, var = mean_var(values, self.ddof)
-            stats[g] = mean if name == "mean" else var
+            stats[g] = {"count": float(len(values)), "mean": mean, "var": var}[name]
         default = 0.0 if name == "count" else None
         symbol = {"count": "n", "mean": "mean", "var": "var"}[name]
         return _leaf([stats.get(g, default) for g in self.groups], symbol)
@@ -475,29 +364,14 @@ class ExplainContext(FormulaContext):
         """See :meth:`FormulaContext.group_agg`: a named statistic (``sum`` of the reward,
         ``sum(L r)``, ``max(r)``)."""
         by = self._per_group(x)
-        aggregate: dict[str, Callable[[list[float]], Number]] = {
-            "sum": math.fsum,
-            "count": lambda v: float(len(v)),
-            "max": lambda v: max(v) if v else None,
-        }
-        empty = {"sum": 0.0, "count": 0.0, "max": None}[op]
-        values = [aggregate[op](by[g]) if g in by else empty for g in self.groups]
+        values = [_aggregate(by.get(g, []), op) for g in self.groups]
         symbol = "sum" if x is self.reward and op == "sum" else f"{op}({render(x, None)})"
         return _leaf(values, symbol)
 
     def batch_agg(self, x: Value, op: str) -> Term:
         """See :meth:`FormulaContext.batch_agg`: over every row evaluated (one batch)."""
         valid = [float(v) for v in x.values if v is not None]
-        value: Number
-        if op == "sum":
-            value = math.fsum(valid)
-        elif op == "count":
-            value = float(len(valid))
-        elif op == "nonzero":
-            value = float(sum(1 for v in valid if v != 0))
-        else:
-            value = (max if op == "max" else min)(valid) if valid else None
-        return _leaf([value] * self.size, f"{op}_b")
+        return _leaf([_aggregate(valid, op)] * self.size, f"{op}_b")
 
     # ---------------------------------------------------------------- named values
     def named(self, symbol: str, value: Value) -> Term:
@@ -544,8 +418,18 @@ class ExplainContext(FormulaContext):
         return lines
 
 
+def _aggregate(values: list[float], op: str) -> Number:
+    """``op`` (``sum``, ``count``, ``nonzero``, ``max``, ``min``) of ``values``: 0 or null
+    (``max``, ``min``) when there are none."""
+    if op in ("max", "min"):
+        return (max if op == "max" else min)(values) if values else None
+    if op == "nonzero":
+        return float(sum(1 for v in values if v != 0))
+    return math.fsum(values) if op == "sum" else float(len(values))
+
+
 def _first(term: Term, row: int = 0) -> float | None:
-    value = term.values[row] if term.values else None
+    value = term.values[row]
     return None if value is None else float(value)
 
 
@@ -554,18 +438,10 @@ def _definition(term: Term) -> str:
     the same on every row of the group (row 0 stands for them)."""
     (value,) = term.args
     parts = [term.symbol, render(value, None)]
-    if value.op not in ("leaf", "named"):
-        parts.append(_render_node(value, 0)[0] if not _folded_leafless(value) else "")
+    if value.op not in ("leaf", "named", "lit", "eps"):
+        parts.append(_render_node(value, 0)[0])
     parts.append(fmt(_first(term)))
-    shown: list[str] = []
-    for part in parts:
-        if part and part not in shown:
-            shown.append(part)
-    return " = ".join(shown)
-
-
-def _folded_leafless(term: Term) -> bool:
-    return term.op in ("lit", "eps")
+    return " = ".join(dict.fromkeys(parts))
 
 
 # --------------------------------------------------------------------------- explain's use
@@ -574,11 +450,10 @@ def _folded_leafless(term: Term) -> bool:
 @dataclass(frozen=True)
 class FilledIn:
     """One group's filled-in formula: the formula line in symbols, the lines stating the
-    numbers it shares (named values, batch statistics), and per shown row the formula
-    with its numbers and its value (None where undefined) and the name of the rule that
-    sets its advantage instead (see :func:`overrides`); the group's valid count, mean and
-    variance as the formula reads them; ``per_reward``: the formula z-scored each reward
-    column on its own (GDPO)."""
+    numbers it shares (named values, batch statistics), per shown row the formula with its
+    numbers and value (None: undefined) and the rule that sets its advantage instead (see
+    :func:`_overrides`); the group's valid count, mean and variance as the formula reads
+    them; ``per_reward``: each reward column z-scored on its own (GDPO)."""
 
     formula: str
     steps: tuple[str, ...]
@@ -598,15 +473,14 @@ def context(
 ) -> ExplainContext:
     """The explain context of ``options`` over rows with these rewards, group indices and
     lengths (see :func:`grpo_cli.core.plan.estimator_context` for the engines')."""
-    length = None if lengths is None else _leaf(list(lengths), "L", varies=True)
     return ExplainContext(
         reward=_leaf(list(rewards), "r", varies=True),
         groups=list(groups),
         ddof=options.ddof,
-        eps=options.eps,
+        eps=Term([options.eps] * len(groups), "eps", (options.eps,), unfolded=True),  # type: ignore[arg-type]
         eps_mode=options.eps_mode,
         singleton_unit=options.singleton == "verl",
-        length=length,
+        length=None if lengths is None else _leaf(list(lengths), "L", varies=True),
         token_weighted=options.token_weighted,
         shaped_clip=options.clip if options.clip_stage == "shaped" else None,
     )
@@ -628,7 +502,7 @@ def fill_in(
     made: list[ExplainContext] = []
 
     def per_reward() -> list[ExplainContext]:
-        made.extend(ctx.with_reward(_leaf(list(c), "r", varies=True)) for c in columns)
+        made.extend(replace(ctx, reward=_leaf(list(c), "r", varies=True)) for c in columns)
         return made
 
     result = _term(formula(ctx, options, estimator, per_reward), ctx.size)
@@ -639,7 +513,7 @@ def fill_in(
             "; ".join([*(f"{t.symbol} = {render(t.args[0], None)}" for t in ctx.row_named), ""])
             + f"A = {render(result, None)}"
         )
-        steps = tuple(_unique([*ctx.steps, *ctx.batch_lines()]))
+        steps = tuple(dict.fromkeys([*ctx.steps, *ctx.batch_lines()]))
         rows = []
         for i in shown:
             prefix = "".join(f"{t.symbol} = {_row_text(t.args[0], i)}; " for t in ctx.row_named)
@@ -672,13 +546,12 @@ def _overrides(
     under GDPO, which z-scores each reward alone), ``clip``
     (:func:`grpo_cli.core.policies.final_clip`), or None."""
     rules = overrides(ctx, options, estimator, singleton=ctx.is_singleton())
-    constant = ctx.is_constant()
+    if not per_reward:
+        rules.append(("constant", ctx.is_constant(), 0.0))
     bounds = final_clip(options, estimator)
     names: list[str | None] = []
     for i in shown:
         name = next((name for name, holds, _ in rules if holds.values[i]), None)
-        if name is None and not per_reward and constant.values[i]:
-            name = "constant"
         value = _number(result, i)
         if name is None and value is not None and bounds is not None:
             name = "clip" if value < bounds[0] or value > bounds[1] else None
@@ -736,10 +609,7 @@ def _per_reward(
             f"{fmt(mean_b)}, var_b (ddof={ddof}) = {fmt(var_b)}"
         )
     rows: list[tuple[str, float | None]] = []
-    for i in shown:
-        if s.values[i] is None:
-            rows.append(("-", None))
-            continue
+    for i in shown:  # (a row without a reward is explain's "-")
         terms = [
             f"{fmt(w)} x {fmt(_first(z, i))}"
             for w, z, r in zip(options.weights, zs, rewards, strict=True)
@@ -755,7 +625,9 @@ def _per_reward(
         rows.append(
             (f"{text}; ({fmt(_first(x, i))} - {fmt(mean_b)}) / {spread}", _number(result, i))
         )
-    spread, batch = spread_symbol(options), spread_symbol(options, "_b")
+    # the spreads in symbols: (std + eps), sqrt(var + eps), ... (the group's: of a named var)
+    spread = _wrap(ctx.norm(ctx.reward, _leaf(ctx.reward.values, "var")).args[1], None, ATOM)
+    batch = _wrap(whitened.args[1], None, ATOM)
     formula_line = f"z_k = (r_k - mean_k) / {spread}; s = sum_k w_k z_k; A = (s - mean_b) / {batch}"
     return formula_line, tuple(lines), rows
 
@@ -765,19 +637,5 @@ def _count(ctx: ExplainContext, row: int) -> int:
 
 
 def _row_text(term: Term, row: int) -> str:
-    text = render(term, row)
-    value = term.values[row]
-    number = fmt(None if value is None else float(value))
+    text, number = render(term, row), fmt(_first(term, row))
     return text if text == number else f"{text} = {number}"
-
-
-def _unique(lines: list[str]) -> list[str]:
-    return list(dict.fromkeys(lines))
-
-
-def spread_symbol(options: AdvantageOptions, batch: str = "") -> str:
-    """The eps-stabilised spread in symbols (``(std + eps)``, ``sqrt(var + eps)``, ...),
-    of the batch's spread with ``batch`` as the suffix (``_b``)."""
-    ctx = context(options, [None], [0])
-    term = ctx.norm(_lit(1.0, 1), _leaf([1.0], f"var{batch}"))
-    return _wrap(term.args[1], None, ATOM)
