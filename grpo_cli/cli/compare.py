@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 from grpo_cli.cli.help import OUTPUT, POLICIES
 from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
@@ -17,7 +15,7 @@ from grpo_cli.cli.params import (
     PolicyParams,
     Quiet,
     Sources,
-    _completes,
+    cli_option,
     flag_spelling,
     policy_options,
 )
@@ -41,27 +39,25 @@ def compare_cmd(
     sources: Sources = None,
     preset: Annotated[
         list[str] | None,
-        typer.Option(
+        cli_option(
             "--preset",
             metavar="NAME",
             help="A trainer preset to compare (repeat; see grpo-adv presets), with its own "
             "policies; options given explicitly override every preset.",
-            autocompletion=_completes(lambda: PRESETS),
-            show_default=False,
-            rich_help_panel=POLICIES,
+            complete=PRESETS,
+            panel=POLICIES,
         ),
     ] = None,
     estimator: Annotated[
         list[str] | None,
-        typer.Option(
+        cli_option(
             "--estimator",
             "-e",
             metavar="NAME",
             help="An estimator to compare (repeat), with the default policies and the "
             "options given.",
-            autocompletion=_completes(lambda: ESTIMATORS),
-            show_default=False,
-            rich_help_panel=POLICIES,
+            complete=ESTIMATORS,
+            panel=POLICIES,
         ),
     ] = None,
     input_format: InputFormat = None,
@@ -69,7 +65,7 @@ def compare_cmd(
     policy: PolicyParams,
     output: Annotated[
         Path | None,
-        typer.Option(
+        cli_option(
             "--output",
             "-o",
             metavar="PATH",
@@ -77,18 +73,18 @@ def compare_cmd(
             "(- for standard output); format from the suffix "
             f"({describe(DATA_FORMATS, suffixes=True)}), else --output-format, else the "
             "input's format.",
-            show_default=False,
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = None,
     output_format: OutputFormat = None,
     top: Annotated[
         int,
-        typer.Option(
+        cli_option(
             "--top",
             metavar="N",
             help="Groups shown where the methods disagree most.",
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
+            show_default=True,
         ),
     ] = 5,
     force: Force = False,

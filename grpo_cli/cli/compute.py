@@ -6,8 +6,6 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 from grpo_cli.cli.help import ENGINE, INPUT, OUTPUT
 from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
@@ -22,6 +20,7 @@ from grpo_cli.cli.params import (
     SummaryFormat,
     SummaryPath,
     alias_backend,
+    cli_option,
     flag_spelling,
     policy_options,
 )
@@ -43,50 +42,50 @@ def compute_cmd(
     policy: PolicyParams,
     with_stats: Annotated[
         bool,
-        typer.Option(
+        cli_option(
             "--with-stats",
             help="Also output group_size, group_mean and group_std columns.",
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = False,
     advantage_col: Annotated[
         str,
-        typer.Option(
+        cli_option(
             "--advantage-col",
             metavar="COL",
             help="Name of the output column.",
-            rich_help_panel=INPUT,
+            panel=INPUT,
+            show_default=True,
         ),
     ] = "advantage",
     replace: Annotated[
         bool,
-        typer.Option(
+        cli_option(
             "--replace",
             help="Recompute input columns named like the added ones (a trainer dump's own "
             "advantage column) in place, instead of refusing.",
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = False,
     summary_path: SummaryPath = None,
     summary_format: SummaryFormat = None,
     out_dir: Annotated[
         Path | None,
-        typer.Option(
+        cli_option(
             "--out-dir",
             metavar="DIR",
             help="Write one annotated file per input into DIR (the inputs still form one log).",
-            show_default=False,
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = None,
     low_memory: Annotated[
         bool,
-        typer.Option(
+        cli_option(
             "--low-memory",
             help="Logs larger than memory: Parquet in, Parquet out, in bounded memory "
             "(spills partitions to a temporary folder beside the output; group-level "
             f"estimators only). The same as --backend {alias_backend('--low-memory', {})}.",
-            rich_help_panel=ENGINE,
+            panel=ENGINE,
         ),
     ] = False,
     force: Force = False,

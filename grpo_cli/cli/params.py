@@ -51,14 +51,30 @@ def _choices(title: str, choices: dict[str, str], default: str | None = None) ->
     return f"{title}: {listed}." + (f" Default: {default}." if default else "")
 
 
-def _completes(names: Callable[[], Collection[str]]) -> Callable[[str], list[str]]:
-    """Shell completion of an option's value: the names that start with what was typed
-    (``names`` is called only when the shell asks, so ``--help`` imports nothing more)."""
+def cli_option(
+    *decls: str,
+    help: str,
+    panel: str | None = None,
+    metavar: str | None = None,
+    complete: Collection[str] | None = None,
+    show_default: bool = False,
+    **extra: Any,
+) -> Any:
+    """A ``typer.Option`` in help ``panel`` that completes the names in ``complete``; its
+    default is not shown unless ``show_default`` (the help text says it)."""
 
-    def complete(incomplete: str) -> list[str]:
-        return [name for name in names() if name.startswith(incomplete)]
+    def completion(incomplete: str) -> list[str]:
+        return [name for name in complete or () if name.startswith(incomplete)]
 
-    return complete
+    return typer.Option(
+        *decls,
+        metavar=metavar,
+        help=help,
+        autocompletion=None if complete is None else completion,
+        show_default=show_default,
+        rich_help_panel=panel,
+        **extra,
+    )
 
 
 Sources = Annotated[
@@ -74,170 +90,150 @@ Sources = Annotated[
 ]
 Preset = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--preset",
         metavar="NAME",
         help=f"Reproduce a trainer: {', '.join(PRESETS)} (see grpo-adv presets). "
         "Explicit options override it.",
-        autocompletion=_completes(lambda: PRESETS),
-        show_default=False,
-        rich_help_panel=POLICIES,
+        complete=PRESETS,
+        panel=POLICIES,
     ),
 ]
 InputFormat = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--format",
         metavar="FORMAT",
         help=f"Input format: {describe(DATA_FORMATS)}. Default: from the suffix, "
         "else from the content.",
-        autocompletion=_completes(lambda: DATA_FORMATS),
-        show_default=False,
-        rich_help_panel=INPUT,
+        complete=DATA_FORMATS,
+        panel=INPUT,
     ),
 ]
 GroupCol = Annotated[
     list[str] | None,
-    typer.Option(
+    cli_option(
         "--group-col",
         "-g",
         metavar="COL",
         help="Column identifying a group; repeat for a composite key "
         "(-g step -g prompt_id). Default: step, prompt_id when the log has a step column "
         f"(the first of {', '.join(STEP_COLUMNS)}), else prompt_id.",
-        show_default=False,
-        rich_help_panel=INPUT,
+        panel=INPUT,
     ),
 ]
 RewardCol = Annotated[
     list[str] | None,
-    typer.Option(
+    cli_option(
         "--reward-col",
         "-r",
         metavar="COL",
         help="Reward column; repeat for several rewards (see --aggregation). Default: reward.",
-        show_default=False,
-        rich_help_panel=INPUT,
+        panel=INPUT,
     ),
 ]
 RewardWeights = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--reward-weights",
         metavar="W1,W2",
         help="One weight per --reward-col, e.g. 1,0.5. Default: 1 each.",
-        show_default=False,
-        rich_help_panel=INPUT,
+        panel=INPUT,
     ),
 ]
 Aggregation = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--aggregation",
         metavar="MODE",
         help=_choices("How several rewards combine", AGGREGATIONS, "sum_then_normalize"),
-        autocompletion=_completes(lambda: AGGREGATIONS),
-        show_default=False,
-        rich_help_panel=POLICIES,
+        complete=AGGREGATIONS,
+        panel=POLICIES,
     ),
 ]
 Estimator = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--estimator",
         "-e",
         metavar="NAME",
         help="Advantage estimator: "
         + "; ".join(f"{e.name} = {e.summary}" for e in ESTIMATORS.values())
         + ". Default: grpo.",
-        autocompletion=_completes(lambda: ESTIMATORS),
-        show_default=False,
-        rich_help_panel=POLICIES,
+        complete=ESTIMATORS,
+        panel=POLICIES,
     ),
 ]
 Ddof = Annotated[
     int | None,
-    typer.Option(
+    cli_option(
         "--ddof",
         metavar="0|1",
         help="Degrees-of-freedom correction of every std: 1 sample, 0 population. Default: 1.",
-        show_default=False,
-        rich_help_panel=POLICIES,
+        panel=POLICIES,
     ),
 ]
 Eps = Annotated[
     float | None,
-    typer.Option(
-        "--eps",
-        metavar="FLOAT",
-        help="The stabiliser. Default: 1e-8.",
-        show_default=False,
-        rich_help_panel=POLICIES,
-    ),
+    cli_option("--eps", metavar="FLOAT", help="The stabiliser. Default: 1e-8.", panel=POLICIES),
 ]
 EpsMode = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--eps-mode",
         metavar="MODE",
         help=_choices("Where eps goes", EPS_MODES, "std"),
-        autocompletion=_completes(lambda: EPS_MODES),
-        show_default=False,
-        rich_help_panel=POLICIES,
+        complete=EPS_MODES,
+        panel=POLICIES,
     ),
 ]
 Singleton = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--singleton",
         metavar="POLICY",
         help=_choices("A group with one valid reward", SINGLETON_POLICIES, "zero"),
-        autocompletion=_completes(lambda: SINGLETON_POLICIES),
-        show_default=False,
-        rich_help_panel=POLICIES,
+        complete=SINGLETON_POLICIES,
+        panel=POLICIES,
     ),
 ]
 Nulls = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--nulls",
         metavar="POLICY",
         help=_choices("Null or NaN rewards", NULL_POLICIES, "exclude"),
-        autocompletion=_completes(lambda: NULL_POLICIES),
-        show_default=False,
-        rich_help_panel=POLICIES,
+        complete=NULL_POLICIES,
+        panel=POLICIES,
     ),
 ]
 Clip = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--clip",
         metavar="LO,HI",
         help="Clip advantages to [LO, HI] (OpenRLHF: -10,10).",
-        show_default=False,
-        rich_help_panel=POLICIES,
+        panel=POLICIES,
     ),
 ]
 ClipStage = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--clip-stage",
         metavar="STAGE",
         help=_choices("Where --clip applies", CLIP_STAGES, "advantage"),
-        autocompletion=_completes(lambda: CLIP_STAGES),
-        show_default=False,
-        rich_help_panel=POLICIES,
+        complete=CLIP_STAGES,
+        panel=POLICIES,
     ),
 ]
 BatchCol = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--batch-col",
         metavar="COL",
         help="Batch statistics per value of this column (e.g. step). Default: the whole "
         "input is one batch.",
-        show_default=False,
-        rich_help_panel=LAYOUT,
+        panel=LAYOUT,
     ),
 ]
 
@@ -255,168 +251,152 @@ def parse_group_size(text: str) -> int | None:
 
 GroupSize = Annotated[
     int | None,
-    typer.Option(
+    cli_option(
         "--group-size",
         metavar="G",
         parser=parse_group_size,
         help="Positional groups: consecutive runs of G rows (within each batch), for logs "
         "without a prompt id (TRL's num_generations). auto (or not given, with a TRL "
         "preset): inferred from a TRL dump's runs of equal prompts.",
-        show_default=False,
-        rich_help_panel=LAYOUT,
+        panel=LAYOUT,
     ),
 ]
 LengthCol = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--length-col",
         metavar="COL",
         help="Response lengths in tokens (opo weights, --token-weighted statistics).",
-        show_default=False,
-        rich_help_panel=INPUT,
+        panel=INPUT,
     ),
 ]
 TokenWeighted = Annotated[
     bool | None,
-    typer.Option(
+    cli_option(
         "--token-weighted/--no-token-weighted",
         help="Weight batch statistics by --length-col, as verl and OpenRLHF whiten over tokens.",
-        show_default=False,
-        rich_help_panel=POLICIES,
+        panel=POLICIES,
     ),
 ]
 BaselineCol = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--baseline-col",
         metavar="COL",
         help="Per-row baseline reward (remax: the greedy response's reward).",
-        show_default=False,
-        rich_help_panel=INPUT,
+        panel=INPUT,
     ),
 ]
 StepRewardsCol = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--step-rewards-col",
         metavar="COL",
         help="List column of per-step rewards (estimator process).",
-        show_default=False,
-        rich_help_panel=INPUT,
+        panel=INPUT,
     ),
 ]
 Deterministic = Annotated[
     bool | None,
-    typer.Option(
+    cli_option(
         "--deterministic/--fast",
         help="Bit-for-bit repeatable results (Polars' in-memory engine, about 2x slower on "
         "large logs). Default --fast: the streaming engine, whose parallel sums may differ in "
         "the last bit (~1e-16 relative) between runs.",
-        show_default=False,
-        rich_help_panel=ENGINE,
+        panel=ENGINE,
     ),
 ]
 Backend = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--backend",
         metavar="NAME",
         help=_choices("Where the arithmetic runs", BACKENDS, "polars"),
-        autocompletion=_completes(lambda: BACKENDS),
-        show_default=False,
-        rich_help_panel=ENGINE,
+        complete=BACKENDS,
+        panel=ENGINE,
     ),
 ]
 Device = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--device",
         metavar="DEVICE",
         help=_choices("The torch device", DEVICES, "auto"),
-        autocompletion=_completes(lambda: DEVICES),
-        show_default=False,
-        rich_help_panel=ENGINE,
+        complete=DEVICES,
+        panel=ENGINE,
     ),
 ]
 RayAddress = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--ray-address",
         metavar="ADDRESS",
         help="With --backend ray: auto (the cluster this machine belongs to) or HOST:PORT "
         "(its head). Default: a private local Ray (RAY_ADDRESS is not followed).",
-        show_default=False,
-        rich_help_panel=ENGINE,
+        panel=ENGINE,
     ),
 ]
 Output = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--output",
         "-o",
         metavar="PATH",
         help="Output file, or - for standard output. Default: <stem>.adv.<suffix> beside "
         "INPUT; standard output when INPUT is -. With --backend ray: a folder of Parquet "
         "parts (required).",
-        show_default=False,
-        rich_help_panel=OUTPUT,
+        panel=OUTPUT,
     ),
 ]
 OutputFormat = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--output-format",
         metavar="FORMAT",
         help=f"Output format: {describe(DATA_FORMATS)}. Default: from -o's suffix, "
         "else the input's format.",
-        autocompletion=_completes(lambda: DATA_FORMATS),
-        show_default=False,
-        rich_help_panel=OUTPUT,
+        complete=DATA_FORMATS,
+        panel=OUTPUT,
     ),
 ]
 SummaryPath = Annotated[
     Path | None,
-    typer.Option(
+    cli_option(
         "--summary",
         metavar="PATH",
         help=f"Write the per-group table here ({describe(TABLE_FORMATS, suffixes=True)}; "
         "with --backend ray, a folder of Parquet parts).",
-        show_default=False,
-        rich_help_panel=OUTPUT,
+        panel=OUTPUT,
     ),
 ]
 SummaryFormat = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--summary-format",
         metavar="FORMAT",
         help=f"Format of the --summary table: {describe(TABLE_FORMATS)}. Default: from "
         "its suffix; csv for standard output (--summary -).",
-        autocompletion=_completes(lambda: TABLE_FORMATS),
-        show_default=False,
-        rich_help_panel=OUTPUT,
+        complete=TABLE_FORMATS,
+        panel=OUTPUT,
     ),
 ]
 By = Annotated[
     list[str] | None,
-    typer.Option(
+    cli_option(
         "--by",
         metavar="COL",
         help="Per-step table by this column (repeat for several). Default: --batch-col, "
         "else step when the log has it.",
-        show_default=False,
-        rich_help_panel=LAYOUT,
+        panel=LAYOUT,
     ),
 ]
 Force = Annotated[
     bool,
-    typer.Option("--force", "-f", help="Overwrite existing output files.", rich_help_panel=OUTPUT),
+    cli_option("--force", "-f", help="Overwrite existing output files.", panel=OUTPUT),
 ]
 Quiet = Annotated[
     bool,
-    typer.Option(
-        "--quiet", "-q", help="Print nothing on stderr but errors.", rich_help_panel=OUTPUT
-    ),
+    cli_option("--quiet", "-q", help="Print nothing on stderr but errors.", panel=OUTPUT),
 ]
 
 

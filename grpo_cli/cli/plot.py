@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from grpo_cli.cli.help import INPUT, OUTPUT, POLICIES
 from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
@@ -17,7 +15,7 @@ from grpo_cli.cli.params import (
     Quiet,
     ReportParams,
     Sources,
-    _completes,
+    cli_option,
     flag_spelling,
     report_options,
 )
@@ -29,14 +27,13 @@ def plot_cmd(
     sources: Sources = None,
     output: Annotated[
         Path | None,
-        typer.Option(
+        cli_option(
             "--output",
             "-o",
             metavar="PATH",
             help="The dashboard: .png, .svg, .pdf or .html, by suffix. Default: "
             "<stem>.report.png beside the input file.",
-            show_default=False,
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = None,
     by: By = None,
@@ -46,25 +43,23 @@ def plot_cmd(
     report_params: ReportParams,
     advantage_col: Annotated[
         str | None,
-        typer.Option(
+        cli_option(
             "--advantage-col",
             metavar="COL",
             help="The advantage column, if any. Default: advantage, else advantages (verl).",
-            show_default=False,
-            rich_help_panel=INPUT,
+            panel=INPUT,
         ),
     ] = None,
     estimator: Annotated[
         str | None,
-        typer.Option(
+        cli_option(
             "--estimator",
             "-e",
             metavar="NAME",
             help="The estimator the advantages came from, named in the title (the report "
             "does not depend on it). Default: the preset's, else grpo.",
-            autocompletion=_completes(lambda: ESTIMATORS),
-            show_default=False,
-            rich_help_panel=POLICIES,
+            complete=ESTIMATORS,
+            panel=POLICIES,
         ),
     ] = None,
     force: Force = False,

@@ -16,6 +16,7 @@ from grpo_cli.cli.params import (
     Preset,
     Quiet,
     Sources,
+    cli_option,
     flag_spelling,
     policy_options,
 )
@@ -29,31 +30,32 @@ def verify_cmd(
     preset: Preset = None,
     advantage_col: Annotated[
         str | None,
-        typer.Option(
+        cli_option(
             "--advantage-col",
             metavar="COL",
             help="The logged advantage column to check. Default: advantage, else "
             "advantages (verl).",
-            show_default=False,
-            rich_help_panel=INPUT,
+            panel=INPUT,
         ),
     ] = None,
     tol: Annotated[
         float,
-        typer.Option(
+        cli_option(
             "--tol",
             metavar="FLOAT",
             help="Largest absolute difference that still agrees (float32 trainers: ~1e-5).",
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
+            show_default=True,
         ),
     ] = 1e-5,
     top: Annotated[
         int,
-        typer.Option(
+        cli_option(
             "--top",
             metavar="N",
             help="How many of the worst groups to show.",
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
+            show_default=True,
         ),
     ] = 5,
     input_format: InputFormat = None,
@@ -61,13 +63,12 @@ def verify_cmd(
     policy: PolicyParams,
     diff_out: Annotated[
         Path | None,
-        typer.Option(
+        cli_option(
             "--diff-out",
             metavar="PATH",
             help=f"Write the rows over --tol here ({describe(TABLE_FORMATS, suffixes=True)}; - "
             "for standard output): row (input row, from 0), the group key, prompt, logged, "
             "recomputed, difference (logged - recomputed).",
-            show_default=False,
         ),
     ] = None,
     force: Force = False,
