@@ -16,7 +16,6 @@ from grpo_cli.cli.params import (
     Quiet,
     Sources,
     cli_option,
-    flag_spelling,
     policy_options,
 )
 from grpo_cli.core.estimators import ESTIMATORS
@@ -97,7 +96,7 @@ def compare_cmd(
     and reward options are compute's, with its defaults; a trainer dump is read with the
     layout of the first preset whose dump it is.
     """
-    from grpo_cli.cli.render import print_warning, stderr_console
+    from grpo_cli.cli.render import print_warnings, stderr_console
     from grpo_cli.report.compare import run_compare
 
     result = run_compare(
@@ -120,8 +119,7 @@ def compare_cmd(
             f"read as a {result.layout} dump (the layout of --preset {result.layout_preset}), "
             "for every method"
         )
-    for warning in result.warnings:
-        print_warning(console, warning, flag_spelling)
+    print_warnings(console, result.warnings)
     render_comparison(console, result)
     if result.written is not None:
         names = ", ".join(m.column for m in result.methods)

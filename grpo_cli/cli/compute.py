@@ -131,11 +131,10 @@ def compute_cmd(
 
 def _report(console: Console, result: JobResult, preset: str | None) -> None:
     """Warnings and the summary table on stderr."""
-    from grpo_cli.cli.render import print_warning, render_run_summary
+    from grpo_cli.cli.render import print_warning, print_warnings, render_run_summary
 
     run, options, summary_path = result.run, result.options, result.summary_path
-    for warning in result.warnings:
-        print_warning(console, warning, flag_spelling)
+    print_warnings(console, result.warnings)
     if run.null_rewards:
         fate = {"exclude": "their advantage is null", "zero": "their advantage is 0"}.get(
             options.nulls, ""

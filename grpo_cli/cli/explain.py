@@ -85,7 +85,7 @@ def explain_cmd(
     input row (and its step and the start of its text, when the log has them), on
     standard output; warnings go to standard error.
     """
-    from grpo_cli.cli.render import PipeConsole, print_warning, render_explanation, stderr_console
+    from grpo_cli.cli.render import PipeConsole, print_warnings, render_explanation, stderr_console
     from grpo_cli.report.explain import run_explain
 
     explanation = run_explain(
@@ -98,7 +98,5 @@ def explain_cmd(
         input_format=input_format,
     )
     if not quiet:
-        console = stderr_console()
-        for warning in explanation.warnings:
-            print_warning(console, warning, flag_spelling)
+        print_warnings(stderr_console(), explanation.warnings)
     render_explanation(PipeConsole(highlight=False, soft_wrap=True), explanation, flag_spelling)

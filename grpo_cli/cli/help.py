@@ -122,18 +122,21 @@ def epilog(command: str) -> str | None:
 _DEFAULT = re.compile(r"\s*\[default: (?P<value>[^\]]*)\]")
 
 
-class HelpCommand(TyperCommand):
-    """A command whose ``--help`` lists options in panels (:data:`PANEL_ORDER`), shows every
-    default one way ("Default: X." in the text) and ends with its examples."""
+class PlainParsing:
+    """Click's parsing, with option values converted by :mod:`grpo_cli.cli.coercion` (not
+    Typer's Pydantic adapters: start-up time); mixed into the group and every command."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        """Click's parsing, with option values converted by :mod:`grpo_cli.cli.coercion`
-        (not Typer's Pydantic adapters: start-up time)."""
         from grpo_cli.cli.coercion import install
 
-        install(self.get_params(ctx))
-        result: list[str] = super().parse_args(ctx, args)
+        install(self.get_params(ctx))  # type: ignore[attr-defined]
+        result: list[str] = super().parse_args(ctx, args)  # type: ignore[misc]
         return result
+
+
+class HelpCommand(PlainParsing, TyperCommand):
+    """A command whose ``--help`` lists options in panels (:data:`PANEL_ORDER`), shows every
+    default one way ("Default: X." in the text) and ends with its examples."""
 
     def format_options(self, ctx: Any, formatter: Any) -> None:
         """Options grouped by panel, in ``PANEL_ORDER``; arguments first."""

@@ -70,7 +70,7 @@ def plot_cmd(
     PNG, SVG, PDF or HTML (the figure and the tables); without -o, <stem>.report.png
     beside the input. Needs matplotlib: .venv/bin/pip install -e '.[plot]' (make adds it).
     """
-    from grpo_cli.cli.render import print_warning, stderr_console
+    from grpo_cli.cli.render import print_warnings, stderr_console
     from grpo_cli.report.plot import run_plot
 
     result = run_plot(
@@ -87,6 +87,5 @@ def plot_cmd(
     )
     if not quiet:
         console = stderr_console()
-        for warning in result.report.warnings:
-            print_warning(console, warning, flag_spelling)
+        print_warnings(console, result.report.warnings)
         console.print(f"dashboard written to {result.path}")

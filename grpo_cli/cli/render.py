@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import TaskID
 from rich.table import Table
 
 from grpo_cli.core.columns import readable
-from grpo_cli.core.errors import as_text, option
+from grpo_cli.core.errors import as_text, one_line, option
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -50,33 +51,33 @@ def print_error(console: Console, error: GrpoAdvError, spell: Spelling) -> None:
     """``error: <message>`` then ``hint: <hint>``, one line each, options named as
     ``spell`` names them (the command line: its flags)."""
     message, hint = error.render(spell)
-    console.print(f"[bold red]error:[/] {_escape(message)}", markup=True, emoji=False)
+    _print_labelled(console, "[bold red]error:[/]", message)
     if hint:
-        console.print(f"[yellow]hint:[/] {_escape(hint)}", markup=True, emoji=False)
+        _print_labelled(console, "[yellow]hint:[/]", hint)
 
 
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
+def _print_labelled(console: Console, label: str, text: str) -> None:
+    console.print(f"{label} {escape(text)}", markup=True, emoji=False)
 
 
 def print_warning(console: Console, message: Message, spell: Spelling) -> None:
     """``warning: <message>`` on one line (control characters escaped), options named as
     ``spell`` names them."""
-    from grpo_cli.core.errors import as_text, one_line
+    _print_labelled(console, "[yellow]warning:[/]", one_line(as_text(message).render(spell)))
 
-    text = one_line(as_text(message).render(spell))
-    console.print(f"[yellow]warning:[/] {_escape(text)}", emoji=False)
+
+def print_warnings(console: Console, messages: Iterable[Message]) -> None:
+    """Each of ``messages`` as :func:`print_warning` says it, options named by their flags."""
+    from grpo_cli.cli.params import flag_spelling
+
+    for message in messages:
+        print_warning(console, message, flag_spelling)
 
 
 def print_note(console: Console, message: Message, spell: Spelling) -> None:
     """``note: <message>`` on one line (control characters escaped), options named as
     ``spell`` names them: what the user should know, nothing wrong."""
-    from grpo_cli.core.errors import as_text, one_line
-
-    text = one_line(as_text(message).render(spell))
-    console.print(f"[cyan]note:[/] {_escape(text)}", emoji=False)
+    _print_labelled(console, "[cyan]note:[/]", one_line(as_text(message).render(spell)))
 
 
 def number(value: float | None, digits: int = 4, none: str = "-") -> str:
@@ -84,14 +85,9 @@ def number(value: float | None, digits: int = 4, none: str = "-") -> str:
     return none if value is None else f"{value:.{digits}g}"
 
 
-def count_text(count: int) -> str:
-    """A count as every human output writes one: thousands separated (``194,222``)."""
-    return f"{count:,}"
-
-
 def _share(count: int, total: int) -> str:
     share = f" ({100 * count / total:.1f}%)" if total else ""
-    return count_text(count) + share
+    return f"{count:,}{share}"
 
 
 # --------------------------------------------------------------------------- tables that fit
@@ -280,7 +276,7 @@ def render_run_summary(
         method += f", {len(options.reward_cols)} rewards {options.aggregation}"
     rows = [
         ("rows", f"{summary.rows:,}"),
-        ("groups", f"{summary.groups:,}  (by {_escape(grouping)})"),
+        ("groups", f"{summary.groups:,}  (by {escape(grouping)})"),
         ("batches", batch),
         (
             "group size min / median / max",
@@ -306,9 +302,9 @@ def render_run_summary(
     ]
     if preset is not None:
         rows.append(("preset", preset + (f" (read as a {layout} dump)" if layout else "")))
-    rows.append(("output", _escape(output)))
+    rows.append(("output", escape(output)))
     if group_table_path is not None:
-        rows.append(("group table", _escape(group_table_path)))
+        rows.append(("group table", escape(group_table_path)))
     print_figures(console, rows, title="grpo-adv compute")
 
 
@@ -329,12 +325,12 @@ def render_verify_report(
     hints (``hint: ...``, one line each)."""
     verdict = "[bold green]agree[/]" if report.agree else "[bold red]differ[/]"
     console.print(
-        f"{_escape(source)} vs {preset or 'the given options'}: {verdict} "
+        f"{escape(source)} vs {preset or 'the given options'}: {verdict} "
         f"(tolerance {report.tol:g})",
         emoji=False,
     )
     figures = [
-        ("recomputed as", _escape(describe_method(report.options, report.layout))),
+        ("recomputed as", escape(describe_method(report.options, report.layout))),
         ("rows compared", f"{report.rows:,}"),
         ("max |difference|", f"{report.max_abs_diff:.3g}"),
         ("rows over tolerance", f"{report.rows_over:,}"),
@@ -347,20 +343,19 @@ def render_verify_report(
         keys = len([c for c in worst.columns if c not in ("size", "max_abs_diff")])
         columns = [
             TableColumn(
-                _escape(name),
+                escape(name),
                 justify="right" if dtype.is_numeric() else "left",
                 wrap=not dtype.is_numeric(),
             )
             for name, dtype in worst.schema.items()
         ]
         rows = [
-            [_escape(_cell(v, count=i >= keys)) for i, v in enumerate(row)]
+            [escape(_cell(v, count=i >= keys)) for i, v in enumerate(row)]
             for row in worst.iter_rows()
         ]
         print_table(console, columns, rows, keys=keys, title="worst groups")
     for hint in report.hints:
-        shown = as_text(hint).render(spell)
-        console.print(f"[yellow]hint:[/] {_escape(shown)}", markup=True, emoji=False)
+        _print_labelled(console, "[yellow]hint:[/]", as_text(hint).render(spell))
 
 
 def describe_method(options: AdvantageOptions, layout: str | None = None) -> str:
@@ -394,7 +389,7 @@ def _cell(value: object, *, count: bool = False) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if count and isinstance(value, int) and not isinstance(value, bool):
-        return count_text(value)
+        return f"{value:,}"
     return str(value)
 
 
@@ -420,7 +415,7 @@ def render_presets(console: Console) -> None:
             conventions.append(row["aggregation"])
         if row["layout"]:
             conventions.append(f"reads {row['layout']} dumps")
-        rows.append((row["preset"], _escape(row["reproduces"]), _escape(", ".join(conventions))))
+        rows.append((row["preset"], escape(row["reproduces"]), escape(", ".join(conventions))))
     columns = [
         TableColumn("preset", style="bold"),
         TableColumn("reproduces", wrap=True),
@@ -556,7 +551,7 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
         shown = list(dict.fromkeys(c for c in (*report.by, *step_columns) if c in steps.columns))
         columns = [
             TableColumn(
-                _escape(name),
+                escape(name),
                 justify="right",
                 wrap=name in report.by and not steps.schema[name].is_numeric(),
             )
@@ -577,8 +572,6 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
             keys=len(report.by),
             title=f"per {', '.join(report.by)} ({steps.height:,} values)",
         )
-        from grpo_cli.core.metrics import logged_name
-
         spark = [c for name in SPARK_METRICS for c in logged_name(name) if c in steps.columns]
         for name in dict.fromkeys(spark):
             if name in steps.columns:
@@ -602,7 +595,7 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
 
 def _key(value: object) -> str:
     """A key's value (a step, a prompt id): as it is, never as a count (step 1000)."""
-    return "-" if value is None else _escape(_cell(value))
+    return "-" if value is None else escape(_cell(value))
 
 
 def _value(value: object) -> str:
@@ -612,7 +605,7 @@ def _value(value: object) -> str:
         return number(value, 4)
     if isinstance(value, int):
         return f"{value:,}"
-    return "-" if value is None else _escape(str(value))
+    return "-" if value is None else escape(str(value))
 
 
 # --------------------------------------------------------------------------- explain
@@ -627,21 +620,21 @@ def render_explanation(console: Console, e: Explanation, spell: Spelling) -> Non
     o = e.options
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
     responses = "response" if e.size == 1 else "responses"
-    console.print(f"[bold]group {_escape(key)}[/]: {e.size:,} {responses}", emoji=False)
+    console.print(f"[bold]group {escape(key)}[/]: {e.size:,} {responses}", emoji=False)
     if e.chosen:
-        console.print(f"  {_escape(as_text(e.chosen).render(spell))}", emoji=False)
+        console.print(f"  {escape(as_text(e.chosen).render(spell))}", emoji=False)
     console.print(
-        f"estimator {o.estimator}: {_escape(e.estimator_summary)}  "
+        f"estimator {o.estimator}: {escape(e.estimator_summary)}  "
         f"(ddof={o.ddof}, eps={o.eps:g}, eps_mode={o.eps_mode}, singleton={o.singleton}, "
         f"nulls={o.nulls}{', clip=' + str(o.clip) if o.clip else ''})",
         emoji=False,
     )
     for line in e.steps:
-        console.print(f"  {_escape(line)}", emoji=False)
+        console.print(f"  {escape(line)}", emoji=False)
     if e.formula:
-        console.print(f"  [bold]{_escape(e.formula)}[/]", emoji=False)
+        console.print(f"  [bold]{escape(e.formula)}[/]", emoji=False)
     for note in e.notes:
-        console.print(f"  [yellow]note:[/] {_escape(note)}", emoji=False)
+        console.print(f"  [yellow]note:[/] {escape(note)}", emoji=False)
     numbered = any(row.row is not None for row in e.rows)  # else: within the group
     columns = [TableColumn("row" if numbered else "#", justify="right")]
     if e.step_col:
@@ -666,12 +659,12 @@ def render_explanation(console: Console, e: Explanation, spell: Spelling) -> Non
             formula = f"{formula}  [{policy}]" if row.formula != "-" else policy
         cells = [str(row.row if numbered else i)]
         if e.step_col:
-            cells.append("-" if row.step is None else _escape(str(row.step)))
+            cells.append("-" if row.step is None else escape(str(row.step)))
         cells += ["None" if v is None else number(v, 6) for v in row.parts]
-        cells += [number(row.reward, 6), _escape(formula), number(row.advantage, 6)]
+        cells += [number(row.reward, 6), escape(formula), number(row.advantage, 6)]
         if e.logged:
             cells.append(number(row.logged, 6))
         if e.text_col:
-            cells.append("-" if row.text is None else _escape(row.text))
+            cells.append("-" if row.text is None else escape(row.text))
         rows.append(cells)
     print_table(console, columns, rows, keys=1)

@@ -16,7 +16,6 @@ from grpo_cli.cli.params import (
     ReportParams,
     Sources,
     cli_option,
-    flag_spelling,
     report_options,
 )
 from grpo_cli.io.formats import TABLE_FORMATS, describe
@@ -88,7 +87,7 @@ def summarize_cmd(
 
     Works on raw and annotated logs (the advantage metrics need the advantage column).
     """
-    from grpo_cli.cli.render import print_warning, render_report, stderr_console
+    from grpo_cli.cli.render import print_warnings, render_report, stderr_console
     from grpo_cli.report.summarize import run_summarize
 
     result = run_summarize(
@@ -105,8 +104,7 @@ def summarize_cmd(
     )
     if not quiet:
         console = stderr_console()
-        for warning in result.report.warnings:
-            print_warning(console, warning, flag_spelling)
+        print_warnings(console, result.report.warnings)
         render_report(console, result.report, rows=rows)
         if result.written is not None and result.table is not None:
             console.print(

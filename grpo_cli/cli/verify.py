@@ -78,7 +78,7 @@ def verify_cmd(
 
     Exits 0 when every row agrees within --tol, 1 when some do not.
     """
-    from grpo_cli.cli.render import print_warning, render_verify_report, stderr_console
+    from grpo_cli.cli.render import print_warnings, render_verify_report, stderr_console
     from grpo_cli.report.verify import run_verify
 
     result = run_verify(
@@ -97,8 +97,7 @@ def verify_cmd(
     report = result.report
     if not quiet:
         console = stderr_console()
-        for warning in report.warnings:
-            print_warning(console, warning, flag_spelling)
+        print_warnings(console, report.warnings)
         render_verify_report(
             console, report, preset=preset, source=result.source, spell=flag_spelling
         )
