@@ -28,10 +28,8 @@ if TYPE_CHECKING:
 
 
 class PipeConsole(Console):
-    """A Rich console whose reader may go away (``grpo-adv explain ... 2>&1 | head``): a
-    closed pipe is the same success as a closed stdout (exit 0: see
-    :func:`grpo_cli.cli.app._user_errors`), not Rich's own exit 1. Its stream is pointed at
-    ``/dev/null`` first, so that nothing written later fails again."""
+    """A Rich console whose closed pipe (``... 2>&1 | head``) is a BrokenPipeError (exit 0,
+    as a closed stdout), not Rich's exit 1; its stream then goes to ``/dev/null``."""
 
     def on_broken_pipe(self) -> None:
         import errno
@@ -125,24 +123,16 @@ def print_table(
     title_justify: JustifyMethod = "left",
 ) -> None:
     """Print ``rows`` (markup strings) as Rich tables no wider than ``console.width`` that
-    cut no number and no header: Rich's ellipsis never shows.
+    cut no number and no header (no ellipsis).
 
-    Each column's ``min_width`` is its *floor*: its widest cell (header included) for a
-    ``no_wrap`` column, its longest word (at most ``_MAX_WORD_FLOOR``) for a ``wrap``
-    one. A table fits when Rich measures it at its floors within the console. One that fits
-    at its widest cells is Rich's own layout; one that fits only narrower gets its floors
-    widened toward the widest cells, the key columns first, then the narrowest (Rich's
-    own narrowing would take a wrap column under its ``min_width``). Else:
-
-    * if ``split`` and the first ``keys`` columns fit beside any single other column, the
-      other columns are split, in order, into consecutive tables ("parts") as wide as fit,
-      each repeating the ``keys`` columns at its left, as pandas wraps a wide frame; each
-      part is headed by its title and ", part i of n";
-    * else, with three columns or more: the vertical layout, one ``header  cell`` line per
-      cell, a rule between rows (:func:`_print_records`);
-    * else (two columns): Rich narrows the text column and folds its longest words.
-
-    ``section``: a rule under every ``section`` rows (none when 0).
+    A column's *floor* (its ``min_width``) is its widest cell for a ``no_wrap`` column,
+    its longest word (at most ``_MAX_WORD_FLOOR``) for a ``wrap`` one. A table that fits
+    only below its widest cells gets its floors widened toward them, key columns first,
+    then the narrowest (Rich's own narrowing ignores ``min_width``). A table too wide at its
+    floors is, if ``split`` and the ``keys`` columns fit beside each other column, split into
+    "parts" that repeat the ``keys`` columns (each titled ", part i of n"); else, with
+    three columns or more, printed vertically (:func:`_print_records`); else Rich folds the
+    text column's words. ``section``: a rule under every ``section`` rows (none when 0).
     """
     keys = min(keys, len(columns))
     unbounded = console.options.update_width(sys.maxsize)  # a measure capped at no width
@@ -574,15 +564,14 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
         )
         spark = [c for name in SPARK_METRICS for c in logged_name(name) if c in steps.columns]
         for name in dict.fromkeys(spark):
-            if name in steps.columns:
-                series = steps[name].to_list()
-                line = sparkline(series)
-                present = [v for v in series if v is not None]
-                if present:
-                    console.print(
-                        f"{name:>22}  {line}  {_value(present[0])} → {_value(present[-1])}",
-                        emoji=False,
-                    )
+            series = steps[name].to_list()
+            present = [v for v in series if v is not None]
+            if present:
+                console.print(
+                    f"{name:>22}  {sparkline(series)}  {_value(present[0])} → "
+                    f"{_value(present[-1])}",
+                    emoji=False,
+                )
     for title, values in (("reward", report.rewards), ("advantage", report.advantages)):
         if values is None:
             continue
