@@ -1,23 +1,23 @@
 """Every option that several commands share, declared once, and the option blocks.
 
-An option is an ``Annotated`` alias (its flags, metavar and help); the help texts are
-generated from the core's registries. The policy options (``--group-col`` ...
-``--device``) and the report options of ``summarize`` and ``plot`` are *blocks*: a frozen
-dataclass whose fields are those aliases, and a decorator that puts the block's options
-into a command's signature (where the command declares ``*, policy: PolicyParams``) and
-hands the command one instance. Typer reads the rewritten signature, so ``--help`` lists
-the options where the block stands. Only options the user actually gave become core
-fields (the rest are None), so a ``--preset`` can fill them in.
+An option is an ``Annotated`` alias (its flags, metavar and help: :func:`cli_option`); the
+help texts are generated from the core's registries. The policy options (``--group-col``
+... ``--ray-address``) and the report options of ``summarize`` and ``plot`` are *blocks*: a
+frozen dataclass whose fields declare them, and a decorator that puts them into a
+command's signature where it declares ``*, policy: PolicyParams`` (so ``--help`` lists them
+there) and hands the command one instance. Only options the user gave become core fields
+(the rest are None), so a ``--preset`` can fill them in.
 
 This module imports nothing heavy: ``grpo-adv --help`` must stay fast.
 """
+# ruff: noqa: RUF009 (the option blocks' fields come of field factories)
 
 from __future__ import annotations
 
 import functools
 import inspect
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any, Final, get_args, get_origin, get_type_hints
 
@@ -77,6 +77,11 @@ def cli_option(
     )
 
 
+def _option_field(*decls: str, **option: Any) -> Any:
+    """A block's option (:func:`cli_option`'s arguments), not given (None) by default."""
+    return field(default=None, metadata={"option": cli_option(*decls, **option)})
+
+
 Sources = Annotated[
     list[str] | None,
     typer.Argument(
@@ -110,132 +115,6 @@ InputFormat = Annotated[
         panel=INPUT,
     ),
 ]
-GroupCol = Annotated[
-    list[str] | None,
-    cli_option(
-        "--group-col",
-        "-g",
-        metavar="COL",
-        help="Column identifying a group; repeat for a composite key "
-        "(-g step -g prompt_id). Default: step, prompt_id when the log has a step column "
-        f"(the first of {', '.join(STEP_COLUMNS)}), else prompt_id.",
-        panel=INPUT,
-    ),
-]
-RewardCol = Annotated[
-    list[str] | None,
-    cli_option(
-        "--reward-col",
-        "-r",
-        metavar="COL",
-        help="Reward column; repeat for several rewards (see --aggregation). Default: reward.",
-        panel=INPUT,
-    ),
-]
-RewardWeights = Annotated[
-    str | None,
-    cli_option(
-        "--reward-weights",
-        metavar="W1,W2",
-        help="One weight per --reward-col, e.g. 1,0.5. Default: 1 each.",
-        panel=INPUT,
-    ),
-]
-Aggregation = Annotated[
-    str | None,
-    cli_option(
-        "--aggregation",
-        metavar="MODE",
-        help=_choices("How several rewards combine", AGGREGATIONS, "sum_then_normalize"),
-        complete=AGGREGATIONS,
-        panel=POLICIES,
-    ),
-]
-Estimator = Annotated[
-    str | None,
-    cli_option(
-        "--estimator",
-        "-e",
-        metavar="NAME",
-        help="Advantage estimator: "
-        + "; ".join(f"{e.name} = {e.summary}" for e in ESTIMATORS.values())
-        + ". Default: grpo.",
-        complete=ESTIMATORS,
-        panel=POLICIES,
-    ),
-]
-Ddof = Annotated[
-    int | None,
-    cli_option(
-        "--ddof",
-        metavar="0|1",
-        help="Degrees-of-freedom correction of every std: 1 sample, 0 population. Default: 1.",
-        panel=POLICIES,
-    ),
-]
-Eps = Annotated[
-    float | None,
-    cli_option("--eps", metavar="FLOAT", help="The stabiliser. Default: 1e-8.", panel=POLICIES),
-]
-EpsMode = Annotated[
-    str | None,
-    cli_option(
-        "--eps-mode",
-        metavar="MODE",
-        help=_choices("Where eps goes", EPS_MODES, "std"),
-        complete=EPS_MODES,
-        panel=POLICIES,
-    ),
-]
-Singleton = Annotated[
-    str | None,
-    cli_option(
-        "--singleton",
-        metavar="POLICY",
-        help=_choices("A group with one valid reward", SINGLETON_POLICIES, "zero"),
-        complete=SINGLETON_POLICIES,
-        panel=POLICIES,
-    ),
-]
-Nulls = Annotated[
-    str | None,
-    cli_option(
-        "--nulls",
-        metavar="POLICY",
-        help=_choices("Null or NaN rewards", NULL_POLICIES, "exclude"),
-        complete=NULL_POLICIES,
-        panel=POLICIES,
-    ),
-]
-Clip = Annotated[
-    str | None,
-    cli_option(
-        "--clip",
-        metavar="LO,HI",
-        help="Clip advantages to [LO, HI] (OpenRLHF: -10,10).",
-        panel=POLICIES,
-    ),
-]
-ClipStage = Annotated[
-    str | None,
-    cli_option(
-        "--clip-stage",
-        metavar="STAGE",
-        help=_choices("Where --clip applies", CLIP_STAGES, "advantage"),
-        complete=CLIP_STAGES,
-        panel=POLICIES,
-    ),
-]
-BatchCol = Annotated[
-    str | None,
-    cli_option(
-        "--batch-col",
-        metavar="COL",
-        help="Batch statistics per value of this column (e.g. step). Default: the whole "
-        "input is one batch.",
-        panel=LAYOUT,
-    ),
-]
 
 
 def parse_group_size(text: str) -> int | None:
@@ -249,93 +128,6 @@ def parse_group_size(text: str) -> int | None:
         raise typer.BadParameter("expected a whole number or auto") from None
 
 
-GroupSize = Annotated[
-    int | None,
-    cli_option(
-        "--group-size",
-        metavar="G",
-        parser=parse_group_size,
-        help="Positional groups: consecutive runs of G rows (within each batch), for logs "
-        "without a prompt id (TRL's num_generations). auto (or not given, with a TRL "
-        "preset): inferred from a TRL dump's runs of equal prompts.",
-        panel=LAYOUT,
-    ),
-]
-LengthCol = Annotated[
-    str | None,
-    cli_option(
-        "--length-col",
-        metavar="COL",
-        help="Response lengths in tokens (opo weights, --token-weighted statistics).",
-        panel=INPUT,
-    ),
-]
-TokenWeighted = Annotated[
-    bool | None,
-    cli_option(
-        "--token-weighted/--no-token-weighted",
-        help="Weight batch statistics by --length-col, as verl and OpenRLHF whiten over tokens.",
-        panel=POLICIES,
-    ),
-]
-BaselineCol = Annotated[
-    str | None,
-    cli_option(
-        "--baseline-col",
-        metavar="COL",
-        help="Per-row baseline reward (remax: the greedy response's reward).",
-        panel=INPUT,
-    ),
-]
-StepRewardsCol = Annotated[
-    str | None,
-    cli_option(
-        "--step-rewards-col",
-        metavar="COL",
-        help="List column of per-step rewards (estimator process).",
-        panel=INPUT,
-    ),
-]
-Deterministic = Annotated[
-    bool | None,
-    cli_option(
-        "--deterministic/--fast",
-        help="Bit-for-bit repeatable results (Polars' in-memory engine, about 2x slower on "
-        "large logs). Default --fast: the streaming engine, whose parallel sums may differ in "
-        "the last bit (~1e-16 relative) between runs.",
-        panel=ENGINE,
-    ),
-]
-Backend = Annotated[
-    str | None,
-    cli_option(
-        "--backend",
-        metavar="NAME",
-        help=_choices("Where the arithmetic runs", BACKENDS, "polars"),
-        complete=BACKENDS,
-        panel=ENGINE,
-    ),
-]
-Device = Annotated[
-    str | None,
-    cli_option(
-        "--device",
-        metavar="DEVICE",
-        help=_choices("The torch device", DEVICES, "auto"),
-        complete=DEVICES,
-        panel=ENGINE,
-    ),
-]
-RayAddress = Annotated[
-    str | None,
-    cli_option(
-        "--ray-address",
-        metavar="ADDRESS",
-        help="With --backend ray: auto (the cluster this machine belongs to) or HOST:PORT "
-        "(its head). Default: a private local Ray (RAY_ADDRESS is not followed).",
-        panel=ENGINE,
-    ),
-]
 Output = Annotated[
     str | None,
     cli_option(
@@ -524,7 +316,7 @@ def explicit_fields(**given: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class OptionBlock:
     """Options several commands share; a subclass's fields are the options, in --help
-    order, each annotated with its alias and defaulting to None (not given)."""
+    order, each declared by :func:`_option_field` and None when not given."""
 
     def explicit(self) -> dict[str, Any]:
         """The AdvantageOptions fields the user gave, in declaration order: every field of
@@ -533,45 +325,178 @@ class OptionBlock:
 
 
 @dataclass(frozen=True)
-class ReportParams(OptionBlock):
-    """The input and grouping options of ``summarize`` and ``plot``."""
-
-    group_col: GroupCol = None
-    reward_col: RewardCol = None
-    reward_weights: RewardWeights = None
-    ddof: Ddof = None
-    nulls: Nulls = None
-    batch_col: BatchCol = None
-    group_size: GroupSize = None
-
-
-@dataclass(frozen=True)
 class PolicyParams(OptionBlock):
     """How advantages are computed: the options of ``compute``, ``verify`` and
     ``explain``."""
 
-    group_col: GroupCol = None
-    reward_col: RewardCol = None
-    reward_weights: RewardWeights = None
-    aggregation: Aggregation = None
-    estimator: Estimator = None
-    ddof: Ddof = None
-    eps: Eps = None
-    eps_mode: EpsMode = None
-    singleton: Singleton = None
-    nulls: Nulls = None
-    clip: Clip = None
-    clip_stage: ClipStage = None
-    batch_col: BatchCol = None
-    group_size: GroupSize = None
-    length_col: LengthCol = None
-    token_weighted: TokenWeighted = None
-    baseline_col: BaselineCol = None
-    step_rewards_col: StepRewardsCol = None
-    deterministic: Deterministic = None
-    backend: Backend = None
-    device: Device = None
-    ray_address: RayAddress = None
+    group_col: list[str] | None = _option_field(
+        "--group-col",
+        "-g",
+        metavar="COL",
+        help="Column identifying a group; repeat for a composite key "
+        "(-g step -g prompt_id). Default: step, prompt_id when the log has a step column "
+        f"(the first of {', '.join(STEP_COLUMNS)}), else prompt_id.",
+        panel=INPUT,
+    )
+    reward_col: list[str] | None = _option_field(
+        "--reward-col",
+        "-r",
+        metavar="COL",
+        help="Reward column; repeat for several rewards (see --aggregation). Default: reward.",
+        panel=INPUT,
+    )
+    reward_weights: str | None = _option_field(
+        "--reward-weights",
+        metavar="W1,W2",
+        help="One weight per --reward-col, e.g. 1,0.5. Default: 1 each.",
+        panel=INPUT,
+    )
+    aggregation: str | None = _option_field(
+        "--aggregation",
+        metavar="MODE",
+        help=_choices("How several rewards combine", AGGREGATIONS, "sum_then_normalize"),
+        complete=AGGREGATIONS,
+        panel=POLICIES,
+    )
+    estimator: str | None = _option_field(
+        "--estimator",
+        "-e",
+        metavar="NAME",
+        help="Advantage estimator: "
+        + "; ".join(f"{e.name} = {e.summary}" for e in ESTIMATORS.values())
+        + ". Default: grpo.",
+        complete=ESTIMATORS,
+        panel=POLICIES,
+    )
+    ddof: int | None = _option_field(
+        "--ddof",
+        metavar="0|1",
+        help="Degrees-of-freedom correction of every std: 1 sample, 0 population. Default: 1.",
+        panel=POLICIES,
+    )
+    eps: float | None = _option_field(
+        "--eps", metavar="FLOAT", help="The stabiliser. Default: 1e-8.", panel=POLICIES
+    )
+    eps_mode: str | None = _option_field(
+        "--eps-mode",
+        metavar="MODE",
+        help=_choices("Where eps goes", EPS_MODES, "std"),
+        complete=EPS_MODES,
+        panel=POLICIES,
+    )
+    singleton: str | None = _option_field(
+        "--singleton",
+        metavar="POLICY",
+        help=_choices("A group with one valid reward", SINGLETON_POLICIES, "zero"),
+        complete=SINGLETON_POLICIES,
+        panel=POLICIES,
+    )
+    nulls: str | None = _option_field(
+        "--nulls",
+        metavar="POLICY",
+        help=_choices("Null or NaN rewards", NULL_POLICIES, "exclude"),
+        complete=NULL_POLICIES,
+        panel=POLICIES,
+    )
+    clip: str | None = _option_field(
+        "--clip",
+        metavar="LO,HI",
+        help="Clip advantages to [LO, HI] (OpenRLHF: -10,10).",
+        panel=POLICIES,
+    )
+    clip_stage: str | None = _option_field(
+        "--clip-stage",
+        metavar="STAGE",
+        help=_choices("Where --clip applies", CLIP_STAGES, "advantage"),
+        complete=CLIP_STAGES,
+        panel=POLICIES,
+    )
+    batch_col: str | None = _option_field(
+        "--batch-col",
+        metavar="COL",
+        help="Batch statistics per value of this column (e.g. step). Default: the whole "
+        "input is one batch.",
+        panel=LAYOUT,
+    )
+    group_size: int | None = _option_field(
+        "--group-size",
+        metavar="G",
+        parser=parse_group_size,
+        help="Positional groups: consecutive runs of G rows (within each batch), for logs "
+        "without a prompt id (TRL's num_generations). auto (or not given, with a TRL "
+        "preset): inferred from a TRL dump's runs of equal prompts.",
+        panel=LAYOUT,
+    )
+    length_col: str | None = _option_field(
+        "--length-col",
+        metavar="COL",
+        help="Response lengths in tokens (opo weights, --token-weighted statistics).",
+        panel=INPUT,
+    )
+    token_weighted: bool | None = _option_field(
+        "--token-weighted/--no-token-weighted",
+        help="Weight batch statistics by --length-col, as verl and OpenRLHF whiten over tokens.",
+        panel=POLICIES,
+    )
+    baseline_col: str | None = _option_field(
+        "--baseline-col",
+        metavar="COL",
+        help="Per-row baseline reward (remax: the greedy response's reward).",
+        panel=INPUT,
+    )
+    step_rewards_col: str | None = _option_field(
+        "--step-rewards-col",
+        metavar="COL",
+        help="List column of per-step rewards (estimator process).",
+        panel=INPUT,
+    )
+    deterministic: bool | None = _option_field(
+        "--deterministic/--fast",
+        help="Bit-for-bit repeatable results (Polars' in-memory engine, about 2x slower on "
+        "large logs). Default --fast: the streaming engine, whose parallel sums may differ in "
+        "the last bit (~1e-16 relative) between runs.",
+        panel=ENGINE,
+    )
+    backend: str | None = _option_field(
+        "--backend",
+        metavar="NAME",
+        help=_choices("Where the arithmetic runs", BACKENDS, "polars"),
+        complete=BACKENDS,
+        panel=ENGINE,
+    )
+    device: str | None = _option_field(
+        "--device",
+        metavar="DEVICE",
+        help=_choices("The torch device", DEVICES, "auto"),
+        complete=DEVICES,
+        panel=ENGINE,
+    )
+    ray_address: str | None = _option_field(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="With --backend ray: auto (the cluster this machine belongs to) or HOST:PORT "
+        "(its head). Default: a private local Ray (RAY_ADDRESS is not followed).",
+        panel=ENGINE,
+    )
+
+
+def _shared(name: str) -> Any:
+    """The policy block's option ``name``, for another block."""
+    (policy,) = (f for f in fields(PolicyParams) if f.name == name)
+    return field(default=None, metadata=policy.metadata)
+
+
+@dataclass(frozen=True)
+class ReportParams(OptionBlock):
+    """The input and grouping options of ``summarize`` and ``plot``."""
+
+    group_col: list[str] | None = _shared("group_col")
+    reward_col: list[str] | None = _shared("reward_col")
+    reward_weights: str | None = _shared("reward_weights")
+    ddof: int | None = _shared("ddof")
+    nulls: str | None = _shared("nulls")
+    batch_col: str | None = _shared("batch_col")
+    group_size: int | None = _shared("group_size")
 
 
 def _block_options(
@@ -590,8 +515,8 @@ def _block_options(
         inspect.Parameter(
             field.name,
             inspect.Parameter.KEYWORD_ONLY,
-            default=None if field.default is MISSING else field.default,
-            annotation=hints[field.name],
+            default=None,
+            annotation=Annotated[hints[field.name], field.metadata["option"]],
         )
         for field in fields(block)
         if field.name not in exclude
