@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from grpo_cli.cli.help import OUTPUT, POLICIES
-from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
     InputFormat,
@@ -96,7 +95,7 @@ def compare_cmd(
     and reward options are compute's, with its defaults; a trainer dump is read with the
     layout of the first preset whose dump it is.
     """
-    from grpo_cli.cli.render import print_warnings, stderr_console
+    from grpo_cli.cli.render import print_warnings, stderr_console, warner
     from grpo_cli.report.compare import run_compare
 
     result = run_compare(

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from grpo_cli.cli.help import ENGINE, INPUT, OUTPUT
-from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
     InputFormat,
@@ -95,7 +94,7 @@ def compute_cmd(
 
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
-    from grpo_cli.cli.render import DelayedProgress, print_error, print_note, stderr_console
+    from grpo_cli.cli.render import DelayedProgress, print_error, print_note, stderr_console, warner
     from grpo_cli.jobs.outputs import sources_or_stdin
     from grpo_cli.jobs.run import run_job
 

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 from grpo_cli.cli.help import INPUT, OUTPUT, POLICIES
-from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     By,
     Force,
@@ -70,7 +69,7 @@ def plot_cmd(
     PNG, SVG, PDF or HTML (the figure and the tables); without -o, <stem>.report.png
     beside the input. Needs matplotlib: .venv/bin/pip install -e '.[plot]' (make adds it).
     """
-    from grpo_cli.cli.render import print_warnings, stderr_console
+    from grpo_cli.cli.render import print_warnings, stderr_console, warner
     from grpo_cli.report.plot import run_plot
 
     result = run_plot(

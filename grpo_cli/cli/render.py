@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,15 @@ def print_warnings(console: Console, messages: Iterable[Message]) -> None:
 
     for message in messages:
         print_warning(console, message, flag_spelling)
+
+
+def warner(*, quiet: bool) -> Callable[[Message], None] | None:
+    """Where the core's warnings go: :func:`print_warning` on stderr, or nowhere (--quiet)."""
+    if quiet:
+        return None
+    from grpo_cli.cli.params import flag_spelling
+
+    return functools.partial(print_warning, stderr_console(), spell=flag_spelling)
 
 
 def print_note(console: Console, message: Message, spell: Spelling) -> None:
@@ -221,19 +231,10 @@ def _print_records(
     title: str | None,
     title_justify: JustifyMethod,
 ) -> None:
-    """The vertical layout of a table too wide for the console: a two-column table of
-    ``header  cell`` lines, one per cell, a rule after each row's cells."""
-    fields = [TableColumn("field", style="bold", wrap=True), TableColumn("value", wrap=True)]
+    """The vertical layout of a table too wide for the console: ``header  cell`` lines, one
+    per cell, a rule after each row's cells."""
     pairs = [(column.header, row[i]) for row in rows for i, column in enumerate(columns)]
-    print_table(
-        console,
-        fields,
-        pairs,
-        title=title,
-        show_header=False,
-        section=len(columns),
-        title_justify=title_justify,
-    )
+    print_figures(console, pairs, title=title, section=len(columns), title_justify=title_justify)
 
 
 def render_run_summary(
@@ -299,13 +300,26 @@ def render_run_summary(
 
 
 def print_figures(
-    console: Console, rows: Sequence[tuple[str, str]], *, title: str | None = None
+    console: Console,
+    rows: Sequence[tuple[str, str]],
+    *,
+    title: str | None = None,
+    section: int = 0,
+    title_justify: JustifyMethod = "left",
 ) -> None:
     """A headerless two-column table, a bold figure name then its value, that fits the
     console: both columns wrap on whitespace, so a number is never cut; only a word too
     long for the console (a long path) may fold."""
     columns = [TableColumn("figure", style="bold", wrap=True), TableColumn("value", wrap=True)]
-    print_table(console, columns, rows, keys=1, title=title, show_header=False)
+    print_table(
+        console,
+        columns,
+        rows,
+        title=title,
+        show_header=False,
+        section=section,
+        title_justify=title_justify,
+    )
 
 
 def render_verify_report(

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 from grpo_cli.cli.help import INPUT, LAYOUT, OUTPUT
-from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     By,
     Force,
@@ -87,7 +86,7 @@ def summarize_cmd(
 
     Works on raw and annotated logs (the advantage metrics need the advantage column).
     """
-    from grpo_cli.cli.render import print_warnings, render_report, stderr_console
+    from grpo_cli.cli.render import print_warnings, render_report, stderr_console, warner
     from grpo_cli.report.summarize import run_summarize
 
     result = run_summarize(

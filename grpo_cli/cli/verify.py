@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from grpo_cli.cli.help import INPUT, OUTPUT
-from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
     InputFormat,
@@ -78,7 +77,7 @@ def verify_cmd(
 
     Exits 0 when every row agrees within --tol, 1 when some do not.
     """
-    from grpo_cli.cli.render import print_warnings, render_verify_report, stderr_console
+    from grpo_cli.cli.render import print_warnings, render_verify_report, stderr_console, warner
     from grpo_cli.report.verify import run_verify
 
     result = run_verify(
