@@ -72,9 +72,7 @@ class _Group(PlainParsing, TyperGroup):
             exc.show()  # the help, as Click shows it
             sys.exit(EXIT_USAGE)
         except UsageError as exc:
-            from grpo_cli.cli.render import print_error, stderr_console
-
-            print_error(stderr_console(), _usage_error(exc), flag_spelling)
+            _say(_usage_error(exc))
             sys.exit(EXIT_USAGE)
         sys.exit(returned if isinstance(returned, int) else EXIT_OK)
 
@@ -102,15 +100,11 @@ def _shell_completion(args: Sequence[str]) -> None:
                 return  # Typer's flag: the detected shell
         shell = value.lower()
         if shell not in COMPLETION_SHELLS:
-            from grpo_cli.cli.render import print_error, stderr_console
-
-            print_error(
-                stderr_console(),
+            _say(
                 OptionsError(
                     f"no completion for the shell {value!r}",
                     hint=f"choose one of: {', '.join(COMPLETION_SHELLS)}",
-                ),
-                flag_spelling,
+                )
             )
             sys.exit(EXIT_USAGE)
         get_completion_script, install = completion()
@@ -198,13 +192,11 @@ def _user_errors() -> Iterator[None]:
 def _exit_for(exc: BaseException) -> NoReturn:
     """Say on stderr why a command ended with ``exc`` and exit with the documented code
     (anything but an error or a signal passes on)."""
-    from grpo_cli.cli.render import print_error, stderr_console
-
     signum = raised_signal()
     if signum is not None and not isinstance(exc, typer.Exit):
         raise typer.Exit(_stopped(signum)) from None  # exc came of the signal (a library's wrap)
     if isinstance(exc, GrpoAdvError):
-        print_error(stderr_console(), exc, flag_spelling)  # options named by their flags
+        _say(exc)
         raise typer.Exit(exc.exit_code) from None
     if isinstance(exc, KeyboardInterrupt | Terminated):  # deferred ones (io.interrupts)
         sig = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
@@ -227,14 +219,14 @@ def _stopped(signum: int) -> int:
     """Say on stderr that a signal stopped the command, and return the exit code: 130
     (Ctrl-C) or 143 (SIGTERM), nothing written; 0 when the command's outputs were already
     in place (complete), said in a warning."""
-    from grpo_cli.cli.render import print_error, print_warning, stderr_console
+    from grpo_cli.cli.render import print_warning, stderr_console
     from grpo_cli.io import interrupts
 
     if interrupts.committed():
         line = stopped_line(signum, complete=True)
         print_warning(stderr_console(), line, flag_spelling)
         return EXIT_OK
-    print_error(stderr_console(), GrpoAdvError(stopped_line(signum)), flag_spelling)
+    _say(GrpoAdvError(stopped_line(signum)))
     return EXIT_CODES[signal.Signals(signum)]
 
 
@@ -242,7 +234,6 @@ def _internal_error(exc: BaseException) -> NoReturn:
     """Say an exception no code of ours raised: a full disk (standard output's: a file
     write names its path) or memory short on the host (the torch engine names its device
     itself) is the user's to fix; anything else is a bug."""
-    from grpo_cli.cli.render import print_error, stderr_console
     from grpo_cli.core.errors import is_disk_full, is_out_of_memory
 
     error: GrpoAdvError
@@ -264,8 +255,15 @@ def _internal_error(exc: BaseException) -> NoReturn:
             f"internal error: {type(exc).__name__}: {first_line(str(exc))}",
             hint="this is a bug in grpo-adv; please report it with the command you ran",
         )
-    print_error(stderr_console(), error, flag_spelling)
+    _say(error)
     raise typer.Exit(error.exit_code) from None
+
+
+def _say(error: GrpoAdvError) -> None:
+    """``error`` and its hint on stderr, options named by their flags."""
+    from grpo_cli.cli.render import print_error, stderr_console
+
+    print_error(stderr_console(), error, flag_spelling)
 
 
 def _register(name: str, command: Callable[..., None]) -> None:

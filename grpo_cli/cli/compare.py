@@ -136,13 +136,10 @@ def render_comparison(console: Console, result: Comparison) -> None:
     from grpo_cli.cli.render import TableColumn, number, print_table
 
     first = result.methods[0]
+    figures = ("n", "mean |A|", "std A", "zeros", f"max |A - {first.name}|", "correlation")
     columns = [
         TableColumn("method"),
-        *(TableColumn(header, justify="right") for header in ("n", "mean |A|", "std A", "zeros")),
-        *(
-            TableColumn(header, justify="right")
-            for header in (f"max |A - {first.name}|", "correlation", "sign differs")
-        ),
+        *(TableColumn(header, justify="right") for header in (*figures, "sign differs")),
     ]
     rows = [
         [

@@ -212,12 +212,8 @@ def print_table(
             grow = max(0, min(spare, needs[shown[n]] - widths[n]))
             widths[n] += grow
             spare -= grow
-        if console.measure(table(part), options=unbounded).maximum <= console.width:
-            printed = table(part)  # every column at its need: Rich's own layout
-        elif spare < 0:  # two columns too wide at their floors: Rich folds the long words
-            printed = table(part, fold=True)
-        else:
-            printed = table(part, widths)
+        # two columns too wide at their floors: Rich folds the long words
+        printed = table(part, fold=True) if spare < 0 else table(part, widths)
         printed.title = title if len(parts) == 1 else None
         printed.title_justify = title_justify
         console.print(printed)
