@@ -298,30 +298,25 @@ def parse_floats(text: str, keyword: str, count: int | None = None) -> tuple[flo
     return values
 
 
-def explicit_fields(**given: Any) -> dict[str, Any]:
-    """The AdvantageOptions fields the user gave (None means not given)."""
-    fields: dict[str, Any] = {}
-    for name, value in given.items():
-        if value is None or (isinstance(value, list) and not value):
-            continue
-        if name in KEYWORDS:
-            fields[KEYWORDS[name]] = tuple(value)
-        elif name in ("reward_weights", "clip"):
-            fields[name] = parse_floats(value, name, count=2 if name == "clip" else None)
-        else:
-            fields[name] = value
-    return fields
-
-
 @dataclass(frozen=True)
 class OptionBlock:
     """Options several commands share; a subclass's fields are the options, in --help
     order, each declared by :func:`_option_field` and None when not given."""
 
     def explicit(self) -> dict[str, Any]:
-        """The AdvantageOptions fields the user gave, in declaration order: every field of
-        the block goes through :func:`explicit_fields`, none is picked by name."""
-        return explicit_fields(**{field.name: getattr(self, field.name) for field in fields(self)})
+        """The AdvantageOptions fields the user gave, in declaration order (every field of
+        the block, none picked by name): repeated options as tuples, numbers parsed."""
+        given: dict[str, Any] = {}
+        for name, value in ((f.name, getattr(self, f.name)) for f in fields(self)):
+            if value is None or (isinstance(value, list) and not value):
+                continue
+            if name in KEYWORDS:
+                given[KEYWORDS[name]] = tuple(value)
+            elif name in ("reward_weights", "clip"):
+                given[name] = parse_floats(value, name, count=2 if name == "clip" else None)
+            else:
+                given[name] = value
+        return given
 
 
 @dataclass(frozen=True)
