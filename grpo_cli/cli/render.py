@@ -439,8 +439,6 @@ class DelayedProgress:
     def __init__(self, console: Console, *, enabled: bool, delay: float = 1.5) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-        self.enabled = enabled
-        self.delay = delay
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -448,11 +446,10 @@ class DelayedProgress:
             console=console,
             transient=True,
         )
-        self._timer: threading.Timer | None = None
+        self._timer = threading.Timer(delay, self.progress.start) if enabled else None
 
     def __enter__(self) -> DelayedProgress:
-        if self.enabled:
-            self._timer = threading.Timer(self.delay, self.progress.start)
+        if self._timer is not None:
             self._timer.daemon = True
             self._timer.start()
         return self
@@ -495,16 +492,12 @@ def sparkline(values: list[float | None]) -> str:
     present = [v for v in values if v is not None]
     if not present:
         return ""
-    lo, hi = min(present), max(present)
-    span = hi - lo
-    out = []
-    for v in values:
-        if v is None:
-            out.append(" ")
-        else:
-            level = 0 if span == 0 else round((v - lo) / span * (len(SPARK_BARS) - 1))
-            out.append(SPARK_BARS[level])
-    return "".join(out)
+    lo, span = min(present), max(present) - min(present)
+    top = len(SPARK_BARS) - 1
+    return "".join(
+        " " if v is None else SPARK_BARS[0 if span == 0 else round((v - lo) / span * top)]
+        for v in values
+    )
 
 
 HISTOGRAM_BAR_WIDTH = 40
@@ -519,11 +512,10 @@ def histogram_lines(
     if not counts:
         return ["(no values)"]
     top = max(counts) or 1
-    lines = []
-    for i, count in enumerate(counts):
-        bar = "█" * round(count / top * width)
-        lines.append(f"{edges[i]:>9.3g} .. {edges[i + 1]:<9.3g} {count:>8,}  {bar}")
-    return lines
+    return [
+        f"{lo:>9.3g} .. {hi:<9.3g} {count:>8,}  {'█' * round(count / top * width)}"
+        for lo, hi, count in zip(edges, edges[1:], counts, strict=False)
+    ]
 
 
 def render_report(console: Console, report: Report, *, rows: int = 20, bins: int = 12) -> None:
