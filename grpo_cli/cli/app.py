@@ -164,11 +164,7 @@ def root(
         ),
     ] = False,
 ) -> None:
-    """Compute, check and explain GRPO group-relative advantages from reward logs.
-
-    Exit codes: 0 ok, 1 verify found differences, 2 usage, 3 bad input, 4 output refused
-    or failed, 5 out of memory, 70 internal error, 130 interrupted, 143 terminated.
-    """
+    """The root options (the help is the app's ``help``: this docstring is not shown)."""
 
 
 @contextlib.contextmanager
