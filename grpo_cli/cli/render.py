@@ -400,13 +400,8 @@ def render_presets(console: Console) -> None:
 
     rows: list[tuple[str, str, str]] = []
     for row in presets_frame().iter_rows(named=True):
-        conventions = [
-            f"estimator {row['estimator']}",
-            f"ddof {row['ddof']}",
-            f"eps {row['eps']}",
-            f"singleton {row['singleton']}",
-            f"nulls {row['nulls']}",
-        ]
+        named = ("estimator", "ddof", "eps", "singleton", "nulls")
+        conventions = [f"{name} {row[name]}" for name in named]
         if row["clip"]:
             conventions.append(f"clip {row['clip']}")
         if row["token_weighted"]:
