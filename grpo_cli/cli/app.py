@@ -83,11 +83,8 @@ _COMPLETION_FLAGS: Final = ("--install-completion", "--show-completion")
 
 def _shell_completion(args: Sequence[str]) -> None:
     """``--install-completion SHELL`` and ``--show-completion SHELL`` (or ``=SHELL``) for
-    the shell named, then exit 0. Typer's flags take no value: they act for the shell
-    detected from the parent process and would leave the name as an argument, so
-    ``--install-completion zsh`` run from bash installed bash completion. Without a shell
-    name the flags are Typer's own (the detected shell). An unknown shell is a usage
-    error. Only the options before the command are looked at."""
+    the shell named (Typer's flags take none: they act for the detected shell), then exit
+    0; an unknown shell is a usage error. Only the options before the command count."""
     for i, arg in enumerate(args):
         if not arg.startswith("-"):
             return  # the command: its own arguments follow

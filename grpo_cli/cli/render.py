@@ -107,11 +107,8 @@ _MAX_WORD_FLOOR = 20
 
 @dataclass(frozen=True)
 class TableColumn:
-    """One column of a table printed by :func:`print_table`.
-
-    ``wrap``: free text, whose cells may wrap on whitespace and fold a word too long for
-    the column. Otherwise (numbers, names) each cell stays whole on one line.
-    """
+    """One column of :func:`print_table`: ``wrap`` cells (free text) wrap on whitespace and
+    fold a word too long for the column; others (numbers, names) stay whole on one line."""
 
     header: str
     justify: JustifyMethod = "left"
@@ -515,11 +512,8 @@ def histogram_lines(
 
 def render_report(console: Console, report: Report, *, rows: int = 20, bins: int = 12) -> None:
     """Overall figures, the per-step table (first and last ``rows`` // 2 steps when there
-    are more), per-step sparklines, and histograms of rewards and advantages.
-
-    Both tables fit ``console.width`` without cutting a number or a header: the per-step
-    table is split into parts that repeat the ``by`` columns (see :func:`print_table`),
-    and the histogram bars shrink to fit."""
+    are more; see :func:`print_table`), per-step sparklines, and histograms of rewards and
+    advantages whose bars shrink to fit the console."""
     import polars as pl
 
     from grpo_cli.report.summarize import histogram
@@ -598,11 +592,9 @@ def _value(value: object) -> str:
 
 
 def render_explanation(console: Console, e: Explanation, spell: Spelling) -> None:
-    """One group, the formula filled in for every response (a table that fits the console,
-    its formulas and texts wrapped on whitespace, the ``row`` column repeated if it must be
-    split): each response's input row, its step, each summed reward column's value (None
-    said) and the start of its text when the log has them. The warnings are the caller's
-    to print (on stderr)."""
+    """One group, the formula filled in for every response (:func:`print_table`, keyed by
+    ``row``), with its step, each summed reward (None said) and the start of its text when
+    the log has them. The warnings are the caller's to print (on stderr)."""
     o = e.options
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
     responses = "response" if e.size == 1 else "responses"
