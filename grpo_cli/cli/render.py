@@ -151,9 +151,8 @@ def print_table(
         words = max((size.minimum for size in sizes), default=1)
         floors.append(min(words, _MAX_WORD_FLOOR) if column.wrap else needs[-1])
 
-    def table(
-        part: Sequence[int], widths: Sequence[int] | None = None, *, fold: bool = False
-    ) -> Table:
+    def table(part: Sequence[int], widths: Sequence[int] | None) -> Table:
+        """The keys and ``part`` at ``widths`` (None: the wrap columns' words fold)."""
         shown = [*range(keys), *part]
         result = Table(show_header=show_header, show_lines=show_lines)
         for n, i in enumerate(shown):
@@ -164,7 +163,7 @@ def print_table(
                 overflow="fold",
                 no_wrap=not columns[i].wrap,
                 width=None if widths is None else widths[n],
-                min_width=None if fold and columns[i].wrap else floors[i],
+                min_width=None if widths is None and columns[i].wrap else floors[i],
             )
         for n, row in enumerate(rows, start=1):
             result.add_row(*(row[i] for i in shown), end_section=section > 0 and n % section == 0)
@@ -210,7 +209,7 @@ def print_table(
             widths[n] += grow
             spare -= grow
         # two columns too wide at their floors: Rich folds the long words
-        printed = table(part, fold=True) if spare < 0 else table(part, widths)
+        printed = table(part, None if spare < 0 else widths)
         printed.title = title if len(parts) == 1 else None
         printed.title_justify = title_justify
         console.print(printed)
