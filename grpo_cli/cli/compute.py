@@ -132,7 +132,7 @@ def _report(console: Console, result: JobResult, preset: str | None) -> None:
     """Warnings and the summary table on stderr."""
     from grpo_cli.cli.render import print_warning, print_warnings, render_run_summary
 
-    run, options, summary_path = result.run, result.options, result.summary_path
+    run, options = result.run, result.options
     print_warnings(console, result.warnings)
     if run.null_rewards:
         fate = {"exclude": "their advantage is null", "zero": "their advantage is 0"}.get(
@@ -143,13 +143,4 @@ def _report(console: Console, result: JobResult, preset: str | None) -> None:
             f"{run.null_rewards:,} null or NaN reward(s): left out of the statistics; {fate}",
             flag_spelling,
         )
-    render_run_summary(
-        console,
-        run,
-        options,
-        output=result.output,
-        group_table_path=None if summary_path is None else str(summary_path),
-        preset=preset,
-        layout=result.layout,
-        spell=flag_spelling,
-    )
+    render_run_summary(console, result, preset=preset)

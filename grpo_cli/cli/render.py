@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from grpo_cli.core.errors import GrpoAdvError, Message, Spelling
     from grpo_cli.core.options import AdvantageOptions
-    from grpo_cli.core.run_summary import RunSummary
+    from grpo_cli.jobs.run import JobResult
     from grpo_cli.report.explain import Explanation
     from grpo_cli.report.summarize import Report
     from grpo_cli.report.verify import VerifyReport
@@ -229,19 +229,12 @@ def _print_records(
     print_figures(console, pairs, title=title, section=len(columns), title_justify=title_justify)
 
 
-def render_run_summary(
-    console: Console,
-    summary: RunSummary,
-    options: AdvantageOptions,
-    *,
-    output: str,
-    group_table_path: str | None = None,
-    preset: str | None = None,
-    layout: str | None = None,
-    spell: Spelling,
-) -> None:
+def render_run_summary(console: Console, result: JobResult, *, preset: str | None) -> None:
     """The summary table of one ``compute`` run (a figure/value table that fits the
-    console: see :func:`print_figures`), options named as ``spell`` names them."""
+    console: see :func:`print_figures`), options named by their flags."""
+    from grpo_cli.cli.params import flag_spelling as spell
+
+    summary, options = result.run, result.options
     grouping = (
         f"runs of {options.group_size} rows"
         if options.group_size
@@ -284,10 +277,11 @@ def render_run_summary(
         ("estimator", method + ")"),
     ]
     if preset is not None:
-        rows.append(("preset", preset + (f" (read as a {layout} dump)" if layout else "")))
-    rows.append(("output", escape(output)))
-    if group_table_path is not None:
-        rows.append(("group table", escape(group_table_path)))
+        layout = f" (read as a {result.layout} dump)" if result.layout else ""
+        rows.append(("preset", preset + layout))
+    rows.append(("output", escape(result.output)))
+    if result.summary_path is not None:
+        rows.append(("group table", escape(str(result.summary_path))))
     print_figures(console, rows, title="grpo-adv compute")
 
 
