@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from typer.core import TyperCommand
 
-# The help panels, in order: each option names its own (``rich_help_panel=``, where it is
+# The help panels, in order: each option names its own (``panel=`` of ``cli_option``, where it is
 # declared); an option without one goes under "Other".
 INPUT: Final = "Input"
 POLICIES: Final = "Estimator and policies"
