@@ -19,7 +19,7 @@ from grpo_cli import __version__
 from grpo_cli.cli.compare import compare_cmd
 from grpo_cli.cli.compute import compute_cmd
 from grpo_cli.cli.explain import explain_cmd
-from grpo_cli.cli.help import HelpCommand, epilog
+from grpo_cli.cli.help import HelpCommand, PlainParsing, epilog
 from grpo_cli.cli.params import declares_options, flag_spelling
 from grpo_cli.cli.plot import plot_cmd
 from grpo_cli.cli.presets import presets_cmd
@@ -35,9 +35,7 @@ from grpo_cli.cli.summarize import summarize_cmd
 from grpo_cli.cli.typer_private import NoArgsIsHelpError, NoSuchOption, UsageError, completion
 from grpo_cli.cli.verify import verify_cmd
 from grpo_cli.core.errors import (
-    EXIT_INTERNAL,
     EXIT_OK,
-    EXIT_OUTPUT,
     EXIT_USAGE,
     GrpoAdvError,
     MemoryShortError,
@@ -50,7 +48,7 @@ from grpo_cli.core.errors import (
 from grpo_cli.io.interrupts import SIGNALS
 
 
-class _Group(TyperGroup):
+class _Group(PlainParsing, TyperGroup):
     """The root command group: Click's usage errors (an unknown option, a bad value, a
     missing argument) in grpo-adv's one style, ``error:`` and ``hint:`` on stderr, exit 2,
     with "did you mean" for option names."""
@@ -65,34 +63,18 @@ class _Group(TyperGroup):
         **extra: Any,
     ) -> Any:
         _shell_completion(sys.argv[1:] if args is None else list(args))
-        given: dict[str, Any] = {
-            "args": args,
-            "prog_name": prog_name,
-            "complete_var": complete_var,
-            "windows_expand_args": windows_expand_args,
-        }
+        given = (args, prog_name, complete_var, False, windows_expand_args)
         if not standalone_mode:
-            return super().main(**given, standalone_mode=False, **extra)
+            return super().main(*given, **extra)
         try:
-            returned = super().main(**given, standalone_mode=False, **extra)
+            returned = super().main(*given, **extra)
         except NoArgsIsHelpError as exc:
             exc.show()  # the help, as Click shows it
             sys.exit(EXIT_USAGE)
         except UsageError as exc:
-            from grpo_cli.cli.render import print_error, stderr_console
-
-            print_error(stderr_console(), _usage_error(exc), flag_spelling)
+            _say(_usage_error(exc))
             sys.exit(EXIT_USAGE)
         sys.exit(returned if isinstance(returned, int) else EXIT_OK)
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        """Click's parsing, with option values converted by :mod:`grpo_cli.cli.coercion`
-        (as every command's: see :class:`grpo_cli.cli.help.HelpCommand`)."""
-        from grpo_cli.cli.coercion import install
-
-        install(self.get_params(ctx))
-        result: list[str] = super().parse_args(ctx, args)
-        return result
 
 
 COMPLETION_SHELLS: Final = ("bash", "zsh", "fish", "powershell", "pwsh")
@@ -101,11 +83,8 @@ _COMPLETION_FLAGS: Final = ("--install-completion", "--show-completion")
 
 def _shell_completion(args: Sequence[str]) -> None:
     """``--install-completion SHELL`` and ``--show-completion SHELL`` (or ``=SHELL``) for
-    the shell named, then exit 0. Typer's flags take no value: they act for the shell
-    detected from the parent process and would leave the name as an argument, so
-    ``--install-completion zsh`` run from bash installed bash completion. Without a shell
-    name the flags are Typer's own (the detected shell). An unknown shell is a usage
-    error. Only the options before the command are looked at."""
+    the shell named (Typer's flags take none: they act for the detected shell), then exit
+    0; an unknown shell is a usage error. Only the options before the command count."""
     for i, arg in enumerate(args):
         if not arg.startswith("-"):
             return  # the command: its own arguments follow
@@ -118,15 +97,11 @@ def _shell_completion(args: Sequence[str]) -> None:
                 return  # Typer's flag: the detected shell
         shell = value.lower()
         if shell not in COMPLETION_SHELLS:
-            from grpo_cli.cli.render import print_error, stderr_console
-
-            print_error(
-                stderr_console(),
+            _say(
                 OptionsError(
                     f"no completion for the shell {value!r}",
                     hint=f"choose one of: {', '.join(COMPLETION_SHELLS)}",
-                ),
-                flag_spelling,
+                )
             )
             sys.exit(EXIT_USAGE)
         get_completion_script, install = completion()
@@ -186,11 +161,7 @@ def root(
         ),
     ] = False,
 ) -> None:
-    """Compute, check and explain GRPO group-relative advantages from reward logs.
-
-    Exit codes: 0 ok, 1 verify found differences, 2 usage, 3 bad input, 4 output refused
-    or failed, 5 out of memory, 70 internal error, 130 interrupted, 143 terminated.
-    """
+    """The root options (the help is the app's ``help``: this docstring is not shown)."""
 
 
 @contextlib.contextmanager
@@ -214,13 +185,11 @@ def _user_errors() -> Iterator[None]:
 def _exit_for(exc: BaseException) -> NoReturn:
     """Say on stderr why a command ended with ``exc`` and exit with the documented code
     (anything but an error or a signal passes on)."""
-    from grpo_cli.cli.render import print_error, stderr_console
-
     signum = raised_signal()
     if signum is not None and not isinstance(exc, typer.Exit):
         raise typer.Exit(_stopped(signum)) from None  # exc came of the signal (a library's wrap)
     if isinstance(exc, GrpoAdvError):
-        print_error(stderr_console(), exc, flag_spelling)  # options named by their flags
+        _say(exc)
         raise typer.Exit(exc.exit_code) from None
     if isinstance(exc, KeyboardInterrupt | Terminated):  # deferred ones (io.interrupts)
         sig = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
@@ -243,73 +212,65 @@ def _stopped(signum: int) -> int:
     """Say on stderr that a signal stopped the command, and return the exit code: 130
     (Ctrl-C) or 143 (SIGTERM), nothing written; 0 when the command's outputs were already
     in place (complete), said in a warning."""
-    from grpo_cli.cli.render import print_error, print_warning, stderr_console
+    from grpo_cli.cli.render import print_warning, stderr_console
     from grpo_cli.io import interrupts
 
     if interrupts.committed():
         line = stopped_line(signum, complete=True)
         print_warning(stderr_console(), line, flag_spelling)
         return EXIT_OK
-    print_error(stderr_console(), GrpoAdvError(stopped_line(signum)), flag_spelling)
+    _say(GrpoAdvError(stopped_line(signum)))
     return EXIT_CODES[signal.Signals(signum)]
 
 
-def _disk_full_error() -> OutputError:
-    """A full disk met outside a file write that names its path: standard output."""
-    return OutputError(
-        "no space left on device writing standard output",
-        hint="free some space where standard output goes, or write elsewhere with -o",
-    )
-
-
-def _out_of_memory_error() -> MemoryShortError:
-    """An allocation that failed on the host (the torch engine names its device itself)."""
-    return MemoryShortError(
-        "out of memory: this machine cannot hold the log and its columns in memory",
-        hint="compute with "
-        + option("backend", "partitioned", alias="alone")
-        + " (partitions spilled to disk, about 1 GiB whatever the log's size),"
-        " or on a machine with more memory",
-    )
-
-
 def _internal_error(exc: BaseException) -> NoReturn:
-    from grpo_cli.cli.render import print_error, stderr_console
+    """Say an exception no code of ours raised: a full disk (standard output's: a file
+    write names its path) or memory short on the host (the torch engine names its device
+    itself) is the user's to fix; anything else is a bug."""
     from grpo_cli.core.errors import is_disk_full, is_out_of_memory
 
-    if is_disk_full(exc):  # an output error, not a bug
-        print_error(stderr_console(), _disk_full_error(), flag_spelling)
-        raise typer.Exit(EXIT_OUTPUT) from None
-    if is_out_of_memory(exc):  # this machine's limit, not a bug
-        short = _out_of_memory_error()
-        print_error(stderr_console(), short, flag_spelling)
-        raise typer.Exit(short.exit_code) from None
-    detail = first_line(str(exc))
-    error = GrpoAdvError(
-        f"internal error: {type(exc).__name__}: {detail}",
-        hint="this is a bug in grpo-adv; please report it with the command you ran",
-    )
+    error: GrpoAdvError
+    if is_disk_full(exc):
+        error = OutputError(
+            "no space left on device writing standard output",
+            hint="free some space where standard output goes, or write elsewhere with -o",
+        )
+    elif is_out_of_memory(exc):
+        error = MemoryShortError(
+            "out of memory: this machine cannot hold the log and its columns in memory",
+            hint="compute with "
+            + option("backend", "partitioned", alias="alone")
+            + " (partitions spilled to disk, about 1 GiB whatever the log's size),"
+            " or on a machine with more memory",
+        )
+    else:
+        error = GrpoAdvError(
+            f"internal error: {type(exc).__name__}: {first_line(str(exc))}",
+            hint="this is a bug in grpo-adv; please report it with the command you ran",
+        )
+    _say(error)
+    raise typer.Exit(error.exit_code) from None
+
+
+def _say(error: GrpoAdvError) -> None:
+    """``error`` and its hint on stderr, options named by their flags."""
+    from grpo_cli.cli.render import print_error, stderr_console
+
     print_error(stderr_console(), error, flag_spelling)
-    raise typer.Exit(EXIT_INTERNAL) from None
-
-
-def _guarded(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` run inside :func:`_user_errors` (its signature, hence its options, kept)."""
-
-    @functools.wraps(command)
-    def run(**given: Any) -> None:
-        with _user_errors():
-            command(**given)
-
-    return run
 
 
 def _register(name: str, command: Callable[..., None]) -> None:
-    """Add ``command`` as ``name``; the main help shows its docstring's whole first line
-    (Click would cut it at 45 characters); its own help has panels and examples
-    (:mod:`grpo_cli.cli.help`); its options' flags spell messages (:func:`declares_options`)."""
+    """Add ``command`` as ``name``, run inside :func:`_user_errors`; the main help shows its
+    docstring's whole first line (Click would cut it at 45 characters); its own help has
+    panels and examples (:mod:`grpo_cli.cli.help`); its options' flags spell messages
+    (:func:`declares_options`)."""
+
+    @functools.wraps(declares_options(command))
+    def guarded(**given: Any) -> None:
+        with _user_errors():
+            command(**given)
+
     summary = (command.__doc__ or "").strip().splitlines()[0]
-    guarded = _guarded(declares_options(command))
     app.command(name, short_help=summary, cls=HelpCommand, epilog=epilog(name))(guarded)
 
 

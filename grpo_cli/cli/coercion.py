@@ -1,11 +1,7 @@
-"""Option text to values, without Typer's Pydantic adapters.
-
-Typer (>= 0.29) builds a Pydantic ``TypeAdapter`` per parameter on each run, a third of a
-small file's whole run. Every grpo-adv parameter is a ``bool``, ``str``, ``int``,
-``float``, ``Path`` or ``list[str]`` (optionally ``None``), or has its own ``parser``;
-:class:`PlainValue` converts those directly, with the one error style's messages.
-:func:`install` gives it to a command's parameters before they are parsed; a parameter
-of any other kind keeps Typer's own conversion.
+"""Option text to values, without Typer's Pydantic adapters (built per parameter on each
+run: a third of a small file's run). :class:`PlainValue` converts ``bool``, ``str``,
+``int``, ``float``, ``Path`` and ``list[str]`` (or None) parameters and those with a
+``parser``; any other kind keeps Typer's own conversion.
 """
 
 from __future__ import annotations

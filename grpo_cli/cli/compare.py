@@ -6,10 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 from grpo_cli.cli.help import OUTPUT, POLICIES
-from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
     InputFormat,
@@ -17,8 +14,7 @@ from grpo_cli.cli.params import (
     PolicyParams,
     Quiet,
     Sources,
-    _completes,
-    flag_spelling,
+    cli_option,
     policy_options,
 )
 from grpo_cli.core.estimators import ESTIMATORS
@@ -41,27 +37,25 @@ def compare_cmd(
     sources: Sources = None,
     preset: Annotated[
         list[str] | None,
-        typer.Option(
+        cli_option(
             "--preset",
             metavar="NAME",
             help="A trainer preset to compare (repeat; see grpo-adv presets), with its own "
             "policies; options given explicitly override every preset.",
-            autocompletion=_completes(lambda: PRESETS),
-            show_default=False,
-            rich_help_panel=POLICIES,
+            complete=PRESETS,
+            panel=POLICIES,
         ),
     ] = None,
     estimator: Annotated[
         list[str] | None,
-        typer.Option(
+        cli_option(
             "--estimator",
             "-e",
             metavar="NAME",
             help="An estimator to compare (repeat), with the default policies and the "
             "options given.",
-            autocompletion=_completes(lambda: ESTIMATORS),
-            show_default=False,
-            rich_help_panel=POLICIES,
+            complete=ESTIMATORS,
+            panel=POLICIES,
         ),
     ] = None,
     input_format: InputFormat = None,
@@ -69,7 +63,7 @@ def compare_cmd(
     policy: PolicyParams,
     output: Annotated[
         Path | None,
-        typer.Option(
+        cli_option(
             "--output",
             "-o",
             metavar="PATH",
@@ -77,18 +71,18 @@ def compare_cmd(
             "(- for standard output); format from the suffix "
             f"({describe(DATA_FORMATS, suffixes=True)}), else --output-format, else the "
             "input's format.",
-            show_default=False,
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = None,
     output_format: OutputFormat = None,
     top: Annotated[
         int,
-        typer.Option(
+        cli_option(
             "--top",
             metavar="N",
             help="Groups shown where the methods disagree most.",
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
+            show_default=True,
         ),
     ] = 5,
     force: Force = False,
@@ -101,7 +95,7 @@ def compare_cmd(
     and reward options are compute's, with its defaults; a trainer dump is read with the
     layout of the first preset whose dump it is.
     """
-    from grpo_cli.cli.render import print_warning, stderr_console
+    from grpo_cli.cli.render import print_warnings, stderr_console, warner
     from grpo_cli.report.compare import run_compare
 
     result = run_compare(
@@ -124,8 +118,7 @@ def compare_cmd(
             f"read as a {result.layout} dump (the layout of --preset {result.layout_preset}), "
             "for every method"
         )
-    for warning in result.warnings:
-        print_warning(console, warning, flag_spelling)
+    print_warnings(console, result.warnings)
     render_comparison(console, result)
     if result.written is not None:
         names = ", ".join(m.column for m in result.methods)
@@ -143,13 +136,10 @@ def render_comparison(console: Console, result: Comparison) -> None:
     from grpo_cli.cli.render import TableColumn, number, print_table
 
     first = result.methods[0]
+    figures = ("n", "mean |A|", "std A", "zeros", f"max |A - {first.name}|", "correlation")
     columns = [
         TableColumn("method"),
-        *(TableColumn(header, justify="right") for header in ("n", "mean |A|", "std A", "zeros")),
-        *(
-            TableColumn(header, justify="right")
-            for header in (f"max |A - {first.name}|", "correlation", "sign differs")
-        ),
+        *(TableColumn(header, justify="right") for header in (*figures, "sign differs")),
     ]
     rows = [
         [

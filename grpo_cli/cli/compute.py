@@ -6,10 +6,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 from grpo_cli.cli.help import ENGINE, INPUT, OUTPUT
-from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
     InputFormat,
@@ -22,6 +19,7 @@ from grpo_cli.cli.params import (
     SummaryFormat,
     SummaryPath,
     alias_backend,
+    cli_option,
     flag_spelling,
     policy_options,
 )
@@ -43,50 +41,50 @@ def compute_cmd(
     policy: PolicyParams,
     with_stats: Annotated[
         bool,
-        typer.Option(
+        cli_option(
             "--with-stats",
             help="Also output group_size, group_mean and group_std columns.",
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = False,
     advantage_col: Annotated[
         str,
-        typer.Option(
+        cli_option(
             "--advantage-col",
             metavar="COL",
             help="Name of the output column.",
-            rich_help_panel=INPUT,
+            panel=INPUT,
+            show_default=True,
         ),
     ] = "advantage",
     replace: Annotated[
         bool,
-        typer.Option(
+        cli_option(
             "--replace",
             help="Recompute input columns named like the added ones (a trainer dump's own "
             "advantage column) in place, instead of refusing.",
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = False,
     summary_path: SummaryPath = None,
     summary_format: SummaryFormat = None,
     out_dir: Annotated[
         Path | None,
-        typer.Option(
+        cli_option(
             "--out-dir",
             metavar="DIR",
             help="Write one annotated file per input into DIR (the inputs still form one log).",
-            show_default=False,
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = None,
     low_memory: Annotated[
         bool,
-        typer.Option(
+        cli_option(
             "--low-memory",
             help="Logs larger than memory: Parquet in, Parquet out, in bounded memory "
             "(spills partitions to a temporary folder beside the output; group-level "
             f"estimators only). The same as --backend {alias_backend('--low-memory', {})}.",
-            rich_help_panel=ENGINE,
+            panel=ENGINE,
         ),
     ] = False,
     force: Force = False,
@@ -96,7 +94,7 @@ def compute_cmd(
 
     Every input row is kept, in order, with all its columns, plus an `advantage` column.
     """
-    from grpo_cli.cli.render import DelayedProgress, print_error, print_note, stderr_console
+    from grpo_cli.cli.render import DelayedProgress, print_error, print_note, stderr_console, warner
     from grpo_cli.jobs.outputs import sources_or_stdin
     from grpo_cli.jobs.run import run_job
 
@@ -132,11 +130,10 @@ def compute_cmd(
 
 def _report(console: Console, result: JobResult, preset: str | None) -> None:
     """Warnings and the summary table on stderr."""
-    from grpo_cli.cli.render import print_warning, render_run_summary
+    from grpo_cli.cli.render import print_warning, print_warnings, render_run_summary
 
-    run, options, summary_path = result.run, result.options, result.summary_path
-    for warning in result.warnings:
-        print_warning(console, warning, flag_spelling)
+    run, options = result.run, result.options
+    print_warnings(console, result.warnings)
     if run.null_rewards:
         fate = {"exclude": "their advantage is null", "zero": "their advantage is 0"}.get(
             options.nulls, ""
@@ -146,13 +143,4 @@ def _report(console: Console, result: JobResult, preset: str | None) -> None:
             f"{run.null_rewards:,} null or NaN reward(s): left out of the statistics; {fate}",
             flag_spelling,
         )
-    render_run_summary(
-        console,
-        run,
-        options,
-        output=result.output,
-        group_table_path=None if summary_path is None else str(summary_path),
-        preset=preset,
-        layout=result.layout,
-        spell=flag_spelling,
-    )
+    render_run_summary(console, result, preset=preset)

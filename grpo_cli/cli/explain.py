@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Final
 
-import typer
-
 from grpo_cli.cli.help import INPUT
 from grpo_cli.cli.params import (
     InputFormat,
@@ -13,6 +11,7 @@ from grpo_cli.cli.params import (
     Preset,
     Quiet,
     Sources,
+    cli_option,
     flag_spelling,
     policy_options,
 )
@@ -26,17 +25,13 @@ PICK_HELP: Final = {
 }
 
 
-def _complete_pick(incomplete: str) -> list[str]:
-    return [name for name in PICK_HELP if name.startswith(incomplete)]
-
-
 # Where the output goes and how the arithmetic runs change nothing that explain shows.
 @policy_options(exclude={"backend", "device", "ray_address"})
 def explain_cmd(
     sources: Sources = None,
     group: Annotated[
         list[str] | None,
-        typer.Option(
+        cli_option(
             "--group",
             metavar="KEY",
             help="The group's key value, or its start when only one group's key starts so. "
@@ -45,29 +40,26 @@ def explain_cmd(
             "groups (--group-size) are keyed BATCH,GROUP_INDEX, e.g. 3,0 for the first run "
             "of G rows of step 3 (GROUP_INDEX alone without a batch column); a verl dump's "
             "by its uid.",
-            show_default=False,
         ),
     ] = None,
     row: Annotated[
         int | None,
-        typer.Option(
+        cli_option(
             "--row",
             metavar="N",
             help="Explain the group of input row N, counting from 0 (several inputs: in the "
             "order read); the table's row column counts the same way.",
-            show_default=False,
         ),
     ] = None,
     pick: Annotated[
         str | None,
-        typer.Option(
+        cli_option(
             "--pick",
             metavar="WHICH",
             help="Let explain find the group: "
             + "; ".join(f"{name} = {text}" for name, text in PICK_HELP.items())
             + ". Give one of --group, --row, --pick.",
-            autocompletion=_complete_pick,
-            show_default=False,
+            complete=PICK_HELP,
         ),
     ] = None,
     input_format: InputFormat = None,
@@ -76,13 +68,12 @@ def explain_cmd(
     policy: PolicyParams,
     advantage_col: Annotated[
         str | None,
-        typer.Option(
+        cli_option(
             "--advantage-col",
             metavar="COL",
             help="The advantage column of an annotated log (its values are shown beside). "
             "Default: advantage, else advantages (verl).",
-            show_default=False,
-            rich_help_panel=INPUT,
+            panel=INPUT,
         ),
     ] = None,
     quiet: Quiet = False,
@@ -94,7 +85,7 @@ def explain_cmd(
     input row (and its step and the start of its text, when the log has them), on
     standard output; warnings go to standard error.
     """
-    from grpo_cli.cli.render import PipeConsole, print_warning, render_explanation, stderr_console
+    from grpo_cli.cli.render import PipeConsole, print_warnings, render_explanation, stderr_console
     from grpo_cli.report.explain import run_explain
 
     explanation = run_explain(
@@ -107,7 +98,5 @@ def explain_cmd(
         input_format=input_format,
     )
     if not quiet:
-        console = stderr_console()
-        for warning in explanation.warnings:
-            print_warning(console, warning, flag_spelling)
+        print_warnings(stderr_console(), explanation.warnings)
     render_explanation(PipeConsole(highlight=False, soft_wrap=True), explanation, flag_spelling)

@@ -1,23 +1,23 @@
 """Every option that several commands share, declared once, and the option blocks.
 
-An option is an ``Annotated`` alias (its flags, metavar and help); the help texts are
-generated from the core's registries. The policy options (``--group-col`` ...
-``--device``) and the report options of ``summarize`` and ``plot`` are *blocks*: a frozen
-dataclass whose fields are those aliases, and a decorator that puts the block's options
-into a command's signature (where the command declares ``*, policy: PolicyParams``) and
-hands the command one instance. Typer reads the rewritten signature, so ``--help`` lists
-the options where the block stands. Only options the user actually gave become core
-fields (the rest are None), so a ``--preset`` can fill them in.
+An option is an ``Annotated`` alias (its flags, metavar and help: :func:`cli_option`); the
+help texts are generated from the core's registries. The policy options (``--group-col``
+... ``--ray-address``) and the report options of ``summarize`` and ``plot`` are *blocks*: a
+frozen dataclass whose fields declare them, and a decorator that puts them into a
+command's signature where it declares ``*, policy: PolicyParams`` (so ``--help`` lists them
+there) and hands the command one instance. Only options the user gave become core fields
+(the rest are None), so a ``--preset`` can fill them in.
 
 This module imports nothing heavy: ``grpo-adv --help`` must stay fast.
 """
+# ruff: noqa: RUF009 (the option blocks' fields come of field factories)
 
 from __future__ import annotations
 
 import functools
 import inspect
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any, Final, get_args, get_origin, get_type_hints
 
@@ -51,14 +51,35 @@ def _choices(title: str, choices: dict[str, str], default: str | None = None) ->
     return f"{title}: {listed}." + (f" Default: {default}." if default else "")
 
 
-def _completes(names: Callable[[], Collection[str]]) -> Callable[[str], list[str]]:
-    """Shell completion of an option's value: the names that start with what was typed
-    (``names`` is called only when the shell asks, so ``--help`` imports nothing more)."""
+def cli_option(
+    *decls: str,
+    help: str,
+    panel: str | None = None,
+    metavar: str | None = None,
+    complete: Collection[str] | None = None,
+    show_default: bool = False,
+    **extra: Any,
+) -> Any:
+    """A ``typer.Option`` in help ``panel`` that completes the names in ``complete``; its
+    default is not shown unless ``show_default`` (the help text says it)."""
 
-    def complete(incomplete: str) -> list[str]:
-        return [name for name in names() if name.startswith(incomplete)]
+    def completion(incomplete: str) -> list[str]:
+        return [name for name in complete or () if name.startswith(incomplete)]
 
-    return complete
+    return typer.Option(
+        *decls,
+        metavar=metavar,
+        help=help,
+        autocompletion=None if complete is None else completion,
+        show_default=show_default,
+        rich_help_panel=panel,
+        **extra,
+    )
+
+
+def _option_field(*decls: str, **option: Any) -> Any:
+    """A block's option (:func:`cli_option`'s arguments), not given (None) by default."""
+    return field(default=None, metadata={"option": cli_option(*decls, **option)})
 
 
 Sources = Annotated[
@@ -74,170 +95,24 @@ Sources = Annotated[
 ]
 Preset = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--preset",
         metavar="NAME",
         help=f"Reproduce a trainer: {', '.join(PRESETS)} (see grpo-adv presets). "
         "Explicit options override it.",
-        autocompletion=_completes(lambda: PRESETS),
-        show_default=False,
-        rich_help_panel=POLICIES,
+        complete=PRESETS,
+        panel=POLICIES,
     ),
 ]
 InputFormat = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--format",
         metavar="FORMAT",
         help=f"Input format: {describe(DATA_FORMATS)}. Default: from the suffix, "
         "else from the content.",
-        autocompletion=_completes(lambda: DATA_FORMATS),
-        show_default=False,
-        rich_help_panel=INPUT,
-    ),
-]
-GroupCol = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--group-col",
-        "-g",
-        metavar="COL",
-        help="Column identifying a group; repeat for a composite key "
-        "(-g step -g prompt_id). Default: step, prompt_id when the log has a step column "
-        f"(the first of {', '.join(STEP_COLUMNS)}), else prompt_id.",
-        show_default=False,
-        rich_help_panel=INPUT,
-    ),
-]
-RewardCol = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--reward-col",
-        "-r",
-        metavar="COL",
-        help="Reward column; repeat for several rewards (see --aggregation). Default: reward.",
-        show_default=False,
-        rich_help_panel=INPUT,
-    ),
-]
-RewardWeights = Annotated[
-    str | None,
-    typer.Option(
-        "--reward-weights",
-        metavar="W1,W2",
-        help="One weight per --reward-col, e.g. 1,0.5. Default: 1 each.",
-        show_default=False,
-        rich_help_panel=INPUT,
-    ),
-]
-Aggregation = Annotated[
-    str | None,
-    typer.Option(
-        "--aggregation",
-        metavar="MODE",
-        help=_choices("How several rewards combine", AGGREGATIONS, "sum_then_normalize"),
-        autocompletion=_completes(lambda: AGGREGATIONS),
-        show_default=False,
-        rich_help_panel=POLICIES,
-    ),
-]
-Estimator = Annotated[
-    str | None,
-    typer.Option(
-        "--estimator",
-        "-e",
-        metavar="NAME",
-        help="Advantage estimator: "
-        + "; ".join(f"{e.name} = {e.summary}" for e in ESTIMATORS.values())
-        + ". Default: grpo.",
-        autocompletion=_completes(lambda: ESTIMATORS),
-        show_default=False,
-        rich_help_panel=POLICIES,
-    ),
-]
-Ddof = Annotated[
-    int | None,
-    typer.Option(
-        "--ddof",
-        metavar="0|1",
-        help="Degrees-of-freedom correction of every std: 1 sample, 0 population. Default: 1.",
-        show_default=False,
-        rich_help_panel=POLICIES,
-    ),
-]
-Eps = Annotated[
-    float | None,
-    typer.Option(
-        "--eps",
-        metavar="FLOAT",
-        help="The stabiliser. Default: 1e-8.",
-        show_default=False,
-        rich_help_panel=POLICIES,
-    ),
-]
-EpsMode = Annotated[
-    str | None,
-    typer.Option(
-        "--eps-mode",
-        metavar="MODE",
-        help=_choices("Where eps goes", EPS_MODES, "std"),
-        autocompletion=_completes(lambda: EPS_MODES),
-        show_default=False,
-        rich_help_panel=POLICIES,
-    ),
-]
-Singleton = Annotated[
-    str | None,
-    typer.Option(
-        "--singleton",
-        metavar="POLICY",
-        help=_choices("A group with one valid reward", SINGLETON_POLICIES, "zero"),
-        autocompletion=_completes(lambda: SINGLETON_POLICIES),
-        show_default=False,
-        rich_help_panel=POLICIES,
-    ),
-]
-Nulls = Annotated[
-    str | None,
-    typer.Option(
-        "--nulls",
-        metavar="POLICY",
-        help=_choices("Null or NaN rewards", NULL_POLICIES, "exclude"),
-        autocompletion=_completes(lambda: NULL_POLICIES),
-        show_default=False,
-        rich_help_panel=POLICIES,
-    ),
-]
-Clip = Annotated[
-    str | None,
-    typer.Option(
-        "--clip",
-        metavar="LO,HI",
-        help="Clip advantages to [LO, HI] (OpenRLHF: -10,10).",
-        show_default=False,
-        rich_help_panel=POLICIES,
-    ),
-]
-ClipStage = Annotated[
-    str | None,
-    typer.Option(
-        "--clip-stage",
-        metavar="STAGE",
-        help=_choices("Where --clip applies", CLIP_STAGES, "advantage"),
-        autocompletion=_completes(lambda: CLIP_STAGES),
-        show_default=False,
-        rich_help_panel=POLICIES,
-    ),
-]
-BatchCol = Annotated[
-    str | None,
-    typer.Option(
-        "--batch-col",
-        metavar="COL",
-        help="Batch statistics per value of this column (e.g. step). Default: the whole "
-        "input is one batch.",
-        show_default=False,
-        rich_help_panel=LAYOUT,
+        complete=DATA_FORMATS,
+        panel=INPUT,
     ),
 ]
 
@@ -253,170 +128,67 @@ def parse_group_size(text: str) -> int | None:
         raise typer.BadParameter("expected a whole number or auto") from None
 
 
-GroupSize = Annotated[
-    int | None,
-    typer.Option(
-        "--group-size",
-        metavar="G",
-        parser=parse_group_size,
-        help="Positional groups: consecutive runs of G rows (within each batch), for logs "
-        "without a prompt id (TRL's num_generations). auto (or not given, with a TRL "
-        "preset): inferred from a TRL dump's runs of equal prompts.",
-        show_default=False,
-        rich_help_panel=LAYOUT,
-    ),
-]
-LengthCol = Annotated[
-    str | None,
-    typer.Option(
-        "--length-col",
-        metavar="COL",
-        help="Response lengths in tokens (opo weights, --token-weighted statistics).",
-        show_default=False,
-        rich_help_panel=INPUT,
-    ),
-]
-TokenWeighted = Annotated[
-    bool | None,
-    typer.Option(
-        "--token-weighted/--no-token-weighted",
-        help="Weight batch statistics by --length-col, as verl and OpenRLHF whiten over tokens.",
-        show_default=False,
-        rich_help_panel=POLICIES,
-    ),
-]
-BaselineCol = Annotated[
-    str | None,
-    typer.Option(
-        "--baseline-col",
-        metavar="COL",
-        help="Per-row baseline reward (remax: the greedy response's reward).",
-        show_default=False,
-        rich_help_panel=INPUT,
-    ),
-]
-StepRewardsCol = Annotated[
-    str | None,
-    typer.Option(
-        "--step-rewards-col",
-        metavar="COL",
-        help="List column of per-step rewards (estimator process).",
-        show_default=False,
-        rich_help_panel=INPUT,
-    ),
-]
-Deterministic = Annotated[
-    bool | None,
-    typer.Option(
-        "--deterministic/--fast",
-        help="Bit-for-bit repeatable results (Polars' in-memory engine, about 2x slower on "
-        "large logs). Default --fast: the streaming engine, whose parallel sums may differ in "
-        "the last bit (~1e-16 relative) between runs.",
-        show_default=False,
-        rich_help_panel=ENGINE,
-    ),
-]
-Backend = Annotated[
-    str | None,
-    typer.Option(
-        "--backend",
-        metavar="NAME",
-        help=_choices("Where the arithmetic runs", BACKENDS, "polars"),
-        autocompletion=_completes(lambda: BACKENDS),
-        show_default=False,
-        rich_help_panel=ENGINE,
-    ),
-]
-Device = Annotated[
-    str | None,
-    typer.Option(
-        "--device",
-        metavar="DEVICE",
-        help=_choices("The torch device", DEVICES, "auto"),
-        autocompletion=_completes(lambda: DEVICES),
-        show_default=False,
-        rich_help_panel=ENGINE,
-    ),
-]
-RayAddress = Annotated[
-    str | None,
-    typer.Option(
-        "--ray-address",
-        metavar="ADDRESS",
-        help="With --backend ray: auto (the cluster this machine belongs to) or HOST:PORT "
-        "(its head). Default: a private local Ray (RAY_ADDRESS is not followed).",
-        show_default=False,
-        rich_help_panel=ENGINE,
-    ),
-]
 Output = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--output",
         "-o",
         metavar="PATH",
         help="Output file, or - for standard output. Default: <stem>.adv.<suffix> beside "
         "INPUT; standard output when INPUT is -. With --backend ray: a folder of Parquet "
         "parts (required).",
-        show_default=False,
-        rich_help_panel=OUTPUT,
+        panel=OUTPUT,
     ),
 ]
 OutputFormat = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--output-format",
         metavar="FORMAT",
         help=f"Output format: {describe(DATA_FORMATS)}. Default: from -o's suffix, "
         "else the input's format.",
-        autocompletion=_completes(lambda: DATA_FORMATS),
-        show_default=False,
-        rich_help_panel=OUTPUT,
+        complete=DATA_FORMATS,
+        panel=OUTPUT,
     ),
 ]
 SummaryPath = Annotated[
     Path | None,
-    typer.Option(
+    cli_option(
         "--summary",
         metavar="PATH",
         help=f"Write the per-group table here ({describe(TABLE_FORMATS, suffixes=True)}; "
         "with --backend ray, a folder of Parquet parts).",
-        show_default=False,
-        rich_help_panel=OUTPUT,
+        panel=OUTPUT,
     ),
 ]
 SummaryFormat = Annotated[
     str | None,
-    typer.Option(
+    cli_option(
         "--summary-format",
         metavar="FORMAT",
         help=f"Format of the --summary table: {describe(TABLE_FORMATS)}. Default: from "
         "its suffix; csv for standard output (--summary -).",
-        autocompletion=_completes(lambda: TABLE_FORMATS),
-        show_default=False,
-        rich_help_panel=OUTPUT,
+        complete=TABLE_FORMATS,
+        panel=OUTPUT,
     ),
 ]
 By = Annotated[
     list[str] | None,
-    typer.Option(
+    cli_option(
         "--by",
         metavar="COL",
         help="Per-step table by this column (repeat for several). Default: --batch-col, "
         "else step when the log has it.",
-        show_default=False,
-        rich_help_panel=LAYOUT,
+        panel=LAYOUT,
     ),
 ]
 Force = Annotated[
     bool,
-    typer.Option("--force", "-f", help="Overwrite existing output files.", rich_help_panel=OUTPUT),
+    cli_option("--force", "-f", help="Overwrite existing output files.", panel=OUTPUT),
 ]
 Quiet = Annotated[
     bool,
-    typer.Option(
-        "--quiet", "-q", help="Print nothing on stderr but errors.", rich_help_panel=OUTPUT
-    ),
+    cli_option("--quiet", "-q", help="Print nothing on stderr but errors.", panel=OUTPUT),
 ]
 
 
@@ -526,43 +298,25 @@ def parse_floats(text: str, keyword: str, count: int | None = None) -> tuple[flo
     return values
 
 
-def explicit_fields(**given: Any) -> dict[str, Any]:
-    """The AdvantageOptions fields the user gave (None means not given)."""
-    fields: dict[str, Any] = {}
-    for name, value in given.items():
-        if value is None or (isinstance(value, list) and not value):
-            continue
-        if name in KEYWORDS:
-            fields[KEYWORDS[name]] = tuple(value)
-        elif name in ("reward_weights", "clip"):
-            fields[name] = parse_floats(value, name, count=2 if name == "clip" else None)
-        else:
-            fields[name] = value
-    return fields
-
-
 @dataclass(frozen=True)
 class OptionBlock:
     """Options several commands share; a subclass's fields are the options, in --help
-    order, each annotated with its alias and defaulting to None (not given)."""
+    order, each declared by :func:`_option_field` and None when not given."""
 
     def explicit(self) -> dict[str, Any]:
-        """The AdvantageOptions fields the user gave, in declaration order: every field of
-        the block goes through :func:`explicit_fields`, none is picked by name."""
-        return explicit_fields(**{field.name: getattr(self, field.name) for field in fields(self)})
-
-
-@dataclass(frozen=True)
-class ReportParams(OptionBlock):
-    """The input and grouping options of ``summarize`` and ``plot``."""
-
-    group_col: GroupCol = None
-    reward_col: RewardCol = None
-    reward_weights: RewardWeights = None
-    ddof: Ddof = None
-    nulls: Nulls = None
-    batch_col: BatchCol = None
-    group_size: GroupSize = None
+        """The AdvantageOptions fields the user gave, in declaration order (every field of
+        the block, none picked by name): repeated options as tuples, numbers parsed."""
+        given: dict[str, Any] = {}
+        for name, value in ((f.name, getattr(self, f.name)) for f in fields(self)):
+            if value is None or (isinstance(value, list) and not value):
+                continue
+            if name in KEYWORDS:
+                given[KEYWORDS[name]] = tuple(value)
+            elif name in ("reward_weights", "clip"):
+                given[name] = parse_floats(value, name, count=2 if name == "clip" else None)
+            else:
+                given[name] = value
+        return given
 
 
 @dataclass(frozen=True)
@@ -570,28 +324,174 @@ class PolicyParams(OptionBlock):
     """How advantages are computed: the options of ``compute``, ``verify`` and
     ``explain``."""
 
-    group_col: GroupCol = None
-    reward_col: RewardCol = None
-    reward_weights: RewardWeights = None
-    aggregation: Aggregation = None
-    estimator: Estimator = None
-    ddof: Ddof = None
-    eps: Eps = None
-    eps_mode: EpsMode = None
-    singleton: Singleton = None
-    nulls: Nulls = None
-    clip: Clip = None
-    clip_stage: ClipStage = None
-    batch_col: BatchCol = None
-    group_size: GroupSize = None
-    length_col: LengthCol = None
-    token_weighted: TokenWeighted = None
-    baseline_col: BaselineCol = None
-    step_rewards_col: StepRewardsCol = None
-    deterministic: Deterministic = None
-    backend: Backend = None
-    device: Device = None
-    ray_address: RayAddress = None
+    group_col: list[str] | None = _option_field(
+        "--group-col",
+        "-g",
+        metavar="COL",
+        help="Column identifying a group; repeat for a composite key "
+        "(-g step -g prompt_id). Default: step, prompt_id when the log has a step column "
+        f"(the first of {', '.join(STEP_COLUMNS)}), else prompt_id.",
+        panel=INPUT,
+    )
+    reward_col: list[str] | None = _option_field(
+        "--reward-col",
+        "-r",
+        metavar="COL",
+        help="Reward column; repeat for several rewards (see --aggregation). Default: reward.",
+        panel=INPUT,
+    )
+    reward_weights: str | None = _option_field(
+        "--reward-weights",
+        metavar="W1,W2",
+        help="One weight per --reward-col, e.g. 1,0.5. Default: 1 each.",
+        panel=INPUT,
+    )
+    aggregation: str | None = _option_field(
+        "--aggregation",
+        metavar="MODE",
+        help=_choices("How several rewards combine", AGGREGATIONS, "sum_then_normalize"),
+        complete=AGGREGATIONS,
+        panel=POLICIES,
+    )
+    estimator: str | None = _option_field(
+        "--estimator",
+        "-e",
+        metavar="NAME",
+        help="Advantage estimator: "
+        + "; ".join(f"{e.name} = {e.summary}" for e in ESTIMATORS.values())
+        + ". Default: grpo.",
+        complete=ESTIMATORS,
+        panel=POLICIES,
+    )
+    ddof: int | None = _option_field(
+        "--ddof",
+        metavar="0|1",
+        help="Degrees-of-freedom correction of every std: 1 sample, 0 population. Default: 1.",
+        panel=POLICIES,
+    )
+    eps: float | None = _option_field(
+        "--eps", metavar="FLOAT", help="The stabiliser. Default: 1e-8.", panel=POLICIES
+    )
+    eps_mode: str | None = _option_field(
+        "--eps-mode",
+        metavar="MODE",
+        help=_choices("Where eps goes", EPS_MODES, "std"),
+        complete=EPS_MODES,
+        panel=POLICIES,
+    )
+    singleton: str | None = _option_field(
+        "--singleton",
+        metavar="POLICY",
+        help=_choices("A group with one valid reward", SINGLETON_POLICIES, "zero"),
+        complete=SINGLETON_POLICIES,
+        panel=POLICIES,
+    )
+    nulls: str | None = _option_field(
+        "--nulls",
+        metavar="POLICY",
+        help=_choices("Null or NaN rewards", NULL_POLICIES, "exclude"),
+        complete=NULL_POLICIES,
+        panel=POLICIES,
+    )
+    clip: str | None = _option_field(
+        "--clip",
+        metavar="LO,HI",
+        help="Clip advantages to [LO, HI] (OpenRLHF: -10,10).",
+        panel=POLICIES,
+    )
+    clip_stage: str | None = _option_field(
+        "--clip-stage",
+        metavar="STAGE",
+        help=_choices("Where --clip applies", CLIP_STAGES, "advantage"),
+        complete=CLIP_STAGES,
+        panel=POLICIES,
+    )
+    batch_col: str | None = _option_field(
+        "--batch-col",
+        metavar="COL",
+        help="Batch statistics per value of this column (e.g. step). Default: the whole "
+        "input is one batch.",
+        panel=LAYOUT,
+    )
+    group_size: int | None = _option_field(
+        "--group-size",
+        metavar="G",
+        parser=parse_group_size,
+        help="Positional groups: consecutive runs of G rows (within each batch), for logs "
+        "without a prompt id (TRL's num_generations). auto (or not given, with a TRL "
+        "preset): inferred from a TRL dump's runs of equal prompts.",
+        panel=LAYOUT,
+    )
+    length_col: str | None = _option_field(
+        "--length-col",
+        metavar="COL",
+        help="Response lengths in tokens (opo weights, --token-weighted statistics).",
+        panel=INPUT,
+    )
+    token_weighted: bool | None = _option_field(
+        "--token-weighted/--no-token-weighted",
+        help="Weight batch statistics by --length-col, as verl and OpenRLHF whiten over tokens.",
+        panel=POLICIES,
+    )
+    baseline_col: str | None = _option_field(
+        "--baseline-col",
+        metavar="COL",
+        help="Per-row baseline reward (remax: the greedy response's reward).",
+        panel=INPUT,
+    )
+    step_rewards_col: str | None = _option_field(
+        "--step-rewards-col",
+        metavar="COL",
+        help="List column of per-step rewards (estimator process).",
+        panel=INPUT,
+    )
+    deterministic: bool | None = _option_field(
+        "--deterministic/--fast",
+        help="Bit-for-bit repeatable results (Polars' in-memory engine, about 2x slower on "
+        "large logs). Default --fast: the streaming engine, whose parallel sums may differ in "
+        "the last bit (~1e-16 relative) between runs.",
+        panel=ENGINE,
+    )
+    backend: str | None = _option_field(
+        "--backend",
+        metavar="NAME",
+        help=_choices("Where the arithmetic runs", BACKENDS, "polars"),
+        complete=BACKENDS,
+        panel=ENGINE,
+    )
+    device: str | None = _option_field(
+        "--device",
+        metavar="DEVICE",
+        help=_choices("The torch device", DEVICES, "auto"),
+        complete=DEVICES,
+        panel=ENGINE,
+    )
+    ray_address: str | None = _option_field(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="With --backend ray: auto (the cluster this machine belongs to) or HOST:PORT "
+        "(its head). Default: a private local Ray (RAY_ADDRESS is not followed).",
+        panel=ENGINE,
+    )
+
+
+def _shared(name: str) -> Any:
+    """The policy block's option ``name``, for another block."""
+    (policy,) = (f for f in fields(PolicyParams) if f.name == name)
+    return field(default=None, metadata=policy.metadata)
+
+
+@dataclass(frozen=True)
+class ReportParams(OptionBlock):
+    """The input and grouping options of ``summarize`` and ``plot``."""
+
+    group_col: list[str] | None = _shared("group_col")
+    reward_col: list[str] | None = _shared("reward_col")
+    reward_weights: str | None = _shared("reward_weights")
+    ddof: int | None = _shared("ddof")
+    nulls: str | None = _shared("nulls")
+    batch_col: str | None = _shared("batch_col")
+    group_size: int | None = _shared("group_size")
 
 
 def _block_options(
@@ -610,8 +510,8 @@ def _block_options(
         inspect.Parameter(
             field.name,
             inspect.Parameter.KEYWORD_ONLY,
-            default=None if field.default is MISSING else field.default,
-            annotation=hints[field.name],
+            default=None,
+            annotation=Annotated[hints[field.name], field.metadata["option"]],
         )
         for field in fields(block)
         if field.name not in exclude

@@ -5,10 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from grpo_cli.cli.help import INPUT, OUTPUT, POLICIES
-from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     By,
     Force,
@@ -17,7 +14,7 @@ from grpo_cli.cli.params import (
     Quiet,
     ReportParams,
     Sources,
-    _completes,
+    cli_option,
     flag_spelling,
     report_options,
 )
@@ -29,14 +26,13 @@ def plot_cmd(
     sources: Sources = None,
     output: Annotated[
         Path | None,
-        typer.Option(
+        cli_option(
             "--output",
             "-o",
             metavar="PATH",
             help="The dashboard: .png, .svg, .pdf or .html, by suffix. Default: "
             "<stem>.report.png beside the input file.",
-            show_default=False,
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = None,
     by: By = None,
@@ -46,25 +42,23 @@ def plot_cmd(
     report_params: ReportParams,
     advantage_col: Annotated[
         str | None,
-        typer.Option(
+        cli_option(
             "--advantage-col",
             metavar="COL",
             help="The advantage column, if any. Default: advantage, else advantages (verl).",
-            show_default=False,
-            rich_help_panel=INPUT,
+            panel=INPUT,
         ),
     ] = None,
     estimator: Annotated[
         str | None,
-        typer.Option(
+        cli_option(
             "--estimator",
             "-e",
             metavar="NAME",
             help="The estimator the advantages came from, named in the title (the report "
             "does not depend on it). Default: the preset's, else grpo.",
-            autocompletion=_completes(lambda: ESTIMATORS),
-            show_default=False,
-            rich_help_panel=POLICIES,
+            complete=ESTIMATORS,
+            panel=POLICIES,
         ),
     ] = None,
     force: Force = False,
@@ -75,7 +69,7 @@ def plot_cmd(
     PNG, SVG, PDF or HTML (the figure and the tables); without -o, <stem>.report.png
     beside the input. Needs matplotlib: .venv/bin/pip install -e '.[plot]' (make adds it).
     """
-    from grpo_cli.cli.render import print_warning, stderr_console
+    from grpo_cli.cli.render import print_warnings, stderr_console, warner
     from grpo_cli.report.plot import run_plot
 
     result = run_plot(
@@ -92,6 +86,5 @@ def plot_cmd(
     )
     if not quiet:
         console = stderr_console()
-        for warning in result.report.warnings:
-            print_warning(console, warning, flag_spelling)
+        print_warnings(console, result.report.warnings)
         console.print(f"dashboard written to {result.path}")

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
-
 from grpo_cli.cli.help import OUTPUT
+from grpo_cli.cli.params import cli_option
 from grpo_cli.core.errors import OptionsError
 
 
 def presets_cmd(
     output_format: Annotated[
         str,
-        typer.Option(
+        cli_option(
             "--output-format",
             "--format",
             metavar="FORMAT",
             help="table (the terminal), markdown (for docs), json (one array of objects) or csv.",
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
+            show_default=True,
         ),
     ] = "table",
 ) -> None:

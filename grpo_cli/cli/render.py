@@ -2,35 +2,35 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import TaskID
 from rich.table import Table
 
 from grpo_cli.core.columns import readable
-from grpo_cli.core.errors import as_text, option
+from grpo_cli.core.errors import as_text, one_line, option
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
     from grpo_cli.core.errors import GrpoAdvError, Message, Spelling
     from grpo_cli.core.options import AdvantageOptions
-    from grpo_cli.core.run_summary import RunSummary
+    from grpo_cli.jobs.run import JobResult
     from grpo_cli.report.explain import Explanation
     from grpo_cli.report.summarize import Report
     from grpo_cli.report.verify import VerifyReport
 
 
 class PipeConsole(Console):
-    """A Rich console whose reader may go away (``grpo-adv explain ... 2>&1 | head``): a
-    closed pipe is the same success as a closed stdout (exit 0: see
-    :func:`grpo_cli.cli.app._user_errors`), not Rich's own exit 1. Its stream is pointed at
-    ``/dev/null`` first, so that nothing written later fails again."""
+    """A Rich console whose closed pipe (``... 2>&1 | head``) is a BrokenPipeError (exit 0,
+    as a closed stdout), not Rich's exit 1; its stream then goes to ``/dev/null``."""
 
     def on_broken_pipe(self) -> None:
         import errno
@@ -50,33 +50,42 @@ def print_error(console: Console, error: GrpoAdvError, spell: Spelling) -> None:
     """``error: <message>`` then ``hint: <hint>``, one line each, options named as
     ``spell`` names them (the command line: its flags)."""
     message, hint = error.render(spell)
-    console.print(f"[bold red]error:[/] {_escape(message)}", markup=True, emoji=False)
+    _print_labelled(console, "[bold red]error:[/]", message)
     if hint:
-        console.print(f"[yellow]hint:[/] {_escape(hint)}", markup=True, emoji=False)
+        _print_labelled(console, "[yellow]hint:[/]", hint)
 
 
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
+def _print_labelled(console: Console, label: str, text: str) -> None:
+    console.print(f"{label} {escape(text)}", markup=True, emoji=False)
 
 
 def print_warning(console: Console, message: Message, spell: Spelling) -> None:
     """``warning: <message>`` on one line (control characters escaped), options named as
     ``spell`` names them."""
-    from grpo_cli.core.errors import as_text, one_line
+    _print_labelled(console, "[yellow]warning:[/]", one_line(as_text(message).render(spell)))
 
-    text = one_line(as_text(message).render(spell))
-    console.print(f"[yellow]warning:[/] {_escape(text)}", emoji=False)
+
+def print_warnings(console: Console, messages: Iterable[Message]) -> None:
+    """Each of ``messages`` as :func:`print_warning` says it, options named by their flags."""
+    from grpo_cli.cli.params import flag_spelling
+
+    for message in messages:
+        print_warning(console, message, flag_spelling)
+
+
+def warner(*, quiet: bool) -> Callable[[Message], None] | None:
+    """Where the core's warnings go: :func:`print_warning` on stderr, or nowhere (--quiet)."""
+    if quiet:
+        return None
+    from grpo_cli.cli.params import flag_spelling
+
+    return functools.partial(print_warning, stderr_console(), spell=flag_spelling)
 
 
 def print_note(console: Console, message: Message, spell: Spelling) -> None:
     """``note: <message>`` on one line (control characters escaped), options named as
     ``spell`` names them: what the user should know, nothing wrong."""
-    from grpo_cli.core.errors import as_text, one_line
-
-    text = one_line(as_text(message).render(spell))
-    console.print(f"[cyan]note:[/] {_escape(text)}", emoji=False)
+    _print_labelled(console, "[cyan]note:[/]", one_line(as_text(message).render(spell)))
 
 
 def number(value: float | None, digits: int = 4, none: str = "-") -> str:
@@ -84,14 +93,9 @@ def number(value: float | None, digits: int = 4, none: str = "-") -> str:
     return none if value is None else f"{value:.{digits}g}"
 
 
-def count_text(count: int) -> str:
-    """A count as every human output writes one: thousands separated (``194,222``)."""
-    return f"{count:,}"
-
-
 def _share(count: int, total: int) -> str:
     share = f" ({100 * count / total:.1f}%)" if total else ""
-    return count_text(count) + share
+    return f"{count:,}{share}"
 
 
 # --------------------------------------------------------------------------- tables that fit
@@ -103,11 +107,8 @@ _MAX_WORD_FLOOR = 20
 
 @dataclass(frozen=True)
 class TableColumn:
-    """One column of a table printed by :func:`print_table`.
-
-    ``wrap``: free text, whose cells may wrap on whitespace and fold a word too long for
-    the column. Otherwise (numbers, names) each cell stays whole on one line.
-    """
+    """One column of :func:`print_table`: ``wrap`` cells (free text) wrap on whitespace and
+    fold a word too long for the column; others (numbers, names) stay whole on one line."""
 
     header: str
     justify: JustifyMethod = "left"
@@ -129,24 +130,16 @@ def print_table(
     title_justify: JustifyMethod = "left",
 ) -> None:
     """Print ``rows`` (markup strings) as Rich tables no wider than ``console.width`` that
-    cut no number and no header: Rich's ellipsis never shows.
+    cut no number and no header (no ellipsis).
 
-    Each column's ``min_width`` is its *floor*: its widest cell (header included) for a
-    ``no_wrap`` column, its longest word (at most ``_MAX_WORD_FLOOR``) for a ``wrap``
-    one. A table fits when Rich measures it at its floors within the console. One that fits
-    at its widest cells is Rich's own layout; one that fits only narrower gets its floors
-    widened toward the widest cells, the key columns first, then the narrowest (Rich's
-    own narrowing would take a wrap column under its ``min_width``). Else:
-
-    * if ``split`` and the first ``keys`` columns fit beside any single other column, the
-      other columns are split, in order, into consecutive tables ("parts") as wide as fit,
-      each repeating the ``keys`` columns at its left, as pandas wraps a wide frame; each
-      part is headed by its title and ", part i of n";
-    * else, with three columns or more: the vertical layout, one ``header  cell`` line per
-      cell, a rule between rows (:func:`_print_records`);
-    * else (two columns): Rich narrows the text column and folds its longest words.
-
-    ``section``: a rule under every ``section`` rows (none when 0).
+    A column's *floor* (its ``min_width``) is its widest cell for a ``no_wrap`` column,
+    its longest word (at most ``_MAX_WORD_FLOOR``) for a ``wrap`` one. A table that fits
+    only below its widest cells gets its floors widened toward them, key columns first,
+    then the narrowest (Rich's own narrowing ignores ``min_width``). A table too wide at its
+    floors is, if ``split`` and the ``keys`` columns fit beside each other column, split into
+    "parts" that repeat the ``keys`` columns (each titled ", part i of n"); else, with
+    three columns or more, printed vertically (:func:`_print_records`); else Rich folds the
+    text column's words. ``section``: a rule under every ``section`` rows (none when 0).
     """
     keys = min(keys, len(columns))
     unbounded = console.options.update_width(sys.maxsize)  # a measure capped at no width
@@ -158,9 +151,8 @@ def print_table(
         words = max((size.minimum for size in sizes), default=1)
         floors.append(min(words, _MAX_WORD_FLOOR) if column.wrap else needs[-1])
 
-    def table(
-        part: Sequence[int], widths: Sequence[int] | None = None, *, fold: bool = False
-    ) -> Table:
+    def table(part: Sequence[int], widths: Sequence[int] | None) -> Table:
+        """The keys and ``part`` at ``widths`` (None: the wrap columns' words fold)."""
         shown = [*range(keys), *part]
         result = Table(show_header=show_header, show_lines=show_lines)
         for n, i in enumerate(shown):
@@ -171,7 +163,7 @@ def print_table(
                 overflow="fold",
                 no_wrap=not columns[i].wrap,
                 width=None if widths is None else widths[n],
-                min_width=None if fold and columns[i].wrap else floors[i],
+                min_width=None if widths is None and columns[i].wrap else floors[i],
             )
         for n, row in enumerate(rows, start=1):
             result.add_row(*(row[i] for i in shown), end_section=section > 0 and n % section == 0)
@@ -216,12 +208,8 @@ def print_table(
             grow = max(0, min(spare, needs[shown[n]] - widths[n]))
             widths[n] += grow
             spare -= grow
-        if console.measure(table(part), options=unbounded).maximum <= console.width:
-            printed = table(part)  # every column at its need: Rich's own layout
-        elif spare < 0:  # two columns too wide at their floors: Rich folds the long words
-            printed = table(part, fold=True)
-        else:
-            printed = table(part, widths)
+        # two columns too wide at their floors: Rich folds the long words
+        printed = table(part, None if spare < 0 else widths)
         printed.title = title if len(parts) == 1 else None
         printed.title_justify = title_justify
         console.print(printed)
@@ -235,34 +223,18 @@ def _print_records(
     title: str | None,
     title_justify: JustifyMethod,
 ) -> None:
-    """The vertical layout of a table too wide for the console: a two-column table of
-    ``header  cell`` lines, one per cell, a rule after each row's cells."""
-    fields = [TableColumn("field", style="bold", wrap=True), TableColumn("value", wrap=True)]
+    """The vertical layout of a table too wide for the console: ``header  cell`` lines, one
+    per cell, a rule after each row's cells."""
     pairs = [(column.header, row[i]) for row in rows for i, column in enumerate(columns)]
-    print_table(
-        console,
-        fields,
-        pairs,
-        title=title,
-        show_header=False,
-        section=len(columns),
-        title_justify=title_justify,
-    )
+    print_figures(console, pairs, title=title, section=len(columns), title_justify=title_justify)
 
 
-def render_run_summary(
-    console: Console,
-    summary: RunSummary,
-    options: AdvantageOptions,
-    *,
-    output: str,
-    group_table_path: str | None = None,
-    preset: str | None = None,
-    layout: str | None = None,
-    spell: Spelling,
-) -> None:
+def render_run_summary(console: Console, result: JobResult, *, preset: str | None) -> None:
     """The summary table of one ``compute`` run (a figure/value table that fits the
-    console: see :func:`print_figures`), options named as ``spell`` names them."""
+    console: see :func:`print_figures`), options named by their flags."""
+    from grpo_cli.cli.params import flag_spelling as spell
+
+    summary, options = result.run, result.options
     grouping = (
         f"runs of {options.group_size} rows"
         if options.group_size
@@ -280,7 +252,7 @@ def render_run_summary(
         method += f", {len(options.reward_cols)} rewards {options.aggregation}"
     rows = [
         ("rows", f"{summary.rows:,}"),
-        ("groups", f"{summary.groups:,}  (by {_escape(grouping)})"),
+        ("groups", f"{summary.groups:,}  (by {escape(grouping)})"),
         ("batches", batch),
         (
             "group size min / median / max",
@@ -305,21 +277,35 @@ def render_run_summary(
         ("estimator", method + ")"),
     ]
     if preset is not None:
-        rows.append(("preset", preset + (f" (read as a {layout} dump)" if layout else "")))
-    rows.append(("output", _escape(output)))
-    if group_table_path is not None:
-        rows.append(("group table", _escape(group_table_path)))
+        layout = f" (read as a {result.layout} dump)" if result.layout else ""
+        rows.append(("preset", preset + layout))
+    rows.append(("output", escape(result.output)))
+    if result.summary_path is not None:
+        rows.append(("group table", escape(str(result.summary_path))))
     print_figures(console, rows, title="grpo-adv compute")
 
 
 def print_figures(
-    console: Console, rows: Sequence[tuple[str, str]], *, title: str | None = None
+    console: Console,
+    rows: Sequence[tuple[str, str]],
+    *,
+    title: str | None = None,
+    section: int = 0,
+    title_justify: JustifyMethod = "left",
 ) -> None:
     """A headerless two-column table, a bold figure name then its value, that fits the
     console: both columns wrap on whitespace, so a number is never cut; only a word too
     long for the console (a long path) may fold."""
     columns = [TableColumn("figure", style="bold", wrap=True), TableColumn("value", wrap=True)]
-    print_table(console, columns, rows, keys=1, title=title, show_header=False)
+    print_table(
+        console,
+        columns,
+        rows,
+        title=title,
+        show_header=False,
+        section=section,
+        title_justify=title_justify,
+    )
 
 
 def render_verify_report(
@@ -329,12 +315,12 @@ def render_verify_report(
     hints (``hint: ...``, one line each)."""
     verdict = "[bold green]agree[/]" if report.agree else "[bold red]differ[/]"
     console.print(
-        f"{_escape(source)} vs {preset or 'the given options'}: {verdict} "
+        f"{escape(source)} vs {preset or 'the given options'}: {verdict} "
         f"(tolerance {report.tol:g})",
         emoji=False,
     )
     figures = [
-        ("recomputed as", _escape(describe_method(report.options, report.layout))),
+        ("recomputed as", escape(describe_method(report.options, report.layout))),
         ("rows compared", f"{report.rows:,}"),
         ("max |difference|", f"{report.max_abs_diff:.3g}"),
         ("rows over tolerance", f"{report.rows_over:,}"),
@@ -347,20 +333,19 @@ def render_verify_report(
         keys = len([c for c in worst.columns if c not in ("size", "max_abs_diff")])
         columns = [
             TableColumn(
-                _escape(name),
+                escape(name),
                 justify="right" if dtype.is_numeric() else "left",
                 wrap=not dtype.is_numeric(),
             )
             for name, dtype in worst.schema.items()
         ]
         rows = [
-            [_escape(_cell(v, count=i >= keys)) for i, v in enumerate(row)]
+            [escape(_cell(v, count=i >= keys)) for i, v in enumerate(row)]
             for row in worst.iter_rows()
         ]
         print_table(console, columns, rows, keys=keys, title="worst groups")
     for hint in report.hints:
-        shown = as_text(hint).render(spell)
-        console.print(f"[yellow]hint:[/] {_escape(shown)}", markup=True, emoji=False)
+        _print_labelled(console, "[yellow]hint:[/]", as_text(hint).render(spell))
 
 
 def describe_method(options: AdvantageOptions, layout: str | None = None) -> str:
@@ -394,7 +379,7 @@ def _cell(value: object, *, count: bool = False) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if count and isinstance(value, int) and not isinstance(value, bool):
-        return count_text(value)
+        return f"{value:,}"
     return str(value)
 
 
@@ -405,13 +390,8 @@ def render_presets(console: Console) -> None:
 
     rows: list[tuple[str, str, str]] = []
     for row in presets_frame().iter_rows(named=True):
-        conventions = [
-            f"estimator {row['estimator']}",
-            f"ddof {row['ddof']}",
-            f"eps {row['eps']}",
-            f"singleton {row['singleton']}",
-            f"nulls {row['nulls']}",
-        ]
+        named = ("estimator", "ddof", "eps", "singleton", "nulls")
+        conventions = [f"{name} {row[name]}" for name in named]
         if row["clip"]:
             conventions.append(f"clip {row['clip']}")
         if row["token_weighted"]:
@@ -420,7 +400,7 @@ def render_presets(console: Console) -> None:
             conventions.append(row["aggregation"])
         if row["layout"]:
             conventions.append(f"reads {row['layout']} dumps")
-        rows.append((row["preset"], _escape(row["reproduces"]), _escape(", ".join(conventions))))
+        rows.append((row["preset"], escape(row["reproduces"]), escape(", ".join(conventions))))
     columns = [
         TableColumn("preset", style="bold"),
         TableColumn("reproduces", wrap=True),
@@ -444,8 +424,6 @@ class DelayedProgress:
     def __init__(self, console: Console, *, enabled: bool, delay: float = 1.5) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-        self.enabled = enabled
-        self.delay = delay
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -453,11 +431,10 @@ class DelayedProgress:
             console=console,
             transient=True,
         )
-        self._timer: threading.Timer | None = None
+        self._timer = threading.Timer(delay, self.progress.start) if enabled else None
 
     def __enter__(self) -> DelayedProgress:
-        if self.enabled:
-            self._timer = threading.Timer(self.delay, self.progress.start)
+        if self._timer is not None:
             self._timer.daemon = True
             self._timer.start()
         return self
@@ -500,16 +477,12 @@ def sparkline(values: list[float | None]) -> str:
     present = [v for v in values if v is not None]
     if not present:
         return ""
-    lo, hi = min(present), max(present)
-    span = hi - lo
-    out = []
-    for v in values:
-        if v is None:
-            out.append(" ")
-        else:
-            level = 0 if span == 0 else round((v - lo) / span * (len(SPARK_BARS) - 1))
-            out.append(SPARK_BARS[level])
-    return "".join(out)
+    lo, span = min(present), max(present) - min(present)
+    top = len(SPARK_BARS) - 1
+    return "".join(
+        " " if v is None else SPARK_BARS[0 if span == 0 else round((v - lo) / span * top)]
+        for v in values
+    )
 
 
 HISTOGRAM_BAR_WIDTH = 40
@@ -524,20 +497,16 @@ def histogram_lines(
     if not counts:
         return ["(no values)"]
     top = max(counts) or 1
-    lines = []
-    for i, count in enumerate(counts):
-        bar = "█" * round(count / top * width)
-        lines.append(f"{edges[i]:>9.3g} .. {edges[i + 1]:<9.3g} {count:>8,}  {bar}")
-    return lines
+    return [
+        f"{lo:>9.3g} .. {hi:<9.3g} {count:>8,}  {'█' * round(count / top * width)}"
+        for lo, hi, count in zip(edges, edges[1:], counts, strict=False)
+    ]
 
 
 def render_report(console: Console, report: Report, *, rows: int = 20, bins: int = 12) -> None:
     """Overall figures, the per-step table (first and last ``rows`` // 2 steps when there
-    are more), per-step sparklines, and histograms of rewards and advantages.
-
-    Both tables fit ``console.width`` without cutting a number or a header: the per-step
-    table is split into parts that repeat the ``by`` columns (see :func:`print_table`),
-    and the histogram bars shrink to fit."""
+    are more; see :func:`print_table`), per-step sparklines, and histograms of rewards and
+    advantages whose bars shrink to fit the console."""
     import polars as pl
 
     from grpo_cli.report.summarize import histogram
@@ -556,7 +525,7 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
         shown = list(dict.fromkeys(c for c in (*report.by, *step_columns) if c in steps.columns))
         columns = [
             TableColumn(
-                _escape(name),
+                escape(name),
                 justify="right",
                 wrap=name in report.by and not steps.schema[name].is_numeric(),
             )
@@ -577,19 +546,16 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
             keys=len(report.by),
             title=f"per {', '.join(report.by)} ({steps.height:,} values)",
         )
-        from grpo_cli.core.metrics import logged_name
-
         spark = [c for name in SPARK_METRICS for c in logged_name(name) if c in steps.columns]
         for name in dict.fromkeys(spark):
-            if name in steps.columns:
-                series = steps[name].to_list()
-                line = sparkline(series)
-                present = [v for v in series if v is not None]
-                if present:
-                    console.print(
-                        f"{name:>22}  {line}  {_value(present[0])} → {_value(present[-1])}",
-                        emoji=False,
-                    )
+            series = steps[name].to_list()
+            present = [v for v in series if v is not None]
+            if present:
+                console.print(
+                    f"{name:>22}  {sparkline(series)}  {_value(present[0])} → "
+                    f"{_value(present[-1])}",
+                    emoji=False,
+                )
     for title, values in (("reward", report.rewards), ("advantage", report.advantages)):
         if values is None:
             continue
@@ -602,7 +568,7 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
 
 def _key(value: object) -> str:
     """A key's value (a step, a prompt id): as it is, never as a count (step 1000)."""
-    return "-" if value is None else _escape(_cell(value))
+    return "-" if value is None else escape(_cell(value))
 
 
 def _value(value: object) -> str:
@@ -612,36 +578,34 @@ def _value(value: object) -> str:
         return number(value, 4)
     if isinstance(value, int):
         return f"{value:,}"
-    return "-" if value is None else _escape(str(value))
+    return "-" if value is None else escape(str(value))
 
 
 # --------------------------------------------------------------------------- explain
 
 
 def render_explanation(console: Console, e: Explanation, spell: Spelling) -> None:
-    """One group, the formula filled in for every response (a table that fits the console,
-    its formulas and texts wrapped on whitespace, the ``row`` column repeated if it must be
-    split): each response's input row, its step, each summed reward column's value (None
-    said) and the start of its text when the log has them. The warnings are the caller's
-    to print (on stderr)."""
+    """One group, the formula filled in for every response (:func:`print_table`, keyed by
+    ``row``), with its step, each summed reward (None said) and the start of its text when
+    the log has them. The warnings are the caller's to print (on stderr)."""
     o = e.options
     key = ", ".join(f"{k}={v}" for k, v in e.key.items())
     responses = "response" if e.size == 1 else "responses"
-    console.print(f"[bold]group {_escape(key)}[/]: {e.size:,} {responses}", emoji=False)
+    console.print(f"[bold]group {escape(key)}[/]: {e.size:,} {responses}", emoji=False)
     if e.chosen:
-        console.print(f"  {_escape(as_text(e.chosen).render(spell))}", emoji=False)
+        console.print(f"  {escape(as_text(e.chosen).render(spell))}", emoji=False)
     console.print(
-        f"estimator {o.estimator}: {_escape(e.estimator_summary)}  "
+        f"estimator {o.estimator}: {escape(e.estimator_summary)}  "
         f"(ddof={o.ddof}, eps={o.eps:g}, eps_mode={o.eps_mode}, singleton={o.singleton}, "
         f"nulls={o.nulls}{', clip=' + str(o.clip) if o.clip else ''})",
         emoji=False,
     )
     for line in e.steps:
-        console.print(f"  {_escape(line)}", emoji=False)
+        console.print(f"  {escape(line)}", emoji=False)
     if e.formula:
-        console.print(f"  [bold]{_escape(e.formula)}[/]", emoji=False)
+        console.print(f"  [bold]{escape(e.formula)}[/]", emoji=False)
     for note in e.notes:
-        console.print(f"  [yellow]note:[/] {_escape(note)}", emoji=False)
+        console.print(f"  [yellow]note:[/] {escape(note)}", emoji=False)
     numbered = any(row.row is not None for row in e.rows)  # else: within the group
     columns = [TableColumn("row" if numbered else "#", justify="right")]
     if e.step_col:
@@ -666,12 +630,12 @@ def render_explanation(console: Console, e: Explanation, spell: Spelling) -> Non
             formula = f"{formula}  [{policy}]" if row.formula != "-" else policy
         cells = [str(row.row if numbered else i)]
         if e.step_col:
-            cells.append("-" if row.step is None else _escape(str(row.step)))
+            cells.append("-" if row.step is None else escape(str(row.step)))
         cells += ["None" if v is None else number(v, 6) for v in row.parts]
-        cells += [number(row.reward, 6), _escape(formula), number(row.advantage, 6)]
+        cells += [number(row.reward, 6), escape(formula), number(row.advantage, 6)]
         if e.logged:
             cells.append(number(row.logged, 6))
         if e.text_col:
-            cells.append("-" if row.text is None else _escape(row.text))
+            cells.append("-" if row.text is None else escape(row.text))
         rows.append(cells)
     print_table(console, columns, rows, keys=1)

@@ -1,20 +1,14 @@
 """How a grpo-adv process answers SIGINT and SIGTERM, whatever it inherited (a script's
-background job starts with SIGINT ignored; whoever signals grpo-adv means it):
+background job starts with SIGINT ignored):
 
-- **While the app loads and parses its options** (nothing written yet): the one line,
-  ``error: interrupted; no output was written`` (``terminated`` for SIGTERM), and exit
-  130 (143) at once (:func:`end_at_once`).
-- **While a command runs**: the first signal raises KeyboardInterrupt (SIGINT) or
-  :class:`grpo_cli.core.errors.Terminated` (SIGTERM) where the command is, so that it
-  unwinds (temporary files removed, no partial output; see
-  :mod:`grpo_cli.io.interrupts` for the moments that defer it) and says so in the same
-  line; later signals are ignored.
-- **While Polars runs Python code** (its wrappers, or a callback its Rust engine makes
-  during a scan): the signal is delivered again a few milliseconds later, until it meets
-  code of ours. Raised inside a callback, the exception would become a Rust panic (its
-  backtrace on stderr) and a misleading read error.
-- **Once the command's exit is decided** (it returned, or its error is being said):
-  ignored.
+- while the app loads (nothing written yet): ``error: interrupted; no output was written``
+  (``terminated``) and exit 130 (143) at once (:func:`end_at_once`);
+- while a command runs: the first signal raises KeyboardInterrupt or
+  :class:`grpo_cli.core.errors.Terminated` where the command is, so that it unwinds (see
+  :mod:`grpo_cli.io.interrupts`); later ones are ignored. Met in Polars' Python code (raised
+  in a callback of its Rust engine it would become a panic and a misleading read error), the
+  signal is delivered again a few milliseconds later, until it meets code of ours;
+- once the command's exit is decided: ignored.
 
 No Polars, no typer: the console script loads it first (:mod:`grpo_cli.cli`).
 """

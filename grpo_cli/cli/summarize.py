@@ -5,10 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from grpo_cli.cli.help import INPUT, LAYOUT, OUTPUT
-from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     By,
     Force,
@@ -17,7 +14,7 @@ from grpo_cli.cli.params import (
     Quiet,
     ReportParams,
     Sources,
-    flag_spelling,
+    cli_option,
     report_options,
 )
 from grpo_cli.io.formats import TABLE_FORMATS, describe
@@ -28,43 +25,44 @@ def summarize_cmd(
     sources: Sources = None,
     output: Annotated[
         Path | None,
-        typer.Option(
+        cli_option(
             "--output",
             "-o",
             metavar="PATH",
             help="Write the --level table (- for standard output); format from the suffix: "
             f"{describe(TABLE_FORMATS, suffixes=True)}, or --output-format.",
-            show_default=False,
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = None,
     output_format: Annotated[
         str | None,
-        typer.Option(
+        cli_option(
             "--output-format",
             metavar="FORMAT",
             help=f"Format of the -o table: {describe(TABLE_FORMATS)}. Default: from "
             "-o's suffix; csv for standard output.",
-            show_default=False,
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
         ),
     ] = None,
     level: Annotated[
         str | None,
-        typer.Option(
+        cli_option(
             "--level",
             metavar="LEVEL",
             help="Table written by -o: step, group or overall. Default: step when there is "
             "a per-step column, else overall.",
-            show_default=False,
-            rich_help_panel=LAYOUT,
+            panel=LAYOUT,
         ),
     ] = None,
     by: By = None,
     rows: Annotated[
         int,
-        typer.Option(
-            "--rows", metavar="N", help="Steps shown on the terminal.", rich_help_panel=OUTPUT
+        cli_option(
+            "--rows",
+            metavar="N",
+            help="Steps shown on the terminal.",
+            panel=OUTPUT,
+            show_default=True,
         ),
     ] = 20,
     input_format: InputFormat = None,
@@ -73,13 +71,12 @@ def summarize_cmd(
     report_params: ReportParams,
     advantage_col: Annotated[
         str | None,
-        typer.Option(
+        cli_option(
             "--advantage-col",
             metavar="COL",
             help="The advantage column of an annotated log (its metrics are added). "
             "Default: advantage, else advantages (verl).",
-            show_default=False,
-            rich_help_panel=INPUT,
+            panel=INPUT,
         ),
     ] = None,
     force: Force = False,
@@ -89,7 +86,7 @@ def summarize_cmd(
 
     Works on raw and annotated logs (the advantage metrics need the advantage column).
     """
-    from grpo_cli.cli.render import print_warning, render_report, stderr_console
+    from grpo_cli.cli.render import print_warnings, render_report, stderr_console, warner
     from grpo_cli.report.summarize import run_summarize
 
     result = run_summarize(
@@ -106,8 +103,7 @@ def summarize_cmd(
     )
     if not quiet:
         console = stderr_console()
-        for warning in result.report.warnings:
-            print_warning(console, warning, flag_spelling)
+        print_warnings(console, result.report.warnings)
         render_report(console, result.report, rows=rows)
         if result.written is not None and result.table is not None:
             console.print(

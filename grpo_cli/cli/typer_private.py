@@ -1,17 +1,8 @@
-"""Every private name of Typer that grpo-adv uses, in one place.
-
-Typer has no public API for these:
-
-- ``typer._click.exceptions`` (Typer vendors Click): the usage errors the one error style
-  catches (:mod:`grpo_cli.cli.app`).
-- ``typer._completion_shared``: completion for the shell the user names
-  (``--install-completion zsh``), which Typer's own flag cannot take.
-- A parameter's ``type_descriptor`` (its annotation and ``parameter_info.parser``) and its
-  lazily built ``_runtime_param``: :mod:`grpo_cli.cli.coercion` puts its converter there,
-  which skips Pydantic.
-
-``pyproject.toml`` pins Typer to :data:`TYPER_PINNED`; ``tests/test_typer_private.py``
-fails, naming the name, when an upgrade moves one of them.
+"""Every private name of Typer that grpo-adv uses: the vendored Click's usage errors
+(:mod:`grpo_cli.cli.app`), completion for a named shell (Typer's flag takes none), and a
+parameter's ``type_descriptor`` and lazily built ``_runtime_param``, where
+:mod:`grpo_cli.cli.coercion` puts its converter. ``pyproject.toml`` pins Typer to
+:data:`TYPER_PINNED`; ``tests/test_typer_private.py`` names any that an upgrade moves.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from grpo_cli.cli.help import INPUT, OUTPUT
-from grpo_cli.cli.outputs import warner
 from grpo_cli.cli.params import (
     Force,
     InputFormat,
@@ -16,6 +15,7 @@ from grpo_cli.cli.params import (
     Preset,
     Quiet,
     Sources,
+    cli_option,
     flag_spelling,
     policy_options,
 )
@@ -29,31 +29,32 @@ def verify_cmd(
     preset: Preset = None,
     advantage_col: Annotated[
         str | None,
-        typer.Option(
+        cli_option(
             "--advantage-col",
             metavar="COL",
             help="The logged advantage column to check. Default: advantage, else "
             "advantages (verl).",
-            show_default=False,
-            rich_help_panel=INPUT,
+            panel=INPUT,
         ),
     ] = None,
     tol: Annotated[
         float,
-        typer.Option(
+        cli_option(
             "--tol",
             metavar="FLOAT",
             help="Largest absolute difference that still agrees (float32 trainers: ~1e-5).",
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
+            show_default=True,
         ),
     ] = 1e-5,
     top: Annotated[
         int,
-        typer.Option(
+        cli_option(
             "--top",
             metavar="N",
             help="How many of the worst groups to show.",
-            rich_help_panel=OUTPUT,
+            panel=OUTPUT,
+            show_default=True,
         ),
     ] = 5,
     input_format: InputFormat = None,
@@ -61,13 +62,12 @@ def verify_cmd(
     policy: PolicyParams,
     diff_out: Annotated[
         Path | None,
-        typer.Option(
+        cli_option(
             "--diff-out",
             metavar="PATH",
             help=f"Write the rows over --tol here ({describe(TABLE_FORMATS, suffixes=True)}; - "
             "for standard output): row (input row, from 0), the group key, prompt, logged, "
             "recomputed, difference (logged - recomputed).",
-            show_default=False,
         ),
     ] = None,
     force: Force = False,
@@ -77,7 +77,7 @@ def verify_cmd(
 
     Exits 0 when every row agrees within --tol, 1 when some do not.
     """
-    from grpo_cli.cli.render import print_warning, render_verify_report, stderr_console
+    from grpo_cli.cli.render import print_warnings, render_verify_report, stderr_console, warner
     from grpo_cli.report.verify import run_verify
 
     result = run_verify(
@@ -96,8 +96,7 @@ def verify_cmd(
     report = result.report
     if not quiet:
         console = stderr_console()
-        for warning in report.warnings:
-            print_warning(console, warning, flag_spelling)
+        print_warnings(console, report.warnings)
         render_verify_report(
             console, report, preset=preset, source=result.source, spell=flag_spelling
         )
