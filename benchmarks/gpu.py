@@ -11,9 +11,9 @@ For each size, on a shuffled numeric log (:func:`datasets.write_log`, GRPO, grou
 - transfer in: what the formula reads (the key hash, its check hash, the reward) to the
   device;
 - codes: the group codes on the device (``torch.unique(return_inverse=True)``);
-- kernel: the formula, the group profile and the collision check (the engine's
-  :func:`grpo_cli.engines.torch.formula_columns`);
-- transfer out: the tensors back as Polars columns (:func:`host_columns`);
+- kernel + transfer out: the formula, the group profile and the collision check, and
+  the tensors back as Polars columns (the engine's
+  :func:`grpo_cli.engines.torch.host_columns`: one function, so one stage);
 - policies: the shared policies and the output frame (Polars);
 - write: the annotated log to Parquet.
 
@@ -50,7 +50,6 @@ from grpo_cli.core.policies import apply_policies
 from grpo_cli.core.resolve import make_request, resolve
 from grpo_cli.engines.torch import (
     float_column,
-    formula_columns,
     host_columns,
     import_torch,
     key_tensor,
@@ -90,8 +89,7 @@ def stage_seconds(path: Path, device_name: str, rounds: int) -> tuple[dict[str, 
     ctx = torch_context(torch, prepared, plan, device)
     check = plan.keys.check
     key = key_tensor(torch, prepared, plan.keys.group, device)
-    out = formula_columns(ctx, prepared, plan)
-    host = host_columns(out, prepared, plan)
+    host = host_columns(ctx, prepared, plan)
     advantage = apply_policies(
         pl.col(TORCH_RAW).fill_nan(None),
         plan,
@@ -125,10 +123,9 @@ def stage_seconds(path: Path, device_name: str, rounds: int) -> tuple[dict[str, 
             sync,
         ),
         "codes": median_seconds(lambda: torch.unique(key, return_inverse=True), rounds, sync),
-        "kernel": median_seconds(
-            lambda: formula_columns(replace(ctx), prepared, plan), rounds, sync
+        "kernel + transfer out": median_seconds(
+            lambda: host_columns(replace(ctx), prepared, plan), rounds, sync
         ),
-        "transfer out": median_seconds(lambda: host_columns(out, prepared, plan), rounds, sync),
         "policies": median_seconds(policies, rounds, sync),
         "write": median_seconds(lambda: annotated.write_parquet(written), rounds, sync),
     }
@@ -183,8 +180,8 @@ def main() -> None:
         torch_e2e, polars_e2e = end_to_end(path, args.device, args.rounds)
         print(f"{rows:,} rows on {where} (medians of {args.rounds})")
         for name, value in seconds.items():
-            print(f"  {name:<13} {value:8.3f} s")
-        print(f"  {'stages':<13} {sum(seconds.values()):8.3f} s")
+            print(f"  {name:<21} {value:8.3f} s")
+        print(f"  {'stages':<21} {sum(seconds.values()):8.3f} s")
         print(f"  import torch  {loading:8.3f} s (fresh process)")
         print(f"end to end: torch {torch_e2e:.2f} s, Polars {polars_e2e:.2f} s")
         print(f"  torch / Polars: {torch_e2e / polars_e2e:.2f}")
