@@ -32,6 +32,7 @@ from __future__ import annotations
 import errno as _errno
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 if TYPE_CHECKING:
@@ -60,17 +61,13 @@ class Verbatim:
     text: str
 
 
-class _NoValue:
+class _NoValue(Enum):
     """No value shown with an option (one object, also once unpickled)."""
 
-    def __reduce__(self) -> str:
-        return "_NO_VALUE"
-
-    def __repr__(self) -> str:
-        return "<no value>"
+    NO_VALUE = 0
 
 
-_NO_VALUE: Final = _NoValue()
+_NO_VALUE: Final = _NoValue.NO_VALUE
 AliasForm = Literal["", "alone", "explained"]
 
 
@@ -211,8 +208,8 @@ class GrpoAdvError(Exception):
     """A failure the user can act on: a one-line message plus a hint, and what it is about.
 
     Attributes:
-        text, hint_text: the message and the hint as :class:`Text` (options by keyword).
-        options: the keywords of the options the message and hint name, in order.
+        text, hint_text: the message and the hint (or None) as :class:`Text`, options by
+            keyword; either may be replaced or extended (``error.text += more``).
         value: the offending value, when one option's value is the problem (else None).
         column: the input column concerned, when one is (else None).
         path: the file concerned, when one is (else None).
@@ -232,62 +229,34 @@ class GrpoAdvError(Exception):
         column: str | None = None,
         path: str | Path | None = None,
     ) -> None:
+        self.text = as_text(message)
+        self.hint_text = None if hint is None else as_text(hint)
         self.value = value
         self.column = column
         self.path = None if path is None else str(path)
-        self._hint: Text | None = None
-        self.text = as_text(message)
-        self.hint_text = None if hint is None else as_text(hint)
-
-    @property
-    def text(self) -> Text:
-        """The message, options by keyword."""
-        return self._text
-
-    @text.setter
-    def text(self, value: Message) -> None:
-        self._text = as_text(value)
         super().__init__(self.message)
 
     @property
-    def hint_text(self) -> Text | None:
-        """The hint, options by keyword (or None)."""
-        return self._hint
-
-    @hint_text.setter
-    def hint_text(self, value: Message | None) -> None:
-        self._hint = None if value is None else as_text(value)
-
-    @property
     def message(self) -> str:
-        """The one-line message, options spelled as Python keywords (set: a new message;
-        :attr:`text` keeps the options of an extended one: ``error.text += more``)."""
+        """The one-line message, options spelled as Python keywords."""
         return self.render(keyword_spelling)[0]
-
-    @message.setter
-    def message(self, value: Message) -> None:
-        self.text = value
 
     @property
     def hint(self) -> str | None:
         """What to do next, on one line (or None), options spelled as Python keywords."""
         return self.render(keyword_spelling)[1]
 
-    @hint.setter
-    def hint(self, value: Message | None) -> None:
-        self.hint_text = value
-
     @property
     def options(self) -> tuple[str, ...]:
         """The keywords of the options the message and hint name, each once, in order."""
-        named = self._text.options + (self._hint.options if self._hint else ())
+        named = self.text.options + (self.hint_text.options if self.hint_text else ())
         return tuple(dict.fromkeys(ref.keyword for ref in named))
 
     def render(self, spell: Spelling) -> tuple[str, str | None]:
         """The message and the hint (or None), each on one line, options spelled by
         ``spell``."""
-        hint = None if self._hint is None else one_line(self._hint.render(spell))
-        return one_line(self._text.render(spell)), hint
+        hint = None if self.hint_text is None else one_line(self.hint_text.render(spell))
+        return one_line(self.text.render(spell)), hint
 
     def __str__(self) -> str:
         return self.message
