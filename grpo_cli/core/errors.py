@@ -229,11 +229,20 @@ class GrpoAdvError(Exception):
         column: str | None = None,
         path: str | Path | None = None,
     ) -> None:
-        self.text = as_text(message)
         self.hint_text = None if hint is None else as_text(hint)
+        self.text = as_text(message)
         self.value = value
         self.column = column
         self.path = None if path is None else str(path)
+
+    @property
+    def text(self) -> Text:
+        """The message, options by keyword (set: also the exception's ``args``)."""
+        return self._text
+
+    @text.setter
+    def text(self, value: Text) -> None:
+        self._text = value
         super().__init__(self.message)
 
     @property

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final, Literal
 
 from grpo_cli.core.errors import (
     InputError,
@@ -41,6 +42,8 @@ COMPRESSION_MAGIC: Final = {
     b"BZh": "bz2",
     b"\xfd7zXZ\x00": "xz",
 }
+_TESTERS: Final = {"gzip": "gzip", "zstd": "zstd", "bz2": "bzip2", "xz": "xz"}
+"""The command that tests a file of each compression (``gzip -t``)."""
 COMPRESSION_SUFFIXES: Final = {
     ".gz": "gzip",
     ".gzip": "gzip",
@@ -122,9 +125,7 @@ def _read_arrow(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tup
 
     import polars as pl
 
-    if not data.startswith((ARROW_FILE, ARROW_STREAM)):
-        cause = "it does not start with ARROW1 or 0xffffffff"
-        raise InputError(f"cannot read {name} as arrow: {cause}", hint=FORMATS["arrow"].parse_hint)
+    check_magic(data, "arrow", name)
     read = pl.read_ipc if data.startswith(ARROW_FILE) else pl.read_ipc_stream
     return _arrow_errors(lambda: read(io.BytesIO(data)), name, FORMATS["arrow"].parse_hint), ()
 
@@ -153,8 +154,7 @@ def _arrow_errors(read: Callable[[], pl.DataFrame], name: str, hint: Message) ->
     try:
         return read()
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError) as exc:
-        cause = error_line(str(exc))
-        raise InputError(f"cannot read {name} as arrow: {cause}", hint=hint) from None
+        raise cannot_read(name, "arrow", str(exc), hint) from None
 
 
 FORMATS: Final[dict[str, Format]] = {
@@ -295,33 +295,59 @@ def decompress(data: bytes, name: str) -> bytes:
     codec = compression_of(data)
     if codec is None:
         return data
+    import io
+    import lzma
+
+    try:
+        with _codec_stream(io.BytesIO(data), codec, "rb") as stream:
+            return bytes(stream.read())
+    except (OSError, EOFError, ValueError, lzma.LZMAError):
+        raise InputError(
+            f"cannot decompress {name} ({codec}): the data is truncated or corrupt",
+            hint=f"check the file ({_TESTERS[codec]} -t), or decompress it yourself",
+        ) from None
+
+
+def _codec_stream(file: IO[bytes], codec: str, mode: Literal["rb", "wb"]) -> Any:
+    """A stream that reads (``mode`` ``rb``) or writes (``wb``) ``file`` through ``codec``
+    (gzip at level 6, the gzip tool's default; zstd through pyarrow); closing it leaves
+    ``file`` open."""
     import bz2
     import gzip
     import lzma
 
-    try:
-        if codec == "gzip":
-            return gzip.decompress(data)
-        if codec == "bz2":
-            return bz2.decompress(data)
-        if codec == "xz":
-            return lzma.decompress(data)
-        import pyarrow as pa
+    if codec == "gzip":
+        return gzip.GzipFile(fileobj=file, mode=mode, compresslevel=6)
+    if codec == "bz2":
+        return bz2.BZ2File(file, mode)
+    if codec == "xz":
+        return lzma.LZMAFile(file, mode)
+    import pyarrow as pa
 
-        with pa.CompressedInputStream(pa.BufferReader(data), "zstd") as stream:
-            return bytes(stream.read())
-    except (OSError, EOFError, ValueError, lzma.LZMAError):
-        tester = {"gzip": "gzip", "zstd": "zstd", "bz2": "bzip2", "xz": "xz"}[codec]
-        raise InputError(
-            f"cannot decompress {name} ({codec}): the data is truncated or corrupt",
-            hint=f"check the file ({tester} -t), or decompress it yourself",
-        ) from None
+    stream = pa.CompressedOutputStream if mode == "wb" else pa.CompressedInputStream
+    return stream(pa.PythonFile(file, mode=mode[0]), "zstd")
 
 
 def error_line(text: str) -> str:
     """The first line of a library's error text, for grpo-adv's one-line errors ("unknown
-    error" when it has none)."""
-    return first_line(text, "unknown error")
+    error" when it has none), terminal colour codes removed."""
+    return first_line(re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text), "unknown error")
+
+
+def cannot_read(name: str, fmt: str, cause: str, hint: Message | None = None) -> InputError:
+    """The error for ``name`` that cannot be read as ``fmt`` (``cause``: why, first line
+    kept); the hint is the format's parse hint unless given."""
+    hint = FORMATS[fmt].parse_hint if hint is None else hint
+    return InputError(f"cannot read {name} as {fmt}: {error_line(cause)}", hint=hint)
+
+
+def check_magic(head: bytes, fmt: str, name: str) -> None:
+    """Refuse ``head`` (not empty) unless it starts with the magic bytes of ``fmt`` (a
+    binary format; a text format has none)."""
+    magic = FORMATS[fmt].magic
+    if head and magic and not head.startswith(magic):
+        shown = " or ".join(m.decode() if m.isalnum() else f"0x{m.hex()}" for m in magic)
+        raise cannot_read(name, fmt, f"it does not start with {shown}")
 
 
 # --------------------------------------------------------------------------- writing
@@ -411,28 +437,12 @@ def compression_for(path: Path) -> str | None:
 
 @contextlib.contextmanager
 def compressed(sink: IO[bytes], codec: str | None) -> Iterator[IO[bytes]]:
-    """``sink`` itself, or a stream that compresses into it with ``codec`` (gzip at level 6
-    as the gzip tool's default, bz2, xz, zstd through pyarrow); closing the stream writes
-    the codec's trailer and leaves ``sink`` open."""
+    """``sink`` itself, or a stream that compresses into it with ``codec`` (see
+    :func:`_codec_stream`); closing the stream writes the codec's trailer."""
     if codec is None:
         yield sink
         return
-    import bz2
-    import gzip
-    import lzma
-
-    stream: Any
-    if codec == "gzip":
-        stream = gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=6)
-    elif codec == "bz2":
-        stream = bz2.BZ2File(sink, "wb")
-    elif codec == "xz":
-        stream = lzma.LZMAFile(sink, "wb")  # noqa: SIM115 (closed below)
-    else:
-        import pyarrow as pa
-
-        stream = pa.CompressedOutputStream(pa.PythonFile(sink, mode="w"), "zstd")
-    with stream:
+    with _codec_stream(sink, codec, "wb") as stream:
         yield stream
 
 

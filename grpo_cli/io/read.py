@@ -44,11 +44,14 @@ from grpo_cli.io.formats import (
     FORMATS,
     SNIFF_BYTES,
     STDIN_NAME,
+    cannot_read,
+    check_magic,
     compression_of,
     decompress,
     describe,
     error_line,
     format_from_suffix,
+    normalize_format,
     scanned_format,
     sniff_format,
 )
@@ -97,10 +100,8 @@ def read_rewards(
     Raises:
         InputError: missing, unreadable, empty or malformed input.
     """
-    if fmt is not None and fmt not in DATA_FORMATS:
-        raise OptionsError(
-            f"unknown format {fmt!r}", hint="choose one of: " + ", ".join(DATA_FORMATS)
-        )
+    if fmt is not None:
+        fmt = normalize_format(fmt)
     if isinstance(source, str) and source == "-":
         import sys
 
@@ -229,14 +230,8 @@ def _read_stream(stream: BinaryIO, name: str, fmt: str | None) -> bytes:
     if compression_of(head) is not None:
         return head + stream.read()
     fmt = fmt or sniff_format(head)
-    magic = FORMATS[fmt].magic
-    if head and magic and not head.startswith(magic):
-        shown = " or ".join(m.decode() if m.isalnum() else f"0x{m.hex()}" for m in magic)
-        raise InputError(
-            f"cannot read {name} as {fmt}: it does not start with {shown}",
-            hint=FORMATS[fmt].parse_hint,
-        )
-    if not magic and b"\0" in head:
+    check_magic(head, fmt, name)
+    if not FORMATS[fmt].binary and b"\0" in head:
         raise InputError(
             f"{name} is not a text log (a NUL byte at offset {head.index(0)})", hint=TEXT_HINT
         )
@@ -339,18 +334,10 @@ OUTPUT: Final = option("output", short=True)
 FORCE: Final = option("force", True)
 """Overwriting allowed (``force=True``), named in messages."""
 
-PARQUET_HINT: Final = FORMATS["parquet"].parse_hint
 PARQUET_DAMAGED_HINT: Final = "the file is truncated or damaged: write it again"
 
 
-def unreadable_parquet(name: str, cause: str, hint: Message = PARQUET_HINT) -> InputError:
-    """The error for a Parquet file that cannot be read: the file named, the cause's first
-    line in plain text (terminal colour codes removed)."""
-    plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", cause)
-    return InputError(f"cannot read {name} as parquet: {error_line(plain)}", hint=hint)
-
-
-def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUET_HINT) -> int:
+def check_parquet_layout(source: Path | bytes, name: str, hint: Message | None = None) -> int:
     """Raise an InputError unless ``source`` (a path, or the file's bytes) holds something
     (else :func:`empty_input`), starts with PAR1 (else :func:`not_parquet`, which names CSV or
     JSON text), ends with a Parquet footer (else :func:`truncated_parquet`) that can be
@@ -391,7 +378,7 @@ def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUE
         fields, _ = _thrift(meta, 0, _STRUCT)
         groups, columns = fields.get(4, []), _top_level_names(fields[2])
     except (IndexError, KeyError, TypeError, ValueError, RecursionError, struct.error):
-        raise unreadable_parquet(name, "its footer is not Parquet metadata", hint) from None
+        raise cannot_read(name, "parquet", "its footer is not Parquet metadata", hint) from None
     for group, row_group in enumerate(groups):
         for chunk in row_group.get(1, []):
             info = chunk.get(3, {})
@@ -399,8 +386,9 @@ def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUE
             stop = start + info.get(7, 0)
             if start < 4 or stop > end:
                 column = ".".join(part.decode(errors="replace") for part in info.get(3, []))
-                raise unreadable_parquet(
+                raise cannot_read(
                     name,
+                    "parquet",
                     f"row group {group}, column {column}: its data lies outside the file "
                     f"(bytes {start}..{stop} of {size}); the file is truncated or corrupt",
                     hint,
@@ -702,8 +690,7 @@ def parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError:
                 f"{name} is not UTF-8 text (byte 0x{data[bad.start]:02x} at offset {bad.start})",
                 hint=TEXT_HINT,
             )
-    detail = error_line(re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(exc)))
-    return InputError(f"cannot read {name} as {fmt}: {detail}", hint=FORMATS[fmt].parse_hint)
+    return cannot_read(name, fmt, str(exc))
 
 
 def _jsonl_error(data: bytes, name: str, exc: Exception) -> InputError:
@@ -781,8 +768,6 @@ def _reject_constant(literal: str) -> float:
 
 def _natural_key(path: Path) -> tuple[tuple[int, int | str], ...]:
     """Sort ``2.jsonl`` before ``10.jsonl``: digit runs compare as numbers."""
-    import re
-
     parts = re.split(r"(\d+)", path.name)
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p)
 
