@@ -30,29 +30,39 @@ from grpo_cli.io.temporaries import owner_tag
 
 
 def _disk_full(path: Path) -> OutputError:
+    if is_stream(path):
+        return OutputError(
+            f"no space left on device writing {path}",
+            hint="free some space where it goes, or write elsewhere with " + OUTPUT,
+        )
     return OutputError(
         f"no space left on the device of {path}; nothing was written",
         hint=f"free some space on it (df -h {path.parent}), or write elsewhere with " + OUTPUT,
     )
 
 
-def _stream_disk_full(path: Path) -> OutputError:
-    return OutputError(
-        f"no space left on device writing {path}",
-        hint="free some space where it goes, or write elsewhere with " + OUTPUT,
-    )
-
-
-def _temporary_file(path: Path) -> Path:
-    """A new empty hidden file beside ``path``, tagged with this process."""
+@contextlib.contextmanager
+def _naming_a_full_disk(path: Path) -> Iterator[None]:
+    """A full disk inside the block becomes an OutputError naming ``path``."""
     try:
-        fd, tmp_name = tempfile.mkstemp(
-            dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part"
-        )
+        yield
+    except Exception as exc:
+        if is_disk_full(exc):
+            raise _disk_full(path) from None
+        raise
+
+
+def _temporary(path: Path, suffix: str = ".part", *, folder: bool = False) -> Path:
+    """A new empty hidden file (or folder) beside ``path``, tagged with this process."""
+    prefix = f".{path.name}.{owner_tag()}."
+    try:
+        if folder:
+            return Path(tempfile.mkdtemp(dir=path.parent, prefix=prefix, suffix=suffix))
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
     except OSError as exc:
         raise _staging_error(path, exc) from None
     os.close(fd)
-    return Path(tmp_name)
+    return Path(name)
 
 
 @contextlib.contextmanager
@@ -64,24 +74,8 @@ def atomic_path(path: Path, *, force: bool = False) -> Iterator[Path]:
     left as it was; a full disk becomes an :class:`OutputError` naming ``path``. A stream
     (see :func:`is_stream`) is yielded itself: written in place, never renamed or removed.
     """
-    if is_stream(path):
-        try:
-            yield path
-        except Exception as exc:
-            if is_disk_full(exc):
-                raise _stream_disk_full(path) from None
-            raise
-        return
-    tmp = _temporary_file(path)
-    try:
-        yield tmp
-        commit([(tmp, path)], force=force)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        if isinstance(exc, Exception) and is_disk_full(exc):
-            raise _disk_full(path) from None
-        raise
+    with _naming_a_full_disk(path), _staged(force) as place:
+        yield place(path)
 
 
 def commit(staged: Sequence[tuple[Path, Path]], *, force: bool) -> None:
@@ -212,33 +206,23 @@ def atomic_folder(path: Path, *, force: bool = False) -> Iterator[Path]:
     no partial dataset."""
     from grpo_cli.io import interrupts
 
+    tmp = _temporary(path, folder=True)
     try:
-        tmp = Path(
-            tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part")
-        )
-    except OSError as exc:
-        raise _staging_error(path, exc) from None
-    try:
-        yield tmp
-        tmp.chmod(0o777 & ~_umask())
-        with interrupts.deferred():
-            interrupts.check()
-            if force and (path.exists() or path.is_symlink()):
-                old = Path(
-                    tempfile.mkdtemp(
-                        dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".old"
-                    )
-                )
-                path.replace(old / path.name)
-                tmp.replace(path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                publish(tmp, path, replace=False)
-            interrupts.mark_committed()
-    except BaseException as exc:
+        with _naming_a_full_disk(path):
+            yield tmp
+            tmp.chmod(0o777 & ~_umask())
+            with interrupts.deferred():
+                interrupts.check()
+                if force and (path.exists() or path.is_symlink()):
+                    old = _temporary(path, ".old", folder=True)
+                    path.replace(old / path.name)
+                    tmp.replace(path)
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    publish(tmp, path, replace=False)
+                interrupts.mark_committed()
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, Exception) and is_disk_full(exc):
-            raise _disk_full(path) from None
         raise
 
 
@@ -277,23 +261,34 @@ def atomic_writes(*, force: bool = False) -> Iterator[Stage]:
     what is there, else exclusively). If one fails (a full disk, Ctrl-C, a target that
     appeared meanwhile), none of the targets is touched and every temporary file is
     removed. A stream (:func:`is_stream`) is written at once, in place."""
+    with _staged(force) as place:
+
+        def stage(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+            with (
+                _naming_a_full_disk(path),
+                place(path).open("wb") as handle,
+                compressed(handle, compression_for(path)) as sink,
+            ):
+                write(sink)
+
+        yield stage
+
+
+@contextlib.contextmanager
+def _staged(force: bool) -> Iterator[Callable[[Path], Path]]:
+    """``place(target)``: where ``target``'s data goes, a new temporary file beside it (a
+    stream: itself). When the block ends without error every temporary file is put in
+    place (:func:`commit`); on any failure each one is removed."""
     staged: list[tuple[Path, Path]] = []
 
-    def stage(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-        streamed = is_stream(path)
-        if not streamed:
-            staged.append((_temporary_file(path), path))
-        where = path if streamed else staged[-1][0]
-        try:
-            with where.open("wb") as handle, compressed(handle, compression_for(path)) as sink:
-                write(sink)
-        except Exception as exc:
-            if is_disk_full(exc):
-                raise (_stream_disk_full(path) if streamed else _disk_full(path)) from None
-            raise
+    def place(path: Path) -> Path:
+        if is_stream(path):
+            return path
+        staged.append((_temporary(path), path))
+        return staged[-1][0]
 
     try:
-        yield stage
+        yield place
         commit(staged, force=force)
     except BaseException:
         for tmp, _ in staged:
