@@ -1,13 +1,11 @@
 """The format registry (FORMATS: one entry per file format, which every reader, writer,
-engine and help text iterates), compression by magic bytes or suffix (gzip, zstd, bzip2,
-xz), and whether a target is a file or a stream (a character device, FIFO or socket,
-anything under ``/dev`` or ``/proc``).
+engine and help text iterates), compression by magic bytes or suffix, and whether a target
+is a file or a stream.
 
 Detection, in order: an explicit format; the file's suffix (under any compression suffix:
-``r.jsonl.gz`` is JSONL); the content's first bytes (a format's magic bytes, such as
-Parquet's ``PAR1``, Arrow IPC's ``ARROW1`` or 0xFFFFFFFF; first non-blank byte ``{`` for
-JSONL, ``[`` for a JSON array; any other text is CSV). ``.json`` files are always sniffed,
-since many are really JSONL.
+``r.jsonl.gz`` is JSONL; ``.json`` is always sniffed, since many are really JSONL); the
+content's first bytes (a format's magic bytes; first non-blank byte ``{`` for JSONL, ``[``
+for a JSON array; any other text is CSV).
 """
 
 from __future__ import annotations
@@ -57,8 +55,8 @@ STDIN_NAME: Final = "<stdin>"
 
 
 def _lazy(module: str, name: str) -> Callable[..., Any]:
-    """The function ``grpo_cli.io.<module>.<name>``, imported at its first call (Polars
-    with it: the registry is read by ``--help``, which imports nothing more)."""
+    """The function ``grpo_cli.io.<module>.<name>``, imported at its first call (``--help``
+    reads the registry without importing Polars)."""
 
     def call(*args: Any) -> Any:
         return getattr(importlib.import_module(f"grpo_cli.io.{module}"), name)(*args)
@@ -74,17 +72,16 @@ class Format:
         name: its name (``--format``'s value, and the name messages use).
         suffixes: the file suffixes that name it; the first is the one written.
         aliases: other names the format options accept (``pq``).
-        read: (bytes, name, string_cols) -> (frame, warnings): a whole log, decompressed;
-            Polars' errors become :func:`grpo_cli.io.read.parse_error`. None: not read.
+        read: (bytes, name, string_cols) -> (frame, warnings): a whole log, decompressed.
+            None: not read.
         write: (frame, binary stream): the whole frame.
         magic: the first bytes of its content (a binary format); empty: a text format.
         starts: a text format's first non-blank byte (``{``); CSV is text with none.
-        scan_magic: the first bytes of a file its ``scan`` reads lazily (the file engines:
-            ``--low-memory``, Ray's pieces); empty: read whole.
-        scan: path -> LazyFrame, for a file starting with ``scan_magic``.
-        rows: (path, name, hint) -> the row count of a file starting with ``scan_magic``,
-            an InputError with ``hint`` when it is damaged (footer only where there is one).
-        by_suffix: its suffix names it (False: ``.json``, always sniffed: many are JSONL).
+        scan: path -> LazyFrame, for a file starting with ``scan_magic`` (the file engines
+            read it lazily; None: read whole).
+        rows: (path, name, hint) -> the row count of such a file (from its footer), an
+            InputError with ``hint`` when it is damaged.
+        by_suffix: its suffix names it (False: ``.json``, always sniffed).
         nested: writes list and struct columns (not CSV).
         parse_hint: the hint of an error parsing it.
         data: a reward log (False: markdown, a table that is only written).
@@ -97,7 +94,6 @@ class Format:
     aliases: tuple[str, ...] = ()
     magic: tuple[bytes, ...] = ()
     starts: bytes = b""
-    scan_magic: bytes = b""
     scan: Callable[[Path], pl.LazyFrame] | None = None
     rows: Callable[[Path, str, Message], int] | None = None
     by_suffix: bool = True
@@ -107,15 +103,19 @@ class Format:
 
     @property
     def binary(self) -> bool:
-        """Not text: compressed inside (an output gets no ``.gz`` of its input's), never
-        written to a terminal, and its bytes are not checked as UTF-8 text."""
+        """Not text: compressed inside, never written to a terminal, not checked as UTF-8."""
         return bool(self.magic)
+
+    @property
+    def scan_magic(self) -> bytes:
+        """The first bytes of a file ``scan`` reads (the first magic; empty: no scan)."""
+        return self.magic[0] if self.scan else b""
 
 
 _OTHER: Final = " to read it as another format"
 ARROW_FILE: Final = b"ARROW1"
-"""The first bytes of an Arrow IPC file (``write_ipc``, Feather v2); an IPC stream (what
-Hugging Face ``datasets`` caches) starts with the continuation marker 0xFFFFFFFF."""
+"""The first bytes of an Arrow IPC file; an IPC stream (Hugging Face ``datasets``' cache)
+starts with 0xFFFFFFFF."""
 ARROW_STREAM: Final = b"\xff\xff\xff\xff"
 
 
@@ -169,7 +169,6 @@ FORMATS: Final[dict[str, Format]] = {
             _lazy("read", "read_parquet"),
             aliases=("pq",),
             magic=(b"PAR1",),
-            scan_magic=b"PAR1",
             scan=_lazy("read", "scan_parquet_file"),
             rows=_lazy("read", "check_parquet_layout"),
             parse_hint="the file may be truncated or not Parquet; pass "
@@ -209,7 +208,6 @@ FORMATS: Final[dict[str, Format]] = {
             _read_arrow,
             aliases=("feather", "ipc"),
             magic=(ARROW_FILE, ARROW_STREAM),
-            scan_magic=ARROW_FILE,
             scan=_scan_arrow,
             rows=_arrow_rows,
             parse_hint="the file may be truncated or not Arrow IPC; pass "
