@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 if TYPE_CHECKING:
     from pathlib import Path
 
-EXIT_OK = 0
+EXIT_OK = 0  # success
 EXIT_DIFFERENT = 1  # verify: the logged advantages differ from the recomputed ones
 EXIT_USAGE = 2  # an option value or combination that cannot work
 EXIT_INPUT = 3  # the input is missing, unreadable or not a reward log

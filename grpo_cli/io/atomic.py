@@ -15,10 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Final
 
-from grpo_cli.core.errors import (
-    OutputError,
-    is_disk_full,
-)
+from grpo_cli.core.errors import Message, OutputError, is_disk_full
 from grpo_cli.io.formats import compressed, compression_for, is_stream
 from grpo_cli.io.read import FORCE, OUTPUT
 from grpo_cli.io.temporaries import owner_tag
@@ -164,10 +161,18 @@ def check_output_folder(path: Path, *, force: bool, protected: Sequence[Path] = 
                 f"refusing to overwrite the input {original}",
                 hint="choose another output folder with " + OUTPUT,
             )
-    if (path.exists() or path.is_symlink()) and not force:
+    check_target(path, force=force, exists=path.exists() or path.is_symlink(), verb="replace")
+
+
+def check_target(
+    path: Path, *, force: bool, exists: bool, verb: str = "overwrite", flag: Message = OUTPUT
+) -> None:
+    """Refuse to write ``path`` when it ``exists`` (without ``force``: ``flag`` names the
+    option that chooses another) or its folder is missing."""
+    if exists and not force:
         raise OutputError(
             f"{path} already exists",
-            hint="pass " + FORCE + " to replace it, or choose another " + OUTPUT,
+            hint="pass " + FORCE + f" to {verb} it, or choose another " + flag,
             path=path,
         )
     if not path.parent.is_dir():

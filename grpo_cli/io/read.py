@@ -243,14 +243,6 @@ def empty_input(name: str) -> InputError:
     )
 
 
-def truncated_parquet(name: str) -> InputError:
-    """The error for a Parquet file without its footer."""
-    return InputError(
-        f"{name} is not a complete Parquet file (no PAR1 footer: truncated?)",
-        hint="write the file again, or pass " + option("input_format") + " if it is not Parquet",
-    )
-
-
 def not_parquet(name: str, head: bytes) -> InputError:
     """The error for a file read as Parquet whose first bytes (``head``) are not PAR1: CSV
     or JSON text is named as such, with the format option that reads it."""
@@ -338,7 +330,12 @@ def check_parquet_layout(source: Path | bytes, name: str, hint: Message | None =
             handle.seek(max(size - 8 - footer, 0))
             meta = handle.read(min(footer, max(size - 8, 0)))
     if size < 12 or tail[4:] != PARQUET_MAGIC:
-        raise truncated_parquet(name)
+        raise InputError(
+            f"{name} is not a complete Parquet file (no PAR1 footer: truncated?)",
+            hint="write the file again, or pass "
+            + option("input_format")
+            + " if it is not Parquet",
+        )
     end = size - 8 - footer
     try:
         if end < 4:

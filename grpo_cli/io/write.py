@@ -20,7 +20,7 @@ from grpo_cli.core.errors import (
     is_disk_full,
     option,
 )
-from grpo_cli.io.atomic import Stage, atomic_write
+from grpo_cli.io.atomic import Stage, atomic_write, check_target
 from grpo_cli.io.formats import (
     DATA_FORMATS,
     FORMATS,
@@ -30,7 +30,7 @@ from grpo_cli.io.formats import (
     is_stream,
     table_format,
 )
-from grpo_cli.io.read import FORCE, OUTPUT
+from grpo_cli.io.read import OUTPUT
 
 
 def frame_to_markdown(frame: pl.DataFrame) -> str:
@@ -96,18 +96,7 @@ def check_output_path(
         raise OutputError(
             f"{path} is a directory", hint="give a file path with " + OUTPUT, path=path
         )
-    if path.exists() and not force:
-        raise OutputError(
-            f"{path} already exists",
-            hint="pass " + FORCE + " to overwrite it, or choose another " + flag,
-            path=path,
-        )
-    if not path.parent.is_dir():
-        raise OutputError(
-            f"folder {path.parent} does not exist",
-            hint="create it first, or choose another " + OUTPUT,
-            path=path,
-        )
+    check_target(path, force=force, exists=path.exists(), flag=flag)
 
 
 def write_table(
