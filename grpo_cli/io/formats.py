@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import re
 import stat
 from collections.abc import Callable, Iterator, Sequence
@@ -121,8 +122,6 @@ ARROW_STREAM: Final = b"\xff\xff\xff\xff"
 
 def _read_arrow(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """Arrow IPC's reader: a file or a stream, by its first bytes (neither: refused)."""
-    import io
-
     import polars as pl
 
     check_magic(data, "arrow", name)
@@ -282,10 +281,7 @@ def uncompressed_name(path: Path) -> Path:
 
 def compression_of(data: bytes) -> str | None:
     """The compression whose magic bytes start ``data``, or None."""
-    for magic, name in COMPRESSION_MAGIC.items():
-        if data.startswith(magic):
-            return name
-    return None
+    return next((name for magic, name in COMPRESSION_MAGIC.items() if data.startswith(magic)), None)
 
 
 def decompress(data: bytes, name: str) -> bytes:
@@ -293,7 +289,6 @@ def decompress(data: bytes, name: str) -> bytes:
     codec = compression_of(data)
     if codec is None:
         return data
-    import io
     import lzma
 
     try:

@@ -9,6 +9,7 @@ FIRST_LINE_LIMITS before it is parsed. A Parquet footer is checked before Polars
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -447,15 +448,12 @@ def csv_separator(data: bytes) -> str:
     header = data.split(b"\n", 1)[0]
     if b"," in header:
         return ","
-    counts = {sep: header.count(sep.encode()) for sep in CSV_SEPARATORS}
-    best = max(counts, key=lambda sep: counts[sep])
-    return best if counts[best] else ","
+    best = max(CSV_SEPARATORS, key=lambda sep: header.count(sep.encode()))
+    return best if best.encode() in header else ","
 
 
 def read_parquet(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """Parquet's reader (see :class:`grpo_cli.io.formats.Format`): the footer checked first."""
-    import io
-
     check_parquet_layout(data, name)
     return pl.read_parquet(io.BytesIO(data)), ()
 
@@ -464,8 +462,6 @@ def read_csv(
     data: bytes, name: str, string_cols: list[str]
 ) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """CSV's reader: ``string_cols`` read as text, then typed back (:func:`typed_keys`)."""
-    import io
-
     overrides: dict[str, pl.DataType] = {col: pl.String() for col in string_cols}
     frame = pl.read_csv(
         io.BytesIO(data),
@@ -479,8 +475,6 @@ def read_csv(
 
 def read_json(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """JSON's reader (one array of objects)."""
-    import io
-
     return pl.read_json(io.BytesIO(data), infer_schema_length=None), ()
 
 
@@ -516,8 +510,6 @@ def read_jsonl(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tupl
 
 
 def _read_ndjson(data: bytes) -> pl.DataFrame:
-    import io
-
     return pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
 
 

@@ -15,7 +15,6 @@ import polars as pl
 
 from grpo_cli.core.errors import (
     Message,
-    OptionsError,
     OutputError,
     is_disk_full,
     option,
@@ -58,8 +57,6 @@ def write_markdown(frame: pl.DataFrame, sink: IO[bytes]) -> None:
 
 def write_frame(frame: pl.DataFrame, sink: IO[bytes], fmt: str) -> None:
     """Write ``frame`` to an open binary stream in ``fmt``."""
-    if fmt not in FORMATS:
-        raise OptionsError(f"unknown format {fmt!r}")
     try:
         FORMATS[fmt].write(frame, sink)
     except pl.exceptions.PolarsError as exc:
