@@ -239,17 +239,6 @@ class GrpoAdvError(Exception):
     def __str__(self) -> str:
         return self.message
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled whole (an engine's worker process or Ray task raises it to the caller)."""
-        return (_rebuild, (type(self), self.__dict__.copy()))
-
-
-def _rebuild(kind: type[GrpoAdvError], state: dict[str, Any]) -> GrpoAdvError:
-    error = kind.__new__(kind)
-    error.__dict__.update(state)
-    Exception.__init__(error, error.message)
-    return error
-
 
 class OptionsError(GrpoAdvError):
     """An option value or combination that cannot work (exit 2)."""
