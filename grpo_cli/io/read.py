@@ -199,12 +199,12 @@ def _read_stream(stream: BinaryIO, name: str, fmt: str | None) -> bytes:
     bounded memory until they look like a reward log (see the module docstring); a
     compressed stream or a regular file (``- < log.csv``) is read whole."""
     try:
-        mode: int | None = os.fstat(stream.fileno()).st_mode
-    except (AttributeError, OSError, ValueError):  # not a file descriptor (io.BytesIO)
-        mode = None
-    if mode is not None and stat.S_ISREG(mode):
+        mode = os.fstat(stream.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # no file descriptor (io.BytesIO): as a pipe
+        mode = stat.S_IFIFO
+    if stat.S_ISREG(mode):
         return stream.read()
-    if mode is not None and not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
         raise _not_a_file(name, mode)
     head = stream.read(SNIFF_BYTES)
     if compression_of(head) is not None:
