@@ -266,12 +266,13 @@ def scanned_format(path: Path) -> Format | None:
     return next(found, None)
 
 
-def format_from_suffix(path: Path) -> str | None:
-    """The format a file's suffix names, or None (``.json`` and unknown suffixes); under a
-    compression suffix, the one before it (``r.jsonl.gz``: jsonl)."""
+def format_from_suffix(path: Path, *, written: bool = False) -> str | None:
+    """The format a file's suffix names, or None; under a compression suffix, the one
+    before it (``r.jsonl.gz``: jsonl). ``.json`` names one only when ``written`` (an
+    input's is sniffed)."""
     suffix = uncompressed_name(path).suffix.lower()
-    found = (f.name for f in FORMATS.values() if f.by_suffix and suffix in f.suffixes)
-    return next(found, None)
+    found = (f for f in FORMATS.values() if (written or f.by_suffix) and suffix in f.suffixes)
+    return next((f.name for f in found), None)
 
 
 def uncompressed_name(path: Path) -> Path:
@@ -346,13 +347,6 @@ def check_magic(head: bytes, fmt: str, name: str) -> None:
 # --------------------------------------------------------------------------- writing
 
 
-def written_format(path: Path) -> str | None:
-    """The format an output's suffix names (under any compression suffix), ``.json``
-    included, or None."""
-    suffix = uncompressed_name(path).suffix.lower()
-    return next((f.name for f in FORMATS.values() if suffix in f.suffixes), None)
-
-
 def unknown_suffix(
     path: Path, what: str, formats: Sequence[str], flag: Message | None
 ) -> OptionsError:
@@ -370,7 +364,7 @@ def output_format_for(path: Path, requested: str | None, fallback: str) -> str:
     when the suffix names no format: the user chose), the suffix, or ``fallback`` (usually
     the input's format) for a name without a suffix or a stream (``/dev/stdout``, a FIFO).
     A suffix that names no format (``out.xlsx``, ``out.txt``) is refused."""
-    by_suffix = written_format(path)
+    by_suffix = format_from_suffix(path, written=True)
     suffix = uncompressed_name(path).suffix
     if by_suffix is None and requested is None and suffix and not is_stream(path):
         raise unknown_suffix(path, "output", DATA_FORMATS, FORMAT_OPTION)
@@ -450,7 +444,7 @@ def table_format(
         return normalize_format(requested, allowed=TABLE_FORMATS)
     if str(path) == "-":
         return "csv"
-    fmt = written_format(path)
+    fmt = format_from_suffix(path, written=True)
     if fmt is None:
         raise unknown_suffix(path, "table", TABLE_FORMATS, flag)
     return fmt
