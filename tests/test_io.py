@@ -28,7 +28,6 @@ from grpo_cli.io.formats import (
     normalize_format,
     output_format_for,
     sniff_format,
-    written_format,
 )
 from grpo_cli.io.read import read_rewards
 from grpo_cli.io.write import check_output_path, frame_to_markdown, write_frame
@@ -83,7 +82,7 @@ def test_every_format_of_the_registry_round_trips(fmt: str, tmp_path: Path) -> N
     for suffix in FORMATS[fmt].suffixes:
         path = tmp_path / f"log{suffix}"
         path.write_bytes(data)
-        assert written_format(path) == fmt
+        assert format_from_suffix(path, written=True) == fmt
         assert format_from_suffix(path) == (fmt if FORMATS[fmt].by_suffix else None)
         log = read_rewards(path, string_cols=["prompt_id"])
         assert (log.format, log.frame.to_dicts()) == (fmt, frame.to_dicts())

@@ -65,7 +65,7 @@ def test_one_line_escapes_control_characters() -> None:
     error = InputError("has no rows (columns: a\nb)", hint="x\x00y")
     assert error.message == "has no rows (columns: a\\nb)"
     assert str(error) == error.message and error.hint == "x\\x00y"
-    error.message += " and\nmore"  # callers append details later: still one line
+    error.text += " and\nmore"  # callers append details later: still one line
     assert error.message == "has no rows (columns: a\\nb) and\\nmore"
     assert error.args == (error.message,)
 

@@ -1,55 +1,35 @@
 """The one exception hierarchy of grpo-adv.
 
 The core raises these and never prints; the CLI catches :class:`GrpoAdvError`, prints
-``error: <message>`` and ``hint: <hint>`` on stderr and exits with :attr:`exit_code`.
-
-Exit codes (also in the README):
-
-====  ===============================================================
-0     success
-1     ``verify``: the logged advantages differ from the recomputed ones
-2     usage error: an option value or combination that cannot work
-3     input error: the input is missing, unreadable or not a reward log
-4     output error: the output exists (without ``force``), is the input,
-      or cannot be written
-5     out of memory: the host, or the torch engine's device, could not hold
-      what the run needs; nothing was written
-70    internal error (a bug: please report it)
-130   interrupted (Ctrl-C); no output file is left behind
-137   ``backend="ray"``: the private Ray's head died while Ray started inside the
-      process, which its watcher then ends (SIGKILL) after one error line
-143   terminated (SIGTERM); no output file is left behind
-====  ===============================================================
-
+``error: <message>`` and ``hint: <hint>`` on stderr and exits with :attr:`exit_code` (the
+EXIT_* codes below, tabled in the README's "Exit codes").
 
 Messages name options by their Python keyword (:class:`OptionRef`), never by a flag:
-``str(error)`` speaks Python (``eps must be ... >= 0``, ``e.g. eps=1e-8``); the CLI renders
-the same error with its flags (``--eps``) through :meth:`GrpoAdvError.render`.
+``str(error)`` speaks Python (``e.g. eps=1e-8``); the CLI renders the same error with its
+flags (``--eps``) through :meth:`GrpoAdvError.render`.
 """
 
 from __future__ import annotations
 
 import errno as _errno
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-EXIT_OK = 0
-EXIT_DIFFERENT = 1
-EXIT_USAGE = 2
-EXIT_INPUT = 3
-EXIT_OUTPUT = 4
-EXIT_MEMORY = 5
-EXIT_INTERNAL = 70
-EXIT_INTERRUPTED = 130
-EXIT_KILLED = 137  # by the private Ray's watcher: see grpo_cli.engines.ray_cluster
-EXIT_TERMINATED = 143
-
-
-# --------------------------------------------------------------------------- option names
+EXIT_OK = 0  # success
+EXIT_DIFFERENT = 1  # verify: the logged advantages differ from the recomputed ones
+EXIT_USAGE = 2  # an option value or combination that cannot work
+EXIT_INPUT = 3  # the input is missing, unreadable or not a reward log
+EXIT_OUTPUT = 4  # the output exists (without force), is the input, or cannot be written
+EXIT_MEMORY = 5  # the host or the torch device cannot hold the run; nothing was written
+EXIT_INTERNAL = 70  # a bug
+EXIT_INTERRUPTED = 130  # Ctrl-C; no output file is left behind
+EXIT_KILLED = 137  # the private Ray's head died while it started: its watcher's SIGKILL
+EXIT_TERMINATED = 143  # SIGTERM; no output file is left behind
 
 
 @dataclass(frozen=True)
@@ -60,32 +40,26 @@ class Verbatim:
     text: str
 
 
-class _NoValue:
+class _NoValue(Enum):
     """No value shown with an option (one object, also once unpickled)."""
 
-    def __reduce__(self) -> str:
-        return "_NO_VALUE"
-
-    def __repr__(self) -> str:
-        return "<no value>"
+    NO_VALUE = 0
 
 
-_NO_VALUE: Final = _NoValue()
+_NO_VALUE: Final = _NoValue.NO_VALUE
 AliasForm = Literal["", "alone", "explained"]
 
 
 @dataclass(frozen=True)
 class OptionRef:
-    """An option named in a message: its Python keyword (``eps``, ``group_cols``,
-    ``force``), and a value shown with it when given.
+    """An option named in a message.
 
     Attributes:
-        keyword: the keyword argument of the library (an :class:`AdvantageOptions` or
-            :class:`EngineOptions` field, or a parameter of ``run_job``, ``explain``...).
-        value: shown with the option (an example or the value in effect): a string
-            (``"grpo"``), a number, a bool (``force=True``, the bare flag on the command
-            line), a tuple, or :class:`Verbatim` text; absent: the option alone.
-        short: the command line's short flag (``-o``, ``-r``) where it has one.
+        keyword: the library's keyword argument (``eps``, ``group_cols``, ``force``).
+        value: shown with the option (an example or the value in effect): a string, a
+            number, a bool (``force=True``: the bare flag), a tuple, or :class:`Verbatim`
+            text; absent: the option alone.
+        short: the command line's short flag (``-o``) is shown where it has one.
         alias: the command line's alias flag for this option and value (``--low-memory``
             for ``backend="partitioned"``): ``"alone"`` or ``"explained"``
             (``--low-memory (--backend partitioned)``); Python shows the keyword.
@@ -93,6 +67,7 @@ class OptionRef:
 
     keyword: str
     value: object = _NO_VALUE
+    _: KW_ONLY
     short: bool = False
     alias: AliasForm = ""
 
@@ -108,13 +83,9 @@ class OptionRef:
         return Text((other, self))
 
 
-def option(
-    keyword: str, value: object = _NO_VALUE, *, short: bool = False, alias: AliasForm = ""
-) -> OptionRef:
-    """A reference to the option ``keyword`` for a message (see :class:`OptionRef`):
-    ``"e.g. " + option("eps", Verbatim("1e-8"))`` reads ``e.g. eps=1e-8`` in Python and
-    ``e.g. --eps 1e-8`` on the command line."""
-    return OptionRef(keyword, value, short, alias)
+option = OptionRef
+"""``"e.g. " + option("eps", Verbatim("1e-8"))`` reads ``e.g. eps=1e-8`` in Python and
+``e.g. --eps 1e-8`` on the command line."""
 
 
 Spelling = Callable[[OptionRef], str]
@@ -145,9 +116,8 @@ def keyword_spelling(ref: OptionRef) -> str:
 
 @dataclass(frozen=True)
 class Text:
-    """A message: plain strings and the options it names (:class:`OptionRef`), rendered in
-    the reader's :data:`Spelling`. Built with ``+`` from strings and option references;
-    ``str(text)`` is the Python spelling."""
+    """A message built with ``+`` from strings and the options it names, rendered in the
+    reader's :data:`Spelling`; ``str(text)`` is the Python spelling."""
 
     parts: tuple[str | OptionRef, ...] = ()
 
@@ -195,24 +165,20 @@ class Terminated(BaseException):
     """Raised by the SIGTERM handler, so that cleanup runs as for Ctrl-C."""
 
 
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
 def one_line(text: str) -> str:
-    """``text`` on one line, whatever it holds: control and other unprintable characters
-    (newlines, NUL, line separators, zero-width marks) written as their Python escapes
-    (``a\\nb``), so a column name or value from the input cannot break a message."""
+    """``text`` on one line: unprintable characters (newlines, NUL, line separators)
+    written as their Python escapes (``a\\nb``), so no input value breaks a message."""
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() else _ESCAPES.get(ch) or repr(ch)[1:-1] for ch in text)
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 class GrpoAdvError(Exception):
     """A failure the user can act on: a one-line message plus a hint, and what it is about.
 
     Attributes:
-        text, hint_text: the message and the hint as :class:`Text` (options by keyword).
-        options: the keywords of the options the message and hint name, in order.
+        text, hint_text: the message and the hint (or None) as :class:`Text`, options by
+            keyword; either may be replaced or extended (``error.text += more``).
         value: the offending value, when one option's value is the problem (else None).
         column: the input column concerned, when one is (else None).
         path: the file concerned, when one is (else None).
@@ -232,76 +198,46 @@ class GrpoAdvError(Exception):
         column: str | None = None,
         path: str | Path | None = None,
     ) -> None:
+        self.hint_text = None if hint is None else as_text(hint)
+        self.text = as_text(message)
         self.value = value
         self.column = column
         self.path = None if path is None else str(path)
-        self._hint: Text | None = None
-        self.text = as_text(message)
-        self.hint_text = None if hint is None else as_text(hint)
 
     @property
     def text(self) -> Text:
-        """The message, options by keyword."""
+        """The message, options by keyword (set: also the exception's ``args``)."""
         return self._text
 
     @text.setter
-    def text(self, value: Message) -> None:
-        self._text = as_text(value)
+    def text(self, value: Text) -> None:
+        self._text = value
         super().__init__(self.message)
 
     @property
-    def hint_text(self) -> Text | None:
-        """The hint, options by keyword (or None)."""
-        return self._hint
-
-    @hint_text.setter
-    def hint_text(self, value: Message | None) -> None:
-        self._hint = None if value is None else as_text(value)
-
-    @property
     def message(self) -> str:
-        """The one-line message, options spelled as Python keywords (set: a new message;
-        :attr:`text` keeps the options of an extended one: ``error.text += more``)."""
+        """The one-line message, options spelled as Python keywords."""
         return self.render(keyword_spelling)[0]
-
-    @message.setter
-    def message(self, value: Message) -> None:
-        self.text = value
 
     @property
     def hint(self) -> str | None:
         """What to do next, on one line (or None), options spelled as Python keywords."""
         return self.render(keyword_spelling)[1]
 
-    @hint.setter
-    def hint(self, value: Message | None) -> None:
-        self.hint_text = value
-
     @property
     def options(self) -> tuple[str, ...]:
         """The keywords of the options the message and hint name, each once, in order."""
-        named = self._text.options + (self._hint.options if self._hint else ())
+        named = self.text.options + (self.hint_text.options if self.hint_text else ())
         return tuple(dict.fromkeys(ref.keyword for ref in named))
 
     def render(self, spell: Spelling) -> tuple[str, str | None]:
         """The message and the hint (or None), each on one line, options spelled by
         ``spell``."""
-        hint = None if self._hint is None else one_line(self._hint.render(spell))
-        return one_line(self._text.render(spell)), hint
+        hint = None if self.hint_text is None else one_line(self.hint_text.render(spell))
+        return one_line(self.text.render(spell)), hint
 
     def __str__(self) -> str:
         return self.message
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled whole (an engine's worker process or Ray task raises it to the caller)."""
-        return (_rebuild, (type(self), self.__dict__.copy()))
-
-
-def _rebuild(kind: type[GrpoAdvError], state: dict[str, Any]) -> GrpoAdvError:
-    error = kind.__new__(kind)
-    error.__dict__.update(state)
-    Exception.__init__(error, error.message)
-    return error
 
 
 class OptionsError(GrpoAdvError):
@@ -323,27 +259,23 @@ class OutputError(GrpoAdvError):
 
 
 class MemoryShortError(GrpoAdvError):
-    """The host, or the torch engine's device, cannot hold what the run needs (exit 5):
-    a resource of this machine, not a bug; nothing was written."""
+    """The host, or the torch engine's device, cannot hold what the run needs (exit 5)."""
 
     exit_code = EXIT_MEMORY
 
 
 class ClusterError(OutputError):
-    """The cluster that would compute and write the output cannot be reached (exit 4,
-    as for an output that cannot be written: nothing was written)."""
+    """The cluster that would compute and write the output cannot be reached (exit 4)."""
 
 
 def install_command(extra: str) -> str:
-    """The command that adds the optional dependencies ``extra`` of pyproject.toml
-    (``ray``, ``torch``, ``plot``): grpo-adv is on no package registry, so it is installed
-    again from its checkout, into the ``.venv`` that ``make`` creates."""
+    """The command that adds the optional dependencies ``extra`` (``ray``, ``torch``,
+    ``plot``): grpo-adv is installed again from its checkout (on no package registry)."""
     return f".venv/bin/pip install -e '.[{extra}]' (in the grpo-adv checkout)"
 
 
 def first_line(text: str, default: str = "") -> str:
-    """The first line of an exception's text (``default`` when it has none): what a
-    one-line message quotes of a cause."""
+    """The first line of an exception's text (``default`` when it has none)."""
     stripped = text.strip()
     return stripped.splitlines()[0] if stripped else default
 
@@ -352,10 +284,9 @@ _OUT_OF_MEMORY_TEXT = ("can't allocate memory", "cannot allocate memory", "out o
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` says an allocation failed: ``MemoryError`` (pyarrow's
-    ``ArrowMemoryError`` included), torch's ``OutOfMemoryError`` (a CUDA device), or the
-    ``RuntimeError`` torch's CPU allocator raises (``DefaultCPUAllocator: can't allocate
-    memory``). Polars cannot be caught here: Rust aborts the process when it runs out."""
+    """Whether ``exc`` says an allocation failed: ``MemoryError`` (pyarrow's included),
+    torch's ``OutOfMemoryError`` or its CPU allocator's ``RuntimeError``. (Polars aborts
+    the process when it runs out.)"""
     if isinstance(exc, GrpoAdvError):
         return False
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
@@ -370,8 +301,7 @@ _DISK_FULL_TEXT = ("no space left on device", "os error 28", "disk quota exceede
 
 def is_disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` (or an exception it was raised from) says the disk or quota is full:
-    ``OSError`` with ENOSPC/EDQUOT, or Polars' and pyarrow's wrapped forms of it
-    (``... No space left on device (os error 28)``)."""
+    ENOSPC/EDQUOT, also as Polars' and pyarrow's text (``os error 28``)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:

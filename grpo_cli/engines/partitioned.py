@@ -215,7 +215,8 @@ def _reading(source: Path) -> Iterator[None]:
     """Report a failure to read ``source`` (a damaged page, a cut file: Polars' and
     Arrow's errors, or a panic of Polars' reader) as an input error naming it, with the
     cause in plain text. Our own errors, a full disk and interrupts pass unchanged."""
-    from grpo_cli.io.read import PARQUET_DAMAGED_HINT, unreadable_parquet
+    from grpo_cli.io.formats import cannot_read
+    from grpo_cli.io.read import PARQUET_DAMAGED_HINT
 
     try:
         yield
@@ -224,7 +225,7 @@ def _reading(source: Path) -> Iterator[None]:
     except BaseException as exc:
         if not _read_failure(exc):
             raise
-        raise unreadable_parquet(str(source), str(exc), PARQUET_DAMAGED_HINT) from None
+        raise cannot_read(str(source), "parquet", str(exc), PARQUET_DAMAGED_HINT) from None
 
 
 def _read_failure(exc: BaseException) -> bool:

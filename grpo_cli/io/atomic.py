@@ -1,12 +1,7 @@
-"""Outputs that land whole or not at all.
-
-The data goes to a hidden temporary file in the target folder, renamed over the target only
-once complete, so a failed or interrupted run leaves no partial file and an existing file is
-never half-overwritten; several outputs of one run land together (:func:`atomic_writes`).
-A stream (see :func:`grpo_cli.io.formats.is_stream`) is written to in place: no temporary
-file, no rename, no ``force`` needed, never replaced or removed. An output named with a
-compression suffix is compressed. A full disk is an output error naming the path (exit 4)
-and leaves nothing behind.
+"""Outputs that land whole or not at all: written to a hidden temporary file beside the
+target, renamed over it once complete (several outputs of a run together: see
+:func:`atomic_writes`). A stream (:func:`grpo_cli.io.formats.is_stream`) is written in
+place. A full disk is an output error naming the path (exit 4) and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -20,78 +15,61 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Final
 
-from grpo_cli.core.errors import (
-    OutputError,
-    is_disk_full,
-)
+from grpo_cli.core.errors import Message, OutputError, is_disk_full
 from grpo_cli.io.formats import compressed, compression_for, is_stream
 from grpo_cli.io.read import FORCE, OUTPUT
 from grpo_cli.io.temporaries import owner_tag
 
 
 def _disk_full(path: Path) -> OutputError:
+    if is_stream(path):
+        return OutputError(
+            f"no space left on device writing {path}",
+            hint="free some space where it goes, or write elsewhere with " + OUTPUT,
+        )
     return OutputError(
         f"no space left on the device of {path}; nothing was written",
         hint=f"free some space on it (df -h {path.parent}), or write elsewhere with " + OUTPUT,
     )
 
 
-def _stream_disk_full(path: Path) -> OutputError:
-    return OutputError(
-        f"no space left on device writing {path}",
-        hint="free some space where it goes, or write elsewhere with " + OUTPUT,
-    )
-
-
-def _temporary_file(path: Path) -> Path:
-    """A new empty hidden file beside ``path``, tagged with this process."""
-    try:
-        fd, tmp_name = tempfile.mkstemp(
-            dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part"
-        )
-    except OSError as exc:
-        raise _staging_error(path, exc) from None
-    os.close(fd)
-    return Path(tmp_name)
-
-
 @contextlib.contextmanager
-def atomic_path(path: Path, *, force: bool = False) -> Iterator[Path]:
-    """A temporary path beside ``path``, put in place at ``path`` when the block succeeds
-    (:func:`commit`: without ``force``, only if nothing appeared at ``path`` meanwhile).
-
-    On any failure (an exception, Ctrl-C) the temporary file is removed and ``path`` is
-    left as it was; a full disk becomes an :class:`OutputError` naming ``path``. A stream
-    (see :func:`is_stream`) is yielded itself: written in place, never renamed or removed.
-    """
-    if is_stream(path):
-        try:
-            yield path
-        except Exception as exc:
-            if is_disk_full(exc):
-                raise _stream_disk_full(path) from None
-            raise
-        return
-    tmp = _temporary_file(path)
+def _naming_a_full_disk(path: Path) -> Iterator[None]:
+    """A full disk inside the block becomes an OutputError naming ``path``."""
     try:
-        yield tmp
-        commit([(tmp, path)], force=force)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        if isinstance(exc, Exception) and is_disk_full(exc):
+        yield
+    except Exception as exc:
+        if is_disk_full(exc):
             raise _disk_full(path) from None
         raise
 
 
+def _temporary(path: Path, suffix: str = ".part", *, folder: bool = False) -> Path:
+    """A new empty hidden file (or folder) beside ``path``, tagged with this process."""
+    prefix = f".{path.name}.{owner_tag()}."
+    try:
+        if folder:
+            return Path(tempfile.mkdtemp(dir=path.parent, prefix=prefix, suffix=suffix))
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
+    except OSError as exc:
+        raise _staging_error(path, exc) from None
+    os.close(fd)
+    return Path(name)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path, *, force: bool = False) -> Iterator[Path]:
+    """A temporary path beside ``path`` (a stream: itself), put in place at ``path`` when
+    the block succeeds (see :func:`atomic_writes`)."""
+    with _naming_a_full_disk(path), _staged(force) as place:
+        yield place(path)
+
+
 def commit(staged: Sequence[tuple[Path, Path]], *, force: bool) -> None:
-    """Put every staged temporary ``(tmp, target)`` in place, all or none, as one decision
-    that a signal cannot split (:func:`grpo_cli.io.interrupts.deferred`): a Ctrl-C or SIGTERM
-    recorded before it raises there and nothing lands; one arriving after the decision is
-    dropped, and the run ends as a success. Without ``force`` each rename is exclusive
-    (:func:`publish`): if a target appeared meanwhile (another run), the run fails with an
-    OutputError naming it and the targets it had already put in place are removed again.
-    With ``force`` each target is replaced atomically."""
+    """Put every staged ``(tmp, target)`` in place, all or none, as one decision a signal
+    cannot split (:func:`grpo_cli.io.interrupts.deferred`). Without ``force`` each rename
+    is exclusive (:func:`publish`): if a target appeared meanwhile, the targets already
+    put in place are removed again."""
     from grpo_cli.io import interrupts
 
     mode = 0o666 & ~_umask()
@@ -126,9 +104,8 @@ _RENAME_NOREPLACE: Final = 1
 
 
 def _rename_noreplace(source: Path, target: Path) -> bool:
-    """``rename(source, target)`` that fails if ``target`` exists (Linux ``renameat2``
-    with RENAME_NOREPLACE, files and folders alike). False when the system or the file
-    system does not offer it; FileExistsError when ``target`` exists."""
+    """``rename(source, target)`` that fails (FileExistsError) if ``target`` exists (Linux
+    ``renameat2``); False where it is not offered."""
     import ctypes
 
     try:
@@ -148,12 +125,9 @@ def _rename_noreplace(source: Path, target: Path) -> bool:
 
 
 def publish(tmp: Path, target: Path, *, replace: bool) -> None:
-    """Rename ``tmp`` (a file or a folder) to ``target``. ``replace``: atomically over
-    whatever is there. Otherwise exclusively: an OutputError if ``target`` exists, also
-    when it appeared a moment ago (``renameat2`` RENAME_NOREPLACE; where that is missing,
-    a hard link, which fails on an existing name, then removing ``tmp``; for a folder, an
-    exclusive ``mkdir`` of ``target`` claims the name and the rename replaces that empty
-    folder)."""
+    """Rename ``tmp`` (a file or a folder) to ``target``: ``replace``, atomically over what
+    is there; else exclusively, an OutputError if ``target`` exists (``renameat2``, or
+    else a hard link, or an exclusive claim of the name that the rename replaces)."""
     if replace:
         tmp.replace(target)
         return
@@ -178,8 +152,8 @@ def publish(tmp: Path, target: Path, *, replace: bool) -> None:
 
 
 def check_output_folder(path: Path, *, force: bool, protected: Sequence[Path] = ()) -> None:
-    """Refuse to write a folder of part files over an input (ever), or over an existing
-    folder or file (without ``force``), or where its parent is missing."""
+    """Refuse to write a folder over an input (ever), over what exists (without
+    ``force``), or where its parent is missing."""
     for original in protected:
         resolved = path.resolve()
         if resolved == original.resolve() or original.resolve().is_relative_to(resolved):
@@ -187,10 +161,18 @@ def check_output_folder(path: Path, *, force: bool, protected: Sequence[Path] = 
                 f"refusing to overwrite the input {original}",
                 hint="choose another output folder with " + OUTPUT,
             )
-    if (path.exists() or path.is_symlink()) and not force:
+    check_target(path, force=force, exists=path.exists() or path.is_symlink(), verb="replace")
+
+
+def check_target(
+    path: Path, *, force: bool, exists: bool, verb: str = "overwrite", flag: Message = OUTPUT
+) -> None:
+    """Refuse to write ``path`` when it ``exists`` (without ``force``: ``flag`` names the
+    option that chooses another) or its folder is missing."""
+    if exists and not force:
         raise OutputError(
             f"{path} already exists",
-            hint="pass " + FORCE + " to replace it, or choose another " + OUTPUT,
+            hint="pass " + FORCE + f" to {verb} it, or choose another " + flag,
             path=path,
         )
     if not path.parent.is_dir():
@@ -203,42 +185,28 @@ def check_output_folder(path: Path, *, force: bool, protected: Sequence[Path] = 
 
 @contextlib.contextmanager
 def atomic_folder(path: Path, *, force: bool = False) -> Iterator[Path]:
-    """A new hidden folder beside ``path`` (tagged with this process, see
-    :func:`owner_tag`), renamed to ``path`` when the block succeeds, as one decision a
-    signal cannot split (see :func:`commit`). Without ``force`` the rename is exclusive
-    (:func:`publish`: an OutputError if ``path`` appeared meanwhile); with ``force``, what
-    was at ``path`` is removed only once the new folder is in place. On any failure the
-    folder is removed and ``path`` is left as it was: a failed or interrupted run leaves
-    no partial dataset."""
+    """A new hidden folder beside ``path``, renamed to ``path`` when the block succeeds
+    (see :func:`commit`; with ``force``, what was there is removed once the new folder is
+    in place). On any failure the folder is removed and ``path`` is left as it was."""
     from grpo_cli.io import interrupts
 
+    tmp = _temporary(path, folder=True)
     try:
-        tmp = Path(
-            tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".part")
-        )
-    except OSError as exc:
-        raise _staging_error(path, exc) from None
-    try:
-        yield tmp
-        tmp.chmod(0o777 & ~_umask())
-        with interrupts.deferred():
-            interrupts.check()
-            if force and (path.exists() or path.is_symlink()):
-                old = Path(
-                    tempfile.mkdtemp(
-                        dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".old"
-                    )
-                )
-                path.replace(old / path.name)
-                tmp.replace(path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                publish(tmp, path, replace=False)
-            interrupts.mark_committed()
-    except BaseException as exc:
+        with _naming_a_full_disk(path):
+            yield tmp
+            tmp.chmod(0o777 & ~_umask())
+            with interrupts.deferred():
+                interrupts.check()
+                if force and (path.exists() or path.is_symlink()):
+                    old = _temporary(path, ".old", folder=True)
+                    path.replace(old / path.name)
+                    tmp.replace(path)
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    publish(tmp, path, replace=False)
+                interrupts.mark_committed()
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, Exception) and is_disk_full(exc):
-            raise _disk_full(path) from None
         raise
 
 
@@ -259,9 +227,7 @@ def _umask() -> int:
 
 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None], *, force: bool = False) -> None:
-    """Call ``write`` on a temporary file beside ``path``, then put it in place (see
-    :func:`commit`; ``force``: replacing what is there); compressed when ``path`` ends in
-    a compression suffix."""
+    """:func:`atomic_writes` of one output."""
     with atomic_writes(force=force) as stage:
         stage(path, write)
 
@@ -272,28 +238,36 @@ Stage = Callable[[Path, Callable[[IO[bytes]], None]], None]
 @contextlib.contextmanager
 def atomic_writes(*, force: bool = False) -> Iterator[Stage]:
     """Several outputs that land together: ``stage(path, write)`` writes each one to its
-    temporary file (compressed by its name's suffix), and only when the block ends without
-    error are they all put in place, as one decision (:func:`commit`; ``force``: replacing
-    what is there, else exclusively). If one fails (a full disk, Ctrl-C, a target that
-    appeared meanwhile), none of the targets is touched and every temporary file is
-    removed. A stream (:func:`is_stream`) is written at once, in place."""
+    temporary file (compressed by its name's suffix); only when the block ends without
+    error are they all put in place (:func:`commit`). If one fails (a full disk, Ctrl-C, a
+    target that appeared meanwhile), no target is touched and the temporaries go."""
+    with _staged(force) as place:
+
+        def stage(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+            with (
+                _naming_a_full_disk(path),
+                place(path).open("wb") as handle,
+                compressed(handle, compression_for(path)) as sink,
+            ):
+                write(sink)
+
+        yield stage
+
+
+@contextlib.contextmanager
+def _staged(force: bool) -> Iterator[Callable[[Path], Path]]:
+    """``place(target)``: a new temporary file beside ``target`` (a stream: itself), put
+    in place when the block succeeds (:func:`commit`), removed when it fails."""
     staged: list[tuple[Path, Path]] = []
 
-    def stage(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-        streamed = is_stream(path)
-        if not streamed:
-            staged.append((_temporary_file(path), path))
-        where = path if streamed else staged[-1][0]
-        try:
-            with where.open("wb") as handle, compressed(handle, compression_for(path)) as sink:
-                write(sink)
-        except Exception as exc:
-            if is_disk_full(exc):
-                raise (_stream_disk_full(path) if streamed else _disk_full(path)) from None
-            raise
+    def place(path: Path) -> Path:
+        if is_stream(path):
+            return path
+        staged.append((_temporary(path), path))
+        return staged[-1][0]
 
     try:
-        yield stage
+        yield place
         commit(staged, force=force)
     except BaseException:
         for tmp, _ in staged:

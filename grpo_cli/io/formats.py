@@ -1,24 +1,24 @@
 """The format registry (FORMATS: one entry per file format, which every reader, writer,
-engine and help text iterates), compression by magic bytes or suffix (gzip, zstd, bzip2,
-xz), and whether a target is a file or a stream (a character device, FIFO or socket,
-anything under ``/dev`` or ``/proc``).
+engine and help text iterates), compression by magic bytes or suffix, and whether a target
+is a file or a stream.
 
 Detection, in order: an explicit format; the file's suffix (under any compression suffix:
-``r.jsonl.gz`` is JSONL); the content's first bytes (a format's magic bytes, such as
-Parquet's ``PAR1``, Arrow IPC's ``ARROW1`` or 0xFFFFFFFF; first non-blank byte ``{`` for
-JSONL, ``[`` for a JSON array; any other text is CSV). ``.json`` files are always sniffed,
-since many are really JSONL.
+``r.jsonl.gz`` is JSONL; ``.json`` is always sniffed, since many are really JSONL); the
+content's first bytes (a format's magic bytes; first non-blank byte ``{`` for JSONL, ``[``
+for a JSON array; any other text is CSV).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import io
+import re
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final, Literal
 
 from grpo_cli.core.errors import (
     InputError,
@@ -41,6 +41,8 @@ COMPRESSION_MAGIC: Final = {
     b"BZh": "bz2",
     b"\xfd7zXZ\x00": "xz",
 }
+_TESTERS: Final = {"gzip": "gzip", "zstd": "zstd", "bz2": "bzip2", "xz": "xz"}
+"""The command that tests a file of each compression (``gzip -t``)."""
 COMPRESSION_SUFFIXES: Final = {
     ".gz": "gzip",
     ".gzip": "gzip",
@@ -54,8 +56,8 @@ STDIN_NAME: Final = "<stdin>"
 
 
 def _lazy(module: str, name: str) -> Callable[..., Any]:
-    """The function ``grpo_cli.io.<module>.<name>``, imported at its first call (Polars
-    with it: the registry is read by ``--help``, which imports nothing more)."""
+    """The function ``grpo_cli.io.<module>.<name>``, imported at its first call (``--help``
+    reads the registry without importing Polars)."""
 
     def call(*args: Any) -> Any:
         return getattr(importlib.import_module(f"grpo_cli.io.{module}"), name)(*args)
@@ -71,17 +73,16 @@ class Format:
         name: its name (``--format``'s value, and the name messages use).
         suffixes: the file suffixes that name it; the first is the one written.
         aliases: other names the format options accept (``pq``).
-        read: (bytes, name, string_cols) -> (frame, warnings): a whole log, decompressed;
-            Polars' errors become :func:`grpo_cli.io.read.parse_error`. None: not read.
+        read: (bytes, name, string_cols) -> (frame, warnings): a whole log, decompressed.
+            None: not read.
         write: (frame, binary stream): the whole frame.
         magic: the first bytes of its content (a binary format); empty: a text format.
         starts: a text format's first non-blank byte (``{``); CSV is text with none.
-        scan_magic: the first bytes of a file its ``scan`` reads lazily (the file engines:
-            ``--low-memory``, Ray's pieces); empty: read whole.
-        scan: path -> LazyFrame, for a file starting with ``scan_magic``.
-        rows: (path, name, hint) -> the row count of a file starting with ``scan_magic``,
-            an InputError with ``hint`` when it is damaged (footer only where there is one).
-        by_suffix: its suffix names it (False: ``.json``, always sniffed: many are JSONL).
+        scan: path -> LazyFrame, for a file starting with ``scan_magic`` (the file engines
+            read it lazily; None: read whole).
+        rows: (path, name, hint) -> the row count of such a file (from its footer), an
+            InputError with ``hint`` when it is damaged.
+        by_suffix: its suffix names it (False: ``.json``, always sniffed).
         nested: writes list and struct columns (not CSV).
         parse_hint: the hint of an error parsing it.
         data: a reward log (False: markdown, a table that is only written).
@@ -94,7 +95,6 @@ class Format:
     aliases: tuple[str, ...] = ()
     magic: tuple[bytes, ...] = ()
     starts: bytes = b""
-    scan_magic: bytes = b""
     scan: Callable[[Path], pl.LazyFrame] | None = None
     rows: Callable[[Path, str, Message], int] | None = None
     by_suffix: bool = True
@@ -104,27 +104,27 @@ class Format:
 
     @property
     def binary(self) -> bool:
-        """Not text: compressed inside (an output gets no ``.gz`` of its input's), never
-        written to a terminal, and its bytes are not checked as UTF-8 text."""
+        """Not text: compressed inside, never written to a terminal, not checked as UTF-8."""
         return bool(self.magic)
+
+    @property
+    def scan_magic(self) -> bytes:
+        """The first bytes of a file ``scan`` reads (the first magic; empty: no scan)."""
+        return self.magic[0] if self.scan else b""
 
 
 _OTHER: Final = " to read it as another format"
 ARROW_FILE: Final = b"ARROW1"
-"""The first bytes of an Arrow IPC file (``write_ipc``, Feather v2); an IPC stream (what
-Hugging Face ``datasets`` caches) starts with the continuation marker 0xFFFFFFFF."""
+"""The first bytes of an Arrow IPC file; an IPC stream (Hugging Face ``datasets``' cache)
+starts with 0xFFFFFFFF."""
 ARROW_STREAM: Final = b"\xff\xff\xff\xff"
 
 
 def _read_arrow(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """Arrow IPC's reader: a file or a stream, by its first bytes (neither: refused)."""
-    import io
-
     import polars as pl
 
-    if not data.startswith((ARROW_FILE, ARROW_STREAM)):
-        cause = "it does not start with ARROW1 or 0xffffffff"
-        raise InputError(f"cannot read {name} as arrow: {cause}", hint=FORMATS["arrow"].parse_hint)
+    check_magic(data, "arrow", name)
     read = pl.read_ipc if data.startswith(ARROW_FILE) else pl.read_ipc_stream
     return _arrow_errors(lambda: read(io.BytesIO(data)), name, FORMATS["arrow"].parse_hint), ()
 
@@ -153,8 +153,7 @@ def _arrow_errors(read: Callable[[], pl.DataFrame], name: str, hint: Message) ->
     try:
         return read()
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError) as exc:
-        cause = error_line(str(exc))
-        raise InputError(f"cannot read {name} as arrow: {cause}", hint=hint) from None
+        raise cannot_read(name, "arrow", str(exc), hint) from None
 
 
 FORMATS: Final[dict[str, Format]] = {
@@ -169,7 +168,6 @@ FORMATS: Final[dict[str, Format]] = {
             _lazy("read", "read_parquet"),
             aliases=("pq",),
             magic=(b"PAR1",),
-            scan_magic=b"PAR1",
             scan=_lazy("read", "scan_parquet_file"),
             rows=_lazy("read", "check_parquet_layout"),
             parse_hint="the file may be truncated or not Parquet; pass "
@@ -209,7 +207,6 @@ FORMATS: Final[dict[str, Format]] = {
             _read_arrow,
             aliases=("feather", "ipc"),
             magic=(ARROW_FILE, ARROW_STREAM),
-            scan_magic=ARROW_FILE,
             scan=_scan_arrow,
             rows=_arrow_rows,
             parse_hint="the file may be truncated or not Arrow IPC; pass "
@@ -269,12 +266,13 @@ def scanned_format(path: Path) -> Format | None:
     return next(found, None)
 
 
-def format_from_suffix(path: Path) -> str | None:
-    """The format a file's suffix names, or None (``.json`` and unknown suffixes); under a
-    compression suffix, the one before it (``r.jsonl.gz``: jsonl)."""
+def format_from_suffix(path: Path, *, written: bool = False) -> str | None:
+    """The format a file's suffix names, or None; under a compression suffix, the one
+    before it (``r.jsonl.gz``: jsonl). ``.json`` names one only when ``written`` (an
+    input's is sniffed)."""
     suffix = uncompressed_name(path).suffix.lower()
-    found = (f.name for f in FORMATS.values() if f.by_suffix and suffix in f.suffixes)
-    return next(found, None)
+    found = (f for f in FORMATS.values() if (written or f.by_suffix) and suffix in f.suffixes)
+    return next((f.name for f in found), None)
 
 
 def uncompressed_name(path: Path) -> Path:
@@ -284,10 +282,7 @@ def uncompressed_name(path: Path) -> Path:
 
 def compression_of(data: bytes) -> str | None:
     """The compression whose magic bytes start ``data``, or None."""
-    for magic, name in COMPRESSION_MAGIC.items():
-        if data.startswith(magic):
-            return name
-    return None
+    return next((name for magic, name in COMPRESSION_MAGIC.items() if data.startswith(magic)), None)
 
 
 def decompress(data: bytes, name: str) -> bytes:
@@ -295,43 +290,61 @@ def decompress(data: bytes, name: str) -> bytes:
     codec = compression_of(data)
     if codec is None:
         return data
+    import lzma
+
+    try:
+        with _codec_stream(io.BytesIO(data), codec, "rb") as stream:
+            return bytes(stream.read())
+    except (OSError, EOFError, ValueError, lzma.LZMAError):
+        raise InputError(
+            f"cannot decompress {name} ({codec}): the data is truncated or corrupt",
+            hint=f"check the file ({_TESTERS[codec]} -t), or decompress it yourself",
+        ) from None
+
+
+def _codec_stream(file: IO[bytes], codec: str, mode: Literal["rb", "wb"]) -> Any:
+    """A stream that reads (``mode`` ``rb``) or writes (``wb``) ``file`` through ``codec``
+    (gzip at level 6, the gzip tool's default; zstd through pyarrow); closing it leaves
+    ``file`` open."""
     import bz2
     import gzip
     import lzma
 
-    try:
-        if codec == "gzip":
-            return gzip.decompress(data)
-        if codec == "bz2":
-            return bz2.decompress(data)
-        if codec == "xz":
-            return lzma.decompress(data)
-        import pyarrow as pa
+    if codec == "gzip":
+        return gzip.GzipFile(fileobj=file, mode=mode, compresslevel=6)
+    if codec == "bz2":
+        return bz2.BZ2File(file, mode)
+    if codec == "xz":
+        return lzma.LZMAFile(file, mode)
+    import pyarrow as pa
 
-        with pa.CompressedInputStream(pa.BufferReader(data), "zstd") as stream:
-            return bytes(stream.read())
-    except (OSError, EOFError, ValueError, lzma.LZMAError):
-        tester = {"gzip": "gzip", "zstd": "zstd", "bz2": "bzip2", "xz": "xz"}[codec]
-        raise InputError(
-            f"cannot decompress {name} ({codec}): the data is truncated or corrupt",
-            hint=f"check the file ({tester} -t), or decompress it yourself",
-        ) from None
+    stream = pa.CompressedOutputStream if mode == "wb" else pa.CompressedInputStream
+    return stream(pa.PythonFile(file, mode=mode[0]), "zstd")
 
 
 def error_line(text: str) -> str:
     """The first line of a library's error text, for grpo-adv's one-line errors ("unknown
-    error" when it has none)."""
-    return first_line(text, "unknown error")
+    error" when it has none), terminal colour codes removed."""
+    return first_line(re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text), "unknown error")
+
+
+def cannot_read(name: str, fmt: str, cause: str, hint: Message | None = None) -> InputError:
+    """The error for ``name`` that cannot be read as ``fmt`` (``cause``: why, first line
+    kept); the hint is the format's parse hint unless given."""
+    hint = FORMATS[fmt].parse_hint if hint is None else hint
+    return InputError(f"cannot read {name} as {fmt}: {error_line(cause)}", hint=hint)
+
+
+def check_magic(head: bytes, fmt: str, name: str) -> None:
+    """Refuse ``head`` (not empty) unless it starts with the magic bytes of ``fmt`` (a
+    binary format; a text format has none)."""
+    magic = FORMATS[fmt].magic
+    if head and magic and not head.startswith(magic):
+        shown = " or ".join(m.decode() if m.isalnum() else f"0x{m.hex()}" for m in magic)
+        raise cannot_read(name, fmt, f"it does not start with {shown}")
 
 
 # --------------------------------------------------------------------------- writing
-
-
-def written_format(path: Path) -> str | None:
-    """The format an output's suffix names (under any compression suffix), ``.json``
-    included, or None."""
-    suffix = uncompressed_name(path).suffix.lower()
-    return next((f.name for f in FORMATS.values() if suffix in f.suffixes), None)
 
 
 def unknown_suffix(
@@ -351,7 +364,7 @@ def output_format_for(path: Path, requested: str | None, fallback: str) -> str:
     when the suffix names no format: the user chose), the suffix, or ``fallback`` (usually
     the input's format) for a name without a suffix or a stream (``/dev/stdout``, a FIFO).
     A suffix that names no format (``out.xlsx``, ``out.txt``) is refused."""
-    by_suffix = written_format(path)
+    by_suffix = format_from_suffix(path, written=True)
     suffix = uncompressed_name(path).suffix
     if by_suffix is None and requested is None and suffix and not is_stream(path):
         raise unknown_suffix(path, "output", DATA_FORMATS, FORMAT_OPTION)
@@ -411,28 +424,12 @@ def compression_for(path: Path) -> str | None:
 
 @contextlib.contextmanager
 def compressed(sink: IO[bytes], codec: str | None) -> Iterator[IO[bytes]]:
-    """``sink`` itself, or a stream that compresses into it with ``codec`` (gzip at level 6
-    as the gzip tool's default, bz2, xz, zstd through pyarrow); closing the stream writes
-    the codec's trailer and leaves ``sink`` open."""
+    """``sink`` itself, or a stream that compresses into it with ``codec`` (see
+    :func:`_codec_stream`); closing the stream writes the codec's trailer."""
     if codec is None:
         yield sink
         return
-    import bz2
-    import gzip
-    import lzma
-
-    stream: Any
-    if codec == "gzip":
-        stream = gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=6)
-    elif codec == "bz2":
-        stream = bz2.BZ2File(sink, "wb")
-    elif codec == "xz":
-        stream = lzma.LZMAFile(sink, "wb")  # noqa: SIM115 (closed below)
-    else:
-        import pyarrow as pa
-
-        stream = pa.CompressedOutputStream(pa.PythonFile(sink, mode="w"), "zstd")
-    with stream:
+    with _codec_stream(sink, codec, "wb") as stream:
         yield stream
 
 
@@ -447,7 +444,7 @@ def table_format(
         return normalize_format(requested, allowed=TABLE_FORMATS)
     if str(path) == "-":
         return "csv"
-    fmt = written_format(path)
+    fmt = format_from_suffix(path, written=True)
     if fmt is None:
         raise unknown_suffix(path, "table", TABLE_FORMATS, flag)
     return fmt

@@ -1,15 +1,10 @@
 """Ctrl-C (SIGINT) and SIGTERM around the moments that decide what a run leaves behind.
 
-Between "the output is complete" and "the output is in place", an interrupt could let a run
-report "no output was written" after its rename. Inside :func:`deferred`, both signals are
-only recorded; the code polls :func:`pending` while it waits, and calls :func:`check` at the
-last moment it may still give up (just before the final renames), which raises the recorded
-signal (KeyboardInterrupt, or the installed SIGTERM handler's exception). Once
-:func:`mark_committed` is called (the outputs are in place), a recorded signal is dropped:
-the run ends as a success.
-
-Handlers can only be installed from the main thread; elsewhere :func:`deferred` changes
-nothing and signals reach the main thread as usual. No Polars, no typer: the core uses it.
+Inside :func:`deferred` both signals are only recorded; the code polls :func:`pending`,
+and :func:`check` raises the recorded signal at the last moment the run may give up (just
+before the final renames). Once :func:`mark_committed` is called (the outputs are in
+place), a recorded signal is dropped: the run ends as a success. Handlers are installed
+from the main thread only; elsewhere :func:`deferred` changes nothing.
 """
 
 from __future__ import annotations
@@ -39,9 +34,8 @@ def _record(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """Record SIGINT and SIGTERM instead of raising them inside the block (re-entrant; see
-    the module docstring). Leaving the block without :func:`mark_committed`, a recorded
-    signal is raised then (unless an exception is already on its way)."""
+    """Record SIGINT and SIGTERM inside the block (re-entrant), and raise a recorded one
+    at its end unless committed or an exception is already on its way."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -91,8 +85,7 @@ def check() -> None:
 
 
 def mark_committed() -> None:
-    """The outputs are in place: a signal from now on cannot undo them (see the module
-    docstring)."""
+    """The outputs are in place: a signal from now on cannot undo them."""
     _state["committed"] = True
 
 

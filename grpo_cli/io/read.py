@@ -1,26 +1,15 @@
-"""Reading reward logs: one file, standard input or several files, into one frame.
+"""Reading reward logs: one file, standard input or several files (folders and globs, in
+natural order), into one frame; compressed inputs are decompressed first.
 
-Compressed inputs (from files or standard input) are decompressed first (see
-:mod:`grpo_cli.io.formats`). CSV's delimiter is a comma unless the header line has none and
-has semicolons, tabs or pipes; key columns are read as text, then given back the number type
-when every value reads back as the very same text (:func:`typed_keys`). A reward column of
-numbers written as text is read as numbers when every value parses (see
-:mod:`grpo_cli.jobs.compute`). A JSONL field of numbers, numbers written as text and booleans
-is read as numbers; one whose values no one type fits (an object on one line, a list on
-another) is read as JSON text, with a warning (:func:`read_jsonl`). A Parquet file's footer
-is checked before Polars reads it (:func:`check_parquet_layout`), so that a damaged file is
-an input error naming it (exit 3), never a crash nor Rust's panic text.
-Several inputs (files, folders, globs) are read in natural order and concatenated, with the
-file each row came from.
-
-An input that is not a log is refused in bounded memory and time: a device (``/dev/zero``,
-as a path or as standard input) at once; a pipe whose first bytes are not its format's (a
-NUL byte in text, Parquet without ``PAR1``) at those bytes; a CSV header or a first JSONL
-line longer than FIRST_LINE_LIMITS before it is parsed, and a pipe is read no further.
+An input that is not a log is refused in bounded memory and time: a device at once; a pipe
+whose first bytes are not its format's at those bytes; a first line longer than
+FIRST_LINE_LIMITS before it is parsed. A Parquet footer is checked before Polars reads it
+(:func:`check_parquet_layout`): a damaged file is an input error, never Rust's panic.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -44,11 +33,14 @@ from grpo_cli.io.formats import (
     FORMATS,
     SNIFF_BYTES,
     STDIN_NAME,
+    cannot_read,
+    check_magic,
     compression_of,
     decompress,
     describe,
     error_line,
     format_from_suffix,
+    normalize_format,
     scanned_format,
     sniff_format,
 )
@@ -57,9 +49,8 @@ PARQUET_MAGIC: Final = b"PAR1"
 
 CSV_SEPARATORS: Final = (";", "\t", "|")
 FIRST_LINE_LIMITS: Final = {"csv": 1 << 20, "jsonl": 64 << 20}
-"""The longest first line of a CSV log (its header: 1 MiB is some 100,000 names, which
-Polars parses in half a second; 8 MB took it 5 s and 750 MB) and of a JSONL log (one
-response's object, token lists and all). Past it the input is not a reward log."""
+"""The longest first line of a CSV log (its header: 1 MiB is some 100,000 names) and of a
+JSONL log (one response's object, token lists and all)."""
 _TEXT: Final = [name for name in DATA_FORMATS if not FORMATS[name].binary]
 _BINARY: Final = [name for name in DATA_FORMATS if FORMATS[name].binary]
 TEXT_HINT: Final = (
@@ -72,8 +63,7 @@ TEXT_HINT: Final = (
 
 @dataclass(frozen=True)
 class RewardLog:
-    """A reward log read into memory, with the format it was read as and what reading it
-    gave to warn about (JSONL fields read as text: see :func:`read_jsonl`), one line each."""
+    """A reward log read into memory, the format it was read as, and one-line warnings."""
 
     frame: pl.DataFrame
     format: str
@@ -97,10 +87,8 @@ def read_rewards(
     Raises:
         InputError: missing, unreadable, empty or malformed input.
     """
-    if fmt is not None and fmt not in DATA_FORMATS:
-        raise OptionsError(
-            f"unknown format {fmt!r}", hint="choose one of: " + ", ".join(DATA_FORMATS)
-        )
+    if fmt is not None:
+        fmt = normalize_format(fmt)
     if isinstance(source, str) and source == "-":
         import sys
 
@@ -145,8 +133,7 @@ def no_rows(name: str, columns: Sequence[str]) -> InputError:
 
 
 def _read_file_bytes(path: Path, fmt: str | None) -> bytes:
-    """The bytes of the file ``path`` (a pipe's as :func:`_read_stream` reads them); an
-    InputError for a missing path, a folder, a device or a file that cannot be read."""
+    """The bytes of the file or pipe ``path``; an InputError when it cannot be read."""
     try:
         if not _is_pipe(path):
             return path.read_bytes()
@@ -172,9 +159,8 @@ def _unreadable(path: Path, exc: OSError) -> InputError:
 
 
 def _is_pipe(path: Path) -> bool:
-    """Whether ``path`` is a pipe (a FIFO, ``<(cmd)``) rather than a regular file. Raises
-    FileNotFoundError, IsADirectoryError, and an InputError for anything else (a device
-    such as ``/dev/zero``, a socket), refused before a byte is read."""
+    """Whether ``path`` is a pipe (``<(cmd)``) rather than a regular file. Raises
+    FileNotFoundError, IsADirectoryError, and an InputError for a device or a socket."""
     mode = path.stat().st_mode
     if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
         return stat.S_ISFIFO(mode)
@@ -194,10 +180,8 @@ def _not_a_file(name: str, mode: int) -> InputError:
 
 
 def require_file(path: Path, engine: Message) -> None:
-    """For the engines that open an input more than once (``--low-memory``, ``--backend
-    ray``): the InputError of :func:`read_rewards` for a missing path, a folder or a
-    device, and an OptionsError for a pipe, which only the in-memory engines read (once,
-    as standard input too)."""
+    """For the engines that open an input more than once: the InputError of
+    :func:`read_rewards` for a path that is no file, an OptionsError for a pipe."""
     try:
         pipe = _is_pipe(path)
     except OSError as exc:
@@ -212,31 +196,22 @@ def require_file(path: Path, engine: Message) -> None:
 
 def _read_stream(stream: BinaryIO, name: str, fmt: str | None) -> bytes:
     """The bytes of standard input or a pipe (format ``fmt``, or None: sniffed), read in
-    bounded memory until they look like a reward log: a device is refused at once (a
-    terminal is refused earlier, by the caller); the first SNIFF_BYTES must hold no NUL
-    byte for a text format and start with ``PAR1`` for Parquet (unless compressed: then
-    the whole stream is read and decompressed); a first line past FIRST_LINE_LIMITS is
-    refused when it reaches the limit. A regular file (``- < log.csv``) is read whole."""
+    bounded memory until they look like a reward log (see the module docstring); a
+    compressed stream or a regular file (``- < log.csv``) is read whole."""
     try:
-        mode: int | None = os.fstat(stream.fileno()).st_mode
-    except (AttributeError, OSError, ValueError):  # not a file descriptor (io.BytesIO)
-        mode = None
-    if mode is not None and stat.S_ISREG(mode):
+        mode = os.fstat(stream.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # no file descriptor (io.BytesIO): as a pipe
+        mode = stat.S_IFIFO
+    if stat.S_ISREG(mode):
         return stream.read()
-    if mode is not None and not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
         raise _not_a_file(name, mode)
     head = stream.read(SNIFF_BYTES)
     if compression_of(head) is not None:
         return head + stream.read()
     fmt = fmt or sniff_format(head)
-    magic = FORMATS[fmt].magic
-    if head and magic and not head.startswith(magic):
-        shown = " or ".join(m.decode() if m.isalnum() else f"0x{m.hex()}" for m in magic)
-        raise InputError(
-            f"cannot read {name} as {fmt}: it does not start with {shown}",
-            hint=FORMATS[fmt].parse_hint,
-        )
-    if not magic and b"\0" in head:
+    check_magic(head, fmt, name)
+    if not FORMATS[fmt].binary and b"\0" in head:
         raise InputError(
             f"{name} is not a text log (a NUL byte at offset {head.index(0)})", hint=TEXT_HINT
         )
@@ -250,8 +225,7 @@ def _read_stream(stream: BinaryIO, name: str, fmt: str | None) -> bytes:
 
 
 def _check_first_line(data: bytes, fmt: str, name: str) -> None:
-    """Refuse a CSV or JSONL log whose first line is longer than FIRST_LINE_LIMITS
-    (before Polars parses it: a 200 MB CSV header took it minutes and 9 GB)."""
+    """Refuse a CSV or JSONL log whose first line is longer than FIRST_LINE_LIMITS."""
     limit = FIRST_LINE_LIMITS.get(fmt)
     if limit is None or len(data) <= limit or data.find(b"\n", 0, limit + 1) >= 0:
         return
@@ -270,18 +244,9 @@ def empty_input(name: str) -> InputError:
     )
 
 
-def truncated_parquet(name: str) -> InputError:
-    """The error for a Parquet file without its footer."""
-    return InputError(
-        f"{name} is not a complete Parquet file (no PAR1 footer: truncated?)",
-        hint="write the file again, or pass " + option("input_format") + " if it is not Parquet",
-    )
-
-
 def not_parquet(name: str, head: bytes) -> InputError:
-    """The error for a file read as Parquet (by its name, or ``--format parquet``) whose
-    first bytes (``head``) are not PAR1: CSV or JSON text is named as such (a CSV saved
-    under ``.parquet``), with the --format that reads it; other bytes are not guessed at."""
+    """The error for a file read as Parquet whose first bytes (``head``) are not PAR1: CSV
+    or JSON text is named as such, with the format option that reads it."""
     try:
         text = head.decode()
     except UnicodeDecodeError as bad:  # text cut inside a character is still text
@@ -300,8 +265,8 @@ def not_parquet(name: str, head: bytes) -> InputError:
 
 
 def scan_file(path: Path | str) -> pl.LazyFrame:
-    """The file ``path`` lazily, read by the format its first bytes name (see
-    :func:`grpo_cli.io.formats.scanned_format`; checked by :func:`check_scanned_file`)."""
+    """The file ``path`` lazily, by the format its first bytes name (see
+    :func:`check_scanned_file`)."""
     fmt = scanned_format(Path(path))
     if fmt is None or fmt.scan is None:
         raise InputError(f"{path} changed while it was read", hint="run again")
@@ -309,17 +274,13 @@ def scan_file(path: Path | str) -> pl.LazyFrame:
 
 
 def scan_parquet_file(path: Path | str) -> pl.LazyFrame:
-    """The Parquet file ``path``, lazily. The path is the file's name, never a pattern:
-    Polars' scans expand ``[``, ``*`` and ``?`` by default, and ``shard[1].parquet`` then
-    matched no file (an internal error). Every scan of a named Parquet file goes
-    through here."""
+    """The Parquet file ``path``, lazily, its name never a pattern (``shard[1].parquet``)."""
     return pl.scan_parquet(path, glob=False)
 
 
 def check_scanned_file(path: Path) -> int:
-    """For ``--low-memory``, which reads its input file itself: raise unless ``path``
-    starts as a file a format scans (OptionsError, naming those formats) and passes that
-    format's check (InputError), reading the footer only. Returns its row count."""
+    """Raise unless ``path`` is a file a format scans (OptionsError) and passes that
+    format's check (InputError); return its row count (from the footer)."""
     fmt = scanned_format(path)
     if fmt is None or fmt.rows is None:
         low_memory = option("backend", "partitioned", alias="alone")
@@ -339,28 +300,15 @@ OUTPUT: Final = option("output", short=True)
 FORCE: Final = option("force", True)
 """Overwriting allowed (``force=True``), named in messages."""
 
-PARQUET_HINT: Final = FORMATS["parquet"].parse_hint
 PARQUET_DAMAGED_HINT: Final = "the file is truncated or damaged: write it again"
 
 
-def unreadable_parquet(name: str, cause: str, hint: Message = PARQUET_HINT) -> InputError:
-    """The error for a Parquet file that cannot be read: the file named, the cause's first
-    line in plain text (terminal colour codes removed)."""
-    plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", cause)
-    return InputError(f"cannot read {name} as parquet: {error_line(plain)}", hint=hint)
-
-
-def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUET_HINT) -> int:
-    """Raise an InputError unless ``source`` (a path, or the file's bytes) holds something
-    (else :func:`empty_input`), starts with PAR1 (else :func:`not_parquet`, which names CSV or
-    JSON text), ends with a Parquet footer (else :func:`truncated_parquet`) that can be
-    read, whose column chunks
-    all lie inside the file, before the footer, and whose columns have distinct names;
-    return the row count the footer gives. Every reader of a Parquet input checks it first
-    (a fraction of a millisecond: the footer only, without pyarrow's 0.1 s import): a file
-    cut in the middle with its footer re-appended passes the magic-byte checks, and
-    Polars' readers panic on it, printing Rust's panic text on stderr before any error is
-    raised; Polars refuses repeated names only in the in-memory reader."""
+def check_parquet_layout(source: Path | bytes, name: str, hint: Message | None = None) -> int:
+    """Raise an InputError unless ``source`` (a path, or the file's bytes) is not empty,
+    starts with PAR1, ends with a readable Parquet footer whose column chunks all lie
+    before it and whose columns have distinct names; return the footer's row count. Every
+    Parquet reader checks it first (footer only; pyarrow's import takes 0.2 s): Polars
+    panics on a cut file with its footer re-appended."""
     if isinstance(source, bytes):
         head = source[:SNIFF_BYTES]
     else:
@@ -383,7 +331,12 @@ def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUE
             handle.seek(max(size - 8 - footer, 0))
             meta = handle.read(min(footer, max(size - 8, 0)))
     if size < 12 or tail[4:] != PARQUET_MAGIC:
-        raise truncated_parquet(name)
+        raise InputError(
+            f"{name} is not a complete Parquet file (no PAR1 footer: truncated?)",
+            hint="write the file again, or pass "
+            + option("input_format")
+            + " if it is not Parquet",
+        )
     end = size - 8 - footer
     try:
         if end < 4:
@@ -391,7 +344,7 @@ def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUE
         fields, _ = _thrift(meta, 0, _STRUCT)
         groups, columns = fields.get(4, []), _top_level_names(fields[2])
     except (IndexError, KeyError, TypeError, ValueError, RecursionError, struct.error):
-        raise unreadable_parquet(name, "its footer is not Parquet metadata", hint) from None
+        raise cannot_read(name, "parquet", "its footer is not Parquet metadata", hint) from None
     for group, row_group in enumerate(groups):
         for chunk in row_group.get(1, []):
             info = chunk.get(3, {})
@@ -399,8 +352,9 @@ def check_parquet_layout(source: Path | bytes, name: str, hint: Message = PARQUE
             stop = start + info.get(7, 0)
             if start < 4 or stop > end:
                 column = ".".join(part.decode(errors="replace") for part in info.get(3, []))
-                raise unreadable_parquet(
+                raise cannot_read(
                     name,
+                    "parquet",
                     f"row group {group}, column {column}: its data lies outside the file "
                     f"(bytes {start}..{stop} of {size}); the file is truncated or corrupt",
                     hint,
@@ -417,11 +371,10 @@ _STRUCT: Final = 12
 
 
 def _thrift(data: bytes, pos: int, kind: int) -> tuple[Any, int]:
-    """One value of type ``kind`` in Thrift's compact protocol (the encoding of a Parquet
-    footer) at ``pos`` of ``data``, and the position after it: a struct as a dict of its
-    fields by id, a list or a set as a list, a map as a list of pairs, a string as bytes.
-    Malformed data raises IndexError or ValueError (every element takes a byte at least:
-    a count that lies runs off the end)."""
+    """One value of type ``kind`` in Thrift's compact protocol (a Parquet footer) at
+    ``pos``, and the position after it: a struct as a dict by field id, a list or set as a
+    list, a map as a list of pairs, a string as bytes. Malformed data raises IndexError or
+    ValueError."""
     if kind in (1, 2, 3):  # a boolean in a list, or a byte
         return data[pos], pos + 1
     if kind in (4, 5, 6):  # integers: zigzag varints
@@ -495,15 +448,12 @@ def csv_separator(data: bytes) -> str:
     header = data.split(b"\n", 1)[0]
     if b"," in header:
         return ","
-    counts = {sep: header.count(sep.encode()) for sep in CSV_SEPARATORS}
-    best = max(counts, key=lambda sep: counts[sep])
-    return best if counts[best] else ","
+    best = max(CSV_SEPARATORS, key=lambda sep: header.count(sep.encode()))
+    return best if best.encode() in header else ","
 
 
 def read_parquet(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """Parquet's reader (see :class:`grpo_cli.io.formats.Format`): the footer checked first."""
-    import io
-
     check_parquet_layout(data, name)
     return pl.read_parquet(io.BytesIO(data)), ()
 
@@ -512,8 +462,6 @@ def read_csv(
     data: bytes, name: str, string_cols: list[str]
 ) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """CSV's reader: ``string_cols`` read as text, then typed back (:func:`typed_keys`)."""
-    import io
-
     overrides: dict[str, pl.DataType] = {col: pl.String() for col in string_cols}
     frame = pl.read_csv(
         io.BytesIO(data),
@@ -527,19 +475,14 @@ def read_csv(
 
 def read_json(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """JSON's reader (one array of objects)."""
-    import io
-
     return pl.read_json(io.BytesIO(data), infer_schema_length=None), ()
 
 
 def read_jsonl(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
-    """JSONL as Polars reads it, with two fallbacks paid only when Polars fails: Python's
-    ``NaN`` literal read as null (:func:`_nan_as_null`), then the fields no one column type
-    fits (an object on one line and a list on another, numbers and booleans, one key of
-    an object holding different kinds) read as text (:func:`_fields_as_text`) and named in
-    the one warning returned. Either way, a field of numbers, numbers written as text and
-    booleans is read as numbers (:func:`_booleans_as_numbers`); with any other value it
-    stays text, and a reward there is refused naming its first such row."""
+    """JSONL as Polars reads it, with two fallbacks paid only when Polars fails: ``NaN``
+    read as null (:func:`_nan_as_null`), then the fields no one column type fits read as
+    JSON text (:func:`_fields_as_text`), named in the one warning. A field of numbers,
+    numbers as text and booleans is read as numbers (:func:`_booleans_as_numbers`)."""
     try:
         return _booleans_as_numbers(_read_ndjson(data)), ()
     except pl.exceptions.PolarsError as exc:
@@ -567,27 +510,16 @@ def read_jsonl(data: bytes, name: str, _: list[str]) -> tuple[pl.DataFrame, tupl
 
 
 def _read_ndjson(data: bytes) -> pl.DataFrame:
-    import io
-
     return pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
 
 
 def _fields_as_text(data: bytes) -> tuple[bytes, list[str]]:
-    """The JSONL ``data`` with every value of the fields Polars cannot read as one column
-    type (see :func:`_one_type`) written as its JSON text (strings and nulls as they are),
-    and those fields in order of first appearance; ``data`` and none when a line is not
-    one JSON object (the usual error names it). A per-line pass: error path only."""
-    rows = []
-    for raw in data.splitlines():
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw, parse_constant=_reject_constant)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            return data, []
-        if not isinstance(row, dict):
-            return data, []
-        rows.append(row)
+    """The JSONL ``data`` with the values of the fields Polars cannot read as one column
+    type (:func:`_one_type`) written as JSON text (strings and nulls kept), and those
+    fields; ``data`` and none when a line is not one JSON object."""
+    rows = _json_objects(data)
+    if isinstance(rows, tuple):
+        return data, []
     values: dict[str, list[object]] = {}
     for row in rows:
         for key, value in row.items():
@@ -604,9 +536,8 @@ def _fields_as_text(data: bytes) -> tuple[bytes, list[str]]:
 
 
 def _one_type(values: list[object]) -> bool:
-    """Whether Polars reads one field's ``values`` (nulls left out) as one column type:
-    numbers, or one kind, at once; objects only or lists only by reading them (one key
-    may hold different kinds on different lines)."""
+    """Whether Polars reads one field's ``values`` (no nulls) as one column type; objects
+    or lists are tried (one key may hold different kinds on different lines)."""
     kinds = {type(value) for value in values}
     if kinds <= {int, float} or kinds in ({bool}, {str}):
         return True
@@ -623,11 +554,9 @@ BOOLEAN_TEXT: Final = ("true", "false")
 
 
 def _booleans_as_numbers(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` (read from JSONL) with each text column whose values are numbers written
-    as text and ``true``/``false`` (at least one of each) read as numbers, booleans 1
-    and 0: Polars reads a field holding ``1``, ``"0.5"`` and ``true`` as text, and each
-    kind is read as it is on its own. A column with other text, without ``true``/``false``
-    or without a number is left as it is (``7`` and ``"007"`` stay two keys)."""
+    """``frame`` (from JSONL) with each text column of numbers and ``true``/``false`` (at
+    least one of each, nothing else) read as numbers, booleans 1 and 0; any other column
+    is left as it is (``7`` and ``"007"`` stay two keys)."""
     strings = [name for name, dtype in frame.schema.items() if dtype == pl.String]
     if not strings:
         return frame
@@ -659,9 +588,7 @@ def _booleans_as_numbers(frame: pl.DataFrame) -> pl.DataFrame:
 def typed_keys(frame: pl.DataFrame, string_cols: Iterable[str]) -> pl.DataFrame:
     """CSV key columns read as text, given back the number type they read as when every
     value reads back as the very same text: ``7`` is the integer 7, but a column with
-    ``007`` (or ``7.50``, `` 7``) stays text, so two keys that differ as text never merge.
-    Keys are compared exactly, and a column of plain numbers (a ``step``) keeps its type:
-    it is written back as a number and sorts as one."""
+    ``007`` (or ``7.50``) stays text, so two keys that differ as text never merge."""
     typed = []
     for column in string_cols:
         if column not in frame.columns or frame.schema[column] != pl.String:
@@ -702,18 +629,17 @@ def parse_error(data: bytes, fmt: str, name: str, exc: Exception) -> InputError:
                 f"{name} is not UTF-8 text (byte 0x{data[bad.start]:02x} at offset {bad.start})",
                 hint=TEXT_HINT,
             )
-    detail = error_line(re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(exc)))
-    return InputError(f"cannot read {name} as {fmt}: {detail}", hint=FORMATS[fmt].parse_hint)
+    return cannot_read(name, fmt, str(exc))
 
 
 def _jsonl_error(data: bytes, name: str, exc: Exception) -> InputError:
     """JSONL's parse error: the first line that is not one JSON object, named."""
     try:
         data.decode("utf-8")
-        located = _locate_bad_json_line(data)
+        located = _json_objects(data)
     except UnicodeDecodeError:
-        located = None
-    if located is None:
+        located = []
+    if not isinstance(located, tuple):
         return parse_error(data, "jsonl", name, exc)
     line_no, problem = located
     hint = 'each line must be one JSON object, e.g. {"prompt_id": "p1", "reward": 1.0}'
@@ -722,14 +648,16 @@ def _jsonl_error(data: bytes, name: str, exc: Exception) -> InputError:
     return InputError(f"{name} line {line_no}: {problem}", hint=hint)
 
 
-def _locate_bad_json_line(data: bytes) -> tuple[int, str] | None:
-    """Find the first line of a JSONL payload that is not one JSON object (error path only)."""
+def _json_objects(data: bytes) -> list[dict[str, Any]] | tuple[int, str]:
+    """The non-blank lines of JSONL ``data`` as Python's json module reads them (``NaN``
+    and ``Infinity`` refused, as JSON does), or the first line that is not one JSON object:
+    its number and what is wrong with it. A per-line pass: error path only."""
+    rows = []
     for line_no, raw in enumerate(data.splitlines(), start=1):
-        text = raw.strip()
-        if not text:
+        if not raw.strip():
             continue
         try:
-            value = json.loads(text, parse_constant=_reject_constant)
+            row = json.loads(raw, parse_constant=_reject_constant)
         except _NotJson as exc:
             return line_no, str(exc)
         except RecursionError:
@@ -737,16 +665,16 @@ def _locate_bad_json_line(data: bytes) -> tuple[int, str] | None:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
             return line_no, f"malformed JSON ({reason})"
-        if not isinstance(value, dict):
-            return line_no, f"expected a JSON object, got {type(value).__name__}"
-    return None
+        if not isinstance(row, dict):
+            return line_no, f"expected a JSON object, got {type(row).__name__}"
+        rows.append(row)
+    return rows
 
 
 def _nan_as_null(data: bytes) -> bytes | None:
-    """JSONL with Python's ``NaN`` literal (``json.dumps(float("nan"))``) rewritten with
-    ``null`` in its place, as CSV and Parquet NaN rewards are read as null; None when no line
-    holds the literal. Only lines that mention ``NaN`` are parsed (with Python's json module,
-    so a ``"NaN"`` inside a string is left alone); ``Infinity`` stays refused."""
+    """JSONL with Python's ``NaN`` literal rewritten as ``null`` (as CSV and Parquet NaN
+    rewards read as null), only the lines that mention it parsed; None when none holds it
+    (or such a line has another problem). ``Infinity`` stays refused."""
     if b"NaN" not in data:
         return None
     lines = data.splitlines(keepends=True)
@@ -781,15 +709,13 @@ def _reject_constant(literal: str) -> float:
 
 def _natural_key(path: Path) -> tuple[tuple[int, int | str], ...]:
     """Sort ``2.jsonl`` before ``10.jsonl``: digit runs compare as numbers."""
-    import re
-
     parts = re.split(r"(\d+)", path.name)
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p)
 
 
 def expand_sources(sources: Sequence[str]) -> list[Path]:
-    """Paths of every input: a folder gives its reward-log files (by suffix), a glob its
-    matches, both in natural order (step 2 before step 10)."""
+    """Paths of every input: a folder's reward-log files (by suffix), a glob's matches,
+    both in natural order."""
     import glob
 
     paths: list[Path] = []
@@ -832,8 +758,7 @@ def expand_sources(sources: Sequence[str]) -> list[Path]:
 
 
 def _refuse_repeats(paths: Sequence[Path]) -> None:
-    """Refuse an input that appears twice after expanding folders and globs (``1.jsonl
-    1.jsonl``, overlapping globs, a link to a file also given): its rows would count twice."""
+    """Refuse an input given twice (overlapping globs, a link to a file also given)."""
     seen: dict[tuple[int, int] | Path, Path] = {}
     for path in paths:
         try:
@@ -859,13 +784,9 @@ def read_many(
     source_col: str | None = None,
     on_file: Callable[[Path], None] | None = None,
 ) -> RewardLog:
-    """Read one or several files (folders and globs expanded: :func:`expand_sources`) as
-    one log, rows in file order.
-
-    Columns missing from some files are null there; numeric types are widened to agree.
-    ``source_col`` adds each row's input index (0, 1, ...); ``on_file`` is called after
-    each file is read (progress).
-    """
+    """Read one or several files as one log, rows in file order: columns missing from a
+    file are null there, numeric types widened to agree. ``source_col`` adds each row's
+    input index (0, 1, ...); ``on_file`` is called after each file (progress)."""
     logs = []
     for index, path in enumerate(paths):
         log = read_rewards(path, fmt, string_cols=string_cols)

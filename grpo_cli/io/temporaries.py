@@ -1,7 +1,6 @@
-"""What runs leave while they work: temporary names that carry their owner
-(``grpo-adv.<pid>@<host>``), so that a later run removes what a killed run left
-(:func:`remove_stale_temporaries`) without touching a live run's files; and the spill
-folders of the engines that see a log in pieces.
+"""Temporary names that carry their owner (``grpo-adv.<pid>@<host>``), so that a later run
+removes what a killed run left without touching a live run's files; the engines' spill
+folders.
 """
 
 from __future__ import annotations
@@ -31,22 +30,19 @@ def owner_tag() -> str:
 
 def alive(pid: int) -> bool:
     """Whether process ``pid`` of this host still runs (this one, another user's)."""
-    if pid == os.getpid():
-        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # another user's live process
+        pass  # another user's live process
     return True
 
 
 def remove_stale_temporaries(folder: Path) -> tuple[list[Path], int]:
-    """Remove the temporary files and spill folders that killed grpo-adv runs (``kill -9``,
-    the OOM killer) left in ``folder``: hidden entries whose owner tag names a process of
-    this host that no longer exists. A live run's files, another host's, and anything
-    without a tag are left alone. Returns the removed paths and their size in bytes."""
+    """Remove the hidden entries of ``folder`` whose owner tag names a process of this host
+    that no longer exists (a run ended by ``kill -9``); return them and their size in
+    bytes. A live run's, another host's and untagged ones are left alone."""
     removed: list[Path] = []
     size = 0
     try:
@@ -85,10 +81,9 @@ def make_spill_folder(parent: Path) -> Path:
 
 
 def remove_spill_folder(folder: Path, *, after_error: bool = False) -> None:
-    """Remove ``folder`` and everything in it. ``after_error``: Polars' partitioned sink
-    can still be finishing a file on another thread when its error reaches us (a full
-    disk), and it creates missing folders: removal is retried until the folder stays gone
-    (at most SETTLE_S seconds)."""
+    """Remove ``folder``. ``after_error``: Polars' sink may still be writing into it on
+    another thread (recreating it), so removal is retried until it stays gone (at most
+    SETTLE_S seconds)."""
     shutil.rmtree(folder, ignore_errors=True)
     if not after_error:
         return

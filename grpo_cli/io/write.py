@@ -1,7 +1,5 @@
-"""Writing frames and tables in any format of the registry (FORMATS), to a
-file (atomically, see :mod:`grpo_cli.io.atomic`) or standard output, after checking that
-the target may be written (it exists without ``force``, or it is an input: refused).
-"""
+"""Writing frames and tables in any format of the registry (FORMATS), to a file
+(atomically, see :mod:`grpo_cli.io.atomic`) or standard output."""
 
 from __future__ import annotations
 
@@ -17,12 +15,11 @@ import polars as pl
 
 from grpo_cli.core.errors import (
     Message,
-    OptionsError,
     OutputError,
     is_disk_full,
     option,
 )
-from grpo_cli.io.atomic import Stage, atomic_write
+from grpo_cli.io.atomic import Stage, atomic_write, check_target
 from grpo_cli.io.formats import (
     DATA_FORMATS,
     FORMATS,
@@ -32,7 +29,7 @@ from grpo_cli.io.formats import (
     is_stream,
     table_format,
 )
-from grpo_cli.io.read import FORCE, OUTPUT
+from grpo_cli.io.read import OUTPUT
 
 
 def frame_to_markdown(frame: pl.DataFrame) -> str:
@@ -60,8 +57,6 @@ def write_markdown(frame: pl.DataFrame, sink: IO[bytes]) -> None:
 
 def write_frame(frame: pl.DataFrame, sink: IO[bytes], fmt: str) -> None:
     """Write ``frame`` to an open binary stream in ``fmt``."""
-    if fmt not in FORMATS:
-        raise OptionsError(f"unknown format {fmt!r}")
     try:
         FORMATS[fmt].write(frame, sink)
     except pl.exceptions.PolarsError as exc:
@@ -98,18 +93,7 @@ def check_output_path(
         raise OutputError(
             f"{path} is a directory", hint="give a file path with " + OUTPUT, path=path
         )
-    if path.exists() and not force:
-        raise OutputError(
-            f"{path} already exists",
-            hint="pass " + FORCE + " to overwrite it, or choose another " + flag,
-            path=path,
-        )
-    if not path.parent.is_dir():
-        raise OutputError(
-            f"folder {path.parent} does not exist",
-            hint="create it first, or choose another " + OUTPUT,
-            path=path,
-        )
+    check_target(path, force=force, exists=path.exists(), flag=flag)
 
 
 def write_table(
@@ -122,9 +106,8 @@ def write_table(
     fmt: str | None = None,
     flag: Message = OUTPUT,
 ) -> str:
-    """Write a (summary) table to ``path`` (``-``: standard output), in ``fmt`` or the
-    format of its suffix; returns the format. With ``stage`` (see :func:`atomic_writes`),
-    it lands together with the other outputs."""
+    """Write a table to ``path`` (``-``: standard output) in ``fmt`` or its suffix's
+    format, which it returns; with ``stage`` (:func:`atomic_writes`), with the others."""
     fmt = table_format(path, fmt)
     if str(path) == "-":
         to_stdout(lambda sink: write_frame(frame, sink, fmt))
@@ -139,9 +122,7 @@ def write_table(
 
 def to_stdout(write: Callable[[IO[bytes]], None]) -> None:
     """Run ``write`` on standard output, then flush it. A reader that closed the pipe
-    (``| head``) ends the data, not the run: standard output is pointed at ``/dev/null``
-    (see :func:`silence`) and the run goes on, so what it says on standard error
-    (warnings, the summary) still comes out, and it exits 0."""
+    (``| head``) ends the data, not the run (:func:`silence`): it goes on and exits 0."""
     sink = sys.stdout.buffer
     try:
         write(sink)
@@ -161,8 +142,7 @@ def is_broken_pipe(exc: BaseException) -> bool:
 
 
 def silence(stream: IO[str]) -> None:
-    """Point ``stream`` (a closed pipe) at ``/dev/null``, so that nothing written to it
-    later (the exit's flush) fails again."""
+    """Point ``stream`` (a closed pipe) at ``/dev/null``: later writes cannot fail."""
     with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, stream.fileno())
