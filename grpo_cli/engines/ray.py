@@ -41,7 +41,7 @@ from grpo_cli.core.run_summary import Repeats, RunSummary
 from grpo_cli.engines import FileJob, ray_tasks
 from grpo_cli.engines.batch_partials import merged_stats, needs_batch_stats
 from grpo_cli.engines.narrow import merge_repeats
-from grpo_cli.engines.ray_cluster import import_ray, session
+from grpo_cli.engines.ray_cluster import chain, import_ray, session
 from grpo_cli.engines.ray_tasks import PIECE_STRIDE, ROW_BITS, Piece, Shuffle
 from grpo_cli.io.read import scan_file
 
@@ -331,18 +331,9 @@ def _partitions(cpus: int, pieces: Sequence[Piece]) -> int:
 
 
 def _grpo_cause(exc: BaseException) -> GrpoAdvError | None:
-    """The grpo-adv error a task raised, out of Ray's wrappers."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [exc]
-    while stack:
-        current = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, GrpoAdvError):
-            return copy.copy(current)  # its structure kept, out of Ray's wrappers
-        stack += [current.__cause__, current.__context__, getattr(current, "cause", None)]
-    return None
+    """The grpo-adv error a task raised (its structure kept), out of Ray's wrappers."""
+    found = (e for e in chain(exc) if isinstance(e, GrpoAdvError))
+    return next((copy.copy(e) for e in found), None)
 
 
 def _unreadable_input(job: FileJob) -> InputError | None:

@@ -128,7 +128,7 @@ def session(
         try:
             yield ray
         except Exception:
-            if not head_answers(where.probe):
+            if where.probe and _listening(where.probe, CONNECT_TIMEOUT_S) is not None:
                 raise lost(where.name) from None
             raise
 
@@ -425,12 +425,7 @@ def _refused(name: str, exc: BaseException, *, private: bool) -> ClusterError:
     """Ray's refusal to start or attach, in one line: a cluster asking for a token Ray was
     not told to send (``RAY_AUTH_MODE`` unset; said only in a chained exception), else the
     first sentence of Ray's message."""
-    texts: list[str] = []
-    cause: BaseException | None = exc
-    while cause is not None and len(texts) < 8:
-        texts.append(str(cause))
-        cause = cause.__cause__ or cause.__context__
-    if not private and any("Authentication token is missing" in text for text in texts):
+    if not private and any("Authentication token is missing" in str(e) for e in chain(exc)):
         return ClusterError(
             f"cannot attach to {name}: it asks for an authentication token; nothing was written",
             hint="export RAY_AUTH_MODE=token (the token is read from RAY_AUTH_TOKEN or "
@@ -464,6 +459,19 @@ def _unreachable(name: str, why: str, *, private: bool = False) -> ClusterError:
         + option("ray_address")
         + " to run on a private local Ray",
     )
+
+
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it wraps (causes, contexts, a Ray task error's ``cause``)."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        stack += [current.__cause__, current.__context__, getattr(current, "cause", None)]
 
 
 def _listening(where: str, timeout: float) -> str | None:
@@ -548,11 +556,6 @@ def lost(name: str, after_s: float = LOST_AFTER_S) -> ClusterError:
         if private
         else "check the cluster (ray status on the head node), then run again",
     )
-
-
-def head_answers(where: str | None) -> bool:
-    """Whether the head at ``where`` (HOST:PORT) accepts a connection (None: unknown)."""
-    return where is None or _listening(where, CONNECT_TIMEOUT_S) is None
 
 
 def _end_now(
