@@ -25,7 +25,6 @@ signals) and the command exits 130 or 143 at once; the worker dies with the comm
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import signal
 import sys
@@ -135,13 +134,8 @@ def annotate_to_parquet(
 
     request = make_request(None, options, EngineOptions(backend="partitioned"))
     check(ENGINE, request)
-    return run(
-        source,
-        output,
-        resolve(request, scan_file(source).collect_schema()),
-        partitions=partitions,
-        chunk_rows=chunk_rows,
-    )
+    plan = resolve(request, scan_file(source).collect_schema())
+    return run(source, output, plan, partitions=partitions, chunk_rows=chunk_rows)
 
 
 class _Collision(Exception):
@@ -167,15 +161,14 @@ def run(
         with _reading(source):
             rows = scan_file(source).select(pl.len()).collect().item()
         partitions = max(MIN_PARTITIONS, -(-rows // PARTITION_ROWS))
-    own = spill_root is None
-    root = make_spill_folder(spill_parent(output)) if spill_root is None else spill_root
+    root = spill_root or make_spill_folder(spill_parent(output))
     try:
         try:
             return _run(source, output, plan, partitions, chunk_rows, root, exact=False)
         except _Collision:
             return _run(source, output, plan, partitions, chunk_rows, root, exact=True)
     finally:
-        if own:
+        if spill_root is None:
             remove_spill_folder(root, after_error=sys.exc_info()[0] is not None)
 
 
@@ -192,10 +185,8 @@ def _reading(source: Path) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:  # pyo3's PanicException is a BaseException
-        panic = type(exc).__name__ == "PanicException"
-        if isinstance(exc, GrpoAdvError) or is_disk_full(exc):
-            raise
-        if not (panic or isinstance(exc, unreadable)):
+        read = type(exc).__name__ == "PanicException" or isinstance(exc, unreadable)
+        if not read or isinstance(exc, GrpoAdvError) or is_disk_full(exc):
             raise
         raise unreadable_parquet(str(source), str(exc), PARQUET_DAMAGED_HINT) from None
 
@@ -229,7 +220,9 @@ def _run(
         _merge(source, spill, output, options.added_columns(), chunk_rows)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
-    summary = _summary(parts)
+    if not parts:
+        raise _internal("no partition was computed")
+    summary = RunSummary.from_partials(metrics.merge(parts))
     if response is None or repeats is None:
         return summary
     count, first = repeats
@@ -294,7 +287,6 @@ def _compute_partitions(
     partition (:func:`grpo_cli.core.schema.value_checks`; after one to refuse, the rest are
     only counted) and refused, then a group spanning batches, as the in-memory path does.
     With ``response``, also the rows repeating a response id and the first one's row."""
-    import numpy as np
     from pyarrow import ipc
 
     options = plan.options
@@ -332,20 +324,13 @@ def _compute_partitions(
             except InputError as exc:
                 spans = exc
                 continue
-            table = full.select(ROW, *options.added_columns()).to_arrow()
-            rows = table.column(0).to_numpy()  # ascending: the input order within a partition
-            if not len(rows):
-                continue
-            first, last = int(rows[0]) // chunk_rows, int(rows[-1]) // chunk_rows
-            edges = np.searchsorted(rows, np.arange(first, last + 2) * chunk_rows)
-            for offset, (lo, hi) in enumerate(itertools.pairwise(edges)):
-                if hi > lo:
-                    writer = writers.get(first + offset)
-                    if writer is None:
-                        path = out / f"{first + offset:08d}.arrow"
-                        writer = ipc.new_file(path, table.schema)  # uncompressed: lz4 cost 10%
-                        writers[first + offset] = writer
-                    writer.write_table(table.slice(int(lo), int(hi - lo)))
+            chunk = (pl.col(ROW) // chunk_rows).alias(PART)
+            added = full.select(ROW, *options.added_columns(), chunk)
+            for (index,), rows in added.partition_by(PART, as_dict=True, include_key=False).items():
+                table = rows.to_arrow()
+                if index not in writers:  # uncompressed: lz4 cost 10% of the run
+                    writers[index] = ipc.new_file(out / f"{index:08d}.arrow", table.schema)
+                writers[index].write_table(table)
             _keep(parts, piece_run_partials(full, options, group), metrics.merge)
             if response:
                 repeats.append(piece_repeats(full, group, ROW))
@@ -421,12 +406,6 @@ def _merge(
     both = pl.concat([scan_file(source), added], how="horizontal")
     with _reading(source):  # the columns not read before are read here
         both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
-
-
-def _summary(parts: list[pl.DataFrame]) -> RunSummary:
-    if not parts:
-        raise _internal("no partition was computed")
-    return RunSummary.from_partials(metrics.merge(parts))
 
 
 def _internal(what: str) -> GrpoAdvError:
