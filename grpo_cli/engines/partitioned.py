@@ -109,9 +109,7 @@ class PartitionedEngine:
         """Nothing optional: Polars and pyarrow."""
 
     def annotate_files(self, job: FileJob) -> RunSummary:
-        """Annotate the Parquet log ``job.sources[0]`` into the Parquet file
-        ``job.output``, in a worker process that a signal can stop at once
-        (:func:`run_isolated`)."""
+        """The Parquet log ``job.sources[0]`` into ``job.output``, in a worker process."""
         (source,) = job.sources
         return run_isolated(source, job.output, job.plan)
 

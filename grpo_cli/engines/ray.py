@@ -80,43 +80,34 @@ class RayEngine:
         import_ray()
 
     def annotate_files(self, job: FileJob) -> RunSummary:
-        """Annotate ``job.sources`` into the folder ``job.output`` (see the module
-        docstring)."""
-        return run(job)
+        """Map, (batch statistics), reduce and write ``job.sources`` into the folder
+        ``job.output``. Errors raised on the cluster come back as raised; an input Parquet
+        cannot read is named (exit 3); the cluster lost is exit 4."""
+        address = job.plan.engine.ray_address
+        staging = [p for p in (job.output, job.groups) if p is not None]
+        notes = job.notes or (lambda _: None)
+        pieces, casts = _pieces(job)  # its refusals before Ray starts
+        with session(address, notes=notes, staging=staging, fatal=job.fatal) as ray:
+            logging.getLogger("ray").setLevel(logging.CRITICAL)  # grpo-adv says what failed
+            try:
+                cpus = int(ray.cluster_resources().get("CPU", 1))
+                layout = (pieces, casts, _partitions(cpus, pieces), cpus)
+                exact = job.groups is not None  # the table shows the keys' values
+                try:
+                    return _run(ray, job, *layout, exact=exact)
+                except _Collision:
+                    return _run(ray, job, *layout, exact=True)
+            except GrpoAdvError:
+                raise
+            except Exception as exc:
+                cause = _grpo_cause(exc) or _unreadable_input(job)
+                if cause is not None:
+                    raise cause from None
+                raise
 
 
 ENGINE = RayEngine(ENGINES["ray"])
-
-
-# ------------------------------------------------------------------ the run
 LOG: Final = logging.getLogger(__name__)
-
-
-def run(job: FileJob) -> RunSummary:
-    """Map, (batch statistics), reduce and write. Errors raised on the cluster come back
-    as raised; an input Parquet cannot read is named (exit 3); the cluster lost is exit 4
-    (:mod:`grpo_cli.engines.ray_cluster`)."""
-    address = job.plan.engine.ray_address
-    staging = [p for p in (job.output, job.groups) if p is not None]
-    notes = job.notes or (lambda _: None)
-    pieces, casts = _pieces(job)  # its refusals before Ray starts
-    with session(address, notes=notes, staging=staging, fatal=job.fatal) as ray:
-        logging.getLogger("ray").setLevel(logging.CRITICAL)  # grpo-adv says what failed
-        try:
-            cpus = int(ray.cluster_resources().get("CPU", 1))
-            layout = (pieces, casts, _partitions(cpus, pieces), cpus)
-            exact = job.groups is not None  # the table shows the keys' values
-            try:
-                return _run(ray, job, *layout, exact=exact)
-            except _Collision:
-                return _run(ray, job, *layout, exact=True)
-        except GrpoAdvError:
-            raise
-        except Exception as exc:
-            cause = _grpo_cause(exc) or _unreadable_input(job)
-            if cause is not None:
-                raise cause from None
-            raise
 
 
 class _Collision(Exception):
@@ -246,27 +237,21 @@ def _casts(plan: Plan, schemas: Sequence[pl.Schema]) -> Casts:
     """The key and batch columns whose type differs between the Parquet inputs' ``schemas``,
     with their supertype (text inputs' keys are read as text)."""
     columns = [c for c in (*plan.keys.exact, plan.options.batch_col) if c is not None]
-    if len(schemas) < 2 or not columns:
-        return ()
-    types: dict[str, set[pl.DataType]] = {c: set() for c in columns}
-    for schema in schemas:
-        for column in columns:
-            if column in schema:
-                types[column].add(schema[column])
     casts = []
-    for column, found in types.items():
-        if len(found) > 1:
-            empty = [pl.DataFrame(schema={column: t}) for t in found]
-            try:
-                supertype = pl.concat(empty, how="diagonal_relaxed").schema[column]
-            except pl.exceptions.PolarsError:
-                raise InputError(
-                    f"the inputs' column {column!r} has types that do not combine: "
-                    + ", ".join(sorted(str(t) for t in found)),
-                    hint="the files must share their column types",
-                    column=column,
-                ) from None
-            casts.append((column, supertype))
+    for column in columns:
+        found = {schema[column] for schema in schemas if column in schema}
+        if len(found) < 2:
+            continue
+        empty = [pl.DataFrame(schema={column: t}) for t in found]
+        try:
+            casts.append((column, pl.concat(empty, how="diagonal_relaxed").schema[column]))
+        except pl.exceptions.PolarsError:
+            raise InputError(
+                f"the inputs' column {column!r} has types that do not combine: "
+                + ", ".join(sorted(str(t) for t in found)),
+                hint="the files must share their column types",
+                column=column,
+            ) from None
     return tuple(casts)
 
 

@@ -227,8 +227,6 @@ def write_pieces(pieces: Sequence[Piece], folder: str, shuffle: Shuffle, *tables
     """Write the part of each of ``pieces`` (``tables``: the added columns of their rows,
     with their locators); their row count."""
     back = _partition_rows(tables)
-    if len(pieces) == 1:
-        return _write_piece(pieces[0], folder, shuffle, back)
     by_piece = back.with_columns((pl.col(LOCATOR) // PIECE_STRIDE).alias(PARTITION))
     split = by_piece.partition_by(PARTITION, as_dict=True, include_key=False)
     empty = back.clear()
@@ -244,18 +242,14 @@ def _write_piece(piece: Piece, folder: str, shuffle: Shuffle, back: pl.DataFrame
 
     added = shuffle.plan.options.added_columns()
     frame, _ = read_piece(piece, None, shuffle)
-    rows = (
-        (back.get_column(LOCATOR).to_numpy() % PIECE_STRIDE)
-        if back.height
-        else np.empty(0, np.int64)
-    )
+    rows = back.get_column(LOCATOR).to_numpy() % PIECE_STRIDE
     if len(rows) != frame.height or (
         len(rows) and (rows.min() != 0 or rows.max() != frame.height - 1)
     ):
         raise RuntimeError(f"{piece.path}: {len(rows)} computed rows for {frame.height} input rows")
     position = np.empty(len(rows), dtype=np.int64)
     position[rows] = np.arange(len(rows))
-    ordered = back.select(added)[position] if len(rows) else back.select(added)
+    ordered = back.select(added)[position]
     kept = [c for c in frame.columns if c not in shuffle.derived]
     columns = [ordered.get_column(c) if c in added else frame.get_column(c) for c in kept]
     columns += [ordered.get_column(c) for c in added if c not in kept]
