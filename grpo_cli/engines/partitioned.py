@@ -66,6 +66,7 @@ from grpo_cli.engines.narrow import (
     CHECK,
     GROUP,
     check_batch_spans,
+    hashed_key,
     inner_plan,
     merge_repeats,
     needed_columns,
@@ -243,7 +244,7 @@ def _partition(
     """Stream ``source`` into spill files, a folder per partition (Polars' partitioned
     sink: input order kept within a partition). The key goes as its two hashes (the second
     null for a null key), or ``exact`` as its columns; the ``response`` id as its hash."""
-    key = pl.struct(list(key_cols)) if len(key_cols) > 1 else pl.col(key_cols[0])
+    group_hash, check_hash = hashed_key(key_cols)
     ids = [] if response is None else [response]
     columns = list(dict.fromkeys([*needed, *key_cols, *ids]))
     spilled = list(dict.fromkeys([*key_cols, *needed])) if exact else [GROUP, CHECK, *needed]
@@ -255,9 +256,9 @@ def _partition(
         .select(columns)
         .with_row_index(ROW)
         .with_columns(
-            key.hash(seed=0).alias(GROUP),
+            group_hash,
             # a null key: a null second hash, counted in the compute pass (value_checks)
-            pl.when(null_key).then(None).otherwise(key.hash(seed=1)).alias(CHECK),
+            pl.when(null_key).then(None).otherwise(check_hash).alias(CHECK),
             *id_hashes,
         )
         .select(ROW, (pl.col(GROUP) % partitions).alias(PART), *spilled)

@@ -233,12 +233,8 @@ def _private(notes: Notes, staging: Sequence[Path]) -> Iterator[_Where]:
     process) for a private local Ray; both gone at the end."""
     reap_leftovers()
     folder = _make_folder()
-    reaper = _start_reaper(folder, staging)
     beating = threading.Event()
-    if reaper is not None:
-        threading.Thread(
-            target=_heartbeat, args=(reaper, beating), name="grpo-adv-ray-beat", daemon=True
-        ).start()
+    reaper = _start_reaper(folder, staging, beating)
     try:
         os.environ[OWNER_ENV] = str(folder)
         os.environ["RAY_TMPDIR"] = str(folder)  # Ray's session folder: folder/ray/session_*
@@ -302,19 +298,23 @@ def _heartbeat(reaper: subprocess.Popen[bytes], stop: threading.Event) -> None:
             return
 
 
-def _start_reaper(folder: Path, staging: Sequence[Path]) -> subprocess.Popen[bytes] | None:
-    """The reaper (:func:`_reaper_main`), on this process's standard error."""
-    env = {k: v for k, v in os.environ.items() if k != OWNER_ENV}
+def _start_reaper(
+    folder: Path, staging: Sequence[Path], beating: threading.Event
+) -> subprocess.Popen[bytes] | None:
+    """The reaper (:func:`_reaper_main`), on this process's standard error, and the
+    heartbeats it gets until ``beating`` is set."""
     try:
-        return subprocess.Popen(
+        reaper = subprocess.Popen(
             [sys.executable, "-m", __name__, str(folder), *map(str, staging)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
-            env=env,
-            close_fds=True,
+            env={k: v for k, v in os.environ.items() if k != OWNER_ENV},
         )
     except OSError:
         return None  # the next run reaps
+    args = (reaper, beating)
+    threading.Thread(target=_heartbeat, args=args, name="grpo-adv-ray-beat", daemon=True).start()
+    return reaper
 
 
 REAP_ROUNDS: Final = 40  # of reap's looks, 50 ms apart
@@ -502,21 +502,19 @@ def _silenced() -> Iterator[int]:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    streams = sys.stdout, sys.stderr
-    sink = Path(os.devnull).open("w")  # noqa: SIM115 (closed below)
-    try:
-        for fd in saved:
-            os.dup2(devnull, fd)
-        sys.stdout = sys.stderr = sink
-        yield saved[2]
-    finally:
-        sys.stdout, sys.stderr = streams
-        for fd, copy in saved.items():
-            os.dup2(copy, fd)
-            os.close(copy)
-        os.close(devnull)
-        sink.close()
+    with (
+        Path(os.devnull).open("w") as sink,
+        contextlib.redirect_stdout(sink),
+        contextlib.redirect_stderr(sink),
+    ):
+        try:
+            for fd in saved:
+                os.dup2(sink.fileno(), fd)
+            yield saved[2]
+        finally:
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 def _watch(
