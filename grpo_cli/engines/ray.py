@@ -238,7 +238,7 @@ def _casts(plan: Plan, schemas: Sequence[pl.Schema]) -> Casts:
     with their supertype (text inputs' keys are read as text)."""
     columns = [c for c in (*plan.keys.exact, plan.options.batch_col) if c is not None]
     casts = []
-    for column in columns:
+    for column in dict.fromkeys(columns):  # a batch column may be a key column too
         found = {schema[column] for schema in schemas if column in schema}
         if len(found) < 2:
             continue
