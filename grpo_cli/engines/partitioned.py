@@ -374,8 +374,6 @@ def _merge(
     input order by inverting their row index, into a file per range, then concatenated
     horizontally with the input, streaming."""
     import numpy as np
-    import pyarrow as pa
-    from pyarrow import ipc
 
     rows = scan_file(source).select(pl.len()).collect().item()
     ordered = spill / "ordered"
@@ -383,18 +381,15 @@ def _merge(
     written = 0
     for path in sorted((spill / "adv").glob("*.arrow")):
         lo = int(path.stem) * chunk_rows
-        with pa.memory_map(str(path)) as mapped:
-            merged = ipc.open_file(mapped).read_all()
+        merged = pl.read_ipc(path)
         path.unlink()
-        index = merged.column(0).to_numpy()
+        index = merged.get_column(ROW).to_numpy()
         if lo != written or len(index) != min(chunk_rows, rows - lo):
             break  # a range missing or short: reported below
         position = np.empty(len(index), dtype=np.int64)
         position[index - lo] = np.arange(len(index))
-        table = merged.select(list(columns)).take(position)
-        with ipc.new_file(ordered / path.name, table.schema) as writer:
-            writer.write_table(table)
-        written += table.num_rows
+        merged.select(columns)[position].write_ipc(ordered / path.name)
+        written += len(index)
     if written != rows or not rows:
         raise _internal("the spilled advantages do not cover the input rows")
     from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL

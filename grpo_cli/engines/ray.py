@@ -130,12 +130,8 @@ def _run(
     into = [[refs[k] for refs in mapped] for k in range(count)]  # partition k's inputs
     stats: pl.DataFrame | None = None
     if needs_batch_stats(job.plan):
-        partials = ray.get(
-            [
-                remote(ray_tasks.partition_batch_partials).remote(shuffle, *into[k])
-                for k in range(count)
-            ]
-        )
+        partial = remote(ray_tasks.partition_batch_partials)
+        partials = ray.get([partial.remote(shuffle, *into[k]) for k in range(count)])
         if any(p is None for p in partials):
             raise _Collision()
         stats = merged_stats(partials, shuffle.inner)
@@ -148,11 +144,9 @@ def _run(
     if any(partial is None for partial, _, _ in finished):
         raise _Collision()
     write = remote(ray_tasks.write_pieces)
+    back_to = [[refs[b] for refs in reduced] for b in range(len(batches))]  # batch b's rows
     written = ray.get(
-        [
-            write.remote(batch, str(job.output), shuffle, *[refs[b] for refs in reduced])
-            for b, batch in enumerate(batches)
-        ]
+        [write.remote(bt, str(job.output), shuffle, *back_to[b]) for b, bt in enumerate(batches)]
     )
     for folder in (job.output, job.groups):
         if folder is not None:
