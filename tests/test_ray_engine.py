@@ -774,7 +774,7 @@ from pathlib import Path
 from grpo_cli.engines import ray_cluster as rc
 staging = Path(sys.argv[1])
 staging.mkdir()
-with rc._private(rc._Environment(), lambda note: None, [staging]):
+with rc._private(lambda note: None, [staging]):
     folder = Path(os.environ[rc.OWNER_ENV])
     print(folder, flush=True)
     (folder / "ray" / "session_x").mkdir(parents=True)  # Ray's start began, no head runs

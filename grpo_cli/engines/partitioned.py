@@ -1,63 +1,35 @@
-"""The partitioned engine (``--backend partitioned``, alias ``--low-memory``): logs larger
-than memory, Parquet in, Parquet out, in bounded memory, exact.
+"""The partitioned engine (``--backend partitioned``, alias ``--low-memory``): a Parquet log
+larger than memory to Parquet, in bounded memory, exact. Three streaming passes, spilling
+uncompressed Arrow IPC to a temporary folder beside the output (each file removed once read):
 
-Three streaming passes over a Parquet log, spilling to a temporary folder beside the output:
+1. **Partition**: the columns the formula reads, with each row's index, into ``partitions``
+   files by a hash of the group key (every group whole in one file). The key is spilled as
+   two 64-bit hashes: the first groups, the second detects a collision of the first (then
+   the run starts again with the key's columns spilled).
+2. **Compute**: each partition (about PARTITION_ROWS rows) annotated by the Polars engine
+   with the plan made once for the log; the advantages spilled with their row index, a
+   file per range of ``chunk_rows`` rows; the run's figures kept as mergeable partials
+   (:mod:`grpo_cli.core.metrics`). A batch-level formula (GDPO) first reads every
+   partition's batch partials (:mod:`grpo_cli.engines.batch_partials`).
+3. **Merge**: each range's advantages put in input order by inverting their row index (no
+   sort), then the input and them concatenated horizontally, streaming, to the output.
 
-1. **Partition.** Stream the columns the computation needs, with each row's index, into
-   ``partitions`` files by a hash of the group key (Polars' streaming engine, partitioned
-   sink): every group lands whole in one file. The key is spilled as two independent
-   64-bit hashes (fixed-width, far cheaper to move than strings): the first identifies the
-   group, the second detects a collision of the first (in the same grouping pass as the
-   group statistics: ``Keys.check``).
-2. **Compute.** Each partition (about PARTITION_ROWS rows) is annotated in memory by the
-   Polars engine with the plan made once for the whole log (no check runs again), so every
-   group statistic and policy is the same; the advantages are spilled with their row index
-   into one file per range of ``chunk_rows`` row indices (each partition adds its rows of
-   every range, in input order), and the run's figures are kept as partial aggregates
-   (:mod:`grpo_cli.core.metrics`), merged on the way.
-3. **Merge.** Each range's file holds every row of the range once: its advantages are put
-   in input order by inverting their row index (no sort, no merge of sorted runs), a file
-   per range; then a streaming horizontal concatenation of the input and those files
-   writes the output (about the cost of copying the input).
-
-Spill files are uncompressed Arrow IPC, each removed once read (the disk holds at most
-about 30 bytes a row).
-
-Checks. The plan is made on the file's schema only (:func:`grpo_cli.core.resolve.resolve`):
-null keys and null, infinite or huge rewards are counted on the data itself, in each
-partition as it is computed (a null key is spilled as a null second hash), and refused
-after the compute pass with the in-memory path's messages and counts; never from the
-Parquet footer's statistics, which a writer can get wrong. A file that cannot be read (a
-damaged page, a cut file) is an input error naming it, with the reader's cause.
-
-Interrupts. From the command line (:meth:`PartitionedEngine.annotate_files`), the passes
-run in a worker process (:func:`run_isolated`): Polars' long calls run in Rust threads
-that a signal cannot stop, so on Ctrl-C or SIGTERM the command kills the worker, which
-then writes nothing more, removes the spill folder and its temporary output, and exits
-(130 or 143) within a fraction of a second. The worker dies with the command
-(``PR_SET_PDEATHSIG``), so a ``kill -9`` of the command leaves no process behind, only
-tagged temporaries for the next run to remove.
-Peak memory is about one partition or one chunk, whichever is larger, whatever the log's
-size. Every group lies whole in one partition, so every group statistic is exact there.
-A formula that reads batch statistics (``scope="batch"`` estimators, GDPO) gets them from
-mergeable partials (:mod:`grpo_cli.engines.batch_partials`, as the Ray engine does): before the
-compute pass, one more read of the partition spills computes each partition's partials of
-the values the formula whitens or scales by (a few numbers per batch value), merged into
-the batch statistics that the compute pass then joins onto each partition. Group-level
-estimators skip that read. If two keys share the first hash (about a 1e-6 chance in a
-12M-group log), the run starts again with the exact key columns spilled instead of the
-hashes.
+Null keys and null, infinite or huge rewards are counted in the compute pass (never from
+the footer's statistics) and refused with the in-memory path's messages. A file that cannot
+be read is an input error naming it. From the command line the passes run in a worker
+process (:func:`run_isolated`): Ctrl-C or SIGTERM kills it (Polars' Rust threads ignore
+signals) and the command exits 130 or 143 at once; the worker dies with the command
+(``PR_SET_PDEATHSIG``). Peak memory: about one partition or one chunk.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -94,6 +66,7 @@ from grpo_cli.engines.narrow import (
     CHECK,
     GROUP,
     check_batch_spans,
+    hashed_key,
     inner_plan,
     merge_repeats,
     needed_columns,
@@ -137,9 +110,7 @@ class PartitionedEngine:
         """Nothing optional: Polars and pyarrow."""
 
     def annotate_files(self, job: FileJob) -> RunSummary:
-        """Annotate the Parquet log ``job.sources[0]`` into the Parquet file
-        ``job.output``, in a worker process that a signal can stop at once
-        (:func:`run_isolated`)."""
+        """The Parquet log ``job.sources[0]`` into ``job.output``, in a worker process."""
         (source,) = job.sources
         return run_isolated(source, job.output, job.plan)
 
@@ -155,22 +126,15 @@ def annotate_to_parquet(
     partitions: int | None = None,
     chunk_rows: int = CHUNK_ROWS,
 ) -> RunSummary:
-    """Annotate the Parquet log ``source`` into the Parquet file ``output`` in bounded
-    memory (see the module docstring) and return the run's figures (checks the log and
-    makes the plan first). The engine's own entry, with its partitioning knobs for tests
-    and benchmarks; users run a whole job with :func:`grpo_cli.jobs.run.run_job`
-    (``engine={"backend": "partitioned"}``), which also writes atomically."""
+    """Check, plan and annotate the Parquet log ``source`` into ``output`` in this process,
+    with the partitioning knobs (for tests and benchmarks; users run
+    :func:`grpo_cli.jobs.run.run_job`, which writes atomically)."""
     from grpo_cli.core.resolve import make_request, resolve
 
     request = make_request(None, options, EngineOptions(backend="partitioned"))
     check(ENGINE, request)
-    return run(
-        source,
-        output,
-        resolve(request, scan_file(source).collect_schema()),
-        partitions=partitions,
-        chunk_rows=chunk_rows,
-    )
+    plan = resolve(request, scan_file(source).collect_schema())
+    return run(source, output, plan, partitions=partitions, chunk_rows=chunk_rows)
 
 
 class _Collision(Exception):
@@ -186,59 +150,45 @@ def run(
     chunk_rows: int = CHUNK_ROWS,
     spill_root: Path | None = None,
 ) -> RunSummary:
-    """The three passes (see the module docstring) for a checked ``plan``, in this
-    process; on a hash collision, once more with the exact key spilled. ``partitions``
-    defaults to one per PARTITION_ROWS input rows (at least MIN_PARTITIONS): memory stays
-    at about one partition's whatever the log's size. Spills go to a new folder in
-    ``spill_root`` (default: a tagged spill folder beside ``output``, removed at the end).
-    """
+    """The three passes for a checked ``plan``, in this process (again with the exact key
+    on a hash collision). ``partitions``: one per PARTITION_ROWS rows, at least
+    MIN_PARTITIONS, by default. Spills go to ``spill_root`` (default: a tagged spill folder
+    beside ``output``, removed at the end)."""
     from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
 
     if partitions is None:
         with _reading(source):
             rows = scan_file(source).select(pl.len()).collect().item()
         partitions = max(MIN_PARTITIONS, -(-rows // PARTITION_ROWS))
-    own = spill_root is None
-    root = make_spill_folder(spill_parent(output)) if spill_root is None else spill_root
+    root = spill_root or make_spill_folder(spill_parent(output))
     try:
         try:
             return _run(source, output, plan, partitions, chunk_rows, root, exact=False)
         except _Collision:
             return _run(source, output, plan, partitions, chunk_rows, root, exact=True)
     finally:
-        if own:
+        if spill_root is None:
             remove_spill_folder(root, after_error=sys.exc_info()[0] is not None)
 
 
 @contextlib.contextmanager
 def _reading(source: Path) -> Iterator[None]:
-    """Report a failure to read ``source`` (a damaged page, a cut file: Polars' and
-    Arrow's errors, or a panic of Polars' reader) as an input error naming it, with the
-    cause in plain text. Our own errors, a full disk and interrupts pass unchanged."""
+    """A failure to read ``source`` (Polars' ComputeError, Arrow's errors, an OSError, a
+    panic of Polars' reader) as an input error naming it; our own errors, a full disk and
+    interrupts pass unchanged."""
+    import pyarrow as pa
+
     from grpo_cli.io.formats import cannot_read
     from grpo_cli.io.read import PARQUET_DAMAGED_HINT
 
+    unreadable = pl.exceptions.ComputeError | pa.ArrowException | OSError
     try:
         yield
-    except GrpoAdvError:
-        raise
-    except BaseException as exc:
-        if not _read_failure(exc):
+    except BaseException as exc:  # pyo3's PanicException is a BaseException
+        read = type(exc).__name__ == "PanicException" or isinstance(exc, unreadable)
+        if not read or isinstance(exc, GrpoAdvError) or is_disk_full(exc):
             raise
         raise cannot_read(str(source), "parquet", str(exc), PARQUET_DAMAGED_HINT) from None
-
-
-def _read_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` says the data could not be read (rather than a bug of ours, a full
-    disk or an interrupt): Polars' ComputeError, Arrow's errors, an OSError, a Polars
-    panic (pyo3's PanicException)."""
-    if isinstance(exc, KeyboardInterrupt | SystemExit) or is_disk_full(exc):
-        return False
-    import pyarrow as pa
-
-    if type(exc).__name__ == "PanicException":
-        return True
-    return isinstance(exc, pl.exceptions.ComputeError | pa.ArrowException | OSError)
 
 
 def _run(
@@ -270,7 +220,9 @@ def _run(
         _merge(source, spill, output, options.added_columns(), chunk_rows)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
-    summary = _summary(parts)
+    if not parts:
+        raise _internal("no partition was computed")
+    summary = RunSummary.from_partials(metrics.merge(parts))
     if response is None or repeats is None:
         return summary
     count, first = repeats
@@ -278,15 +230,6 @@ def _run(
         row = scan_file(source).slice(first, 1).select(*key_cols, response).collect()
     found = Repeats.of(count, response, row.row(0, named=True), key_cols)
     return replace(summary, repeats=found)
-
-
-def _spill_options() -> Any:
-    """Arrow IPC write options of the spill files: uncompressed. lz4 made them a quarter
-    smaller but cost 1.5 s of 16 on 50M rows (compressing, then decompressing each once);
-    the spills are read back once, from the page cache."""
-    from pyarrow import ipc
-
-    return ipc.IpcWriteOptions(compression=None)
 
 
 def _partition(
@@ -299,12 +242,10 @@ def _partition(
     *,
     exact: bool,
 ) -> None:
-    """Stream ``source`` into Arrow IPC spill files (uncompressed), a folder per partition, with
-    Polars' streaming engine and its partitioned sink: rows keep their input order within
-    a partition, and memory stays at a few batches whatever the log's size. The key goes
-    as its two hashes (the second null where a key column is null), or ``exact``: as its
-    columns; the ``response`` id column (when given) as its hash (null for a null id)."""
-    key = pl.struct(list(key_cols)) if len(key_cols) > 1 else pl.col(key_cols[0])
+    """Stream ``source`` into spill files, a folder per partition (Polars' partitioned
+    sink: input order kept within a partition). The key goes as its two hashes (the second
+    null for a null key), or ``exact`` as its columns; the ``response`` id as its hash."""
+    group_hash, check_hash = hashed_key(key_cols)
     ids = [] if response is None else [response]
     columns = list(dict.fromkeys([*needed, *key_cols, *ids]))
     spilled = list(dict.fromkeys([*key_cols, *needed])) if exact else [GROUP, CHECK, *needed]
@@ -316,9 +257,9 @@ def _partition(
         .select(columns)
         .with_row_index(ROW)
         .with_columns(
-            key.hash(seed=0).alias(GROUP),
+            group_hash,
             # a null key: a null second hash, counted in the compute pass (value_checks)
-            pl.when(null_key).then(None).otherwise(key.hash(seed=1)).alias(CHECK),
+            pl.when(null_key).then(None).otherwise(check_hash).alias(CHECK),
             *id_hashes,
         )
         .select(ROW, (pl.col(GROUP) % partitions).alias(PART), *spilled)
@@ -341,17 +282,11 @@ def _compute_partitions(
     check_hash: bool,
     response: bool = False,
 ) -> tuple[list[pl.DataFrame], tuple[int, int] | None]:
-    """Annotate every partition with the Polars engine on the plan made for the whole log,
-    its group key the spilled one (``group``); spill the advantages by range of row index
-    (one file per ``chunk_rows`` input rows, each partition adding its rows of the range),
-    keep the partials. The values of the keys and rewards are checked in the same pass
-    (:func:`grpo_cli.core.schema.value_checks`, counted over every partition): once one shows
-    something to refuse, the rest are only counted, and the run ends with the in-memory
-    path's error; so does a group spanning batches (after the value checks, as there).
-    With ``response`` (the spill holds RESPONSE_HASH), also the rows that repeat a
-    response id within their group and the input row of the first of them (None without
-    any; see :func:`grpo_cli.core.run_summary.repeated_rows`)."""
-    import numpy as np
+    """Annotate every partition (its group key ``group``), spill the advantages by range of
+    ``chunk_rows`` row indices, keep the partials. The values are counted over every
+    partition (:func:`grpo_cli.core.schema.value_checks`; after one to refuse, the rest are
+    only counted) and refused, then a group spanning batches, as the in-memory path does.
+    With ``response``, also the rows repeating a response id and the first one's row."""
     from pyarrow import ipc
 
     options = plan.options
@@ -389,21 +324,14 @@ def _compute_partitions(
             except InputError as exc:
                 spans = exc
                 continue
-            table = full.select(ROW, *options.added_columns()).to_arrow()
-            rows = table.column(0).to_numpy()  # ascending: the input order within a partition
-            if not len(rows):
-                continue
-            first, last = int(rows[0]) // chunk_rows, int(rows[-1]) // chunk_rows
-            edges = np.searchsorted(rows, np.arange(first, last + 2) * chunk_rows)
-            for offset, (lo, hi) in enumerate(itertools.pairwise(edges)):
-                if hi > lo:
-                    writer = writers.get(first + offset)
-                    if writer is None:
-                        path = out / f"{first + offset:08d}.arrow"
-                        writer = ipc.new_file(path, table.schema, options=_spill_options())
-                        writers[first + offset] = writer
-                    writer.write_table(table.slice(int(lo), int(hi - lo)))
-            _accumulate(parts, full, options, group)
+            chunk = (pl.col(ROW) // chunk_rows).alias(PART)
+            added = full.select(ROW, *options.added_columns(), chunk)
+            for (index,), rows in added.partition_by(PART, as_dict=True, include_key=False).items():
+                table = rows.to_arrow()
+                if index not in writers:  # uncompressed: lz4 cost 10% of the run
+                    writers[index] = ipc.new_file(out / f"{index:08d}.arrow", table.schema)
+                writers[index].write_table(table)
+            _keep(parts, piece_run_partials(full, options, group), metrics.merge)
             if response:
                 repeats.append(piece_repeats(full, group, ROW))
     finally:
@@ -416,48 +344,37 @@ def _compute_partitions(
 
 
 def _batch_stats(folder: Path, plan: Plan) -> pl.DataFrame:
-    """The batch statistics the plan's formula reads, one row per batch value: each
-    partition's mergeable partials (every group is whole in it, so its group statistics
-    are exact), merged on the way every MERGE_EVERY partitions (see
-    :mod:`grpo_cli.engines.batch_partials`). The spills stay for the compute pass. The values are
-    checked there: a partition that will be refused only adds meaningless partials."""
+    """The batch statistics the formula reads, one row per batch value, from each
+    partition's partials (:mod:`grpo_cli.engines.batch_partials`); the spills stay. The
+    values are checked in the compute pass."""
     parts: list[pl.DataFrame] = []
     for paths in _partition_files(folder):
         frame = pl.concat([pl.read_ipc(path) for path in paths])
         grouped = with_group_stats(frame, plan).collect()
         if hash_collision(grouped, plan.keys):
             raise _Collision()
-        parts.append(grouped_partials(grouped, plan))
-        if len(parts) >= MERGE_EVERY:
-            parts[:] = [merged_partials(parts, plan)]
+        _keep(parts, grouped_partials(grouped, plan), lambda kept: merged_partials(kept, plan))
     return merged_stats(parts, plan)
 
 
-def _accumulate(
-    parts: list[pl.DataFrame], full: pl.DataFrame, options: AdvantageOptions, group: tuple[str, ...]
+def _keep(
+    parts: list[pl.DataFrame],
+    part: pl.DataFrame,
+    merge: Callable[[list[pl.DataFrame]], pl.DataFrame],
 ) -> None:
-    """Add the partials of the partition ``full`` to ``parts``, merged on the way every
-    MERGE_EVERY partitions (every group lies whole in one partition; see
-    :mod:`grpo_cli.core.metrics`). Unreduced partials (``reduce=False``: one query per
-    partition) on the in-memory engine: a partition is small."""
-    parts.append(piece_run_partials(full, options, group))
+    """Add ``part`` to ``parts``, merged into one every MERGE_EVERY partitions."""
+    parts.append(part)
     if len(parts) >= MERGE_EVERY:
-        parts[:] = [metrics.merge(parts)]
+        parts[:] = [merge(parts)]
 
 
 def _merge(
     source: Path, spill: Path, output: Path, columns: tuple[str, ...], chunk_rows: int
 ) -> None:
-    """The input with its advantages, in input order, to one Parquet file.
-
-    The advantages were spilled by range of row index (:func:`_compute_partitions`): each
-    range's file holds every row of the range once, so its rows are put in input order by
-    inverting their index (no sort), range after range, into a file of the added columns
-    per range. A streaming horizontal concatenation of the input and those files then
-    writes the output (about the cost of copying the input)."""
+    """The input with its advantages to one Parquet file: each range's advantages put in
+    input order by inverting their row index, into a file per range, then concatenated
+    horizontally with the input, streaming."""
     import numpy as np
-    import pyarrow as pa
-    from pyarrow import ipc
 
     rows = scan_file(source).select(pl.len()).collect().item()
     ordered = spill / "ordered"
@@ -465,25 +382,17 @@ def _merge(
     written = 0
     for path in sorted((spill / "adv").glob("*.arrow")):
         lo = int(path.stem) * chunk_rows
-        with pa.memory_map(str(path)) as mapped:
-            merged = ipc.open_file(mapped).read_all()
+        merged = pl.read_ipc(path)
         path.unlink()
-        index = merged.column(0).to_numpy()
+        index = merged.get_column(ROW).to_numpy()
         if lo != written or len(index) != min(chunk_rows, rows - lo):
             break  # a range missing or short: reported below
         position = np.empty(len(index), dtype=np.int64)
         position[index - lo] = np.arange(len(index))
-        table = merged.select(list(columns)).take(position)
-        with ipc.new_file(ordered / path.name, table.schema) as writer:
-            writer.write_table(table)
-        written += table.num_rows
+        merged.select(columns)[position].write_ipc(ordered / path.name)
+        written += len(index)
     if written != rows or not rows:
-        raise GrpoAdvError(
-            "internal error: the spilled advantages do not cover the input rows",
-            hint="run again without "
-            + option("backend", "partitioned", alias="alone")
-            + ", and report this",
-        )
+        raise _internal("the spilled advantages do not cover the input rows")
     from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL
 
     # One file per range: a single file's pages stayed mapped until the end, all counted in
@@ -494,15 +403,13 @@ def _merge(
         both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
 
 
-def _summary(parts: list[pl.DataFrame]) -> RunSummary:
-    if not parts:
-        raise GrpoAdvError(
-            "internal error: no partition was computed",
-            hint="run again without "
-            + option("backend", "partitioned", alias="alone")
-            + ", and report this",
-        )
-    return RunSummary.from_partials(metrics.merge(parts))
+def _internal(what: str) -> GrpoAdvError:
+    return GrpoAdvError(
+        f"internal error: {what}",
+        hint="run again without "
+        + option("backend", "partitioned", alias="alone")
+        + ", and report this",
+    )
 
 
 # --------------------------------------------------------------------------- the worker
@@ -511,25 +418,11 @@ POLL_S: Final = 0.05  # how often the command looks for a signal while the worke
 SIGNALS: Final = {signal.SIGINT, signal.SIGTERM}
 
 
-@dataclass(frozen=True)
-class _WorkerJob:
-    """What the worker of :func:`run_isolated` runs (pickled whole): :func:`run`'s
-    arguments, and the command's process id (the worker ends if it is gone)."""
-
-    source: Path
-    output: Path
-    plan: Plan
-    spill: Path
-    parent: int
-
-
 def run_isolated(source: Path, output: Path, plan: Plan) -> RunSummary:
-    """:func:`run` in a worker process (``multiprocessing``, spawned), with signals
-    deferred in this one (:func:`grpo_cli.io.interrupts.deferred`): on Ctrl-C or SIGTERM
-    the worker is killed (it writes nothing more), the spill folder removed, and the
-    signal raised here, within about POLL_S seconds whatever the worker was doing. The
-    worker's errors are raised here as they were raised there (input, output and usage
-    errors; a full disk as an OSError, for the caller to name its path)."""
+    """:func:`run` in a spawned worker process, signals deferred here: on Ctrl-C or
+    SIGTERM the worker is killed, the spill folder removed and the signal raised here
+    within about POLL_S seconds. The worker's errors are raised here as raised there (a
+    full disk as an OSError, for the caller to name its path)."""
     from multiprocessing import get_context, resource_tracker
     from multiprocessing.connection import wait
 
@@ -537,17 +430,13 @@ def run_isolated(source: Path, output: Path, plan: Plan) -> RunSummary:
     from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
 
     context = get_context("spawn")
-    # The spill folder is made and removed with signals deferred: a Ctrl-C the moment after
-    # it exists must not escape before the cleanup that removes it is armed.
-    with interrupts.deferred():
+    with interrupts.deferred():  # no signal between the spill folder and its cleanup
         spill = make_spill_folder(spill_parent(output))
         worker = None
         try:
-            # The outcome comes back through a pipe, not a file: on a full disk the spill
-            # folder's device may have no room left for it.
-            receive, send = context.Pipe(duplex=False)
-            job = _WorkerJob(source, output, plan, spill, os.getpid())
-            worker = context.Process(target=_worker, args=(send, job), name="grpo-adv-worker")
+            receive, send = context.Pipe(duplex=False)  # not a file: the disk may be full
+            job = (source, output, plan, spill, os.getpid())
+            worker = context.Process(target=_worker, args=(send, *job), name="grpo-adv-worker")
             resource_tracker.ensure_running()  # its start unblocks signals: before ours
             # Blocked signals stay blocked across exec: a Ctrl-C to the terminal's process
             # group cannot reach the worker before it leaves the group (:func:`_worker`).
@@ -586,36 +475,35 @@ def _outcome(spill: Path, code: int, reply: tuple[Any, ...] | None) -> RunSummar
             hint="if it was killed for memory, free some; else this is a bug in grpo-adv: "
             "please report it with the command you ran",
         )
-    kind, *rest = reply
-    if kind == "disk_full":
-        import errno
-
-        raise OSError(errno.ENOSPC, "No space left on device")
+    kind, value = reply
     if kind == "raised":
-        raised: GrpoAdvError = rest[0]
-        raise raised
-    summary: RunSummary = rest[0]
+        raise value
+    summary: RunSummary = value
     return summary
 
 
-def _worker(reply: Connection, job: _WorkerJob) -> None:
+def _worker(
+    reply: Connection, source: Path, output: Path, plan: Plan, spill: Path, parent: int
+) -> None:
     """The worker process of :func:`run_isolated`: out of the terminal's process group,
-    dead with the command, its standard error in the spill folder's ``worker.log``; runs
-    the job and sends the outcome back, then exits at once."""
+    dead with the command (``parent``), its standard error in ``spill/worker.log``; sends
+    the outcome back, then exits at once."""
+    import errno
+
     os.setsid()  # a terminal's Ctrl-C reaches the command only
-    _die_with_parent(job.parent)
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command decides
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
-    with (job.spill / "worker.log").open("wb") as log:
+    with (spill / "worker.log").open("wb") as log:
         os.dup2(log.fileno(), 2)
-    outcome: tuple[Any, ...]
+    outcome: tuple[str, Any]
     try:
-        outcome = ("ok", run(job.source, job.output, job.plan, spill_root=job.spill))
+        outcome = ("ok", run(source, output, plan, spill_root=spill))
     except GrpoAdvError as exc:
         outcome = ("raised", exc)  # pickled whole: its options stay structure
     except BaseException as exc:
         if is_disk_full(exc):
-            outcome = ("disk_full",)
+            outcome = ("raised", OSError(errno.ENOSPC, "No space left on device"))
         else:
             detail = first_line(str(exc))
             internal = GrpoAdvError(

@@ -1,34 +1,26 @@
-"""The Ray engine (``--backend ray``): reward logs spread over many files and machines, on
-a Ray cluster, with Ray tasks. Only what the formula reads crosses the network.
+"""The Ray engine (``--backend ray``): reward logs spread over many files and machines, with
+Ray tasks. Only what the formula reads crosses the network.
 
-The inputs are cut into **pieces**: an input file, or a fixed row range (PIECE_ROWS rows) of
-a large Parquet file. A piece is the unit of reading and of writing: its output part is
-named after it and holds its rows in its order.
+The inputs are cut into **pieces** (an input file, or PIECE_ROWS rows of a large Parquet
+file), the unit of reading and of writing: its output part is named after it and holds its
+rows in order.
 
-1. **Map** (a task per piece): read only the columns the formula reads (the group key, the
-   rewards, the batch key, lengths, baseline), run every input check of the in-memory path
-   on them, and send each row's narrow form (:mod:`grpo_cli.engines.narrow`: the key as two
-   64-bit hashes, the rewards and the rest, and a locator: piece << 40 | row) to the
-   partition of its group hash: 32 bytes a row on a one-reward log, whatever its text
-   columns hold.
-2. **Batch statistics** (batch-level formulas, GDPO): each partition's mergeable partials,
-   merged on the driver into one small row per batch value
-   (:mod:`grpo_cli.engines.batch_partials`), handed to every partition.
-3. **Reduce** (a task per partition; every group whole in it): the Polars engine on the
-   plan made once, then the added columns with their locators sent back to their pieces
-   (16 bytes a row), and the run's partials (:mod:`grpo_cli.core.metrics`) to the driver,
-   which merges them. With ``--summary DIR``, each partition writes its rows of the
-   per-group table (the key then moves as its columns: the table shows its values).
-4. **Write** (a task per piece): read the piece again, every column, put its advantages in
-   its row order by inverting their row numbers (no sort), and write its part.
+1. **Map** (a task per batch of pieces): read the columns the formula reads, run every
+   input check of the in-memory path, send each row's narrow form
+   (:mod:`grpo_cli.engines.narrow`: the key as two 64-bit hashes, the rewards, a locator
+   piece << 40 | row) to the partition of its group hash (32 bytes a row).
+2. **Batch statistics** (batch-level formulas, GDPO): each partition's partials merged on
+   the driver (:mod:`grpo_cli.engines.batch_partials`) and handed to every partition.
+3. **Reduce** (a task per partition, every group whole in it): the Polars engine on the
+   plan made once; the added columns sent back to their pieces with their locators (16
+   bytes a row), the run's partials to the driver. With ``--summary DIR``, each partition
+   writes its rows of the per-group table (the key then moves as its columns).
+4. **Write** (a task per batch): each piece read again, its advantages put in row order by
+   inverting their row numbers (no sort), its part written beside its name and renamed
+   (a task Ray runs again replaces its own part).
 
-If two keys share a group hash the run starts again with the key's columns moved instead of
-the hashes. Each output part is written beside its name and renamed, so a task Ray runs
-again after a worker dies replaces its own part; the output folder is renamed into place
-when complete. The driver never holds the data, only partials and byte counts.
-
-Ray is imported only on this path, here, in ray_cluster and ray_tasks
-(``.venv/bin/pip install -e '.[ray]'``).
+Two keys sharing a group hash: the run starts again with the key's columns moved. The
+driver never holds the data, only partials and byte counts.
 """
 
 from __future__ import annotations
@@ -49,7 +41,7 @@ from grpo_cli.core.run_summary import Repeats, RunSummary
 from grpo_cli.engines import FileJob, ray_tasks
 from grpo_cli.engines.batch_partials import merged_stats, needs_batch_stats
 from grpo_cli.engines.narrow import merge_repeats
-from grpo_cli.engines.ray_cluster import import_ray, session
+from grpo_cli.engines.ray_cluster import chain, import_ray, session
 from grpo_cli.engines.ray_tasks import PIECE_STRIDE, ROW_BITS, Piece, Shuffle
 from grpo_cli.io.read import scan_file
 
@@ -88,45 +80,34 @@ class RayEngine:
         import_ray()
 
     def annotate_files(self, job: FileJob) -> RunSummary:
-        """Annotate ``job.sources`` into the folder ``job.output`` (see the module
-        docstring)."""
-        return run(job)
+        """Map, (batch statistics), reduce and write ``job.sources`` into the folder
+        ``job.output``. Errors raised on the cluster come back as raised; an input Parquet
+        cannot read is named (exit 3); the cluster lost is exit 4."""
+        address = job.plan.engine.ray_address
+        staging = [p for p in (job.output, job.groups) if p is not None]
+        notes = job.notes or (lambda _: None)
+        pieces, casts = _pieces(job)  # its refusals before Ray starts
+        with session(address, notes=notes, staging=staging, fatal=job.fatal) as ray:
+            logging.getLogger("ray").setLevel(logging.CRITICAL)  # grpo-adv says what failed
+            try:
+                cpus = int(ray.cluster_resources().get("CPU", 1))
+                layout = (pieces, casts, _partitions(cpus, pieces), cpus)
+                exact = job.groups is not None  # the table shows the keys' values
+                try:
+                    return _run(ray, job, *layout, exact=exact)
+                except _Collision:
+                    return _run(ray, job, *layout, exact=True)
+            except GrpoAdvError:
+                raise
+            except Exception as exc:
+                cause = _grpo_cause(exc) or _unreadable_input(job)
+                if cause is not None:
+                    raise cause from None
+                raise
 
 
 ENGINE = RayEngine(ENGINES["ray"])
-
-
-# ------------------------------------------------------------------ the run
 LOG: Final = logging.getLogger(__name__)
-
-
-def run(job: FileJob, *, partitions: int | None = None) -> RunSummary:
-    """Map, (batch statistics), reduce and write: see the module docstring. Errors raised
-    on the cluster (a bad value in some file) come back as they were raised; an input
-    Parquet cannot read is named (exit 3); the cluster lost is exit 4
-    (:mod:`grpo_cli.engines.ray_cluster`)."""
-    address = job.plan.engine.ray_address
-    staging = [p for p in (job.output, job.groups) if p is not None]
-    notes = job.notes or (lambda _: None)
-    pieces, casts = _pieces(job)  # its refusals before Ray starts
-    with session(address, notes=notes, staging=staging, fatal=job.fatal) as ray:
-        logging.getLogger("ray").setLevel(logging.CRITICAL)  # grpo-adv says what failed
-        try:
-            cpus = int(ray.cluster_resources().get("CPU", 1))
-            count = partitions or _partitions(cpus, pieces)
-            exact = job.groups is not None  # the table shows the keys' values
-            layout = _Layout(pieces, casts, count, cpus)
-            try:
-                return _run(ray, job, layout, exact=exact)
-            except _Collision:
-                return _run(ray, job, layout, exact=True)
-        except GrpoAdvError:
-            raise
-        except Exception as exc:
-            cause = _grpo_cause(exc) or _unreadable_input(job)
-            if cause is not None:
-                raise cause from None
-            raise
 
 
 class _Collision(Exception):
@@ -136,22 +117,12 @@ class _Collision(Exception):
 Casts = tuple[tuple[str, pl.DataType], ...]
 
 
-@dataclass(frozen=True)
-class _Layout:
-    """How one run cuts its work: the pieces, the key casts their files need (see
-    :class:`grpo_cli.engines.ray_tasks.Shuffle`), the partition count, the cluster's
-    CPUs."""
-
-    pieces: list[Piece]
-    casts: Casts
-    count: int
-    cpus: int
-
-
-def _run(ray: Any, job: FileJob, layout: _Layout, *, exact: bool) -> RunSummary:
-    pieces, count = layout.pieces, layout.count
-    shuffle = Shuffle(job.plan, job.derived, count, exact, layout.casts, job.response)
-    batches = _batches(pieces, layout.cpus)
+def _run(
+    ray: Any, job: FileJob, pieces: list[Piece], casts: Casts, count: int, cpus: int, *, exact: bool
+) -> RunSummary:
+    """One try, on ``count`` partitions (``casts``: see :class:`ray_tasks.Shuffle`)."""
+    shuffle = Shuffle(job.plan, job.derived, count, exact, casts, job.response)
+    batches = _batches(pieces, cpus)
     batch_of = tuple(b for b, batch in enumerate(batches) for _ in batch)
     remote = ray.remote(max_retries=3)
     split = remote(ray_tasks.split_pieces).options(num_returns=count + 1)
@@ -159,17 +130,13 @@ def _run(ray: Any, job: FileJob, layout: _Layout, *, exact: bool) -> RunSummary:
     into = [[refs[k] for refs in mapped] for k in range(count)]  # partition k's inputs
     stats: pl.DataFrame | None = None
     if needs_batch_stats(job.plan):
-        partials = ray.get(
-            [
-                remote(ray_tasks.partition_batch_partials).remote(shuffle, *into[k])
-                for k in range(count)
-            ]
-        )
+        partial = remote(ray_tasks.partition_batch_partials)
+        partials = ray.get([partial.remote(shuffle, *into[k]) for k in range(count)])
         if any(p is None for p in partials):
             raise _Collision()
         stats = merged_stats(partials, shuffle.inner)
     compute = remote(ray_tasks.compute_partition).options(num_returns=len(batches) + 1)
-    groups = _str(job.groups)
+    groups = None if job.groups is None else str(job.groups)
     reduced = [compute.remote(k, batch_of, shuffle, stats, groups, *into[k]) for k in range(count)]
     sent = sum(b for _, b in ray.get([refs[-1] for refs in mapped]))
     del mapped, into  # each partition's rows are freed once its reduce task is done
@@ -177,11 +144,9 @@ def _run(ray: Any, job: FileJob, layout: _Layout, *, exact: bool) -> RunSummary:
     if any(partial is None for partial, _, _ in finished):
         raise _Collision()
     write = remote(ray_tasks.write_pieces)
+    back_to = [[refs[b] for refs in reduced] for b in range(len(batches))]  # batch b's rows
     written = ray.get(
-        [
-            write.remote(batch, str(job.output), shuffle, *[refs[b] for refs in reduced])
-            for b, batch in enumerate(batches)
-        ]
+        [write.remote(bt, str(job.output), shuffle, *back_to[b]) for b, bt in enumerate(batches)]
     )
     for folder in (job.output, job.groups):
         if folder is not None:
@@ -204,15 +169,10 @@ def _run(ray: Any, job: FileJob, layout: _Layout, *, exact: bool) -> RunSummary:
     return replace(summary, repeats=Repeats.of(count, job.response, row, job.plan.keys.exact))
 
 
-def _str(path: Path | None) -> str | None:
-    return None if path is None else str(path)
-
-
 def _pieces(job: FileJob) -> tuple[list[Piece], Casts]:
-    """The inputs cut into pieces (see the module docstring): a Parquet file of more than
-    PIECE_ROWS rows (its footer says) into ranges of PIECE_ROWS rows, any other file
-    whole; each named after its input, relative to the inputs' common folder
-    (``a/x.jsonl`` -> ``a/x.parquet``; ranges ``x-00000.parquet``, ``x-00001.parquet``, ...)."""
+    """The inputs cut into pieces: a Parquet file of more than PIECE_ROWS rows into ranges,
+    any other file whole; each named after its input, relative to the inputs' common folder
+    (``a/x.jsonl`` -> ``a/x.parquet``; ranges ``x-00000.parquet``, ...)."""
     import os
 
     from grpo_cli.io.formats import DATA_FORMATS, FORMATS, describe, format_from_suffix
@@ -253,8 +213,8 @@ def _pieces(job: FileJob) -> tuple[list[Piece], Casts]:
 
 
 def _check_part_names(pieces: Sequence[Piece]) -> None:
-    """Refuse two pieces with one part name (a large ``x.parquet``'s range ``x-00001`` and
-    an input named ``x-00001.parquet``): one part would replace the other's rows."""
+    """Refuse two pieces with one part name (``x.parquet``'s range ``x-00001`` and an input
+    ``x-00001.parquet``)."""
     seen: dict[str, Piece] = {}
     for piece in pieces:
         other = seen.setdefault(piece.name, piece)
@@ -268,41 +228,31 @@ def _check_part_names(pieces: Sequence[Piece]) -> None:
 
 
 def _casts(plan: Plan, schemas: Sequence[pl.Schema]) -> Casts:
-    """The key and batch columns whose type differs between the Parquet inputs (their
-    ``schemas``), with their supertype (see :class:`grpo_cli.engines.ray_tasks.Shuffle`).
-    Text inputs need none: their key columns are read as text."""
+    """The key and batch columns whose type differs between the Parquet inputs' ``schemas``,
+    with their supertype (text inputs' keys are read as text)."""
     columns = [c for c in (*plan.keys.exact, plan.options.batch_col) if c is not None]
-    if len(schemas) < 2 or not columns:
-        return ()
-    types: dict[str, set[pl.DataType]] = {c: set() for c in columns}
-    for schema in schemas:
-        for column in columns:
-            if column in schema:
-                types[column].add(schema[column])
     casts = []
-    for column, found in types.items():
-        if len(found) > 1:
-            empty = [pl.DataFrame(schema={column: t}) for t in found]
-            try:
-                supertype = pl.concat(empty, how="diagonal_relaxed").schema[column]
-            except pl.exceptions.PolarsError:
-                raise InputError(
-                    f"the inputs' column {column!r} has types that do not combine: "
-                    + ", ".join(sorted(str(t) for t in found)),
-                    hint="the files must share their column types",
-                    column=column,
-                ) from None
-            casts.append((column, supertype))
+    for column in dict.fromkeys(columns):  # a batch column may be a key column too
+        found = {schema[column] for schema in schemas if column in schema}
+        if len(found) < 2:
+            continue
+        empty = [pl.DataFrame(schema={column: t}) for t in found]
+        try:
+            casts.append((column, pl.concat(empty, how="diagonal_relaxed").schema[column]))
+        except pl.exceptions.PolarsError:
+            raise InputError(
+                f"the inputs' column {column!r} has types that do not combine: "
+                + ", ".join(sorted(str(t) for t in found)),
+                hint="the files must share their column types",
+                column=column,
+            ) from None
     return tuple(casts)
 
 
 def _batches(pieces: Sequence[Piece], cpus: int) -> list[tuple[Piece, ...]]:
-    """Consecutive pieces in batches: one map task and one write task per batch, so that a
-    log of many small files pays for few tasks and objects. A batch holds at most
-    PIECE_ROWS rows (a text file's guessed from its size) and BATCH_BYTES of input files,
-    and at most a share of the log that gives every core of the cluster two batches (the
-    cores stay busy) unless that is below MIN_BATCH_ROWS (a task's own cost would
-    dominate); a piece larger than that is a batch alone."""
+    """Consecutive pieces in batches (a map and a write task each): at most PIECE_ROWS rows,
+    BATCH_BYTES of input, and the share of the log that gives every core two batches
+    unless below MIN_BATCH_ROWS; a larger piece is a batch alone."""
     total = sum(_rows(p) for p in pieces)
     limit = max(MIN_BATCH_ROWS, min(PIECE_ROWS, -(-total // (2 * cpus))))
     batches: list[list[Piece]] = []
@@ -334,15 +284,11 @@ def _stem(relative: Path) -> str:
 
 
 def _footer(path: Path, fmt: str) -> tuple[int | None, pl.Schema | None]:
-    """The row count and the schema of a file its format ``fmt`` scans (see
-    :func:`grpo_cli.io.formats.scanned_format`), as Polars reads them (the types the tasks
-    will see); ``path`` as given, as messages name it. Any other file (empty, compressed,
-    text, an Arrow stream) is (None, None): the map task reads it whole with grpo-adv's
-    reader, as the default engine does (a ``.parquet.gz`` is read; other files get its
-    error). A file the format's check refuses (for Parquet a footer that does not describe
-    a readable file: truncated, data outside the file, repeated column names) is refused
-    here, before Ray starts (Polars panics on the workers otherwise); a schema Polars
-    cannot read is None, and the map task names the file."""
+    """The row count and schema (as Polars reads it; None if it cannot) of a file its
+    format ``fmt`` scans (:func:`grpo_cli.io.formats.scanned_format`); (None, None) for
+    any other file, which the map task reads whole with grpo-adv's reader. A footer the
+    format's check refuses is refused here, before Ray starts (Polars panics on the
+    workers otherwise)."""
     from grpo_cli.io.formats import scanned_format
 
     scanned = scanned_format(path)
@@ -356,37 +302,23 @@ def _footer(path: Path, fmt: str) -> tuple[int | None, pl.Schema | None]:
 
 
 def _partitions(cpus: int, pieces: Sequence[Piece]) -> int:
-    """At most PARTITION_ROWS rows per partition, in a multiple of the cluster's CPUs (each
-    round of reduce tasks keeps every core busy: 5 partitions on 2 cores would leave the
-    third round half idle), at most MAX_PARTITIONS. A text file's rows are guessed from
-    its size."""
+    """About PARTITION_ROWS rows a partition, in a multiple of the CPUs (every round of
+    reduce tasks keeps every core busy), at most MAX_PARTITIONS."""
     rows = sum(_rows(p) for p in pieces)
     rounds = max(1, -(-rows // (cpus * PARTITION_ROWS)))
     return min(MAX_PARTITIONS, rounds * cpus)
 
 
 def _grpo_cause(exc: BaseException) -> GrpoAdvError | None:
-    """The grpo-adv error a task raised, out of Ray's wrappers."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [exc]
-    while stack:
-        current = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, GrpoAdvError):
-            return copy.copy(current)  # its structure kept, out of Ray's wrappers
-        stack += [current.__cause__, current.__context__, getattr(current, "cause", None)]
-    return None
+    """The grpo-adv error a task raised (its structure kept), out of Ray's wrappers."""
+    found = (e for e in chain(exc) if isinstance(e, GrpoAdvError))
+    return next((copy.copy(e) for e in found), None)
 
 
 def _unreadable_input(job: FileJob) -> InputError | None:
-    """After a failure on the cluster: the first scanned input (see :func:`_footer`) this
-    machine cannot read either, named with the error the Polars engine gives for it
-    (truncated, a footer that points outside the file, ``cannot read FILE as parquet: ...``
-    with Polars' cause); None when every input reads (the failure was something else).
-    Read batch by batch (bounded memory); only on this error path. Other inputs are read
-    by grpo-adv's reader on the cluster, which names the file itself."""
+    """After a failure on the cluster: the first scanned input (:func:`_footer`) this
+    machine cannot read either, with the Polars engine's error for it; None when every
+    one reads. Read batch by batch (bounded memory)."""
     from grpo_cli.io.formats import scanned_format
     from grpo_cli.io.read import parse_error
 

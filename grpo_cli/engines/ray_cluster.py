@@ -1,34 +1,21 @@
 """Where ``--backend ray`` runs, and what it leaves: the Ray session of one run.
 
-- **No address: a private local Ray**, always (``ray.init(address="local")``, with
-  Ray's public options only): neither ``RAY_ADDRESS`` nor the last ``ray start`` cluster
-  of the machine (``/tmp/ray/ray_current_cluster``) is followed, so a run on a verl or
-  OpenRLHF node never lands on the training cluster. Its temporary folder (``RAY_TMPDIR``:
-  Ray's session folder, with its sockets, logs and spilled objects) is the command's own,
-  ``grpo-adv-ray.XXXXXXXX`` in the system's temporary folder (in /tmp where that path is
-  too long for Ray's sockets) with an ``owner`` file
-  (:func:`grpo_cli.io.temporaries.owner_tag`), removed when the run ends. Every process of
-  that Ray carries the folder's path in its environment (:data:`OWNER_ENV`): a small
-  watcher process (``python -m grpo_cli.engines.ray_cluster``, the reaper) waits for the
-  command to end, however it ends (``kill -9`` included), then stops those processes and
-  removes the folder (and ends a command stuck in Ray's start after its head died:
-  :func:`_reaper_main`); the next run removes what a killed watcher left
-  (:func:`reap_leftovers`). The private Ray uses token authentication (Ray's default)
-  with the user's token when there is one, else a token made for the run (never written
-  to ``~/.ray``).
-- **``--ray-address auto``**: the cluster this machine belongs to, as ``ray.init`` finds
-  it (``RAY_ADDRESS``, then the last ``ray start``; Ray uses the user's token when there
-  is one); **``HOST:PORT``**: that one (not ``ray://``, Ray Client: see
-  :class:`grpo_cli.core.engine_options.EngineOptions`). Nothing listening at ``HOST:PORT``:
-  exit 4 at once. Ray's own refusals (no cluster found, a cluster that asks for a token
-  while ``RAY_AUTH_MODE`` is unset) are exit 4 with one line (:func:`_refused`).
-- The run says in one note which cluster it uses. While Ray runs, the process's standard
-  output and error go to ``/dev/null`` (Ray prints worker deaths on standard output and its
-  C++ core logs on standard error; only data may reach standard output). A cluster whose
-  head stops answering for :data:`LOST_AFTER_S` seconds ends the run with exit 4, one
-  ``error:`` line, and the staging folders removed (Ray's core would otherwise wait 60 s and
-  exit 1 with pages of logs). SIGTERM keeps grpo-adv's handler (``ray.init`` installs its
-  own).
+- **No address: a private local Ray** (``ray.init(address="local")``): neither
+  ``RAY_ADDRESS`` nor the machine's last ``ray start`` is followed. Its ``RAY_TMPDIR`` is the
+  command's own ``grpo-adv-ray.XXXXXXXX`` folder (in /tmp where ``$TMPDIR`` is too long for
+  Ray's sockets) with an ``owner`` file, removed at the end. Every process of that Ray has
+  the folder in its environment (:data:`OWNER_ENV`): a watcher process (the reaper,
+  :func:`_reaper_main`) stops them and removes the folder when the command ends, however
+  it ends (``kill -9`` included); the next run reaps what a killed watcher left
+  (:func:`reap_leftovers`). Token authentication uses the user's token, else one made for
+  the run (never written to ``~/.ray``).
+- **``--ray-address auto``**: the cluster ``ray.init`` finds; **``HOST:PORT``**: that one
+  (nothing listening: exit 4 at once). Ray's refusals are exit 4 with one line
+  (:func:`_refused`).
+- While Ray runs, standard output and error go to ``/dev/null`` (only data may reach
+  standard output). A head unanswered for :data:`LOST_AFTER_S` seconds ends the run with
+  exit 4, one ``error:`` line, the staging folders removed. SIGTERM keeps grpo-adv's
+  handler (``ray.init`` installs its own).
 
 This module imports only the standard library at the top (the reaper runs it).
 """
@@ -112,61 +99,44 @@ def session(
     fatal: Fatal | None = None,
 ) -> Iterator[Any]:
     """Ray, attached to the cluster at ``address`` or (None) to a private local Ray
-    started now and stopped at the end (see the module docstring).
-    ``staging`` are the folders to remove if the process must end at once (the cluster
-    lost, or Ray never answering; its last words go to ``fatal``: see :func:`_end_now`). A Ray
+    started now and stopped at the end; ``os.environ`` restored at the end (Ray's processes
+    inherit what is set; Ray sets ``RAY_AUTH_MODE``). ``staging``: the folders to remove if
+    the process must end at once (its last words go to ``fatal``: :func:`_end_now`). A Ray
     the caller has already initialized is used as it is."""
     ray = import_ray()
     if ray.is_initialized():
         yield ray
         return
     with contextlib.ExitStack() as stack:
-        env = _Environment()
-        stack.callback(env.restore)
-        env.set("RAY_USAGE_STATS_ENABLED", os.environ.get("RAY_USAGE_STATS_ENABLED", "0"))
+        saved = dict(os.environ)
+        stack.callback(_restore_environ, saved)
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if address is None:
-            where = stack.enter_context(_private(env, notes, staging))
+            where = stack.enter_context(_private(notes, staging))
         else:
             where = _joined(address, notes)
         real_stderr = stack.enter_context(_silenced())
-        watch = _Watch(where, real_stderr, staging, fatal)
-        stack.callback(watch.stop)
+        stop = threading.Event()
+        stack.callback(stop.set)
         joining = where.probe is not None
         if joining:
-            watch.start()
+            _watch(where, real_stderr, staging, fatal, stop)
         _init(ray, where, real_stderr, staging, fatal)
         if not joining:
-            watch.start()
+            _watch(where, real_stderr, staging, fatal, stop)
         stack.callback(ray.shutdown)
         try:
             yield ray
         except Exception:
-            if not head_answers(where.probe):
+            if where.probe and _listening(where.probe, CONNECT_TIMEOUT_S) is not None:
                 raise lost(where.name) from None
             raise
 
 
-class _Environment:
-    """Entries set in ``os.environ`` (so that Ray's processes inherit them) and restored
-    by :meth:`restore`."""
-
-    def __init__(self) -> None:
-        self._saved: dict[str, str | None] = {}
-
-    def set(self, key: str, value: str) -> None:
-        self.keep(key)
-        os.environ[key] = value
-
-    def keep(self, key: str) -> None:
-        """Restore ``key`` at the end, whoever changes it (Ray sets RAY_AUTH_MODE)."""
-        self._saved.setdefault(key, os.environ.get(key))
-
-    def restore(self) -> None:
-        for key, value in self._saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+def _restore_environ(saved: dict[str, str]) -> None:
+    for key in set(os.environ) - set(saved):
+        del os.environ[key]
+    os.environ.update(saved)
 
 
 def _init(
@@ -176,11 +146,10 @@ def _init(
     staging: Sequence[Path],
     fatal: Fatal | None,
 ) -> None:
-    """``ray.init`` with Ray's logging kept out of the terminal; a watchdog ends the
-    process when Ray does not answer in time (``ray.init`` cannot be interrupted). A
-    SIGINT is deferred until ``ray.init`` returns; a SIGTERM meets the handler
-    ``ray.init`` installs first (``sys.exit(15)``), whose exit is handed to grpo-adv's own
-    handler, which is put back. Ray's refusal is one line (:func:`_refused`)."""
+    """``ray.init``, quiet; a watchdog ends the process when Ray does not answer in time
+    (``ray.init`` cannot be interrupted). A SIGINT is deferred until it returns; a SIGTERM
+    meets the handler ``ray.init`` installs (``sys.exit(15)``), whose exit is handed to
+    grpo-adv's handler, which is put back. Ray's refusal is one line (:func:`_refused`)."""
     sigterm = signal.getsignal(signal.SIGTERM)
     private = where.init_address == "local"
     silent = _unreachable(where.name, f"no answer within {ATTACH_TIMEOUT_S:.0f} s", private=private)
@@ -189,10 +158,6 @@ def _init(
     )
     watchdog.daemon = True
     watchdog.start()
-    extra: dict[str, Any] = {}
-    store = private_object_store_bytes() if private else None
-    if store is not None:
-        extra["object_store_memory"] = store
     try:
         with interrupts.deferred():  # SIGINT; ray.init replaces SIGTERM's handler
             ray.init(
@@ -201,15 +166,13 @@ def _init(
                 log_to_driver=False,
                 logging_level=logging.ERROR,
                 configure_logging=True,
-                **extra,
+                object_store_memory=private_object_store_bytes() if private else None,
             )
-    except Exception as exc:  # Ray's start raises plain Exception too (a raylet too slow)
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        raise _refused(where.name, exc, private=private) from None
     except BaseException as exc:
         with contextlib.suppress(Exception):
             ray.shutdown()
+        if isinstance(exc, Exception):  # Ray's start raises plain Exception too
+            raise _refused(where.name, exc, private=private) from None
         if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(sigterm):
             sigterm(signal.SIGTERM, None)  # SIGTERM met ray.init's handler: ours decides
         raise
@@ -232,9 +195,7 @@ CGROUP_LIMITS: Final = (
 
 
 def private_object_store_bytes() -> int | None:
-    """The object store of a private Ray (see :func:`object_store_bytes`), from this
-    machine's memory (its container's limit when lower) and ``/dev/shm``'s free space;
-    None where the machine does not say (Ray's default)."""
+    """:func:`object_store_bytes` of this machine (None where it does not say)."""
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         shm = os.statvfs("/dev/shm")
@@ -244,13 +205,10 @@ def private_object_store_bytes() -> int | None:
 
 
 def object_store_bytes(memory: int, limit: int | None, shm_free: int) -> int | None:
-    """STORE_SHARE of the memory (``limit``, a container's, when lower; Ray's default is
-    30%, which a 200M-row log's narrow rows, 48 bytes each way, overflow: Ray then spills
-    them to disk and reads them back), within 90% of the shared-memory folder's free space
-    (an object store larger than ``/dev/shm`` falls back to a slow file). None when that
-    is below MIN_STORE_BYTES (Docker's 64 MiB ``/dev/shm``, a small container): Ray's own
-    default then decides, which falls back to the temporary folder rather than refuse to
-    start (Ray refuses an object store below 75 MiB)."""
+    """STORE_SHARE of the memory (or of a container's lower ``limit``; Ray's default 30%
+    makes a 200M-row log spill to disk), within 90% of ``/dev/shm``'s free space (a larger
+    store falls back to a slow file). None below MIN_STORE_BYTES (Docker's 64 MiB
+    ``/dev/shm``): Ray's default then decides (Ray refuses a store below 75 MiB)."""
     if limit is not None:
         memory = min(memory, limit)
     store = int(min(STORE_SHARE * memory, 0.9 * shm_free))
@@ -270,25 +228,19 @@ def _container_limit() -> int | None:
 
 
 @contextlib.contextmanager
-def _private(env: _Environment, notes: Notes, staging: Sequence[Path]) -> Iterator[_Where]:
-    """A temporary folder and a reaper for a private local Ray (see the module docstring
-    and :func:`_reaper_main`, which removes ``staging`` if it must end the process); both
-    gone at the end."""
+def _private(notes: Notes, staging: Sequence[Path]) -> Iterator[_Where]:
+    """A temporary folder and a reaper (which removes ``staging`` if it must end the
+    process) for a private local Ray; both gone at the end."""
     reap_leftovers()
     folder = _make_folder()
-    reaper = _start_reaper(folder, staging)
     beating = threading.Event()
-    if reaper is not None:
-        threading.Thread(
-            target=_heartbeat, args=(reaper, beating), name="grpo-adv-ray-beat", daemon=True
-        ).start()
+    reaper = _start_reaper(folder, staging, beating)
     try:
-        env.set(OWNER_ENV, str(folder))
-        env.set("RAY_TMPDIR", str(folder))  # Ray's session folder: folder/ray/session_*
-        env.keep("RAY_AUTH_MODE")  # unset: ray.init turns token authentication on
+        os.environ[OWNER_ENV] = str(folder)
+        os.environ["RAY_TMPDIR"] = str(folder)  # Ray's session folder: folder/ray/session_*
         token_mode = os.environ.get("RAY_AUTH_MODE", "token").lower() == "token"
-        if token_mode and not _has_token():
-            env.set("RAY_AUTH_TOKEN", secrets.token_hex(32))  # else Ray writes ~/.ray/auth_token
+        if token_mode and not _has_token():  # else Ray writes ~/.ray/auth_token
+            os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
         followed = os.environ.get("RAY_ADDRESS")
         auto = option("ray_address", Verbatim("auto"))
         aside = (
@@ -317,8 +269,8 @@ SHORT_TEMP: Final = Path("/tmp")
 
 
 def _make_folder() -> Path:
-    """A new folder for Ray's session (see :func:`_folder_parent`), with this process's
-    owner tag in its ``owner`` file."""
+    """A new folder for Ray's session, with this process's owner tag in its ``owner``
+    file."""
     from grpo_cli.io.temporaries import owner_tag
 
     folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=_folder_parent()))
@@ -327,9 +279,8 @@ def _make_folder() -> Path:
 
 
 def _folder_parent() -> Path:
-    """Where private Rays' folders are made: the system's temporary folder, or /tmp when
-    that path is too long for the Unix sockets Ray puts in the folder (SOCKET_PATH_MAX:
-    a ``$TMPDIR`` of more than about 20 characters, as clusters often give)."""
+    """The system's temporary folder, or /tmp when that path is too long for Ray's Unix
+    sockets (SOCKET_PATH_MAX: a ``$TMPDIR`` of more than about 20 characters)."""
     temp = Path(tempfile.gettempdir())
     longest = len(os.fsencode(temp)) + len(f"/{TEMP_PREFIX}12345678") + RAY_SOCKET_TAIL
     return SHORT_TEMP if longest > SOCKET_PATH_MAX and SHORT_TEMP.is_dir() else temp
@@ -337,7 +288,7 @@ def _folder_parent() -> Path:
 
 def _heartbeat(reaper: subprocess.Popen[bytes], stop: threading.Event) -> None:
     """A byte to the reaper every PROBE_EVERY_S seconds until ``stop``: this process's
-    interpreter runs (see :func:`_reaper_main`)."""
+    interpreter runs."""
     assert reaper.stdin is not None
     while not stop.wait(PROBE_EVERY_S):
         try:
@@ -347,29 +298,31 @@ def _heartbeat(reaper: subprocess.Popen[bytes], stop: threading.Event) -> None:
             return
 
 
-def _start_reaper(folder: Path, staging: Sequence[Path]) -> subprocess.Popen[bytes] | None:
-    """The watcher that cleans up after this process, however it ends (see
-    :func:`_reaper_main`), on this process's standard error."""
-    env = {k: v for k, v in os.environ.items() if k != OWNER_ENV}
+def _start_reaper(
+    folder: Path, staging: Sequence[Path], beating: threading.Event
+) -> subprocess.Popen[bytes] | None:
+    """The reaper (:func:`_reaper_main`), on this process's standard error, and the
+    heartbeats it gets until ``beating`` is set."""
     try:
-        return subprocess.Popen(
+        reaper = subprocess.Popen(
             [sys.executable, "-m", __name__, str(folder), *map(str, staging)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
-            env=env,
-            close_fds=True,
+            env={k: v for k, v in os.environ.items() if k != OWNER_ENV},
         )
     except OSError:
         return None  # the next run reaps
+    args = (reaper, beating)
+    threading.Thread(target=_heartbeat, args=args, name="grpo-adv-ray-beat", daemon=True).start()
+    return reaper
 
 
 REAP_ROUNDS: Final = 40  # of reap's looks, 50 ms apart
 
 
 def reap(folder: Path, *, spare: Sequence[int] = ()) -> None:
-    """Stop every process whose environment names ``folder`` as its Ray session (Linux:
-    read from ``/proc``), except ``spare``, until none is left (one still dying, or started
-    by Ray meanwhile: at most REAP_ROUNDS looks); then remove ``folder``."""
+    """Kill every process of the private Ray of ``folder`` but ``spare`` until none is left
+    (at most REAP_ROUNDS looks: Ray may start one meanwhile); then remove ``folder``."""
     for _ in range(REAP_ROUNDS):
         found = [pid for pid in _marked(folder) if pid not in spare]
         if not found:
@@ -382,12 +335,10 @@ def reap(folder: Path, *, spare: Sequence[int] = ()) -> None:
 
 
 def _marked(folder: Path, command: bytes | None = None) -> list[int]:
-    """The processes (not this one) of the private Ray of ``folder``, and with ``command``
-    only those whose command line holds it (Linux: ``/proc``): those whose environment
-    names ``folder`` as their Ray session, and Ray's renamed processes (``ray::...``) that
-    hold a file open in it (their logs): Ray's agents rename themselves
-    (``ray::DashboardAgent``), which overwrites the memory /proc shows as their
-    environment."""
+    """The processes (not this one) of the private Ray of ``folder`` (Linux: ``/proc``),
+    with ``command`` only those whose command line holds it: those whose environment names
+    ``folder``, and Ray's renamed ``ray::...`` processes holding a file open in it (renaming
+    overwrites the memory /proc shows as their environment)."""
     marker = f"{OWNER_ENV}={folder}".encode()
     inside = f"{folder.resolve()}/"
     proc = Path("/proc")
@@ -421,8 +372,8 @@ def _holds_a_file_in(pid: int, folder: str) -> bool:
 
 
 def reap_leftovers() -> list[Path]:
-    """The private Rays of killed grpo-adv runs of this host (their watcher killed too):
-    processes stopped, folders removed. Returns the folders removed."""
+    """Reap the private Rays of this host's dead runs whose reaper died too; the folders
+    removed."""
     from grpo_cli.io.temporaries import OWNER_PATTERN, alive, owner_tag
 
     here = OWNER_PATTERN.search(owner_tag() + ".")
@@ -443,14 +394,16 @@ def reap_leftovers() -> list[Path]:
 # ------------------------------------------------------------------ joining a cluster
 def _joined(address: str, notes: Notes) -> _Where:
     """The cluster at ``address``: ``HOST:PORT`` probed (nothing listening: exit 4 at
-    once); ``auto`` left to ``ray.init``, and probed once it has attached."""
+    once, where Ray would retry for minutes); ``auto`` probed once ``ray.init`` attached."""
     if address == "auto":
         name = "this machine's Ray cluster"
         notes(f"running on {name} (" + option("ray_address", Verbatim(address)) + ")")
         return _Where(name, None, address)
     host_port(address)
     name = f"the Ray cluster at {address}"
-    _probe(address, name)
+    why = _listening(address, CONNECT_TIMEOUT_S)
+    if why is not None:
+        raise _unreachable(name, why)
     notes(f"running on {name}")
     return _Where(name, address, address)
 
@@ -469,15 +422,10 @@ def host_port(address: str) -> tuple[str, int]:
 
 
 def _refused(name: str, exc: BaseException, *, private: bool) -> ClusterError:
-    """Ray's own refusal to start or attach, in one line: a cluster that asks for a token
-    Ray was not told to send (``RAY_AUTH_MODE`` unset; Ray says "Failed to connect", and
-    why only in the exception it chains), else the first sentence of Ray's message."""
-    texts: list[str] = []
-    cause: BaseException | None = exc
-    while cause is not None and len(texts) < 8:
-        texts.append(str(cause))
-        cause = cause.__cause__ or cause.__context__
-    if not private and any("Authentication token is missing" in text for text in texts):
+    """Ray's refusal to start or attach, in one line: a cluster asking for a token Ray was
+    not told to send (``RAY_AUTH_MODE`` unset; said only in a chained exception), else the
+    first sentence of Ray's message."""
+    if not private and any("Authentication token is missing" in str(e) for e in chain(exc)):
         return ClusterError(
             f"cannot attach to {name}: it asks for an authentication token; nothing was written",
             hint="export RAY_AUTH_MODE=token (the token is read from RAY_AUTH_TOKEN or "
@@ -513,6 +461,19 @@ def _unreachable(name: str, why: str, *, private: bool = False) -> ClusterError:
     )
 
 
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it wraps (causes, contexts, a Ray task error's ``cause``)."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        stack += [current.__cause__, current.__context__, getattr(current, "cause", None)]
+
+
 def _listening(where: str, timeout: float) -> str | None:
     """None when something accepts a TCP connection at ``where`` (HOST:PORT); else why
     not."""
@@ -523,17 +484,9 @@ def _listening(where: str, timeout: float) -> str | None:
         return exc.strerror or str(exc) or "no answer"
 
 
-def _probe(gcs: str, name: str) -> None:
-    """Refuse at once an address where nothing listens (Ray itself would retry it for
-    minutes)."""
-    why = _listening(gcs, CONNECT_TIMEOUT_S)
-    if why is not None:
-        raise _unreachable(name, why)
-
-
 def _has_token() -> bool:
-    """Whether the user has a Ray token of their own (``RAY_AUTH_TOKEN``,
-    ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``), which Ray uses as it is."""
+    """Whether the user has a Ray token (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``,
+    ``~/.ray/auth_token``), which Ray uses as it is."""
     given = os.environ.get("RAY_AUTH_TOKEN_PATH")
     return bool(os.environ.get("RAY_AUTH_TOKEN", "").strip()) or any(
         Path(path).expanduser().is_file() for path in (given, TOKEN_FILE) if path
@@ -543,67 +496,56 @@ def _has_token() -> bool:
 # ------------------------------------------------------------------ while Ray runs
 @contextlib.contextmanager
 def _silenced() -> Iterator[int]:
-    """Standard output and error (file descriptors 1 and 2, and ``sys.stdout`` and
-    ``sys.stderr``) on ``/dev/null`` for the block; yields a copy of the real standard
-    error for a message that must get out (the process ending at once)."""
+    """File descriptors 1 and 2, ``sys.stdout`` and ``sys.stderr`` on ``/dev/null`` for the
+    block; yields a copy of the real standard error (for :func:`_end_now`)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    streams = sys.stdout, sys.stderr
-    sink = Path(os.devnull).open("w")  # noqa: SIM115 (closed below)
-    try:
-        for fd in saved:
-            os.dup2(devnull, fd)
-        sys.stdout = sys.stderr = sink
-        yield saved[2]
-    finally:
-        sys.stdout, sys.stderr = streams
-        for fd, copy in saved.items():
-            os.dup2(copy, fd)
-            os.close(copy)
-        os.close(devnull)
-        sink.close()
+    with (
+        Path(os.devnull).open("w") as sink,
+        contextlib.redirect_stdout(sink),
+        contextlib.redirect_stderr(sink),
+    ):
+        try:
+            for fd in saved:
+                os.dup2(sink.fileno(), fd)
+            yield saved[2]
+        finally:
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
-class _Watch:
-    """A thread that probes the cluster's head every PROBE_EVERY_S seconds, from
-    :meth:`start` (joining: before ``ray.init``; a private Ray: once started) to
-    :meth:`stop`; unanswered for LOST_AFTER_S, the run ends at once (see :func:`lost`)."""
+def _watch(
+    where: _Where,
+    real_stderr: int,
+    staging: Sequence[Path],
+    fatal: Fatal | None,
+    stop: threading.Event,
+) -> None:
+    """A thread that probes the head every PROBE_EVERY_S seconds until ``stop`` (none
+    while its address is unknown); unanswered for LOST_AFTER_S, the run ends at once."""
+    probe = where.probe
+    if probe is None:
+        return
 
-    def __init__(
-        self, where: _Where, real_stderr: int, staging: Sequence[Path], fatal: Fatal | None
-    ) -> None:
-        self._where, self._real_stderr, self._staging = where, real_stderr, staging
-        self._fatal = fatal
-        self._stop = threading.Event()
+    def watch() -> None:
+        silent_since: float | None = None
+        while not stop.wait(PROBE_EVERY_S):
+            if _listening(probe, PROBE_EVERY_S) is None:
+                silent_since = None
+                continue
+            now = time.monotonic()
+            silent_since = silent_since or now
+            if now - silent_since >= LOST_AFTER_S and not stop.is_set():
+                _end_now(real_stderr, lost(where.name), staging, fatal)
 
-    def start(self) -> None:
-        probe = self._where.probe
-        if probe is None:
-            return
-
-        def watch() -> None:
-            silent_since: float | None = None
-            while not self._stop.wait(PROBE_EVERY_S):
-                if _listening(probe, PROBE_EVERY_S) is None:
-                    silent_since = None
-                    continue
-                now = time.monotonic()
-                silent_since = silent_since or now
-                if now - silent_since >= LOST_AFTER_S and not self._stop.is_set():
-                    _end_now(self._real_stderr, lost(self._where.name), self._staging, self._fatal)
-
-        threading.Thread(target=watch, name="grpo-adv-ray-watch", daemon=True).start()
-
-    def stop(self) -> None:
-        self._stop.set()
+    threading.Thread(target=watch, name="grpo-adv-ray-watch", daemon=True).start()
 
 
 def lost(name: str, after_s: float = LOST_AFTER_S) -> ClusterError:
-    """The error of a run whose cluster stopped answering for ``after_s`` seconds; a
-    private Ray (``name`` names it so) has no head node to check."""
+    """The error of a run whose cluster's head stopped answering for ``after_s`` seconds."""
     private = name == PRIVATE_NAME
     return ClusterError(
         f"lost {name}: its head stopped answering for {after_s:.0f} s; nothing was written",
@@ -614,17 +556,11 @@ def lost(name: str, after_s: float = LOST_AFTER_S) -> ClusterError:
     )
 
 
-def head_answers(where: str | None) -> bool:
-    """Whether the head at ``where`` (HOST:PORT) accepts a connection (None: unknown)."""
-    return where is None or _listening(where, CONNECT_TIMEOUT_S) is None
-
-
 def _end_now(
     real_stderr: int, error: ClusterError, staging: Sequence[Path], fatal: Fatal | None
 ) -> None:
-    """Say why on the real standard error (back in place: file descriptor 2 and
-    ``sys.stderr``), through ``fatal`` (None: options by keyword), remove the staging
-    folders, and end the process (the main thread is inside Ray and cannot be
+    """Say why on the real standard error (through ``fatal``, else plainly), remove the
+    staging folders, and end the process (the main thread is inside Ray and cannot be
     interrupted); the reaper stops a private Ray."""
     with contextlib.suppress(Exception):
         os.dup2(real_stderr, 2)
@@ -642,15 +578,9 @@ def _end_now(
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def plain(text: str) -> str:
-    """``text`` without terminal colour codes (Ray colours its task names)."""
-    return _ANSI.sub("", text)
-
-
 def _cause(text: str) -> str:
-    """The first sentence of Ray's message, in plain text (its advice names Ray's own
-    flags)."""
-    return first_line(plain(text), "no answer").split(". ")[0].rstrip(".")
+    """The first sentence of Ray's message, without its colour codes."""
+    return first_line(_ANSI.sub("", text), "no answer").split(". ")[0].rstrip(".")
 
 
 GCS_COMMAND: Final = b"gcs_server"  # the private Ray's head
@@ -658,12 +588,10 @@ STUCK_AFTER_S: Final = 5.0  # the head gone and no heartbeat for this long
 
 
 def _reaper_main(folder: str, staging: Sequence[str]) -> None:
-    """The reaper: wait for the parent's end (of its standard input), then :func:`reap`.
-    Meanwhile, the parent's heartbeats (:func:`_heartbeat`) say that its interpreter
-    runs: when the private Ray's head is gone and they stop for STUCK_AFTER_S, the parent
-    is stuck inside Ray's start (Ray's core holds the interpreter there, then ends the
-    process 60 s later with exit 1 and no message). The reaper then says why on the
-    parent's standard error, removes ``staging`` and ends the parent (SIGKILL: 137)."""
+    """The reaper: :func:`reap` once the parent ended (its standard input closed). When
+    the head is gone and the parent's heartbeats stop for STUCK_AFTER_S, the parent is
+    stuck in Ray's start (Ray's core would exit 1 silently 60 s later): say why on its
+    standard error, remove ``staging`` and kill it (137)."""
     import select
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -1,7 +1,5 @@
-"""The Ray engine's tasks: what runs on the cluster's workers (see
-:mod:`grpo_cli.engines.ray`). Plain functions of plain values: the driver makes them Ray
-tasks (``ray.remote``), and a task Ray runs again after its worker died does the same
-again (its output file is written beside its final name and renamed)."""
+"""The Ray engine's tasks (:mod:`grpo_cli.engines.ray`): plain functions of plain values,
+made Ray tasks by the driver; a task run again after its worker died does the same again."""
 
 from __future__ import annotations
 
@@ -48,18 +46,10 @@ PIECE_STRIDE: Final = 1 << ROW_BITS
 
 @dataclass(frozen=True)
 class Piece:
-    """One unit of input and of output: an input file, or a fixed row range of a large
-    Parquet file.
-
-    Attributes:
-        index: its number (the high bits of its rows' locators).
-        path: the input file.
-        fmt: its format's name (see :data:`grpo_cli.io.formats.FORMATS`).
-        offset: its first row in the file.
-        rows: its row count (None: the whole file, a text file whose rows are unknown).
-        name: its output part's path inside the output folder.
-        size: the bytes of its input file it reads (its share of a large file).
-    """
+    """One unit of input and of output: an input file, or a row range of a large Parquet
+    file. ``index``: the high bits of its rows' locators; ``fmt``: its format's name;
+    ``rows``: None for a whole file read by grpo-adv's reader; ``name``: its output part's
+    path in the output folder; ``size``: the bytes of its input it reads."""
 
     index: int
     path: str
@@ -72,21 +62,11 @@ class Piece:
 
 @dataclass(frozen=True)
 class Shuffle:
-    """What every task of one run shares.
-
-    Attributes:
-        plan: the plan of the whole log (the options checked, the exact key).
-        derived: key columns a trainer's dump layout derives from each row (never written).
-        partitions: how many partitions the rows are shuffled into, by their group key.
-        exact: the key moves as its columns (the per-group table needs their values; a
-            hash collision), not as two hashes.
-        casts: key and batch columns whose type differs between the input files, with the
-            type the in-memory path gives them when it reads the files as one log (their
-            supertype: ``7`` in one file and ``"7"`` in another are one prompt, ``"7"``);
-            each piece casts them before hashing, so equal keys hash equal.
-        response: the response id column, moved as its hash (see
-            :func:`grpo_cli.engines.narrow.piece_repeats`), or None.
-    """
+    """What every task of one run shares: the plan of the whole log; the key columns a
+    dump layout ``derived`` from each row (never written); the partition count; ``exact``:
+    the key moves as its columns, not as two hashes; ``casts``: key and batch columns typed
+    differently between files, with their supertype (``7`` and ``"7"`` are one prompt),
+    cast before hashing; the ``response`` id column, moved as its hash, or None."""
 
     plan: Plan
     derived: tuple[str, ...]
@@ -109,20 +89,16 @@ class Shuffle:
 def read_piece(
     piece: Piece, columns: Sequence[str] | None, shuffle: Shuffle
 ) -> tuple[pl.DataFrame, list[str]]:
-    """The rows of ``piece``: only ``columns`` of them when given (those present), else
-    every column; a text file, and a Parquet file whose footer the driver could not read
-    (compressed, damaged), by grpo-adv's reader (the same parsing and errors as on one
-    machine: key columns of a CSV file stay text). Also every column name of its file
-    (with ``columns``; a Parquet file's names are not read without)."""
+    """The rows of ``piece`` (only ``columns`` of them, those present, when given) and,
+    with ``columns``, every column name of its file. A piece without ``rows`` is read by
+    grpo-adv's reader (its parsing and errors; a CSV file's key columns stay text)."""
     if piece.rows is not None:  # a file the driver found its format scans
         lazy = scan_file(piece.path)
-        names = []  # asked for with columns only (the map's check): a footer read
+        names = []
         if columns is not None:
             names = lazy.collect_schema().names()
             lazy = lazy.select([c for c in columns if c in names])
-        if piece.rows is not None:
-            lazy = lazy.slice(piece.offset, piece.rows)
-        return lazy.collect(), names
+        return lazy.slice(piece.offset, piece.rows).collect(), names
     strings = [c for c in shuffle.plan.keys.exact if not c.startswith(PREFIX)]
     frame = read_rewards(Path(piece.path), piece.fmt, string_cols=strings).frame
     names = frame.columns
@@ -143,10 +119,8 @@ def piece_row(piece: Piece, row: int, shuffle: Shuffle) -> dict[str, Any]:
 
 
 def split_pieces(pieces: Sequence[Piece], shuffle: Shuffle) -> list[Any]:
-    """Map: the narrow rows of ``pieces`` (a batch of small ones, or one;
-    :mod:`grpo_cli.engines.narrow`), checked (every input check of the in-memory path, on
-    each piece's rows), one Arrow table per partition of the group key; then the pieces'
-    row count and the narrow bytes sent."""
+    """Map: the checked narrow rows of ``pieces``, an Arrow table per partition; then their
+    row count and the bytes sent."""
     frames = [_narrow(piece, shuffle) for piece in pieces]
     narrow = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
     tables = _split(narrow, PARTITION, shuffle.partitions)
@@ -180,8 +154,7 @@ def _narrow(piece: Piece, shuffle: Shuffle) -> pl.DataFrame:
 
 
 def _index_type(count: int) -> pl.DataType:
-    """The narrowest unsigned type of 0..count-1 (Polars splits by a UInt16 column about a
-    quarter faster than by a UInt64 one)."""
+    """The narrowest unsigned type of 0..count-1 (a UInt16 splits a quarter faster)."""
     return pl.UInt16() if count <= 1 << 16 else pl.UInt32()
 
 
@@ -199,9 +172,8 @@ def _partition_rows(tables: Sequence[pa.Table]) -> pl.DataFrame:
 
 
 def partition_batch_partials(shuffle: Shuffle, *tables: pa.Table) -> pl.DataFrame | None:
-    """Reduce, first pass of a batch-level formula: one partition's batch partials
-    (:mod:`grpo_cli.engines.batch_partials`), or None when two of its keys share the group
-    hash (the driver starts again on the exact key)."""
+    """Reduce, first pass of a batch-level formula: one partition's batch partials, or None
+    when two of its keys share the group hash."""
     frame = _partition_rows(tables)
     inner = shuffle.inner
     grouped = with_group_stats(frame, inner).collect()
@@ -218,13 +190,10 @@ def compute_partition(
     groups: str | None,
     *tables: pa.Table,
 ) -> list[Any]:
-    """Reduce: one partition's rows (every group whole in it) annotated by the Polars
-    engine on the plan made once; the added columns with their locators, one Arrow table
-    per write batch they go back to (``batch_of[p]``: piece p's); then the partition's run
-    partials (None: two of its keys share the group hash), the bytes sent back and its
-    rows that repeat a response id (:func:`grpo_cli.engines.narrow.piece_repeats`, at
-    their locator). With ``groups``, the partition's rows of the per-group table are
-    written there."""
+    """Reduce: one partition annotated by the Polars engine; the added columns with their
+    locators, an Arrow table per write batch (``batch_of[p]``: piece p's); then the run
+    partials (None: a hash collision), the bytes sent back and its rows repeating a
+    response id. With ``groups``, its rows of the per-group table are written there."""
     import numpy as np
 
     frame = _partition_rows(tables)
@@ -255,12 +224,9 @@ def compute_partition(
 
 
 def write_pieces(pieces: Sequence[Piece], folder: str, shuffle: Shuffle, *tables: pa.Table) -> int:
-    """Write the output part of each of ``pieces`` (a write batch: every partition's
-    ``tables`` hold the added columns of its rows, with their locators); their row
-    count."""
+    """Write the part of each of ``pieces`` (``tables``: the added columns of their rows,
+    with their locators); their row count."""
     back = _partition_rows(tables)
-    if len(pieces) == 1:
-        return _write_piece(pieces[0], folder, shuffle, back)
     by_piece = back.with_columns((pl.col(LOCATOR) // PIECE_STRIDE).alias(PARTITION))
     split = by_piece.partition_by(PARTITION, as_dict=True, include_key=False)
     empty = back.clear()
@@ -270,25 +236,20 @@ def write_pieces(pieces: Sequence[Piece], folder: str, shuffle: Shuffle, *tables
 
 
 def _write_piece(piece: Piece, folder: str, shuffle: Shuffle, back: pl.DataFrame) -> int:
-    """Write ``piece``'s output part: its rows as read, every column but the derived keys,
-    with the added columns (``back``: its rows' locators and added columns, in any order)
-    in the input's row order; its row count."""
+    """Write ``piece``'s part: its columns but the derived keys, with the added columns of
+    ``back`` (by locator, in any order) in row order; its row count."""
     import numpy as np
 
     added = shuffle.plan.options.added_columns()
     frame, _ = read_piece(piece, None, shuffle)
-    rows = (
-        (back.get_column(LOCATOR).to_numpy() % PIECE_STRIDE)
-        if back.height
-        else np.empty(0, np.int64)
-    )
+    rows = back.get_column(LOCATOR).to_numpy() % PIECE_STRIDE
     if len(rows) != frame.height or (
         len(rows) and (rows.min() != 0 or rows.max() != frame.height - 1)
     ):
         raise RuntimeError(f"{piece.path}: {len(rows)} computed rows for {frame.height} input rows")
     position = np.empty(len(rows), dtype=np.int64)
     position[rows] = np.arange(len(rows))
-    ordered = back.select(added)[position] if len(rows) else back.select(added)
+    ordered = back.select(added)[position]
     kept = [c for c in frame.columns if c not in shuffle.derived]
     columns = [ordered.get_column(c) if c in added else frame.get_column(c) for c in kept]
     columns += [ordered.get_column(c) for c in added if c not in kept]
@@ -300,10 +261,8 @@ PARTIAL_SUFFIX: Final = ".tmp"  # a part being written: .NAME.<owner tag>.tmp be
 
 
 def write_parquet(frame: pl.DataFrame, path: Path) -> None:
-    """``frame`` to ``path`` (zstd), written beside it and renamed: a task run again
-    replaces what an earlier try left, never a half-written file. A worker that dies
-    while writing leaves its ``.NAME.<owner tag>.tmp`` (the worker's pid and host, see
-    :func:`grpo_cli.io.temporaries.owner_tag`): :func:`remove_partials` clears them."""
+    """``frame`` to ``path`` (zstd), written beside it as ``.NAME.<owner tag>.tmp`` and
+    renamed (a task run again replaces an earlier try's file)."""
     from grpo_cli.io.temporaries import owner_tag
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -312,13 +271,9 @@ def write_parquet(frame: pl.DataFrame, path: Path) -> None:
     partial.replace(path)
 
 
-def remove_partials(folder: Path) -> list[Path]:
-    """Remove what workers that died while writing left in ``folder`` (the half-written
-    ``.NAME.<owner tag>.tmp`` files of :func:`write_parquet`; their tasks ran again and wrote
-    NAME); run by the driver once every task is done. Returns the files removed."""
-    removed = []
+def remove_partials(folder: Path) -> None:
+    """Remove the ``.NAME.<owner tag>.tmp`` files workers that died while writing left in
+    ``folder`` (run once every task is done)."""
     for path in folder.rglob(f".*{PARTIAL_SUFFIX}"):
         if path.is_file():
             path.unlink(missing_ok=True)
-            removed.append(path)
-    return removed
