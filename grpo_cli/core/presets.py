@@ -405,6 +405,7 @@ PRESETS: Final[dict[str, Preset]] = {
                 "whiten_ddof": 1,
                 "whiten_eps": 0.0,
                 "whiten_eps_mode": "positive_std",
+                "singleton": "formula",  # r - r = 0, then the batch z-score
             },
             notes="The reward columns are taken in sorted name order, as NeMo-RL sorts its "
             "reward/<name> keys: the weights apply in that order.",
@@ -420,7 +421,7 @@ PRESETS: Final[dict[str, Preset]] = {
                 "ddof": 0,
                 "eps": 1e-8,
                 "eps_mode": "var_floor",
-                "singleton": "zero",
+                "singleton": "formula",  # r - r = 0, then whitened
                 "token_weighted": True,
             },
         ),
@@ -457,7 +458,7 @@ PRESETS: Final[dict[str, Preset]] = {
             AREAL_FILE,
             "gsm8k_rloo.yaml: reward_norm mean group with mean_leave1out, no std; adv_norm "
             "batch/batch",
-            {**_AREAL_ADV_NORM, "estimator": "rloo", "singleton": "raw"},
+            {**_AREAL_ADV_NORM, "estimator": "rloo", "singleton": "verl"},  # r, then adv_norm
             notes=AREAL_NOTES,
             fixed_groups=True,
         ),
