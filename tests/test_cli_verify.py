@@ -338,7 +338,7 @@ class TestPresetsCommand:
     def test_markdown_is_the_readme_table(self, runner: CliRunner) -> None:
         result = runner.invoke(app, ["presets", "--format", "markdown"])
         assert result.exit_code == 0
-        assert result.stdout.startswith("| preset | reproduces | estimator | ddof | eps |")
+        assert result.stdout.startswith("| trainer | preset | version | setting | estimator |")
         readme = (SAMPLE_DIR.parent / "README.md").read_text()
         assert result.stdout in readme
 

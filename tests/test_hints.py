@@ -186,7 +186,7 @@ class TestPresetSuggestions:
             get_preset("verl-grpo")
         assert info.value.hint is not None
         assert info.value.hint.startswith(
-            "did you mean verl, verl-grpo-passk, verl-dr-grpo or verl-gpg? "
+            "did you mean verl, verl-grpo-passk, verl-dr-grpo or verl-gdpo? "
         )
 
     @pytest.mark.parametrize(

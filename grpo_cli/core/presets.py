@@ -150,8 +150,8 @@ PRESETS: Final[dict[str, Preset]] = {
     for p in (
         Preset(
             "seed",
-            "lessons",
-            "the reference lessons",
+            "the lessons",
+            "(reference)",
             "the lessons' PyTorch function",
             "rewards.view(B, G), .mean(dim=1), .std(dim=1), + 1e-8",
             {"estimator": "grpo", "ddof": 1, "eps": 1e-8, "eps_mode": "std"},
