@@ -43,6 +43,11 @@ HAND = {
     "gpg": [1.25 * 0.5, 1.25 * -0.5, 0.0, 0.0, 0.0],  # alpha = 5 rewards / 4 non-zero
     "grpo_passk": [0.5 / (0.5 + EPS), 0.0, 0.0, 0.0, 0.0],  # b is a tie: 0
     "remax": [0.5, -0.5, 0.0, 1.0, 1.0],
+    # a's others: (0, 0.5) and (1, 0.5) mean 0.25 / 0.75, std sqrt(0.125); (1, 0) mean 0.5
+    "loo_grpo": [0.75 / (math.sqrt(0.125) + EPS), -0.75 / (math.sqrt(0.125) + EPS), 0.0, 0.0, 0.0],
+    "maxrl": [0.5 / (0.5 + EPS), -0.5 / (0.5 + EPS), 0.0, 0.0, 0.0],
+    "maxrl_positive": [1.0, -1.0, 0.0, 0.0, 0.0],
+    "batch_baseline": [-0.1, -1.1, -0.6, 0.9, 0.9],  # mean_b = 1.1
 }
 
 

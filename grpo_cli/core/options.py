@@ -40,12 +40,14 @@ EPS_MODES: Final[dict[str, str]] = {
     "std": "divide by (std + eps) (default; TRL, verl grpo, OpenRLHF group_norm)",
     "var": "divide by sqrt(var + eps) (verl batch whitening)",
     "var_floor": "divide by sqrt(max(var, eps)) (OpenRLHF batch whitening)",
+    "positive_std": "divide by (std + eps) only where var > 0, else keep the value (NeMo-RL)",
+    "center": "centre only, no division (OpenRLHF --no_std_norm; whitening only)",
 }
 AGGREGATIONS: Final[dict[str, str]] = {
     "sum_then_normalize": "weighted sum of the rewards (nulls count 0), then the estimator "
     "(TRL's default)",
-    "normalize_then_sum": "each reward z-scored in its group, weighted sum, then a batch "
-    "z-score (TRL's GDPO)",
+    "normalize_then_sum": "each reward normalised in its group by the estimator, weighted "
+    "sum, then a batch z-score (TRL's GDPO)",
 }
 STATS_COLUMNS: Final = ("group_size", "group_mean", "group_std")
 DEFAULT_GROUP_COLS: Final[tuple[str, ...]] = ("prompt_id",)  # the group key unless named
@@ -68,6 +70,7 @@ def _choices() -> dict[str, tuple[Collection[str], Message]]:
         "singleton": (SINGLETON_POLICIES, option("singleton") + " value"),
         "nulls": (NULL_POLICIES, option("nulls") + " value"),
         "eps_mode": (EPS_MODES, option("eps_mode") + " value"),
+        "whiten_eps_mode": (EPS_MODES, option("whiten_eps_mode") + " value"),
         "aggregation": (AGGREGATIONS, option("aggregation") + " value"),
         "clip_stage": (CLIP_STAGES, option("clip_stage") + " value"),
         "estimator": (ESTIMATORS, "estimator"),
@@ -92,6 +95,16 @@ class AdvantageOptions:
         nulls: null or NaN rewards (see NULL_POLICIES).
         clip: ``(lo, hi)`` bounds applied to the advantage after the estimator.
         clip_stage: where ``clip`` applies (see CLIP_STAGES).
+        reward_clip: ``(lo, hi)``: every valid reward clamped to [lo, hi] before any
+            statistic (AReaL); the combined reward (each reward column under
+            ``normalize_then_sum``).
+        whiten: after the estimator's formula, whiten its value over the batch
+            (token-weighted with ``token_weighted``): ``norm(x - mean_b(x), var_b(x))``
+            with ``whiten_ddof``, ``whiten_eps`` and ``whiten_eps_mode``; exactly 0 in a
+            flat batch. Under ``normalize_then_sum`` these replace the main ones in its
+            batch stage.
+        whiten_ddof, whiten_eps, whiten_eps_mode: that whitening's ddof, eps and eps_mode
+            (see EPS_MODES).
         batch_col: batch statistics are per value of this column (e.g. ``step``); None
             makes the whole input one batch.
         group_size: positional groups: consecutive runs of this many rows (within each
@@ -122,6 +135,11 @@ class AdvantageOptions:
     nulls: str = "exclude"
     clip: tuple[float, float] | None = None
     clip_stage: str = "advantage"
+    reward_clip: tuple[float, float] | None = None
+    whiten: bool = False
+    whiten_ddof: int = 1
+    whiten_eps: float = 1e-8
+    whiten_eps_mode: str = "var"
     batch_col: str | None = None
     group_size: int | None = None
     length_col: str | None = None
@@ -138,8 +156,9 @@ class AdvantageOptions:
         if self.reward_weights is not None:
             weights = tuple(float(w) for w in _as_tuple(self.reward_weights))
             object.__setattr__(self, "reward_weights", weights)
-        if self.clip is not None:
-            object.__setattr__(self, "clip", tuple(float(c) for c in self.clip))
+        for bounds in ("clip", "reward_clip"):
+            if getattr(self, bounds) is not None:
+                object.__setattr__(self, bounds, tuple(float(c) for c in getattr(self, bounds)))
         self._check_columns()
         self._check_numbers()
         self._check_choices()
@@ -147,8 +166,10 @@ class AdvantageOptions:
     def check_estimator_needs(self, estimator: Estimator, *, columns: bool = True) -> None:
         """What the chosen ``estimator`` (looked up once: see
         :func:`grpo_cli.core.resolve.make_request`) needs of the other options: its columns
-        (``length_col`` for opo...), a length column for ``token_weighted``, grpo for
-        ``aggregation="normalize_then_sum"``, one reward column for process supervision.
+        (``length_col`` for opo...), a length column for ``token_weighted``, a group estimator
+        for ``aggregation="normalize_then_sum"``, no ``whiten`` for an estimator that
+        whitens, ``eps_mode="center"`` only for one, one reward column for process
+        supervision.
         ``columns=False``: before the log is seen, the length column it may supply is not
         asked for yet."""
         for need, column, named in (
@@ -166,17 +187,49 @@ class AdvantageOptions:
                 option("token_weighted") + " needs " + option("length_col"),
                 hint="name the length column",
             )
-        if self.aggregation == "normalize_then_sum" and self.estimator != "grpo":
+        if self.aggregation == "normalize_then_sum" and (
+            estimator.scope != "group" or estimator.unit != "response"
+        ):
             raise OptionsError(
                 option("aggregation", "normalize_then_sum")
-                + " works with "
-                + option("estimator", "grpo")
-                + f", not {self.estimator}",
-                hint="use " + option("aggregation", "sum_then_normalize") + " with this estimator",
+                + " normalises each reward within its group, which estimator "
+                + f"{estimator.name} does not",
+                hint="use a group estimator (grpo, loo_grpo, rloo, ...) or "
+                + option("aggregation", "sum_then_normalize"),
+            )
+        if self.whiten and estimator.whitens:
+            raise OptionsError(
+                f"estimator {estimator.name} already whitens over the batch: "
+                + option("whiten")
+                + " would whiten twice",
+                hint="leave "
+                + option("whiten")
+                + " out (its whitening takes "
+                + option("ddof")
+                + ", "
+                + option("eps")
+                + " and "
+                + option("eps_mode")
+                + ")",
+            )
+        if self.eps_mode == "center" and not estimator.whitens:
+            raise OptionsError(
+                option("eps_mode", "center")
+                + f" centres a batch whitening; estimator {estimator.name} does not whiten",
+                hint="use it with reinforce_pp(_baseline), or "
+                + option("whiten_eps_mode", "center")
+                + " with "
+                + option("whiten"),
             )
         if estimator.unit == "step" and len(self.reward_cols) > 1:
             raise OptionsError(
                 "estimator process takes its rewards from " + option("step_rewards_col")
+            )
+        if estimator.unit == "step" and self.whiten:
+            raise OptionsError(
+                "estimator process sums z-scores over steps: " + option("whiten") + " has no "
+                "response advantage to whiten",
+                hint="leave " + option("whiten") + " out",
             )
 
     def _check_columns(self) -> None:
@@ -219,18 +272,19 @@ class AdvantageOptions:
             )
 
     def _check_numbers(self) -> None:
-        if self.ddof not in (0, 1):
-            raise OptionsError(
-                option("ddof") + f" must be 0 or 1, got {self.ddof}",
-                hint="1 = sample std (TRL, verl, the lessons), 0 = population std",
-                value=self.ddof,
-            )
-        if not (math.isfinite(self.eps) and self.eps >= 0):
-            raise OptionsError(
-                option("eps") + f" must be a finite number >= 0, got {self.eps}",
-                hint="e.g. " + option("eps", Verbatim("1e-8")),
-                value=self.eps,
-            )
+        for ddof, eps in (("ddof", "eps"), ("whiten_ddof", "whiten_eps")):
+            if getattr(self, ddof) not in (0, 1):
+                raise OptionsError(
+                    option(ddof) + f" must be 0 or 1, got {getattr(self, ddof)}",
+                    hint="1 = sample std (TRL, verl, the lessons), 0 = population std",
+                    value=getattr(self, ddof),
+                )
+            if not (math.isfinite(getattr(self, eps)) and getattr(self, eps) >= 0):
+                raise OptionsError(
+                    option(eps) + f" must be a finite number >= 0, got {getattr(self, eps)}",
+                    hint="e.g. " + option(eps, Verbatim("1e-8")),
+                    value=getattr(self, eps),
+                )
         weights = self.reward_weights
         if weights is not None:
             if len(weights) != len(self.reward_cols):
@@ -252,13 +306,13 @@ class AdvantageOptions:
                 )
             if not all(math.isfinite(w) for w in weights):
                 raise OptionsError("reward weights must be finite numbers", value=weights)
-        if self.clip is not None:
-            lo, hi = self.clip
-            if not (len(self.clip) == 2 and lo < hi):
+        for name, example in (("clip", (-10, 10)), ("reward_clip", (-20, 20))):
+            bounds = getattr(self, name)
+            if bounds is not None and not (len(bounds) == 2 and bounds[0] < bounds[1]):
                 raise OptionsError(
-                    option("clip") + f" needs LO,HI with LO < HI, got {self.clip}",
-                    hint="e.g. " + option("clip", (-10, 10)),
-                    value=self.clip,
+                    option(name) + f" needs LO,HI with LO < HI, got {bounds}",
+                    hint="e.g. " + option(name, example),
+                    value=bounds,
                 )
         if self.group_size is not None and self.group_size < 1:
             raise OptionsError(

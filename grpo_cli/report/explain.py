@@ -41,7 +41,7 @@ from grpo_cli.core.errors import (
 from grpo_cli.core.estimators import Estimator
 from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions
 from grpo_cli.core.policies import reads_batch
-from grpo_cli.core.rewards import reward_expr
+from grpo_cli.core.rewards import reward_expr, reward_parts
 from grpo_cli.report.explain_context import FilledIn, fill_in, fmt, signed_sum
 
 SHOWN_KEYS: Final = 8
@@ -520,9 +520,7 @@ def _fill_in(
     lengths = None
     if options.length_col and options.length_col in rows.columns:
         lengths = _floats(rows[options.length_col])
-    read = rows.select(
-        reward_expr(c, options.nulls).alias(f"r{i}") for i, c in enumerate(options.reward_cols)
-    )
+    read = rows.select(reward.alias(f"r{i}") for i, reward in enumerate(reward_parts(options)))
     columns = [column.to_list() for column in read.get_columns()]
     shown = [where[row] for row in group_rows[ROW_KEY].to_list()]
     return fill_in(estimator, options, _floats(rows[REWARD_KEY]), groups, shown, lengths, columns)
