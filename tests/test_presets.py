@@ -257,7 +257,7 @@ def test_nemo_rl_gdpo_weights_follow_the_sorted_reward_names() -> None:
     )
     assert given.options.reward_cols == ("format_reward", "reward")
     keys = log["prompt_id"].to_list()
-    components = {"reward": log["reward"].to_list(), "format_reward": log["format_reward"]}
+    components = {c: log[c].to_list() for c in ("reward", "format_reward")}
     expected = ref.nemo_rl_gdpo(components, keys, weights=[2.0, 1.0])
     got = given.frame["advantage"].to_list()
     assert max(abs(g - e) / max(1, abs(e)) for g, e in zip(got, expected, strict=True)) < 2e-6
