@@ -1208,7 +1208,7 @@ def test_every_estimator_and_preset_as_the_polars_engine(tmp_path: Path) -> None
             part = pl.read_parquet(out / f"shard-{shard}.parquet")
             assert_same(part, expected.filter(pl.col("rid").is_in(part["rid"].implode())))
             assert part["rid"].is_sorted(), name
-    assert len(runs) == 10 + len(PRESETS)
+    assert len(runs) == 14 + len(PRESETS)
 
 
 @pytest.mark.usefixtures("local_ray")
