@@ -630,16 +630,16 @@ def _per_reward(
             continue
         centred = f"{fmt(_first(x, i))} - {fmt(mean_b)}"
         spread = _divisor(whitened, i)
-        shown = centred if spread is None else f"({centred}) / {_wrap(spread, i, ATOM)}"
-        rows.append((f"{text}; {shown}", _number(result, i)))
+        divided = centred if spread is None else f"({centred}) / {_wrap(spread, i, ATOM)}"
+        rows.append((f"{text}; {divided}", _number(result, i)))
     # the spreads in symbols: (std + eps), sqrt(var + eps), ... (the group's: of a named var)
     group = _divisor(ctx.norm(ctx.reward, _leaf(ctx.reward.values, "var")), None)
-    z = "r_k - mean_k" if group is None else f"(r_k - mean_k) / {_wrap(group, None, ATOM)}"
+    z_k = "r_k - mean_k" if group is None else f"(r_k - mean_k) / {_wrap(group, None, ATOM)}"
     if options.estimator != "grpo":
-        z = f"{options.estimator} of r_k, {render(zs[0].args[0], None)}"
+        z_k = f"{options.estimator} of r_k, {render(zs[0].args[0], None)}"
     batch = _divisor(whitened, None)
     a = "s - mean_b" if batch is None else f"(s - mean_b) / {_wrap(batch, None, ATOM)}"
-    formula_line = f"z_k = {z}; s = sum_k w_k z_k; A = {a}"
+    formula_line = f"z_k = {z_k}; s = sum_k w_k z_k; A = {a}"
     return formula_line, tuple(lines), rows
 
 
