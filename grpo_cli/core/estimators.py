@@ -162,7 +162,9 @@ class FormulaContext(ABC):
         if self.eps_mode == "std":
             return centered / (var.sqrt() + self.eps)
         if self.eps_mode == "positive_std":  # a null var (too few values) divides nothing
-            return self.where(var > 0.0, centered / (var.sqrt() + self.eps), centered)
+            return self.where(
+                self.is_null(var) | (var <= 0.0), centered, centered / (var.sqrt() + self.eps)
+            )
         if self.eps_mode == "var":
             return centered / (var + self.eps).sqrt()
         return centered / self.maximum(var, self.eps).sqrt()

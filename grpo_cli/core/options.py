@@ -272,18 +272,19 @@ class AdvantageOptions:
             )
 
     def _check_numbers(self) -> None:
-        for ddof, eps in (("ddof", "eps"), ("whiten_ddof", "whiten_eps")):
-            if getattr(self, ddof) not in (0, 1):
+        for named, ddof in ((option("ddof"), self.ddof), (option("whiten_ddof"), self.whiten_ddof)):
+            if ddof not in (0, 1):
                 raise OptionsError(
-                    option(ddof) + f" must be 0 or 1, got {getattr(self, ddof)}",
+                    named + f" must be 0 or 1, got {ddof}",
                     hint="1 = sample std (TRL, verl, the lessons), 0 = population std",
-                    value=getattr(self, ddof),
+                    value=ddof,
                 )
-            if not (math.isfinite(getattr(self, eps)) and getattr(self, eps) >= 0):
+        for named, eps in ((option("eps"), self.eps), (option("whiten_eps"), self.whiten_eps)):
+            if not (math.isfinite(eps) and eps >= 0):
                 raise OptionsError(
-                    option(eps) + f" must be a finite number >= 0, got {getattr(self, eps)}",
-                    hint="e.g. " + option(eps, Verbatim("1e-8")),
-                    value=getattr(self, eps),
+                    named + f" must be a finite number >= 0, got {eps}",
+                    hint="e.g. " + replace(named, value=Verbatim("1e-8")),
+                    value=eps,
                 )
         weights = self.reward_weights
         if weights is not None:
@@ -306,12 +307,14 @@ class AdvantageOptions:
                 )
             if not all(math.isfinite(w) for w in weights):
                 raise OptionsError("reward weights must be finite numbers", value=weights)
-        for name, example in (("clip", (-10, 10)), ("reward_clip", (-20, 20))):
-            bounds = getattr(self, name)
+        for named, bounds, example in (
+            (option("clip"), self.clip, (-10, 10)),
+            (option("reward_clip"), self.reward_clip, (-20, 20)),
+        ):
             if bounds is not None and not (len(bounds) == 2 and bounds[0] < bounds[1]):
                 raise OptionsError(
-                    option(name) + f" needs LO,HI with LO < HI, got {bounds}",
-                    hint="e.g. " + option(name, example),
+                    named + f" needs LO,HI with LO < HI, got {bounds}",
+                    hint="e.g. " + replace(named, value=example),
                     value=bounds,
                 )
         if self.group_size is not None and self.group_size < 1:

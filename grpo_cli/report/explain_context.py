@@ -628,15 +628,30 @@ def _per_reward(
         if flat.values[i]:
             rows.append((f"{text}; every s of the batch is equal", 0.0))
             continue
-        spread = _wrap(whitened.args[1], i, ATOM)
-        rows.append(
-            (f"{text}; ({fmt(_first(x, i))} - {fmt(mean_b)}) / {spread}", _number(result, i))
-        )
+        centred = f"{fmt(_first(x, i))} - {fmt(mean_b)}"
+        spread = _divisor(whitened, i)
+        divided = centred if spread is None else f"({centred}) / {_wrap(spread, i, ATOM)}"
+        rows.append((f"{text}; {divided}", _number(result, i)))
     # the spreads in symbols: (std + eps), sqrt(var + eps), ... (the group's: of a named var)
-    spread = _wrap(ctx.norm(ctx.reward, _leaf(ctx.reward.values, "var")).args[1], None, ATOM)
-    batch = _wrap(whitened.args[1], None, ATOM)
-    formula_line = f"z_k = (r_k - mean_k) / {spread}; s = sum_k w_k z_k; A = (s - mean_b) / {batch}"
+    group = _divisor(ctx.norm(ctx.reward, _leaf(ctx.reward.values, "var")), None)
+    z_k = "r_k - mean_k" if group is None else f"(r_k - mean_k) / {_wrap(group, None, ATOM)}"
+    if options.estimator != "grpo":
+        z_k = f"{options.estimator} of r_k, {render(zs[0].args[0], None)}"
+    batch = _divisor(whitened, None)
+    a = "s - mean_b" if batch is None else f"(s - mean_b) / {_wrap(batch, None, ATOM)}"
+    formula_line = f"z_k = {z_k}; s = sum_k w_k z_k; A = {a}"
     return formula_line, tuple(lines), rows
+
+
+def _divisor(term: Term, row: int | None) -> Term | None:
+    """The divisor of a normalised ``term`` (:meth:`FormulaContext.norm`): of the branch
+    taken at ``row`` (in symbols: the general one) when it is a choice; None when nothing
+    divides (eps_mode ``center``, ``positive_std`` where var is 0)."""
+    if term.op == "where":
+        cond, then, otherwise = term.args
+        taken = otherwise if row is None or not cond.values[row] else then
+        return _divisor(taken, row)
+    return term.args[1] if term.op == "/" else None
 
 
 def _count(ctx: ExplainContext, row: int) -> int:
