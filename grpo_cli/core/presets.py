@@ -54,7 +54,7 @@ TRL_FILE = (
 VERL_FILE = "verl/trainer/ppo/core_algos.py "
 OPENRLHF_FILE = (
     "openrlhf/trainer/ppo_utils/experience_maker.py compute_advantages_and_returns; "
-    "openrlhf/models/utils.py compute_reward (clamp to --reward.clip_range, default -10 10)"
+    "openrlhf/models/utils.py compute_reward (clamp to reward.clip_range, default -10 10)"
 )
 OPENRLHF_WHITEN = " (whitening: mean over action tokens, rsqrt(var.clamp(min=1e-8)))"
 NEMO = ("NeMo-RL", "v0.7.0 @7ea279ab")
@@ -220,7 +220,7 @@ PRESETS: Final[dict[str, Preset]] = {
             {**_VERL_COMMON, "estimator": "dr_grpo"},
             layout="verl",
             notes="grpo_vectorized ignores norm_adv_by_std_in_grpo (the trainer never passes "
-            "it): it always divides by the std, as --preset verl.",
+            "it): it always divides by the std, as the verl preset.",
         ),
         Preset(
             "verl-rloo",
@@ -300,7 +300,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "OpenRLHF",
             "v0.11.0",
             OPENRLHF_FILE,
-            "--algo.advantage.estimator group_norm",
+            "algo.advantage.estimator=group_norm",
             {**_OPENRLHF_COMMON, "estimator": "grpo"},
             fixed_groups=True,
         ),
@@ -309,7 +309,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "OpenRLHF",
             "v0.11.0",
             OPENRLHF_FILE,
-            "--algo.advantage.estimator rloo",
+            "algo.advantage.estimator=rloo",
             {**_OPENRLHF_COMMON, "estimator": "rloo"},
             fixed_groups=True,
         ),
@@ -318,7 +318,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "OpenRLHF",
             "v0.11.0",
             OPENRLHF_FILE,
-            "--algo.advantage.estimator dr_grpo",
+            "algo.advantage.estimator=dr_grpo",
             {**_OPENRLHF_COMMON, "estimator": "dr_grpo"},
             fixed_groups=True,
         ),
@@ -327,7 +327,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "OpenRLHF",
             "v0.11.0",
             OPENRLHF_FILE + OPENRLHF_WHITEN,
-            "--algo.advantage.estimator reinforce_baseline",
+            "algo.advantage.estimator=reinforce_baseline",
             {**_OPENRLHF_WHITENING, "estimator": "reinforce_pp_baseline"},
             notes="OpenRLHF clamps the shaped reward r - mean_g before whitening.",
             fixed_groups=True,
@@ -337,7 +337,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "OpenRLHF",
             "v0.11.0",
             OPENRLHF_FILE + OPENRLHF_WHITEN,
-            "--algo.advantage.estimator reinforce_baseline --algo.advantage.no_std_norm",
+            "algo.advantage.estimator=reinforce_baseline, algo.advantage.no_std_norm=true",
             {**_OPENRLHF_WHITENING, "estimator": "reinforce_pp_baseline", "eps_mode": "center"},
             fixed_groups=True,
         ),
@@ -346,7 +346,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "OpenRLHF",
             "v0.11.0",
             OPENRLHF_FILE + OPENRLHF_WHITEN,
-            "--algo.advantage.estimator reinforce (gamma 1)",
+            "algo.advantage.estimator=reinforce (gamma 1)",
             {**_OPENRLHF_WHITENING, "estimator": "reinforce_pp"},
             fixed_groups=True,
         ),
@@ -355,7 +355,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "OpenRLHF",
             "v0.11.0",
             OPENRLHF_FILE + OPENRLHF_WHITEN,
-            "--algo.advantage.estimator reinforce --algo.advantage.no_std_norm",
+            "algo.advantage.estimator=reinforce, algo.advantage.no_std_norm=true",
             {**_OPENRLHF_WHITENING, "estimator": "reinforce_pp", "eps_mode": "center"},
             fixed_groups=True,
         ),
@@ -364,7 +364,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "OpenRLHF",
             "0.11.2",
             OPENRLHF_FILE,
-            "--algo.advantage.estimator flash_reinforce",
+            "algo.advantage.estimator=flash_reinforce",
             {**_OPENRLHF_COMMON, "estimator": "batch_baseline"},
             fixed_groups=True,
         ),
@@ -474,7 +474,7 @@ PRESETS: Final[dict[str, Preset]] = {
         Preset(
             "slime",
             *SLIME,
-            "--advantage-estimator grpo",
+            "advantage_estimator=grpo",
             {**_GROUP_STD_1E6, "estimator": "grpo", "singleton": "zero"},
             notes=SLIME_NOTES,
             fixed_groups=True,
@@ -482,7 +482,7 @@ PRESETS: Final[dict[str, Preset]] = {
         Preset(
             "slime-no-std",
             *SLIME,
-            "--advantage-estimator grpo --disable-grpo-std-normalization",
+            "advantage_estimator=grpo, disable_grpo_std_normalization=true",
             {**_GROUP_STD_1E6, "estimator": "dr_grpo", "singleton": "zero"},
             notes=SLIME_NOTES,
             fixed_groups=True,
