@@ -88,6 +88,22 @@ CASES: list[dict[str, Any]] = [
         "aggregation": "normalize_then_sum",
     },
     {"estimator": "batch_std", "eps_mode": "var_floor", "singleton": "verl"},
+    {"estimator": "batch_baseline", "batch_col": "step", "group_cols": ("step", "prompt_id")},
+    # the whiten stage's own ddof (0) beside the group's (1), token-weighted
+    {
+        "whiten": True,
+        "whiten_ddof": 0,
+        "whiten_eps": 0.0,
+        "length_col": "length",
+        "token_weighted": True,
+    },
+    {
+        "estimator": "loo_grpo",
+        "eps_mode": "positive_std",
+        "whiten": True,
+        "whiten_eps_mode": "positive_std",
+        "reward_clip": (0.0, 0.75),
+    },
 ]
 
 

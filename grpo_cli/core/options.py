@@ -28,7 +28,7 @@ SINGLETON_POLICIES: Final[dict[str, str]] = {
 CLIP_STAGES: Final[dict[str, str]] = {
     "advantage": "clip the final advantage (default)",
     "shaped": "clip the value before batch whitening, as OpenRLHF clamps its shaped reward "
-    "(the same as advantage for estimators without whitening)",
+    "(the same as advantage without a whitening: a whitening estimator, GDPO or whiten)",
 }
 NULL_POLICIES: Final[dict[str, str]] = {
     "exclude": "left out of every statistic; advantage null (default)",
