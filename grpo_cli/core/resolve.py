@@ -43,7 +43,10 @@ class Request:
         explicit: the option fields the caller named (over the preset's).
         fields: the preset's fields overridden by ``explicit``.
         options: ``fields`` as options, before the log fills in any (for the engines'
-            refusals, which need no data: see :func:`grpo_cli.engines.check`).
+            refusals, which need no data: see :func:`grpo_cli.engines.check`); their role
+            checks wait for :func:`resolve` unless ``roles_checked``.
+        roles_checked: the caller named the reward and group columns (or the group
+            size), so the role checks ran on the request.
         estimator: the estimator ``fields`` name, looked up once.
         engine: where the job runs.
     """
@@ -54,6 +57,7 @@ class Request:
     options: AdvantageOptions
     estimator: Estimator
     engine: EngineOptions
+    roles_checked: bool
 
     def given(self, name: str) -> bool:
         """Whether the caller named option ``name``."""
@@ -80,9 +84,10 @@ def make_request(
     """The :class:`Request` of ``preset`` and ``options`` (an :class:`AdvantageOptions`:
     every field explicit, nothing inferred; a mapping: those fields over the preset's,
     which may hold engine settings such as ``backend``) on ``engine``. Checks everything
-    that needs no data: unknown options, bad values, the estimator's name and what it needs
-    of the other options, except the columns the log may supply (a length column) and the
-    count of ``reward_weights``, which wait for the reward columns. ``refuse``: the
+    that needs no data, once: unknown options, bad values, the estimator's name and what it
+    needs of the other options. The checks of the roles the log may fill in (group, reward
+    and length columns, one reward weight per reward column) wait for :func:`resolve`
+    unless the caller named them. ``refuse``: the
     caller's own refusal of the estimator (explain: process supervision), run before the
     options' checks so that its message comes first."""
     if isinstance(options, AdvantageOptions):
@@ -95,11 +100,13 @@ def make_request(
     estimator = get_estimator(str(merged.get("estimator", "grpo")))
     if refuse is not None:
         refuse(estimator)
-    probe = dict(merged)
-    if "reward_cols" not in explicit:
-        probe.pop("reward_weights", None)
-    asked = AdvantageOptions().with_overrides(**probe)  # unknown names refused
-    asked.check_estimator_needs(estimator, columns=False)
+    # the roles are final once the caller names them; else the log fills them in (resolve)
+    fixed = "reward_cols" in explicit and ("group_cols" in explicit or "group_size" in explicit)
+    unknown = sorted(set(merged) - {f.name for f in fields(AdvantageOptions)})
+    if unknown:
+        AdvantageOptions().with_overrides(**dict.fromkeys(unknown))  # refused, named
+    asked = AdvantageOptions(**merged, check_roles=fixed)
+    asked.check_estimator_needs(estimator, roles=False)
     return Request(
         preset=preset,
         explicit=MappingProxyType(dict(explicit)),
@@ -107,6 +114,7 @@ def make_request(
         options=asked,
         estimator=estimator,
         engine=where,
+        roles_checked=fixed,
     )
 
 
@@ -158,10 +166,12 @@ def resolve(
     step_col = next((c for c in STEP_COLUMNS if c in user_columns(frame.columns)), None)
     laid = within_steps(step_col, laid, explicit)
     laid = _length_column(frame.schema, laid, request, notes)
-    options = AdvantageOptions(**laid)
+    asked = request.fields
+    filled = {k: v for k, v in laid.items() if k not in asked or asked[k] != v}
+    options = request.options.with_roles(check=checks and not request.roles_checked, **filled)
     estimator = request.estimator
     if checks:
-        options.check_estimator_needs(estimator)
+        options.check_estimator_needs(estimator, roles=True)
     in_memory = isinstance(data, pl.DataFrame)
     hashed = (
         in_memory
