@@ -13,7 +13,7 @@ from dataclasses import InitVar, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from grpo_cli.core.columns import not_a_reward
-from grpo_cli.core.errors import Message, OptionsError, Text, Verbatim, option
+from grpo_cli.core.errors import Message, OptionRef, OptionsError, Text, Verbatim, option
 
 if TYPE_CHECKING:
     from grpo_cli.core.estimators import Estimator
@@ -174,9 +174,12 @@ class AdvantageOptions:
             self._check_estimator_roles(estimator)
         if roles is True:
             return
-        for need in ("baseline", "step_rewards"):
-            if need in estimator.needs and getattr(self, f"{need}_col") is None:
-                raise _needs(estimator, f"{need}_col")
+        for need, column, named in (
+            ("baseline", self.baseline_col, option("baseline_col")),
+            ("step_rewards", self.step_rewards_col, option("step_rewards_col")),
+        ):
+            if need in estimator.needs and column is None:
+                raise _needs(estimator, named)
         if self.aggregation == "normalize_then_sum" and self.estimator != "grpo":
             raise OptionsError(
                 option("aggregation", "normalize_then_sum")
@@ -188,7 +191,7 @@ class AdvantageOptions:
 
     def _check_estimator_roles(self, estimator: Estimator) -> None:
         if "length" in estimator.needs and self.length_col is None:
-            raise _needs(estimator, "length_col")
+            raise _needs(estimator, option("length_col"))
         if self.token_weighted and self.length_col is None:
             raise OptionsError(
                 option("token_weighted") + " needs " + option("length_col"),
@@ -323,10 +326,10 @@ class AdvantageOptions:
         return replace(self, **overrides)
 
 
-def _needs(estimator: Estimator, name: str) -> OptionsError:
+def _needs(estimator: Estimator, named: OptionRef) -> OptionsError:
     return OptionsError(
-        f"estimator {estimator.name} needs " + option(name),
-        hint="name the column with " + option(name, "COL"),
+        f"estimator {estimator.name} needs " + named,
+        hint="name the column with " + replace(named, value="COL"),
     )
 
 
