@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import json
 import lzma
 import os
@@ -225,6 +226,31 @@ def test_options_are_checked_before_the_output_path(runner: CliRunner, tmp_path:
         "format with --summary-format",
     ]
     assert (tmp_path / "log.adv.parquet").read_bytes() == b"earlier"
+
+
+@pytest.mark.parametrize("backend", ["polars", "torch"])
+@pytest.mark.parametrize("taken", ["output", "summary_path"])
+def test_the_targets_are_checked_before_the_log_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, taken: str
+) -> None:
+    """An in-memory engine refuses an existing output or summary before it reads a byte,
+    as the file engines do: the log piped in is left whole for the next reader."""
+    from grpo_cli.core.errors import OutputError
+    from grpo_cli.jobs.run import run_job
+
+    log = SAMPLE_FILES["csv"].read_bytes()
+    piped, existing = tmp_path / "piped.csv", tmp_path / "taken.csv"
+    piped.write_bytes(log)
+    existing.write_bytes(b"earlier")
+    targets = {"output": tmp_path / "new.csv", taken: existing}
+    with piped.open("rb") as raw:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(raw))
+        with pytest.raises(OutputError) as refused:
+            run_job(["-"], engine={"backend": backend}, **targets)  # type: ignore[arg-type]
+        assert sys.stdin.buffer.read() == log
+    assert str(refused.value) == f"{existing} already exists"
+    assert existing.read_bytes() == b"earlier"
+    assert not (tmp_path / "new.csv").exists()
 
 
 @pytest.mark.parametrize("name", ["out.xlsx", "out.txt", "out.txt.gz"])

@@ -71,9 +71,10 @@ def input_paths(sources: list[str]) -> list[Path]:
 
 
 def output_target(
-    sources: list[str], output: str | None, output_format: str | None, input_format: str
-) -> tuple[Path | None, str]:
-    """Where the data goes (None: standard output) and in which format."""
+    sources: list[str], output: str | None, output_format: str | None, input_format: str | None
+) -> tuple[Path | None, str | None]:
+    """Where the data goes (None: standard output) and in which format (None: the input's,
+    known once read: ``input_format`` None is standard input's, only sniffed as it is read)."""
     from grpo_cli.io.formats import default_output_path, normalize_format, output_format_for
 
     requested = normalize_format(output_format) if output_format else None
@@ -81,14 +82,46 @@ def output_target(
         return None, requested or input_format
     if output is not None:
         path = Path(output)
-        return path, output_format_for(path, requested, input_format)
+        return path, output_format_for(path, requested, input_format or "") or None
     if len(sources) != 1 or Path(sources[0]).is_dir():
         raise OptionsError(
             "several inputs are read as one log: say where it goes",
             hint="give -o PATH (or -o - for standard output)",
         )
+    assert input_format is not None  # a file's (:func:`known_format`)
     fmt = requested or input_format
     return default_output_path(Path(sources[0]), input_format, fmt), fmt
+
+
+def known_format(given: str | None, paths: list[Path]) -> str | None:
+    """The inputs' format before they are read, as the reader will take it: ``given``
+    (``--format``), else each file's suffix or, without one, its first bytes (decompressed
+    whole in the rare compressed file whose name says no format); several formats read
+    as Parquet. None for standard input (sniffed as it is read)."""
+    from grpo_cli.io.formats import (
+        SNIFF_BYTES,
+        compression_of,
+        decompress,
+        format_from_suffix,
+        sniff_format,
+    )
+
+    if given or not paths:
+        return normalized_format(given)
+    found = set()
+    for path in paths:
+        fmt = format_from_suffix(path)
+        if fmt is None:
+            try:
+                with path.open("rb") as handle:
+                    head = handle.read(SNIFF_BYTES)
+                if compression_of(head) is not None:
+                    head = decompress(path.read_bytes(), str(path))[:SNIFF_BYTES]
+            except OSError:
+                head = b""  # the reader says why it cannot read it
+            fmt = sniff_format(head)
+        found.add(fmt)
+    return found.pop() if len(found) == 1 else "parquet"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,7 +156,7 @@ class Targets:
     """Where a job's data goes, checked: {input index or None (all): (path or None for
     standard output, format)} (a dataset engine: its folder)."""
 
-    outputs: dict[int | None, tuple[Path | None, str]]
+    outputs: dict[int | None, tuple[Path | None, str | None]]
 
     @property
     def paths(self) -> tuple[Path, ...]:
@@ -131,12 +164,11 @@ class Targets:
         return tuple(path for path, _ in self.outputs.values() if path is not None)
 
 
-def plan_targets(job: Job, io: str, fmt: str = "parquet") -> Targets:
-    """Every check of a job's targets, once, for its engine's ``io`` (see
-    :func:`grpo_cli.jobs.run.run_job`): the outputs an engine can write, none over an input
-    (ever) or an existing one (without ``force``), the summary apart from them; what killed
-    runs left beside them is removed first, whatever this run's fate. ``fmt``: the input's
-    format (an in-memory engine: the log's as read), which names the default output."""
+def plan_targets(job: Job, io: str) -> Targets:
+    """Every check of a job's targets, once, before any engine reads, for its engine's
+    ``io`` (see :func:`grpo_cli.jobs.run.run_job`): the outputs an engine can write, none
+    over an input (ever) or an existing one (without ``force``), the summary apart from
+    them; what killed runs left beside them is removed first, whatever this run's fate."""
     from grpo_cli.io.atomic import check_output_folder
     from grpo_cli.io.formats import compression_for
     from grpo_cli.io.write import check_output_path
@@ -156,13 +188,13 @@ def plan_targets(job: Job, io: str, fmt: str = "parquet") -> Targets:
                 + option("summary_path")
                 + ")",
             )
-        target, written = output_target([str(paths[0])], output, job.output_format, fmt)
+        target, written = output_target([str(paths[0])], output, job.output_format, "parquet")
         if target is None or written != "parquet" or compression_for(target) is not None:
             raise OptionsError(
                 named + " writes Parquet (zstd-compressed inside)",
                 hint="give " + option("output", Verbatim("OUT.parquet"), short=True),
             )
-        outputs: dict[int | None, tuple[Path | None, str]] = {None: (target, written)}
+        outputs: dict[int | None, tuple[Path | None, str | None]] = {None: (target, written)}
     elif io == "dataset":
         named = option("backend", backend)
         if not paths:
@@ -181,9 +213,17 @@ def plan_targets(job: Job, io: str, fmt: str = "parquet") -> Targets:
             )
         outputs = {None: (Path(output), "parquet")}
     elif job.out_dir is None:
+        fmt = known_format(job.input_format, paths)
         outputs = {None: output_target(job.sources, output, job.output_format, fmt)}
+    elif output is not None:
+        raise OptionsError(
+            "give " + option("output", short=True) + " or " + option("out_dir") + ", not both",
+            hint=option("out_dir") + " writes one file per input",
+        )
+    elif not paths:
+        raise OptionsError(option("out_dir") + " needs input files", hint="give files, not -")
     else:
-        outputs = _out_dir_targets(job.out_dir, paths, fmt, job.output_format)
+        outputs = _out_dir_targets(job.out_dir, paths, job.input_format, job.output_format)
     targets, to_stdout = Targets(outputs), io != "dataset" and str(summary) == "-"
     remove_leftovers([*targets.paths, None if to_stdout else summary], job.warn)
     check = check_output_folder if io == "dataset" else check_output_path
@@ -216,10 +256,10 @@ def plan_targets(job: Job, io: str, fmt: str = "parquet") -> Targets:
 
 
 def _out_dir_targets(
-    out_dir: Path, paths: list[Path], input_format: str, output_format: str | None
-) -> dict[int | None, tuple[Path | None, str]]:
+    out_dir: Path, paths: list[Path], input_fmt: str | None, output_format: str | None
+) -> dict[int | None, tuple[Path | None, str | None]]:
     """One file per input in ``out_dir`` (created as by ``mkdir -p``), named after it."""
-    from grpo_cli.io.formats import default_output_path, format_from_suffix
+    from grpo_cli.io.formats import default_output_path
 
     if out_dir.exists() and not out_dir.is_dir():
         raise OutputError(
@@ -238,10 +278,10 @@ def _out_dir_targets(
                 hint="check the parent folder's permissions, or choose another folder",
                 path=out_dir,
             ) from None
-    targets: dict[int | None, tuple[Path | None, str]] = {}
+    targets: dict[int | None, tuple[Path | None, str | None]] = {}
     seen: set[Path] = set()
     for index, path in enumerate(paths):
-        own = format_from_suffix(path) or input_format
+        own = known_format(input_fmt, [path]) or "parquet"  # (a file: never None)
         fmt = normalized_format(output_format) or own
         target = out_dir / default_output_path(path, own, fmt).name
         if target in seen:
@@ -269,16 +309,19 @@ def write_stdout(frame: pl.DataFrame, fmt: str) -> None:
 
 def write_outputs(
     frame: pl.DataFrame,
-    targets: dict[int | None, tuple[Path | None, str]],
+    targets: dict[int | None, tuple[Path | None, str | None]],
     stage: Stage,
     on_written: Callable[[], None],
+    read_as: str,
 ) -> str:
     """Write the whole frame, or each input's rows to its own file (staged: see
-    :func:`grpo_cli.io.atomic.atomic_writes`); return what to show."""
+    :func:`grpo_cli.io.atomic.atomic_writes`), in the targets' formats (None: ``read_as``,
+    the log's); return what to show."""
     import polars as pl
 
     shown = []
-    for index, (path, fmt) in targets.items():
+    for index, (path, chosen) in targets.items():
+        fmt = chosen or read_as
         part = frame if index is None else frame.filter(pl.col(SOURCE_KEY) == index)
         if SOURCE_KEY in part.columns:
             part = part.drop(SOURCE_KEY)

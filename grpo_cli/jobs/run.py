@@ -32,7 +32,7 @@ from grpo_cli.core.columns import SOURCE_KEY, user_columns
 from grpo_cli.core.engine_options import EngineOptions
 from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, Verbatim, option
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.jobs.outputs import Job
+from grpo_cli.jobs.outputs import Job, Targets
 
 if TYPE_CHECKING:
     import polars as pl
@@ -158,6 +158,7 @@ def run_job(
     """
     from grpo_cli.core.resolve import make_request
     from grpo_cli.engines import check, get_engine
+    from grpo_cli.jobs.outputs import plan_targets
 
     request = make_request(preset, options, engine)  # every data-free check, once
     chosen = get_engine(request.engine.backend)
@@ -205,34 +206,28 @@ def run_job(
         warn=warn,
         fatal=fatal,
     )
+    targets = plan_targets(job, io)  # once, before any engine reads
     if io == "file":
-        return _run_file(job)
+        return _run_file(job, targets)
     if io == "dataset":
-        return _run_dataset(job)
+        return _run_dataset(job, targets)
     with (progress or (lambda: contextlib.nullcontext(_NoProgress())))() as shown:
-        return _run_frame(job, shown)
+        return _run_frame(job, targets, shown)
 
 
-def _run_frame(job: Job, progress: Progress) -> JobResult:
+def _run_frame(job: Job, targets: Targets, progress: Progress) -> JobResult:
     """An in-memory engine: read, resolve on the log, annotate, write (see :func:`run_job`)."""
     from grpo_cli.engines import start_loading
     from grpo_cli.io.atomic import atomic_writes
     from grpo_cli.io.read import read_many
     from grpo_cli.io.write import write_table
-    from grpo_cli.jobs.outputs import normalized_format, plan_targets, read_input, write_outputs
+    from grpo_cli.jobs.outputs import normalized_format, read_input, write_outputs
     from grpo_cli.jobs.pipeline import annotate_request
 
-    if job.out_dir is not None and job.output is not None:
-        raise OptionsError(
-            "give " + option("output", short=True) + " or " + option("out_dir") + ", not both",
-            hint=option("out_dir") + " writes one file per input",
-        )
     key_cols, paths = job.request.key_cols, job.paths
     start_loading(job.request.engine.backend)  # torch imports while the log is read
     reading = progress.add("reading", total=max(len(paths), 1))
     if job.out_dir is not None:
-        if not paths:
-            raise OptionsError(option("out_dir") + " needs input files", hint="give files, not -")
         log = read_many(
             paths,
             normalized_format(job.input_format),
@@ -243,7 +238,6 @@ def _run_frame(job: Job, progress: Progress) -> JobResult:
     else:
         log = read_input(paths, job.input_format, key_cols)
         progress.advance(reading, len(paths) or 1)
-    targets = plan_targets(job, "frame", log.format)  # the outputs' names may come from it
     computing = progress.add("computing", total=1)
     result = annotate_request(  # the one resolution, on the log read
         log.frame, job.request, replace=job.replace, span_check=job.span_check
@@ -252,7 +246,7 @@ def _run_frame(job: Job, progress: Progress) -> JobResult:
     writing = progress.add("writing", total=len(targets.outputs))
     with atomic_writes(force=job.force) as stage:  # every output lands, or none
         shown = write_outputs(
-            result.frame, targets.outputs, stage, lambda: progress.advance(writing)
+            result.frame, targets.outputs, stage, lambda: progress.advance(writing), log.format
         )
         if job.summary_path is not None:
             write_table(
@@ -276,7 +270,7 @@ def _run_frame(job: Job, progress: Progress) -> JobResult:
     )
 
 
-def _run_file(job: Job) -> JobResult:
+def _run_file(job: Job, targets: Targets) -> JobResult:
     """A file engine (``backend="partitioned"``): one Parquet file in, one Parquet file
     out, bounded memory."""
 
@@ -284,10 +278,9 @@ def _run_file(job: Job) -> JobResult:
     from grpo_cli.engines import FileJob, get_engine
     from grpo_cli.io.atomic import atomic_path
     from grpo_cli.io.read import check_scanned_file, no_rows, require_file, scan_file
-    from grpo_cli.jobs.outputs import plan_targets
 
     where = job.request.engine
-    (target,) = plan_targets(job, "file").paths
+    (target,) = targets.paths
     source = job.paths[0]
     require_file(source, option("backend", where.backend, alias="alone"))
     rows = check_scanned_file(source)
@@ -311,7 +304,7 @@ def _run_file(job: Job) -> JobResult:
     )
 
 
-def _run_dataset(job: Job) -> JobResult:
+def _run_dataset(job: Job, targets: Targets) -> JobResult:
     """A dataset engine (``backend="ray"``): many Parquet, JSONL or CSV files in, a folder
     of Parquet part files out (``output``), and with ``summary_path`` the per-group table
     as a folder of parts too. Each folder is written beside its final path and renamed
@@ -321,10 +314,10 @@ def _run_dataset(job: Job) -> JobResult:
     from grpo_cli.engines import FileJob, get_engine
     from grpo_cli.io.atomic import atomic_folder
     from grpo_cli.io.read import require_file
-    from grpo_cli.jobs.outputs import normalized_format, plan_targets
+    from grpo_cli.jobs.outputs import normalized_format
 
     summary_path, force, paths = job.summary_path, job.force, job.paths
-    (target,) = plan_targets(job, "dataset").paths
+    (target,) = targets.paths
     engine = get_engine(job.request.engine.backend)
     for path in paths:
         require_file(path, option("backend", job.request.engine.backend))
