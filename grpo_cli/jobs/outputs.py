@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from grpo_cli.core.columns import SOURCE_KEY
 from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, OutputError, Verbatim, option
@@ -40,9 +40,16 @@ def normalized_format(fmt: str | None) -> str | None:
     return normalize_format(fmt) if fmt else None
 
 
-def read_input(paths: list[Path], fmt: str | None, group_cols: tuple[str, ...]) -> RewardLog:
-    """Read the inputs (:func:`input_paths`) as one log; none: standard input, never a
-    terminal."""
+def read_input(
+    paths: list[Path],
+    fmt: str | None,
+    group_cols: tuple[str, ...],
+    *,
+    source_col: str | None = None,
+    on_file: Callable[[Path], None] | None = None,
+) -> RewardLog:
+    """Read the inputs (:func:`input_paths`) as one log (see
+    :func:`grpo_cli.io.read.read_many`); none: standard input, never a terminal."""
     from grpo_cli.io.read import read_many, read_rewards
 
     fmt = normalized_format(fmt)
@@ -53,7 +60,7 @@ def read_input(paths: list[Path], fmt: str | None, group_cols: tuple[str, ...]) 
                 hint="pipe a log in, e.g. cat rewards.jsonl | grpo-adv compute -",
             )
         return read_rewards(sys.stdin.buffer, fmt, string_cols=group_cols)
-    return read_many(paths, fmt, string_cols=group_cols)
+    return read_many(paths, fmt, string_cols=group_cols, source_col=source_col, on_file=on_file)
 
 
 def input_paths(sources: list[str]) -> list[Path]:
@@ -319,6 +326,8 @@ def write_outputs(
     the log's); return what to show."""
     import polars as pl
 
+    from grpo_cli.io.write import write_frame
+
     shown = []
     for index, (path, chosen) in targets.items():
         fmt = chosen or read_as
@@ -329,18 +338,12 @@ def write_outputs(
             write_stdout(part, fmt)
             shown.append("standard output")
         else:
-            stage(path, functools.partial(_write_part, part, fmt))
+            stage(path, functools.partial(write_frame, part, fmt=fmt))
             shown.append(f"{path} ({fmt})")
         on_written()
     if len(shown) > 2:
         return f"{len(shown)} files: {shown[0]} ... {shown[-1]}"
     return "; ".join(shown)
-
-
-def _write_part(frame: pl.DataFrame, fmt: str, sink: IO[bytes]) -> None:
-    from grpo_cli.io.write import write_frame
-
-    write_frame(frame, sink, fmt)
 
 
 def remove_leftovers(targets: list[Path | None], warn: Callable[[str], None] | None) -> None:

@@ -1,21 +1,13 @@
 """``run_job``: one whole annotation job (read, compute, write) on any engine.
 
-The job is the same whatever the engine: the options checked before any file is read,
-the outputs checked (never an input, never clobbered without ``force``), what killed runs
-left beside them removed, the engine run, and every output put in place atomically (all
-of them or none). How the data is read, computed and written is the engine's, picked from
-its registry entry (:data:`grpo_cli.core.engine_options.ENGINES` ``io``):
-
-- ``"frame"`` (polars, torch): the inputs read into memory as one log (or standard
-  input), annotated (:func:`grpo_cli.jobs.pipeline.annotate`), written to one output (a file
-  or standard output) or one file per input (``out_dir``), with the per-group table.
-- ``"file"`` (partitioned): one Parquet file in, one Parquet file out, bounded memory.
-- ``"dataset"`` (ray): many files in, a folder of Parquet part files out, and the
-  per-group table as a folder of parts.
-
-For a frame already in memory, :func:`grpo_cli.compute_advantages` is the entry. This
-module imports neither Typer nor Rich: the caller shows progress and notes through the
-callbacks it passes.
+Whatever the engine, the options are checked and the targets planned (never an input,
+never clobbered without ``force``, leftovers of killed runs removed) before anything is
+read, and every output lands atomically (all or none). How the data is read, computed and
+written is the engine's registry entry's ``io``
+(:data:`grpo_cli.core.engine_options.ENGINES`): ``"frame"`` (polars, torch: the log in
+memory, standard input allowed, one output or one per input), ``"file"`` (partitioned: one
+Parquet file to one, bounded memory) or ``"dataset"`` (ray: many files to a folder of
+Parquet parts). Neither Typer nor Rich is imported: progress and notes go to callbacks.
 """
 
 from __future__ import annotations
@@ -64,21 +56,11 @@ class _NoProgress:
 
 @dataclass
 class JobResult:
-    """What a job did.
-
-    Attributes:
-        options: the options the job ran with (preset, layout and explicit choices merged).
-        engine: where it ran.
-        layout: the trainer dump layout the log was read in, or None.
-        output: what was written, for people (``out.parquet (parquet)``, ``standard
-            output``, ``OUT/ (Parquet parts)``, ``3 files: a ... c``).
-        summary_path: where the per-group table went, or None.
-        paths: the output files (or folder) written; empty for standard output.
-        run: the run's figures (the CLI's summary table); on an in-memory engine computed
-            on first use (one more pass over the rows, which a quiet caller never pays).
-        warnings: what the user should know (a TRL group size inferred, groups spanning
-            steps, ...), one message each; computed on first use too.
-    """
+    """What a job did: the options it ran with, where, the dump layout read (or None),
+    what was written for people (``out.parquet (parquet)``, ``standard output``, ``OUT/
+    (Parquet parts)``, ``3 files: a ... c``), the summary's path, the files (or folder)
+    written (none for standard output), and on first use the run's figures (``run``: one
+    more pass over the rows on an in-memory engine) and its ``warnings``."""
 
     options: AdvantageOptions
     engine: EngineOptions
@@ -91,12 +73,10 @@ class JobResult:
 
     @cached_property
     def run(self) -> RunSummary:
-        """The run's figures."""
         return self.figures()
 
     @cached_property
     def warnings(self) -> tuple[Message, ...]:
-        """What the user should know, one message each."""
         return self.notices()
 
 
@@ -219,25 +199,21 @@ def _run_frame(job: Job, targets: Targets, progress: Progress) -> JobResult:
     """An in-memory engine: read, resolve on the log, annotate, write (see :func:`run_job`)."""
     from grpo_cli.engines import start_loading
     from grpo_cli.io.atomic import atomic_writes
-    from grpo_cli.io.read import read_many
     from grpo_cli.io.write import write_table
-    from grpo_cli.jobs.outputs import normalized_format, read_input, write_outputs
+    from grpo_cli.jobs.outputs import read_input, write_outputs
     from grpo_cli.jobs.pipeline import annotate_request
 
-    key_cols, paths = job.request.key_cols, job.paths
     start_loading(job.request.engine.backend)  # torch imports while the log is read
-    reading = progress.add("reading", total=max(len(paths), 1))
-    if job.out_dir is not None:
-        log = read_many(
-            paths,
-            normalized_format(job.input_format),
-            string_cols=key_cols,
-            source_col=SOURCE_KEY,
-            on_file=lambda _: progress.advance(reading),
-        )
-    else:
-        log = read_input(paths, job.input_format, key_cols)
-        progress.advance(reading, len(paths) or 1)
+    reading = progress.add("reading", total=max(len(job.paths), 1))
+    log = read_input(
+        job.paths,
+        job.input_format,
+        job.request.key_cols,
+        source_col=None if job.out_dir is None else SOURCE_KEY,
+        on_file=lambda _: progress.advance(reading),
+    )
+    if not job.paths:  # standard input
+        progress.advance(reading)
     computing = progress.add("computing", total=1)
     result = annotate_request(  # the one resolution, on the log read
         log.frame, job.request, replace=job.replace, span_check=job.span_check
@@ -253,7 +229,7 @@ def _run_frame(job: Job, targets: Targets, progress: Progress) -> JobResult:
                 result.groups,
                 job.summary_path,
                 force=job.force,
-                protected=paths,
+                protected=job.paths,
                 stage=stage,
                 fmt=job.summary_format,
                 flag=option("summary_path"),
