@@ -150,18 +150,12 @@ def derived_column(name: str) -> pl.Expr:
     return pl.col("uid").cast(pl.String).str.replace(r"(_[^_]*){1,2}$", "").alias(UID_GROUP)
 
 
-def detect_layout(frame: pl.DataFrame, layout: str | None) -> str | None:
-    """``layout`` when ``frame`` looks like that trainer's dump, else None."""
-    columns = set(frame.columns)
+def detect_layout(columns: Collection[str], layout: str | None) -> str | None:
+    """``layout`` when a log of ``columns`` looks like that trainer's dump, else None."""
     if layout == "verl" and "score" in columns and ("uid" in columns or "input" in columns):
         return "verl"
-    if (
-        layout == "trl"
-        and {"step", "prompt", "completion"} <= columns
-        and ("prompt_id" not in columns)
-    ):
-        return "trl"
-    return None
+    trl = {"step", "prompt", "completion"} <= {*columns} and "prompt_id" not in columns
+    return "trl" if layout == "trl" and trl else None
 
 
 def apply_layout(
@@ -266,7 +260,7 @@ def once_per_generation(
     the step before (TRL logs one generation under each of its ``steps_per_generation``
     steps when that exceeds the gradient accumulation) left out, and the warning line
     that says so; ``frame`` as it is, and None, for any other log."""
-    if detect_layout(frame, preset_layout) != "trl":
+    if detect_layout(frame.columns, preset_layout) != "trl":
         return frame, None
     repeated = repeated_steps(frame)
     if not repeated:

@@ -153,7 +153,7 @@ def resolve(
     chosen = layout or request.layout
     explicit = request.explicit.keys()
     grouping_given = "group_cols" in explicit or "group_size" in explicit
-    found = detect_layout(frame, chosen)
+    found = detect_layout(frame.columns, chosen)
     if found == "trl" and not grouping_given and not isinstance(data, pl.DataFrame):
         name = option("backend", request.engine.backend, alias="alone")
         raise OptionsError(
