@@ -58,13 +58,6 @@ def resolve_keys(options: AdvantageOptions, *, hashed: bool = False) -> Keys:
     return Keys(group=exact, batch=batch, exact=exact)
 
 
-def key_hash(columns: tuple[str, ...], seed: int) -> pl.Expr:
-    """One 64-bit hash of the key ``columns``."""
-    if len(columns) == 1:
-        return pl.col(columns[0]).hash(seed=seed)
-    return pl.struct(list(columns)).hash(seed=seed)
-
-
 def with_keys(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame:
     """Add the temporary key columns (constant batch, positional group) the options need."""
     columns = []
@@ -82,7 +75,8 @@ def hash_columns(keys: Keys) -> list[pl.Expr]:
     """The group hash and the independent check hash, when ``keys`` are hashed."""
     if not keys.hashed:
         return []
-    return [key_hash(keys.exact, 0).alias(GROUP_HASH), key_hash(keys.exact, 1).alias(CHECK_HASH)]
+    key = pl.col(keys.exact[0]) if len(keys.exact) == 1 else pl.struct(list(keys.exact))
+    return [key.hash(seed=0).alias(GROUP_HASH), key.hash(seed=1).alias(CHECK_HASH)]
 
 
 def collision_columns(keys: Keys) -> list[pl.Expr]:

@@ -1,15 +1,9 @@
 """One resolution per job: what the user asked (:class:`Request`, checked without data),
-then everything the log decides (:func:`resolve`, once, on its schema or frame).
-
-A :class:`Request` is the preset merged with the explicit options, the estimator looked
-up and the engine settings, with every check that needs no data. :func:`resolve` takes it
-and the input's schema (a file engine: no rows read) or frame and decides the rest once:
-the dump layout and the fields it fills in, the step column groups form within, the length
-column, the reward columns, the final options, the keys and the input checks. Every
-command and engine runs from the :class:`~grpo_cli.core.plan.Plan` it returns; workers and
-Ray tasks receive that plan (pickled) and never resolve again. Only the user's columns are
-candidates for a role (:func:`grpo_cli.core.columns.user_columns`): a column grpo-adv adds
-itself (``--out-dir``'s source index) is never one.
+then everything the log decides (:func:`resolve`, once, on its schema or frame): the dump
+layout and the fields it fills in, the step, length and reward columns, the final options,
+the keys and the input checks. Every command and engine runs from the
+:class:`~grpo_cli.core.plan.Plan` it returns (workers and Ray tasks receive it pickled).
+Only the user's columns are candidates for a role, never one grpo-adv adds.
 """
 
 from __future__ import annotations
@@ -145,16 +139,16 @@ def resolve(
     Raises:
         OptionsError, InputError: options the log cannot satisfy, a bad log.
     """
+    in_memory = isinstance(data, pl.DataFrame)
     if isinstance(data, pl.DataFrame):
         frame = data
     else:
         schema = data.collect_schema() if isinstance(data, pl.LazyFrame) else data
         frame = pl.DataFrame(schema=schema)
-    chosen = layout or request.layout
     explicit = request.explicit.keys()
-    grouping_given = "group_cols" in explicit or "group_size" in explicit
-    found = detect_layout(frame.columns, chosen)
-    if found == "trl" and not grouping_given and not isinstance(data, pl.DataFrame):
+    found = detect_layout(frame.columns, layout or request.layout)
+    positional = "group_cols" not in explicit and "group_size" not in explicit
+    if found == "trl" and positional and not in_memory:
         name = option("backend", request.engine.backend, alias="alone")
         raise OptionsError(
             name + " does not support a TRL completions log (its groups are "
@@ -172,7 +166,6 @@ def resolve(
     estimator = request.estimator
     if checks:
         options.check_estimator_needs(estimator, roles=True)
-    in_memory = isinstance(data, pl.DataFrame)
     hashed = (
         in_memory
         and ENGINES[request.engine.backend].io == "frame"
@@ -190,9 +183,9 @@ def resolve(
         derived=tuple(derived),
         notes=tuple(notes),
     )
-    checked = data if isinstance(data, pl.LazyFrame) and not derived else frame
     if not checks:
         return plan
+    checked = data if isinstance(data, pl.LazyFrame) and not derived else frame
     check_frame(checked, options, estimator, values=not isinstance(data, pl.Schema))
     if in_memory and options.singleton != "drop" and estimator.unit != "step":
         step = step_column(plan) if span_check else None
@@ -207,7 +200,7 @@ def resolve(
 
 
 def derive(frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
-    """``frame`` with the key columns ``plan``'s dump layout derives from each row."""
+    """``frame`` with the key columns the plan's dump layout derives."""
     if not plan.derived:
         return frame
     return frame.with_columns(derived_column(name) for name in plan.derived)
