@@ -1,9 +1,6 @@
-"""Where a computation runs, apart from what it computes: the engines' registry (each
-engine's name, one-line summary, module and kind of input and output: :data:`ENGINES`) and
-:class:`EngineOptions` (backend, device, Ray address), validated like
-:class:`grpo_cli.core.options.AdvantageOptions`. Data only: the engines themselves are in
-:mod:`grpo_cli.engines`, imported when one runs.
-"""
+"""Where a computation runs: the engines' registry (:data:`ENGINES`) and
+:class:`EngineOptions` (backend, device, Ray address). Data only: the engines are in
+:mod:`grpo_cli.engines`."""
 
 from __future__ import annotations
 

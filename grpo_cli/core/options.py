@@ -1,8 +1,5 @@
-"""Options of an advantage computation: one frozen, validated dataclass.
-
-Every policy is an explicit field with a documented default. This module imports nothing
-heavy, so the CLI can build its help from it quickly.
-"""
+"""Options of an advantage computation: one frozen, validated dataclass, every policy an
+explicit field. Nothing heavy is imported: the CLI builds its help from it."""
 
 from __future__ import annotations
 
@@ -107,8 +104,10 @@ class AdvantageOptions:
             slower on large logs); by default the streaming engine's parallel sums may
             differ in the last bit (about 1e-16 relative) from one run to the next.
 
-    Where the computation runs (the engine, its device, the Ray cluster) is no option of
-    the estimator: see :class:`grpo_cli.core.engine_options.EngineOptions`.
+        check_roles: (init only) False leaves the checks of the roles the log may fill
+            in (group and reward columns, weights per reward) to :meth:`with_roles`.
+
+    Where the computation runs is :class:`grpo_cli.core.engine_options.EngineOptions`.
     """
 
     group_cols: tuple[str, ...] = DEFAULT_GROUP_COLS
@@ -310,10 +309,8 @@ class AdvantageOptions:
         return (self.advantage_col, *(STATS_COLUMNS if self.with_stats else ()))
 
     def with_overrides(self, **overrides: Any) -> AdvantageOptions:
-        """A copy with some fields changed (unknown names raise OptionsError).
-
-        ``reward_col="score"`` is accepted for ``reward_cols=("score",)``.
-        """
+        """A copy with some fields changed (unknown names raise OptionsError);
+        ``reward_col="score"`` is ``reward_cols=("score",)``."""
         if "reward_col" in overrides:
             overrides["reward_cols"] = _as_tuple(overrides.pop("reward_col"))
         known = {f.name for f in fields(self)}

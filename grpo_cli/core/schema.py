@@ -146,13 +146,11 @@ def check_frame(
     *,
     values: bool = True,
 ) -> None:
-    """Every check of ``frame`` against ``options``: the columns the options need and their
-    types, that no added column already exists, null keys, infinite or huge rewards, and
-    that positional groups divide every batch. ``values=False``: the null keys and the
-    null, infinite or huge rewards are left to an engine that checks them on the data
-    itself as it reads them, in a pass it makes anyway (:func:`value_checks`,
-    :func:`refuse_values`): no pass here over a scanned log. Never from a Parquet
-    footer's statistics: a footer can say anything."""
+    """Every check of ``frame`` against ``options``: the columns needed and their types,
+    no added column already there, null keys, infinite or huge rewards, positional groups
+    dividing every batch. ``values=False``: the value checks are left to an engine that
+    makes them as it reads (:func:`value_checks`); never from a Parquet footer's
+    statistics (a footer can say anything)."""
     schema = frame.collect_schema()
     if estimator.uses_groups and options.group_size is None:
         require_columns(schema, options.group_cols, "group")

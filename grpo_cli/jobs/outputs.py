@@ -1,9 +1,6 @@
-"""Where the data comes from and where it goes: reading the inputs (or standard input),
-choosing the output targets, refusing to overwrite the inputs, writing the outputs (or
-standard output), and removing what killed runs left behind.
-
-Polars is imported inside the functions, so ``grpo-adv --help`` stays fast.
-"""
+"""Where the data comes from and goes: the inputs (or standard input) read, the targets
+checked (never an input), the outputs written, what killed runs left removed. Polars is
+imported inside the functions (``grpo-adv --help`` stays fast)."""
 
 from __future__ import annotations
 
