@@ -131,12 +131,12 @@ class EngineOptions:
             )
 
     @classmethod
-    def of(cls, given: EngineOptions | Mapping[str, Any] | None) -> EngineOptions:
-        """``given`` as EngineOptions (a mapping of its fields; None: the defaults); an
-        unknown name raises OptionsError."""
+    def of(cls, given: EngineOptions | Mapping[str, Any] | None, **more: Any) -> EngineOptions:
+        """``given`` (a mapping of its fields; None: the defaults) with the settings
+        ``more`` over it, as EngineOptions; an unknown name raises OptionsError."""
         if isinstance(given, EngineOptions):
-            return given
-        settings = dict(given or {})
+            given = {f.name: getattr(given, f.name) for f in fields(given)}
+        settings = {**(given or {}), **more}
         unknown = sorted(set(settings) - set(ENGINE_SETTINGS))
         if unknown:
             raise OptionsError(

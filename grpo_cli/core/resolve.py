@@ -89,7 +89,7 @@ def make_request(
     explicit, settings = split_engine(options or {})
     if "reward_col" in explicit:  # reward_col="score": reward_cols=("score",)
         explicit["reward_cols"] = explicit.pop("reward_col")
-    where = EngineOptions.of({**engine_settings(engine), **settings})
+    where = EngineOptions.of(engine, **settings)
     merged = merge_options(preset, explicit)
     estimator = get_estimator(str(merged.get("estimator", "grpo")))
     if refuse is not None:
@@ -110,13 +110,6 @@ def make_request(
         engine=where,
         roles_checked=fixed,
     )
-
-
-def engine_settings(engine: EngineOptions | Mapping[str, Any] | None) -> dict[str, Any]:
-    """The engine settings given, as a mapping."""
-    if isinstance(engine, EngineOptions):
-        return {f.name: getattr(engine, f.name) for f in fields(engine)}
-    return dict(engine or {})
 
 
 def resolve(

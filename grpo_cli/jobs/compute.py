@@ -14,7 +14,7 @@ from grpo_cli.core.engine_options import ENGINES, EngineOptions, split_engine
 from grpo_cli.core.errors import OptionsError, option
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, run_with_fallback
-from grpo_cli.core.resolve import engine_settings, make_request, resolve
+from grpo_cli.core.resolve import make_request, resolve
 from grpo_cli.engines import FrameEngine, check, get_engine
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -52,7 +52,7 @@ def compute_advantages(
         InputError: a missing column, non-numeric rewards, a null key, a bad group size.
     """
     overrides, settings = split_engine(overrides)
-    where = {**engine_settings(engine), **settings}
+    where = EngineOptions.of(engine, **settings)
     if options is None:  # the Python API takes no length column from the log unasked
         request = make_request(None, {"length_col": None, **overrides}, where)
     else:  # every field explicit: nothing inferred
