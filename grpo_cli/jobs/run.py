@@ -187,10 +187,8 @@ def run_job(
         fatal=fatal,
     )
     targets = plan_targets(job, io)  # once, before any engine reads
-    if io == "file":
-        return _run_file(job, targets)
-    if io == "dataset":
-        return _run_dataset(job, targets)
+    if io != "frame":
+        return _run_files(job, targets)
     with (progress or (lambda: contextlib.nullcontext(_NoProgress())))() as shown:
         return _run_frame(job, targets, shown)
 
@@ -246,103 +244,72 @@ def _run_frame(job: Job, targets: Targets, progress: Progress) -> JobResult:
     )
 
 
-def _run_file(job: Job, targets: Targets) -> JobResult:
-    """A file engine (``backend="partitioned"``): one Parquet file in, one Parquet file
-    out, bounded memory."""
-
-    from grpo_cli.core.resolve import resolve
-    from grpo_cli.engines import FileJob, get_engine
-    from grpo_cli.io.atomic import atomic_path
-    from grpo_cli.io.read import check_scanned_file, no_rows, require_file, scan_file
-
-    where = job.request.engine
-    (target,) = targets.paths
-    source = job.paths[0]
-    require_file(source, option("backend", where.backend, alias="alone"))
-    rows = check_scanned_file(source)
-    lazy = scan_file(source)
-    schema = lazy.collect_schema()
-    if not rows:  # the other engines' error (its partitions would be empty folders)
-        raise no_rows(str(source), list(schema))
-    plan = resolve(job.request, schema)  # the one resolution; the worker receives it
-    engine = cast("FileEngine", get_engine(where.backend))
-    with atomic_path(target, force=job.force) as tmp:
-        run = engine.annotate_files(FileJob(sources=(source,), output=tmp, plan=plan))
-    return JobResult(
-        options=plan.options,
-        engine=where,
-        layout=None,
-        output=f"{target} (parquet)",
-        summary_path=None,
-        paths=(target,),
-        figures=lambda: run,
-        notices=run.engine_warnings,
-    )
-
-
-def _run_dataset(job: Job, targets: Targets) -> JobResult:
-    """A dataset engine (``backend="ray"``): many Parquet, JSONL or CSV files in, a folder
-    of Parquet part files out (``output``), and with ``summary_path`` the per-group table
-    as a folder of parts too. Each folder is written beside its final path and renamed
-    when complete."""
+def _run_files(job: Job, targets: Targets) -> JobResult:
+    """An engine that reads and writes files itself: ``partitioned`` (one Parquet file in,
+    one out, bounded memory) or ``ray`` (many Parquet, JSONL or CSV files in, a folder of
+    Parquet parts out, and the per-group table with ``summary_path`` a folder of parts
+    too). Each output is written beside its final path and renamed when complete."""
     from grpo_cli.core.resolve import resolve
     from grpo_cli.core.run_summary import response_id
     from grpo_cli.engines import FileJob, get_engine
-    from grpo_cli.io.atomic import atomic_folder
+    from grpo_cli.io.atomic import atomic_folder, atomic_path
     from grpo_cli.io.read import require_file
     from grpo_cli.jobs.outputs import normalized_format
 
-    summary_path, force, paths = job.summary_path, job.force, job.paths
-    (target,) = targets.paths
-    engine = get_engine(job.request.engine.backend)
-    for path in paths:
-        require_file(path, option("backend", job.request.engine.backend))
+    backend, force = job.request.engine.backend, job.force
+    engine = cast("FileEngine", get_engine(backend))
+    dataset = engine.info.io == "dataset"
+    for path in job.paths:
+        require_file(path, option("backend", backend, alias="" if dataset else "alone"))
     fmt = normalized_format(job.input_format)
-    cast("FileEngine", engine).require()  # the install hint before anything is read
-    schema = _first_schema(paths[0], fmt, job.request.key_cols)
-    plan = resolve(job.request, schema)  # the one resolution; every task receives it
-    response = response_id(user_columns(schema), plan.options)
+    engine.require()  # the install hint before anything is read
+    schema = _first_schema(job.paths[0], fmt, job.request.key_cols, dataset)
+    plan = resolve(job.request, schema)  # the one resolution; every worker receives it
+    (target,) = targets.paths
     with contextlib.ExitStack() as stack:
-        out = stack.enter_context(atomic_folder(target, force=force))
-        groups = (
-            None
-            if summary_path is None
-            else stack.enter_context(atomic_folder(summary_path, force=force))
-        )
+        out = stack.enter_context((atomic_folder if dataset else atomic_path)(target, force=force))
+        summary = job.summary_path  # (a dataset engine's: a file engine takes none)
         files = FileJob(
-            sources=tuple(paths),
+            sources=tuple(job.paths),
             output=out,
             plan=plan,
             input_format=fmt,
             derived=plan.derived,
-            groups=groups,
+            groups=None
+            if summary is None
+            else stack.enter_context(atomic_folder(summary, force=force)),
             notes=job.notes,
             fatal=job.fatal,
-            response=response,
+            response=response_id(user_columns(schema), plan.options),
         )
-        run = cast("FileEngine", engine).annotate_files(files)
-    shown = f"{target}/ (Parquet parts)"
+        run = engine.annotate_files(files)
     return JobResult(
         options=plan.options,
         engine=plan.engine,
-        layout=plan.layout,
-        output=shown,
-        summary_path=summary_path,
+        layout=plan.layout if dataset else None,
+        output=f"{target}/ (Parquet parts)" if dataset else f"{target} (parquet)",
+        summary_path=job.summary_path,
         paths=(target,),
         figures=lambda: run,
         notices=run.engine_warnings,
     )
 
 
-def _first_schema(first: Path, fmt: str | None, key_cols: tuple[str, ...]) -> pl.Schema:
+def _first_schema(
+    first: Path, fmt: str | None, key_cols: tuple[str, ...], dataset: bool
+) -> pl.Schema:
     """The columns of the first input, the others' are checked against as they are read
-    (no rows: the values are checked where they are read)."""
+    (no rows: the values are checked where they are read). A file engine scans its one
+    Parquet file (no rows: the other engines' error, not empty partitions)."""
     from grpo_cli.io.formats import format_from_suffix, scanned_format
-    from grpo_cli.io.read import check_scanned_file, read_rewards, scan_file
+    from grpo_cli.io.read import check_scanned_file, no_rows, read_rewards, scan_file
 
     scanned = scanned_format(first)
-    if scanned is not None and (fmt or format_from_suffix(first)) == scanned.name:
-        check_scanned_file(first)
-        return scan_file(first).collect_schema()
+    if not dataset or (scanned and (fmt or format_from_suffix(first)) == scanned.name):
+        rows = check_scanned_file(first)
+        schema = scan_file(first).collect_schema()
+        if not rows and not dataset:
+            raise no_rows(str(first), list(schema))
+        return schema
     # as the Polars engine reads it (a compressed or text file; its errors)
     return read_rewards(first, fmt, string_cols=list(key_cols)).frame.head(0).schema
