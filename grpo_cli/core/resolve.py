@@ -81,11 +81,13 @@ def make_request(
     that needs no data, once: unknown options, bad values, the estimator's name and what it
     needs of the other options. The checks of the roles the log may fill in (group, reward
     and length columns, one reward weight per reward column) wait for :func:`resolve`
-    unless the caller named them. ``refuse``: the
-    caller's own refusal of the estimator (explain: process supervision), run before the
-    options' checks so that its message comes first."""
+    unless the caller named them (given whole, the options were checked when made).
+    ``refuse``: the caller's own refusal of the estimator (explain: process supervision),
+    run before the options' checks so that its message comes first."""
+    given = None
     if isinstance(options, AdvantageOptions):
-        options = {f.name: getattr(options, f.name) for f in fields(options)}
+        given = options
+        options = {f.name: getattr(given, f.name) for f in fields(given)}
     explicit, settings = split_engine(options or {})
     if "reward_col" in explicit:  # reward_col="score": reward_cols=("score",)
         explicit["reward_cols"] = explicit.pop("reward_col")
@@ -99,7 +101,7 @@ def make_request(
     unknown = sorted(set(merged) - {f.name for f in fields(AdvantageOptions)})
     if unknown:
         AdvantageOptions().with_overrides(**dict.fromkeys(unknown))  # refused, named
-    asked = AdvantageOptions(**merged, check_roles=fixed)
+    asked = given or AdvantageOptions(**merged, check_roles=fixed)
     asked.check_estimator_needs(estimator, roles=False)
     return Request(
         preset=preset,
