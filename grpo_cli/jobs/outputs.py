@@ -376,7 +376,7 @@ def sources_or_stdin(sources: list[str] | None) -> list[str]:
     (as jq and xsv do), and is a usage error at a terminal."""
     if sources:
         return sources
-    if sys.stdin is None or sys.stdin.isatty():
+    if _stdin_is_terminal():
         raise OptionsError(
             "no INPUT given", hint="give a reward log, or pipe one in: cat log.jsonl | grpo-adv ..."
         )
