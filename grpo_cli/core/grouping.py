@@ -54,11 +54,12 @@ def group_stat_columns(reward: pl.Expr, group_keys: Sequence[str], ddof: int) ->
     ]
 
 
-def _profile(reward: pl.Expr, ddof: int, size: pl.Expr | None = None) -> dict[str, pl.Expr]:
-    """The profile's aggregates over one group's rows (``size``: its rows, default
-    ``pl.len()``)."""
+def _profile(reward: pl.Expr | None, ddof: int, size: pl.Expr | None = None) -> dict[str, pl.Expr]:
+    """The profile's aggregates over one group's rows (``reward``: default REWARD_KEY;
+    ``size``: its rows, default ``pl.len()``)."""
     import polars as pl
 
+    reward = pl.col(REWARD_KEY) if reward is None else reward
     rows = pl.len() if size is None else size
     return {
         SIZE_KEY: rows.cast(pl.Int64),
@@ -86,11 +87,8 @@ def profile_windows(
     """The profile (``PROFILE_COLUMNS``) as window columns over ``group``, for a frame
     that carries no group statistics (one grouping pass); ``reward`` defaults to
     ``REWARD_KEY``."""
-    import polars as pl
-
-    r = pl.col(REWARD_KEY) if reward is None else reward
     keys = list(group)
-    return [expr.over(keys).alias(name) for name, expr in _profile(r, ddof).items()]
+    return [expr.over(keys).alias(name) for name, expr in _profile(reward, ddof).items()]
 
 
 def with_profile(
@@ -112,10 +110,7 @@ def profile_aggregations(
 ) -> list[pl.Expr]:
     """The profile (``PROFILE_COLUMNS``) as aggregations, for one row per group
     (``size``: how the group's rows are counted; default its rows)."""
-    import polars as pl
-
-    r = pl.col(REWARD_KEY) if reward is None else reward
-    return [expr.alias(name) for name, expr in _profile(r, ddof, size).items()]
+    return [expr.alias(name) for name, expr in _profile(reward, ddof, size).items()]
 
 
 def stats_columns(
