@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Collection
 from dataclasses import InitVar, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from grpo_cli.core.columns import not_a_reward
-from grpo_cli.core.errors import Message, OptionRef, OptionsError, Text, Verbatim, option
+from grpo_cli.core.errors import OptionRef, OptionsError, Text, Verbatim, option
 
 if TYPE_CHECKING:
     from grpo_cli.core.estimators import Estimator
@@ -55,21 +54,6 @@ def _as_tuple(value: object) -> tuple[Any, ...]:
     if isinstance(value, list | tuple):
         return tuple(value)
     raise OptionsError(f"expected a name or a list of names, got {value!r}")
-
-
-def _choices() -> dict[str, tuple[Collection[str], Message]]:
-    """The option fields whose value is one of a set of names, with that set and how an
-    unknown value is named (``unknown eps_mode value 'x'``)."""
-    from grpo_cli.core.estimators import ESTIMATORS
-
-    return {
-        "singleton": (SINGLETON_POLICIES, option("singleton") + " value"),
-        "nulls": (NULL_POLICIES, option("nulls") + " value"),
-        "eps_mode": (EPS_MODES, option("eps_mode") + " value"),
-        "aggregation": (AGGREGATIONS, option("aggregation") + " value"),
-        "clip_stage": (CLIP_STAGES, option("clip_stage") + " value"),
-        "estimator": (ESTIMATORS, "estimator"),
-    }
 
 
 @dataclass(frozen=True)
@@ -292,12 +276,20 @@ class AdvantageOptions:
 
     def _check_choices(self) -> None:
         """Every named choice spelled as the registry does (case and separators ignored:
-        ``-e RLOO`` is rloo); an unknown one suggests the closest."""
+        ``-e RLOO`` is rloo); an unknown one suggests the closest (``unknown eps_mode value
+        'x'``)."""
+        from grpo_cli.core.estimators import ESTIMATORS
         from grpo_cli.core.names import match_name
 
-        for field, (choices, what) in _choices().items():
-            value = match_name(getattr(self, field), choices, what)
-            object.__setattr__(self, field, value)
+        for field, choices, what in (
+            ("singleton", SINGLETON_POLICIES, option("singleton") + " value"),
+            ("nulls", NULL_POLICIES, option("nulls") + " value"),
+            ("eps_mode", EPS_MODES, option("eps_mode") + " value"),
+            ("aggregation", AGGREGATIONS, option("aggregation") + " value"),
+            ("clip_stage", CLIP_STAGES, option("clip_stage") + " value"),
+            ("estimator", ESTIMATORS, "estimator"),
+        ):
+            object.__setattr__(self, field, match_name(getattr(self, field), choices, what))
 
     @property
     def weights(self) -> tuple[float, ...]:
