@@ -123,6 +123,30 @@ def test_a_fifo_is_written_as_a_stream_and_stays_a_fifo(runner: CliRunner, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet", "pipe"]
 
 
+def test_a_fifo_input_is_read_once(runner: CliRunner, tmp_path: Path) -> None:
+    """A pipe named without a suffix (``<(cat log.csv)``): its format is sniffed as it is
+    read, once; no output is named after it unread."""
+    source = _sample(tmp_path, "log.csv")
+    pl.read_parquet(SAMPLE_FILES["parquet"]).write_csv(source)
+    fifo, out, direct = tmp_path / "pipe", tmp_path / "out.csv", tmp_path / "direct.csv"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(source.read_bytes()))
+    writer.start()
+    # a run that opened the pipe twice would wait for a second writer (the timeout fails it)
+    command = [sys.executable, "-m", "grpo_cli", "compute", str(fifo)]
+    done = subprocess.run([*command, "-o", str(out), "-q"], capture_output=True, timeout=60)
+    writer.join(timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert runner.invoke(app, ["compute", str(source), "-o", str(direct), "-q"]).exit_code == 0
+    assert out.read_bytes() == direct.read_bytes()
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        f"error: cannot tell the format of {fifo} before reading it (a stream)",
+        "hint: name it with --format FMT, or give -o PATH",
+    ]
+
+
 def test_dev_null_needs_no_force_and_is_never_replaced(runner: CliRunner, tmp_path: Path) -> None:
     source = _sample(tmp_path)
     for extra in ([], ["--force"]):

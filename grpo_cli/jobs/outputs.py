@@ -92,7 +92,8 @@ def output_target(
             "several inputs are read as one log: say where it goes",
             hint="give -o PATH (or -o - for standard output)",
         )
-    assert input_format is not None  # a file's (:func:`known_format`)
+    if input_format is None:  # a stream's (:func:`known_format`)
+        raise _unknown_format(sources[0])
     fmt = requested or input_format
     return default_output_path(Path(sources[0]), input_format, fmt), fmt
 
@@ -101,7 +102,8 @@ def known_format(given: str | None, paths: list[Path]) -> str | None:
     """The inputs' format before they are read, as the reader will take it: ``given``
     (``--format``), else each file's suffix or, without one, its first bytes (decompressed
     whole in the rare compressed file whose name says no format); several formats read
-    as Parquet. None for standard input (sniffed as it is read)."""
+    as Parquet. None for standard input or a stream without a suffix (a pipe: its bytes
+    are read once, by the reader)."""
     from grpo_cli.io.formats import (
         SNIFF_BYTES,
         compression_of,
@@ -115,6 +117,8 @@ def known_format(given: str | None, paths: list[Path]) -> str | None:
     found = set()
     for path in paths:
         fmt = format_from_suffix(path)
+        if fmt is None and not path.is_file():
+            return None
         if fmt is None:
             try:
                 with path.open("rb") as handle:
@@ -126,6 +130,17 @@ def known_format(given: str | None, paths: list[Path]) -> str | None:
             fmt = sniff_format(head)
         found.add(fmt)
     return found.pop() if len(found) == 1 else "parquet"
+
+
+def _unknown_format(source: str) -> OptionsError:
+    """The refusal to name an output after a stream, whose format is known once read."""
+    return OptionsError(
+        f"cannot tell the format of {source} before reading it (a stream)",
+        hint="name it with "
+        + option("input_format", Verbatim("FMT"))
+        + ", or give "
+        + option("output", Verbatim("PATH"), short=True),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -285,7 +300,9 @@ def _out_dir_targets(
     targets: dict[int | None, tuple[Path | None, str | None]] = {}
     seen: set[Path] = set()
     for index, path in enumerate(paths):
-        own = known_format(input_fmt, [path]) or "parquet"  # (a file: never None)
+        own = known_format(input_fmt, [path])
+        if own is None:
+            raise _unknown_format(str(path))
         fmt = normalized_format(output_format) or own
         target = out_dir / default_output_path(path, own, fmt).name
         if target in seen:
