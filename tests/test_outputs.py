@@ -24,6 +24,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from hypothesis import settings
+from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
@@ -138,7 +139,8 @@ def test_a_fifo_input_is_read_once(runner: CliRunner, tmp_path: Path) -> None:
     writer.join(timeout=30)
     assert done.returncode == 0, done.stderr
     assert runner.invoke(app, ["compute", str(source), "-o", str(direct), "-q"]).exit_code == 0
-    assert out.read_bytes() == direct.read_bytes()
+    # the same annotation (the default engine's parallel sums may differ in the last bit)
+    assert_frame_equal(pl.read_csv(out), pl.read_csv(direct), rel_tol=1e-12, abs_tol=1e-12)
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2
     assert refused.stderr.splitlines() == [
