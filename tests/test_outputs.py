@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import json
 import lzma
 import os
@@ -23,6 +24,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from hypothesis import settings
+from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
@@ -120,6 +122,31 @@ def test_a_fifo_is_written_as_a_stream_and_stays_a_fifo(runner: CliRunner, tmp_p
 
     _assert_same_annotation(pl.read_parquet(io.BytesIO(received[0])), _expected(source))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet", "pipe"]
+
+
+def test_a_fifo_input_is_read_once(runner: CliRunner, tmp_path: Path) -> None:
+    """A pipe named without a suffix (``<(cat log.csv)``): its format is sniffed as it is
+    read, once; no output is named after it unread."""
+    source = _sample(tmp_path, "log.csv")
+    pl.read_parquet(SAMPLE_FILES["parquet"]).write_csv(source)
+    fifo, out, direct = tmp_path / "pipe", tmp_path / "out.csv", tmp_path / "direct.csv"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(source.read_bytes()))
+    writer.start()
+    # a run that opened the pipe twice would wait for a second writer (the timeout fails it)
+    command = [sys.executable, "-m", "grpo_cli", "compute", str(fifo)]
+    done = subprocess.run([*command, "-o", str(out), "-q"], capture_output=True, timeout=60)
+    writer.join(timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert runner.invoke(app, ["compute", str(source), "-o", str(direct), "-q"]).exit_code == 0
+    # the same annotation (the default engine's parallel sums may differ in the last bit)
+    assert_frame_equal(pl.read_csv(out), pl.read_csv(direct), rel_tol=1e-12, abs_tol=1e-12)
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        f"error: cannot tell the format of {fifo} before reading it (a stream)",
+        "hint: name it with --format FMT, or give -o PATH",
+    ]
 
 
 def test_dev_null_needs_no_force_and_is_never_replaced(runner: CliRunner, tmp_path: Path) -> None:
@@ -225,6 +252,31 @@ def test_options_are_checked_before_the_output_path(runner: CliRunner, tmp_path:
         "format with --summary-format",
     ]
     assert (tmp_path / "log.adv.parquet").read_bytes() == b"earlier"
+
+
+@pytest.mark.parametrize("backend", ["polars", "torch"])
+@pytest.mark.parametrize("taken", ["output", "summary_path"])
+def test_the_targets_are_checked_before_the_log_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, taken: str
+) -> None:
+    """An in-memory engine refuses an existing output or summary before it reads a byte,
+    as the file engines do: the log piped in is left whole for the next reader."""
+    from grpo_cli.core.errors import OutputError
+    from grpo_cli.jobs.run import run_job
+
+    log = SAMPLE_FILES["csv"].read_bytes()
+    piped, existing = tmp_path / "piped.csv", tmp_path / "taken.csv"
+    piped.write_bytes(log)
+    existing.write_bytes(b"earlier")
+    targets = {"output": tmp_path / "new.csv", taken: existing}
+    with piped.open("rb") as raw:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(raw))
+        with pytest.raises(OutputError) as refused:
+            run_job(["-"], engine={"backend": backend}, **targets)  # type: ignore[arg-type]
+        assert sys.stdin.buffer.read() == log
+    assert str(refused.value) == f"{existing} already exists"
+    assert existing.read_bytes() == b"earlier"
+    assert not (tmp_path / "new.csv").exists()
 
 
 @pytest.mark.parametrize("name", ["out.xlsx", "out.txt", "out.txt.gz"])

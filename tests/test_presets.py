@@ -152,6 +152,17 @@ class TestVerl:
         tied = annotate(LOG, "verl-grpo-passk").frame.filter(pl.col("prompt_id") == "h")
         assert tied["advantage"].to_list() == [0.0] * 6
 
+    def test_an_output_named_like_a_default_role_the_dump_replaces(self) -> None:
+        """A verl dump's rewards are ``score`` and its groups the uid's prompt: an advantage
+        column named ``reward`` (the default reward column, which this log lacks) is no
+        clash; the column checks run on the roles the log decides, not on the defaults."""
+        dump = pl.DataFrame(
+            {"uid": ["a_0", "a_1", "b_0", "b_1"], "score": [1.0, 0.0, 1.0, 1.0], "step": 1}
+        )
+        got = annotate(dump, "verl", advantage_col="reward").frame["reward"].to_list()
+        half = 0.5 / (0.5**0.5 + 1e-6)  # (1 - mean) / (std + eps), std sqrt(0.5)
+        close(got, [half, -half, 0.0, 0.0])
+
 
 class TestOpenRlhf:
     @pytest.mark.parametrize(

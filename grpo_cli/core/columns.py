@@ -1,9 +1,5 @@
-"""Every temporary column grpo-adv adds to a frame, named once (and the log columns that
-number steps, and the names that say what a log column holds).
-
-They all start with ``__grpo_``, never reach an output, and error messages never list them.
-This module imports nothing, so any module may use it.
-"""
+"""Every temporary column grpo-adv adds, named once (all start with ``__grpo_``, never
+reach an output nor a message), and the names that say what a log column holds."""
 
 from __future__ import annotations
 
@@ -46,11 +42,8 @@ TORCH_RAW: Final = "__grpo_torch_raw"  # torch engine: the formula's value befor
 
 
 def user_columns(columns: Iterable[str]) -> list[str]:
-    """The user's columns among ``columns``, in order: every one but those grpo-adv adds
-    (named with PREFIX, such as --out-dir's SOURCE_KEY). Only these are candidates for a
-    role (the numeric columns a TRL log sums as rewards, a step, length or response id
-    column) or listed in messages; roles found by a fixed name (STEP_COLUMNS) cannot name
-    an added column."""
+    """The user's columns among ``columns``, in order: all but those grpo-adv adds
+    (PREFIX). Only these are candidates for a role or listed in messages."""
     return [name for name in columns if not name.startswith(PREFIX)]
 
 

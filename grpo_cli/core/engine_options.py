@@ -1,9 +1,6 @@
-"""Where a computation runs, apart from what it computes: the engines' registry (each
-engine's name, one-line summary, module and kind of input and output: :data:`ENGINES`) and
-:class:`EngineOptions` (backend, device, Ray address), validated like
-:class:`grpo_cli.core.options.AdvantageOptions`. Data only: the engines themselves are in
-:mod:`grpo_cli.engines`, imported when one runs.
-"""
+"""Where a computation runs: the engines' registry (:data:`ENGINES`) and
+:class:`EngineOptions` (backend, device, Ray address). Data only: the engines are in
+:mod:`grpo_cli.engines`."""
 
 from __future__ import annotations
 
@@ -134,12 +131,12 @@ class EngineOptions:
             )
 
     @classmethod
-    def of(cls, given: EngineOptions | Mapping[str, Any] | None) -> EngineOptions:
-        """``given`` as EngineOptions (a mapping of its fields; None: the defaults); an
-        unknown name raises OptionsError."""
+    def of(cls, given: EngineOptions | Mapping[str, Any] | None, **more: Any) -> EngineOptions:
+        """``given`` (a mapping of its fields; None: the defaults) with the settings
+        ``more`` over it, as EngineOptions; an unknown name raises OptionsError."""
         if isinstance(given, EngineOptions):
-            return given
-        settings = dict(given or {})
+            given = {f.name: getattr(given, f.name) for f in fields(given)}
+        settings = {**(given or {}), **more}
         unknown = sorted(set(settings) - set(ENGINE_SETTINGS))
         if unknown:
             raise OptionsError(

@@ -1,24 +1,9 @@
-"""The grouping pass and the per-group columns: every statistic of a group is defined here
-once, under one name, with the one zero-spread rule.
-
-A group's statistics are over its *valid* rewards (not null, not NaN):
-
-- ``count`` (valid rewards, ``n_g``), ``mean`` and ``var`` (with the run's ddof; null below
-  ddof + 1 valid rewards): :func:`group_stat_columns`, the engines' one grouping pass
-  (window columns ``STAT_COUNT``, ``STAT_MEAN``, ``STAT_VAR``, which the formulas read).
-- the *profile* the run's figures read of each row's group (:mod:`grpo_cli.core.metrics`):
-  ``SIZE_KEY`` (rows in the group, null rewards included), ``VALID_KEY`` (= ``count``),
-  ``STAT_MEAN`` and ``STAT_VAR``, one definition (:func:`_profile`) read from the engine's
-  statistics (:func:`row_profile`), as windows (:func:`with_profile`) or one row per group
-  (:func:`profile_aggregations`).
-- compute's ``--with-stats`` columns (:func:`stats_columns`): ``group_size`` (rows),
-  ``group_mean`` and ``group_std`` (with the run's ddof) over the valid rewards.
-- zero spread (:func:`zero_spread`, the trainers' rule): at least two valid rewards, all
-  equal (variance exactly 0). The advantage's zero-variance case, ``zero_std`` in the
-  group table and the ``zero_std_groups`` figure all read it.
-
-Polars is imported inside the functions, so the estimator registry (which reads
-``zero_spread``) stays importable without it.
+"""Every statistic of a group, defined once, over its *valid* rewards (not null, not
+NaN): ``count``, ``mean`` and ``var`` (the run's ddof; null below ddof + 1 valid rewards),
+the engines' one grouping pass (:func:`group_stat_columns`); the *profile* the run's
+figures read (rows, valid rewards, mean, var: :func:`_profile`); the ``--with-stats``
+columns (:func:`stats_columns`); and the one zero-spread rule (:func:`zero_spread`).
+Polars is imported inside the functions (the estimator registry reads ``zero_spread``).
 """
 
 from __future__ import annotations
@@ -69,11 +54,12 @@ def group_stat_columns(reward: pl.Expr, group_keys: Sequence[str], ddof: int) ->
     ]
 
 
-def _profile(reward: pl.Expr, ddof: int, size: pl.Expr | None = None) -> dict[str, pl.Expr]:
-    """The profile's aggregates over one group's rows (``size``: its rows, default
-    ``pl.len()``)."""
+def _profile(reward: pl.Expr | None, ddof: int, size: pl.Expr | None = None) -> dict[str, pl.Expr]:
+    """The profile's aggregates over one group's rows (``reward``: default REWARD_KEY;
+    ``size``: its rows, default ``pl.len()``)."""
     import polars as pl
 
+    reward = pl.col(REWARD_KEY) if reward is None else reward
     rows = pl.len() if size is None else size
     return {
         SIZE_KEY: rows.cast(pl.Int64),
@@ -101,11 +87,8 @@ def profile_windows(
     """The profile (``PROFILE_COLUMNS``) as window columns over ``group``, for a frame
     that carries no group statistics (one grouping pass); ``reward`` defaults to
     ``REWARD_KEY``."""
-    import polars as pl
-
-    r = pl.col(REWARD_KEY) if reward is None else reward
     keys = list(group)
-    return [expr.over(keys).alias(name) for name, expr in _profile(r, ddof).items()]
+    return [expr.over(keys).alias(name) for name, expr in _profile(reward, ddof).items()]
 
 
 def with_profile(
@@ -127,10 +110,7 @@ def profile_aggregations(
 ) -> list[pl.Expr]:
     """The profile (``PROFILE_COLUMNS``) as aggregations, for one row per group
     (``size``: how the group's rows are counted; default its rows)."""
-    import polars as pl
-
-    r = pl.col(REWARD_KEY) if reward is None else reward
-    return [expr.alias(name) for name, expr in _profile(r, ddof, size).items()]
+    return [expr.alias(name) for name, expr in _profile(reward, ddof, size).items()]
 
 
 def stats_columns(

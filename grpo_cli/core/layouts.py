@@ -96,16 +96,11 @@ def runs_group_size(runs: list[PromptRun]) -> int | None:
 
 
 def infer_group_size(frame: pl.DataFrame, batch_col: str | None) -> tuple[int, Message]:
-    """TRL's num_generations from a completions log, and the warning that says so.
-
-    TRL logs each prompt's G completions as one run of consecutive rows with the same
-    ``prompt`` within a step. G is the length of those runs when every run has the same
-    length; otherwise the gcd of the run lengths when it is at least 2 and is the shortest
-    run's length (two consecutive prompts may be the same text, making a run of 2G, 3G
-    ...). Anything else is an :class:`InputError` naming the first run whose length is no
-    multiple of the most common run length of 2 or more (or saying every prompt is alone
-    in its run). An empty log is an :class:`OptionsError`: give ``--group-size``.
-    """
+    """TRL's num_generations from a completions log (each prompt's G completions are
+    one run of equal ``prompt`` within a step: :func:`runs_group_size`), and the warning
+    that says so. No such G is an :class:`InputError` naming the first run that is no
+    multiple of the commonest run length of 2 or more; an empty log an
+    :class:`OptionsError`."""
     runs = prompt_runs(frame, batch_col)
     if not runs:
         raise OptionsError(
@@ -150,18 +145,12 @@ def derived_column(name: str) -> pl.Expr:
     return pl.col("uid").cast(pl.String).str.replace(r"(_[^_]*){1,2}$", "").alias(UID_GROUP)
 
 
-def detect_layout(frame: pl.DataFrame, layout: str | None) -> str | None:
-    """``layout`` when ``frame`` looks like that trainer's dump, else None."""
-    columns = set(frame.columns)
+def detect_layout(columns: Collection[str], layout: str | None) -> str | None:
+    """``layout`` when a log of ``columns`` looks like that trainer's dump, else None."""
     if layout == "verl" and "score" in columns and ("uid" in columns or "input" in columns):
         return "verl"
-    if (
-        layout == "trl"
-        and {"step", "prompt", "completion"} <= columns
-        and ("prompt_id" not in columns)
-    ):
-        return "trl"
-    return None
+    trl = {"step", "prompt", "completion"} <= {*columns} and "prompt_id" not in columns
+    return "trl" if layout == "trl" and trl else None
 
 
 def apply_layout(
@@ -223,12 +212,9 @@ def apply_layout(
 def within_steps(
     step: str | None, fields: dict[str, Any], explicit: Collection[str]
 ) -> dict[str, Any]:
-    """``fields`` with the log's step column ``step`` (the plan's ``step_col``) put first
-    in the group key, when the user named no grouping (``group_cols`` or ``group_size``
-    not in ``explicit``), the key (a preset's, a layout's or the default ``prompt_id``)
-    holds no step column, and the log has one: ``(step, prompt_id)``, as every
-    trainer groups within a step. A positional key (``group_size``) already counts
-    within the batch and is left alone."""
+    """``fields`` with the log's ``step`` column put first in the group key, as every
+    trainer groups within a step: ``(step, prompt_id)``; not when the user named the
+    grouping, the key holds a step column already, or the key is positional."""
     if "group_cols" in explicit or fields.get("group_size") is not None:
         return fields
     group_cols = tuple(fields.get("group_cols", DEFAULT_GROUP_COLS))
@@ -266,7 +252,7 @@ def once_per_generation(
     the step before (TRL logs one generation under each of its ``steps_per_generation``
     steps when that exceeds the gradient accumulation) left out, and the warning line
     that says so; ``frame`` as it is, and None, for any other log."""
-    if detect_layout(frame, preset_layout) != "trl":
+    if detect_layout(frame.columns, preset_layout) != "trl":
         return frame, None
     repeated = repeated_steps(frame)
     if not repeated:

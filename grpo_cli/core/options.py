@@ -1,18 +1,15 @@
-"""Options of an advantage computation: one frozen, validated dataclass.
-
-Every policy is an explicit field with a documented default. This module imports nothing
-heavy, so the CLI can build its help from it quickly.
-"""
+"""Options of an advantage computation: one frozen, validated dataclass, every policy an
+explicit field. Nothing heavy is imported: the CLI builds its help from it."""
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Collection
-from dataclasses import dataclass, fields, replace
+from dataclasses import InitVar, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from grpo_cli.core.columns import not_a_reward
-from grpo_cli.core.errors import Message, OptionsError, Text, Verbatim, option
+from grpo_cli.core.errors import OptionRef, OptionsError, Text, Verbatim, option
 
 if TYPE_CHECKING:
     from grpo_cli.core.estimators import Estimator
@@ -61,22 +58,6 @@ def _as_tuple(value: object) -> tuple[Any, ...]:
     raise OptionsError(f"expected a name or a list of names, got {value!r}")
 
 
-def _choices() -> dict[str, tuple[Collection[str], Message]]:
-    """The option fields whose value is one of a set of names, with that set and how an
-    unknown value is named (``unknown eps_mode value 'x'``)."""
-    from grpo_cli.core.estimators import ESTIMATORS
-
-    return {
-        "singleton": (SINGLETON_POLICIES, option("singleton") + " value"),
-        "nulls": (NULL_POLICIES, option("nulls") + " value"),
-        "eps_mode": (EPS_MODES, option("eps_mode") + " value"),
-        "whiten_eps_mode": (EPS_MODES, option("whiten_eps_mode") + " value"),
-        "aggregation": (AGGREGATIONS, option("aggregation") + " value"),
-        "clip_stage": (CLIP_STAGES, option("clip_stage") + " value"),
-        "estimator": (ESTIMATORS, "estimator"),
-    }
-
-
 @dataclass(frozen=True)
 class AdvantageOptions:
     """How advantages are computed.
@@ -119,8 +100,10 @@ class AdvantageOptions:
             slower on large logs); by default the streaming engine's parallel sums may
             differ in the last bit (about 1e-16 relative) from one run to the next.
 
-    Where the computation runs (the engine, its device, the Ray cluster) is no option of
-    the estimator: see :class:`grpo_cli.core.engine_options.EngineOptions`.
+        check_roles: (init only) False leaves the checks of the roles the log may fill
+            in (group and reward columns, weights per reward) to :meth:`with_roles`.
+
+    Where the computation runs is :class:`grpo_cli.core.engine_options.EngineOptions`.
     """
 
     group_cols: tuple[str, ...] = DEFAULT_GROUP_COLS
@@ -149,8 +132,16 @@ class AdvantageOptions:
     with_stats: bool = False
     advantage_col: str = "advantage"
     deterministic: bool = False
+    check_roles: InitVar[bool] = True
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, check_roles: bool) -> None:
+        self._normalize()
+        self._check_numbers()
+        self._check_choices()
+        if check_roles:
+            self._check_roles()
+
+    def _normalize(self) -> None:
         object.__setattr__(self, "group_cols", _as_tuple(self.group_cols))
         object.__setattr__(self, "reward_cols", _as_tuple(self.reward_cols))
         if self.reward_weights is not None:
@@ -159,34 +150,39 @@ class AdvantageOptions:
         for bounds in ("clip", "reward_clip"):
             if getattr(self, bounds) is not None:
                 object.__setattr__(self, bounds, tuple(float(c) for c in getattr(self, bounds)))
-        self._check_columns()
-        self._check_numbers()
-        self._check_choices()
 
-    def check_estimator_needs(self, estimator: Estimator, *, columns: bool = True) -> None:
+    def with_roles(self, *, check: bool = True, **roles: Any) -> AdvantageOptions:
+        """A copy with the roles the log filled in (reward, group, batch and length
+        columns, group size). Only the role checks run (the columns, the reward weights per
+        column), and only with ``check``: the other values were checked when these options
+        were made (``check_roles=False`` leaves the role checks to this call)."""
+        new = copy.copy(self)
+        for name, value in roles.items():
+            object.__setattr__(new, name, value)
+        new._normalize()
+        if check:
+            new._check_roles()
+        return new
+
+    def check_estimator_needs(self, estimator: Estimator, *, roles: bool | None = None) -> None:
         """What the chosen ``estimator`` (looked up once: see
         :func:`grpo_cli.core.resolve.make_request`) needs of the other options: its columns
         (``length_col`` for opo...), a length column for ``token_weighted``, a group estimator
         for ``aggregation="normalize_then_sum"``, no ``whiten`` for an estimator that
-        whitens, ``eps_mode="center"`` only for one, one reward column for process
-        supervision.
-        ``columns=False``: before the log is seen, the length column it may supply is not
-        asked for yet."""
+        whitens (or process supervision), ``eps_mode="center"`` only for one that whitens,
+        one reward column for process supervision.
+        ``roles=False``: only what needs no log; ``True``: only what the log's roles decide
+        (the length and reward columns); None: both."""
+        if roles is not False:
+            self._check_estimator_roles(estimator)
+        if roles is True:
+            return
         for need, column, named in (
-            *((("length", self.length_col, option("length_col")),) if columns else ()),
             ("baseline", self.baseline_col, option("baseline_col")),
             ("step_rewards", self.step_rewards_col, option("step_rewards_col")),
         ):
             if need in estimator.needs and column is None:
-                raise OptionsError(
-                    f"estimator {estimator.name} needs " + named,
-                    hint="name the column with " + replace(named, value="COL"),
-                )
-        if columns and self.token_weighted and self.length_col is None:
-            raise OptionsError(
-                option("token_weighted") + " needs " + option("length_col"),
-                hint="name the length column",
-            )
+                raise _needs(estimator, named)
         if self.aggregation == "normalize_then_sum" and (
             estimator.scope != "group" or estimator.unit != "response"
         ):
@@ -212,6 +208,12 @@ class AdvantageOptions:
                 + option("eps_mode")
                 + ")",
             )
+        if self.whiten and estimator.unit == "step":
+            raise OptionsError(
+                "estimator process sums z-scores over steps: " + option("whiten") + " has no "
+                "response advantage to whiten",
+                hint="leave " + option("whiten") + " out",
+            )
         if self.eps_mode == "center" and not estimator.whitens:
             raise OptionsError(
                 option("eps_mode", "center")
@@ -221,18 +223,23 @@ class AdvantageOptions:
                 + " with "
                 + option("whiten"),
             )
+
+    def _check_estimator_roles(self, estimator: Estimator) -> None:
+        if "length" in estimator.needs and self.length_col is None:
+            raise _needs(estimator, option("length_col"))
+        if self.token_weighted and self.length_col is None:
+            raise OptionsError(
+                option("token_weighted") + " needs " + option("length_col"),
+                hint="name the length column",
+            )
         if estimator.unit == "step" and len(self.reward_cols) > 1:
             raise OptionsError(
                 "estimator process takes its rewards from " + option("step_rewards_col")
             )
-        if estimator.unit == "step" and self.whiten:
-            raise OptionsError(
-                "estimator process sums z-scores over steps: " + option("whiten") + " has no "
-                "response advantage to whiten",
-                hint="leave " + option("whiten") + " out",
-            )
 
-    def _check_columns(self) -> None:
+    def _check_roles(self) -> None:
+        """The checks of the roles the log may fill in: the group and reward columns, the
+        output columns apart from them, one reward weight per reward column."""
         if not self.group_cols and self.group_size is None:
             raise OptionsError(
                 "no group column given",
@@ -270,6 +277,24 @@ class AdvantageOptions:
                 hint="choose another name with " + option("advantage_col"),
                 value=self.advantage_col,
             )
+        weights = self.reward_weights
+        if weights is not None and len(weights) != len(self.reward_cols):
+            columns = self.reward_cols
+            named = option("reward_cols", columns[: len(weights)], short=True)
+            raise OptionsError(
+                f"{len(weights)} reward weight(s) for {len(columns)} reward column(s): "
+                + ", ".join(columns),
+                hint=not_rewards_hint(columns)
+                or (
+                    "give one weight per reward column, or name the rewards: " + named
+                    if len(weights) < len(columns)
+                    else "give one weight per "
+                    + option("reward_cols")
+                    + ", e.g. "
+                    + option("reward_weights", (1, 0.5))
+                ),
+                value=weights,
+            )
 
     def _check_numbers(self) -> None:
         for named, ddof in ((option("ddof"), self.ddof), (option("whiten_ddof"), self.whiten_ddof)):
@@ -286,27 +311,8 @@ class AdvantageOptions:
                     hint="e.g. " + replace(named, value=Verbatim("1e-8")),
                     value=eps,
                 )
-        weights = self.reward_weights
-        if weights is not None:
-            if len(weights) != len(self.reward_cols):
-                columns = self.reward_cols
-                named = option("reward_cols", columns[: len(weights)], short=True)
-                raise OptionsError(
-                    f"{len(weights)} reward weight(s) for {len(columns)} reward column(s): "
-                    + ", ".join(columns),
-                    hint=not_rewards_hint(columns)
-                    or (
-                        "give one weight per reward column, or name the rewards: " + named
-                        if len(weights) < len(columns)
-                        else "give one weight per "
-                        + option("reward_cols")
-                        + ", e.g. "
-                        + option("reward_weights", (1, 0.5))
-                    ),
-                    value=weights,
-                )
-            if not all(math.isfinite(w) for w in weights):
-                raise OptionsError("reward weights must be finite numbers", value=weights)
+        if self.reward_weights is not None and not all(map(math.isfinite, self.reward_weights)):
+            raise OptionsError("reward weights must be finite numbers", value=self.reward_weights)
         for named, bounds, example in (
             (option("clip"), self.clip, (-10, 10)),
             (option("reward_clip"), self.reward_clip, (-20, 20)),
@@ -326,12 +332,21 @@ class AdvantageOptions:
 
     def _check_choices(self) -> None:
         """Every named choice spelled as the registry does (case and separators ignored:
-        ``-e RLOO`` is rloo); an unknown one suggests the closest."""
+        ``-e RLOO`` is rloo); an unknown one suggests the closest (``unknown eps_mode value
+        'x'``)."""
+        from grpo_cli.core.estimators import ESTIMATORS
         from grpo_cli.core.names import match_name
 
-        for field, (choices, what) in _choices().items():
-            value = match_name(getattr(self, field), choices, what)
-            object.__setattr__(self, field, value)
+        for field, choices, what in (
+            ("singleton", SINGLETON_POLICIES, option("singleton") + " value"),
+            ("nulls", NULL_POLICIES, option("nulls") + " value"),
+            ("eps_mode", EPS_MODES, option("eps_mode") + " value"),
+            ("whiten_eps_mode", EPS_MODES, option("whiten_eps_mode") + " value"),
+            ("aggregation", AGGREGATIONS, option("aggregation") + " value"),
+            ("clip_stage", CLIP_STAGES, option("clip_stage") + " value"),
+            ("estimator", ESTIMATORS, "estimator"),
+        ):
+            object.__setattr__(self, field, match_name(getattr(self, field), choices, what))
 
     @property
     def weights(self) -> tuple[float, ...]:
@@ -343,10 +358,8 @@ class AdvantageOptions:
         return (self.advantage_col, *(STATS_COLUMNS if self.with_stats else ()))
 
     def with_overrides(self, **overrides: Any) -> AdvantageOptions:
-        """A copy with some fields changed (unknown names raise OptionsError).
-
-        ``reward_col="score"`` is accepted for ``reward_cols=("score",)``.
-        """
+        """A copy with some fields changed (unknown names raise OptionsError);
+        ``reward_col="score"`` is ``reward_cols=("score",)``."""
         if "reward_col" in overrides:
             overrides["reward_cols"] = _as_tuple(overrides.pop("reward_col"))
         known = {f.name for f in fields(self)}
@@ -357,6 +370,13 @@ class AdvantageOptions:
                 hint=f"valid options: {', '.join(sorted(known))}",
             )
         return replace(self, **overrides)
+
+
+def _needs(estimator: Estimator, named: OptionRef) -> OptionsError:
+    return OptionsError(
+        f"estimator {estimator.name} needs " + named,
+        hint="name the column with " + replace(named, value="COL"),
+    )
 
 
 def not_rewards_hint(columns: tuple[str, ...]) -> Text | None:

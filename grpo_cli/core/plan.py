@@ -1,8 +1,5 @@
-"""The plan of one computation: every decision made once, before any engine runs.
-
-Data flows one way: checks -> plan (here) -> engine -> policies -> metrics. A :class:`Plan`
-holds the validated options, the estimator, the key columns (and whether they are hashed) and
-whether the reward has nulls; engines never check or look anything up again.
+"""The plan of one computation: every decision made once, before any engine runs; engines
+never check or look anything up again.
 
 Keys. The group key is ``group_cols``, or with ``group_size`` G the position
 ``row_in_batch // G`` within each batch value; the batch key is ``batch_col`` or one constant
@@ -35,17 +32,10 @@ from grpo_cli.core.options import AdvantageOptions
 
 @dataclass(frozen=True)
 class Keys:
-    """The resolved key columns of a computation (temporary ones start with ``__grpo_``).
-
-    Attributes:
-        group: the columns windows run over (a 64-bit hash of the key when ``hashed``).
-        batch: the batch key columns.
-        exact: the group key columns themselves (for tables and collision checks).
-        hashed: whether ``group`` is a hash of ``exact``.
-        check: a column holding a second, independent hash of the key, when ``group`` is
-            a hash (CHECK_HASH when ``hashed``; the partitioned engine's spilled one): the
-            windows then add CHECK_MAX, which detects two keys sharing the first hash.
-    """
+    """The key columns: ``group`` (windows run over it: a hash of ``exact`` when
+    ``hashed``), ``batch``, ``exact`` (the group key itself), and ``check``, a second,
+    independent hash of the key when ``group`` is one (the windows then add CHECK_MAX,
+    which detects two keys sharing the first hash)."""
 
     group: tuple[str, ...]
     batch: tuple[str, ...]
@@ -68,13 +58,6 @@ def resolve_keys(options: AdvantageOptions, *, hashed: bool = False) -> Keys:
     return Keys(group=exact, batch=batch, exact=exact)
 
 
-def key_hash(columns: tuple[str, ...], seed: int) -> pl.Expr:
-    """One 64-bit hash of the key ``columns``."""
-    if len(columns) == 1:
-        return pl.col(columns[0]).hash(seed=seed)
-    return pl.struct(list(columns)).hash(seed=seed)
-
-
 def with_keys(frame: pl.LazyFrame, options: AdvantageOptions) -> pl.LazyFrame:
     """Add the temporary key columns (constant batch, positional group) the options need."""
     columns = []
@@ -92,7 +75,8 @@ def hash_columns(keys: Keys) -> list[pl.Expr]:
     """The group hash and the independent check hash, when ``keys`` are hashed."""
     if not keys.hashed:
         return []
-    return [key_hash(keys.exact, 0).alias(GROUP_HASH), key_hash(keys.exact, 1).alias(CHECK_HASH)]
+    key = pl.col(keys.exact[0]) if len(keys.exact) == 1 else pl.struct(list(keys.exact))
+    return [key.hash(seed=0).alias(GROUP_HASH), key.hash(seed=1).alias(CHECK_HASH)]
 
 
 def collision_columns(keys: Keys) -> list[pl.Expr]:
@@ -113,29 +97,21 @@ def hash_collision(frame: pl.DataFrame, keys: Keys) -> bool:
 
 @dataclass(frozen=True)
 class Plan:
-    """Every decision of one computation (see the module docstring).
+    """Every decision of one computation.
 
     Attributes:
-        options: the validated options.
-        engine: where the computation runs (the engine, its device, the Ray cluster).
-        estimator: the estimator, looked up once.
-        keys: the key columns; hashed unless the estimator needs no groups, the key is
-            positional, or the plan is the exact fallback.
-        has_nulls: the reward may be null somewhere (rows per group then differ from valid
-            rewards per group, and need their own window).
-        batch_source: where batch statistics come from (an engine that sees the log in
-            pieces: :mod:`grpo_cli.engines.batch_partials`); None: windows over the batch key.
-        span_col: the log's step column (see :func:`step_column`), when it is integer and
-            has no nulls:
-            the engine adds whether each row's group spans it (:func:`span_flag`) in its
-            one grouping pass, which tells at no extra pass whether a group spans steps.
-        preset: the trainer preset the options came from (its warnings), or None.
-        layout: the trainer dump layout the log was read in, or None.
-        step_col: the log's step column (the first of STEP_COLUMNS it has), or None.
-        derived: key columns the layout derives from each row
-            (:func:`grpo_cli.core.layouts.derived_column`); never written.
-        notes: what resolution filled in that the user should know (a TRL group size
-            inferred, a length column taken), one line each.
+        keys: hashed unless the estimator needs no groups, the key is positional, or the
+            plan is the exact fallback.
+        has_nulls: the reward may be null somewhere (rows per group then need their own
+            window).
+        batch_source: where batch statistics come from for an engine that sees the log in
+            pieces (:mod:`grpo_cli.engines.batch_partials`); None: windows.
+        span_col: the log's integer step column without nulls (:func:`step_column`): the
+            engine flags the groups that span it in its one grouping pass.
+        step_col: the first of STEP_COLUMNS the log has, or None.
+        derived: key columns the layout derives from each row; never written.
+        notes: what resolution filled in (a TRL group size inferred, a length column
+            taken), one line each.
     """
 
     options: AdvantageOptions
@@ -171,14 +147,11 @@ def step_column(plan: Plan) -> str | None:
 
 
 def span_flag(column: str, group: Sequence[str], rows: pl.Expr | None = None) -> pl.Expr:
-    """A per-row flag of the groups that hold several values of ``column`` (without
-    nulls; see :func:`grpo_cli.core.columns.span_flag_column`): no row of another group is
-    flagged, and some row of every such group is, so ``any()`` tells whether a group
-    spans ``column``. Without ``rows``: every row of such a group (its smallest and
-    largest values differ: two windows over ``group``, any dtype). With ``rows`` (the
-    group's row count as a window the caller computes anyway; ``column`` integer): the
-    rows whose value times ``rows`` differs from the group's sum (not every value equals
-    the mean): one more window, cheaper than two."""
+    """A per-row flag, set on some row of every group holding several values of
+    ``column`` (no nulls) and on no other: ``any()`` tells whether a group spans it.
+    Without ``rows``: min != max (two windows, any dtype). With ``rows`` (the group's
+    row count, a window the caller has; ``column`` integer): value * rows != the group's
+    sum (one window)."""
     keys = list(group)
     if rows is not None:
         values = pl.col(column).cast(pl.Int64)
@@ -189,10 +162,9 @@ def span_flag(column: str, group: Sequence[str], rows: pl.Expr | None = None) ->
 
 
 def run_with_fallback(run: Callable[[Plan], pl.DataFrame], plan: Plan) -> tuple[pl.DataFrame, Plan]:
-    """``run(plan)``, and in the rare event that two group keys shared a hash, ``run`` again
-    on the exact key: the one collision fallback of every engine and table. ``run``'s frame
-    carries CHECK_MAX when the plan's keys are hashed. Returns the frame and the plan that
-    made it."""
+    """``run(plan)``, and ``run`` again on the exact key when two group keys shared a hash
+    (its frame carries CHECK_MAX): the one collision fallback. Returns the frame and the
+    plan that made it."""
     full = run(plan)
     if hash_collision(full, plan.keys):
         plan = plan.exact()

@@ -11,12 +11,9 @@ In order:
 3. ``clip`` to [lo, hi], at the advantage stage; for whitening estimators (GDPO, ``whiten``)
    with ``clip_stage=shaped`` the clip happened before the whitening, inside the formula.
 
-A zero-variance group's exact 0 is part of each formula (see the estimators), not a policy.
-
-:func:`formula` chooses what every engine evaluates before them: GDPO or the estimator's
-formula, then the ``whiten`` stage. The rules (:func:`overrides`, :func:`final_clip`) are
-written over the formula context's primitives, so they run on Polars expressions and torch
-tensors alike.
+A zero-variance group's exact 0 is part of each formula, not a policy. :func:`formula` is
+GDPO or the estimator's formula, then the ``whiten`` stage. The rules are written over the
+formula context's primitives: Polars expressions and torch tensors alike.
 """
 
 from __future__ import annotations

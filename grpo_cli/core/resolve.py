@@ -1,15 +1,9 @@
 """One resolution per job: what the user asked (:class:`Request`, checked without data),
-then everything the log decides (:func:`resolve`, once, on its schema or frame).
-
-A :class:`Request` is the preset merged with the explicit options, the estimator looked
-up and the engine settings, with every check that needs no data. :func:`resolve` takes it
-and the input's schema (a file engine: no rows read) or frame and decides the rest once:
-the dump layout and the fields it fills in, the step column groups form within, the length
-column, the reward columns, the final options, the keys and the input checks. Every
-command and engine runs from the :class:`~grpo_cli.core.plan.Plan` it returns; workers and
-Ray tasks receive that plan (pickled) and never resolve again. Only the user's columns are
-candidates for a role (:func:`grpo_cli.core.columns.user_columns`): a column grpo-adv adds
-itself (``--out-dir``'s source index) is never one.
+then everything the log decides (:func:`resolve`, once, on its schema or frame): the dump
+layout and the fields it fills in, the step, length and reward columns, the final options,
+the keys and the input checks. Every command and engine runs from the
+:class:`~grpo_cli.core.plan.Plan` it returns (workers and Ray tasks receive it pickled).
+Only the user's columns are candidates for a role, never one grpo-adv adds.
 """
 
 from __future__ import annotations
@@ -43,7 +37,10 @@ class Request:
         explicit: the option fields the caller named (over the preset's).
         fields: the preset's fields overridden by ``explicit``.
         options: ``fields`` as options, before the log fills in any (for the engines'
-            refusals, which need no data: see :func:`grpo_cli.engines.check`).
+            refusals, which need no data: see :func:`grpo_cli.engines.check`); their role
+            checks wait for :func:`resolve` unless ``roles_checked``.
+        roles_checked: the caller named the reward and group columns (or the group
+            size), so the role checks ran on the request.
         estimator: the estimator ``fields`` name, looked up once.
         engine: where the job runs.
     """
@@ -54,6 +51,7 @@ class Request:
     options: AdvantageOptions
     estimator: Estimator
     engine: EngineOptions
+    roles_checked: bool
 
     def given(self, name: str) -> bool:
         """Whether the caller named option ``name``."""
@@ -80,26 +78,31 @@ def make_request(
     """The :class:`Request` of ``preset`` and ``options`` (an :class:`AdvantageOptions`:
     every field explicit, nothing inferred; a mapping: those fields over the preset's,
     which may hold engine settings such as ``backend``) on ``engine``. Checks everything
-    that needs no data: unknown options, bad values, the estimator's name and what it needs
-    of the other options, except the columns the log may supply (a length column) and the
-    count of ``reward_weights``, which wait for the reward columns. ``refuse``: the
-    caller's own refusal of the estimator (explain: process supervision), run before the
-    options' checks so that its message comes first."""
+    that needs no data, once: unknown options, bad values, the estimator's name and what it
+    needs of the other options. The checks of the roles the log may fill in (group, reward
+    and length columns, one reward weight per reward column) wait for :func:`resolve`
+    unless the caller named them (given whole, the options were checked when made).
+    ``refuse``: the caller's own refusal of the estimator (explain: process supervision),
+    run before the options' checks so that its message comes first."""
+    given = None
     if isinstance(options, AdvantageOptions):
-        options = {f.name: getattr(options, f.name) for f in fields(options)}
+        given = options
+        options = {f.name: getattr(given, f.name) for f in fields(given)}
     explicit, settings = split_engine(options or {})
     if "reward_col" in explicit:  # reward_col="score": reward_cols=("score",)
         explicit["reward_cols"] = explicit.pop("reward_col")
-    where = EngineOptions.of({**engine_settings(engine), **settings})
+    where = EngineOptions.of(engine, **settings)
     merged = merge_options(preset, explicit)
     estimator = get_estimator(str(merged.get("estimator", "grpo")))
     if refuse is not None:
         refuse(estimator)
-    probe = dict(merged)
-    if "reward_cols" not in explicit:
-        probe.pop("reward_weights", None)
-    asked = AdvantageOptions().with_overrides(**probe)  # unknown names refused
-    asked.check_estimator_needs(estimator, columns=False)
+    # the roles are final once the caller names them; else the log fills them in (resolve)
+    fixed = "reward_cols" in explicit and ("group_cols" in explicit or "group_size" in explicit)
+    unknown = sorted(set(merged) - {f.name for f in fields(AdvantageOptions)})
+    if unknown:
+        AdvantageOptions().with_overrides(**dict.fromkeys(unknown))  # refused, named
+    asked = given or AdvantageOptions(**merged, check_roles=fixed)
+    asked.check_estimator_needs(estimator, roles=False)
     return Request(
         preset=preset,
         explicit=MappingProxyType(dict(explicit)),
@@ -107,14 +110,8 @@ def make_request(
         options=asked,
         estimator=estimator,
         engine=where,
+        roles_checked=fixed,
     )
-
-
-def engine_settings(engine: EngineOptions | Mapping[str, Any] | None) -> dict[str, Any]:
-    """The engine settings given, as a mapping."""
-    if isinstance(engine, EngineOptions):
-        return {f.name: getattr(engine, f.name) for f in fields(engine)}
-    return dict(engine or {})
 
 
 def resolve(
@@ -137,16 +134,16 @@ def resolve(
     Raises:
         OptionsError, InputError: options the log cannot satisfy, a bad log.
     """
+    in_memory = isinstance(data, pl.DataFrame)
     if isinstance(data, pl.DataFrame):
         frame = data
     else:
         schema = data.collect_schema() if isinstance(data, pl.LazyFrame) else data
         frame = pl.DataFrame(schema=schema)
-    chosen = layout or request.layout
     explicit = request.explicit.keys()
-    grouping_given = "group_cols" in explicit or "group_size" in explicit
-    found = detect_layout(frame, chosen)
-    if found == "trl" and not grouping_given and not isinstance(data, pl.DataFrame):
+    found = detect_layout(frame.columns, layout or request.layout)
+    positional = "group_cols" not in explicit and "group_size" not in explicit
+    if found == "trl" and positional and not in_memory:
         name = option("backend", request.engine.backend, alias="alone")
         raise OptionsError(
             name + " does not support a TRL completions log (its groups are "
@@ -161,11 +158,12 @@ def resolve(
     step_col = next((c for c in STEP_COLUMNS if c in user_columns(frame.columns)), None)
     laid = within_steps(step_col, laid, explicit)
     laid = _length_column(frame.schema, laid, request, notes)
-    options = AdvantageOptions(**laid)
+    asked = request.fields
+    filled = {k: v for k, v in laid.items() if k not in asked or asked[k] != v}
+    options = request.options.with_roles(check=checks and not request.roles_checked, **filled)
     estimator = request.estimator
     if checks:
-        options.check_estimator_needs(estimator)
-    in_memory = isinstance(data, pl.DataFrame)
+        options.check_estimator_needs(estimator, roles=True)
     hashed = (
         in_memory
         and ENGINES[request.engine.backend].io == "frame"
@@ -183,9 +181,9 @@ def resolve(
         derived=tuple(derived),
         notes=tuple(notes),
     )
-    checked = data if isinstance(data, pl.LazyFrame) and not derived else frame
     if not checks:
         return plan
+    checked = data if isinstance(data, pl.LazyFrame) and not derived else frame
     check_frame(checked, options, estimator, values=not isinstance(data, pl.Schema))
     if in_memory and options.singleton != "drop" and estimator.unit != "step":
         step = step_column(plan) if span_check else None
@@ -200,7 +198,7 @@ def resolve(
 
 
 def derive(frame: pl.DataFrame, plan: Plan) -> pl.DataFrame:
-    """``frame`` with the key columns ``plan``'s dump layout derives from each row."""
+    """``frame`` with the key columns the plan's dump layout derives."""
     if not plan.derived:
         return frame
     return frame.with_columns(derived_column(name) for name in plan.derived)

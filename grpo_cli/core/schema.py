@@ -15,6 +15,7 @@ import polars as pl
 
 from grpo_cli.core.columns import user_columns
 from grpo_cli.core.errors import InputError, OptionRef, option
+from grpo_cli.core.layouts import detect_layout
 from grpo_cli.core.rewards import reward_expr
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ ROLE_OPTIONS: Final[dict[str, OptionRef]] = {
 }
 # The options that take several columns (an example names one: ``group_cols=("id",)``).
 _SEVERAL: Final = ("group_cols", "reward_cols")
+# The trainer dumps a hint names (see :mod:`grpo_cli.core.layouts`), by preset.
+_DUMPS: Final = {"verl": "verl rollout", "trl": "TRL completions"}
 
 
 def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> None:
@@ -52,11 +55,12 @@ def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> Non
         fitting = [name for name in available if _fits_role(schema[name], role)]
         fitting.sort(key=lambda name: not _prefers(schema[name], role))
         suggestion = (close or fitting or ["NAME"])[0]
-        dump = _trainer_dump(schema.names())
+        names = schema.names()
+        dump = next((d for d in _DUMPS if "prompt_id" not in names and detect_layout(names, d)), "")
         example = (suggestion,) if named.keyword in _SEVERAL else suggestion
         hint = (
-            f"this looks like a {dump[0]} dump: use " + option("preset", dump[1])
-            if dump is not None and role in ("group", "reward")
+            f"this looks like a {_DUMPS[dump]} dump: use " + option("preset", dump)
+            if dump and role in ("group", "reward")
             else f"choose the {role} column with "
             + named
             + ", e.g. "
@@ -67,17 +71,6 @@ def require_columns(schema: pl.Schema, columns: Sequence[str], role: str) -> Non
             hint=hint,
             column=column,
         )
-
-
-def _trainer_dump(columns: Sequence[str]) -> tuple[str, str] | None:
-    """(what, preset) when ``columns`` are those of a trainer dump grpo-adv reads (see
-    :mod:`grpo_cli.core.layouts`): a verl rollout dump or a TRL completions table."""
-    names = set(columns)
-    if "score" in names and ({"uid", "input"} & names) and "prompt_id" not in names:
-        return "verl rollout", "verl"
-    if {"step", "prompt", "completion"} <= names and "prompt_id" not in names:
-        return "TRL completions", "trl"
-    return None
 
 
 def _fits_role(dtype: pl.DataType, role: str) -> bool:
@@ -153,13 +146,11 @@ def check_frame(
     *,
     values: bool = True,
 ) -> None:
-    """Every check of ``frame`` against ``options``: the columns the options need and their
-    types, that no added column already exists, null keys, infinite or huge rewards, and
-    that positional groups divide every batch. ``values=False``: the null keys and the
-    null, infinite or huge rewards are left to an engine that checks them on the data
-    itself as it reads them, in a pass it makes anyway (:func:`value_checks`,
-    :func:`refuse_values`): no pass here over a scanned log. Never from a Parquet
-    footer's statistics: a footer can say anything."""
+    """Every check of ``frame`` against ``options``: the columns needed and their types,
+    no added column already there, null keys, infinite or huge rewards, positional groups
+    dividing every batch. ``values=False``: the value checks are left to an engine that
+    makes them as it reads (:func:`value_checks`); never from a Parquet footer's
+    statistics (a footer can say anything)."""
     schema = frame.collect_schema()
     if estimator.uses_groups and options.group_size is None:
         require_columns(schema, options.group_cols, "group")

@@ -1,15 +1,7 @@
-"""``compute_advantages``: the one entry point that annotates a reward log.
-
-The flow is the same whatever the engine: checks and a plan (:func:`grpo_cli.core.resolve.resolve`:
-keys, hashing, the reward, every temporary column), then the engine chosen by ``backend``
-(:class:`grpo_cli.core.engine_options.EngineOptions`), which runs the estimator's formula
-(:mod:`grpo_cli.core.estimators`) and the shared policies (:mod:`grpo_cli.core.policies`), with the
-one collision fallback (:func:`grpo_cli.core.plan.run_with_fallback`). This module names no
-engine.
-
-Rows keep their input order (dropped singletons aside), every input column is returned
-unchanged.
-"""
+"""``compute_advantages``: a frame in memory annotated, on any engine: the plan
+(:func:`grpo_cli.core.resolve.resolve`), then the engine ``backend`` names, with the one
+collision fallback (:func:`grpo_cli.core.plan.run_with_fallback`). This module names no
+engine."""
 
 from __future__ import annotations
 
@@ -22,7 +14,7 @@ from grpo_cli.core.engine_options import ENGINES, EngineOptions, split_engine
 from grpo_cli.core.errors import OptionsError, option
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, run_with_fallback
-from grpo_cli.core.resolve import engine_settings, make_request, resolve
+from grpo_cli.core.resolve import make_request, resolve
 from grpo_cli.engines import FrameEngine, check, get_engine
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -60,7 +52,7 @@ def compute_advantages(
         InputError: a missing column, non-numeric rewards, a null key, a bad group size.
     """
     overrides, settings = split_engine(overrides)
-    where = {**engine_settings(engine), **settings}
+    where = EngineOptions.of(engine, **settings)
     if options is None:  # the Python API takes no length column from the log unasked
         request = make_request(None, {"length_col": None, **overrides}, where)
     else:  # every field explicit: nothing inferred
@@ -76,17 +68,14 @@ def compute_advantages(
 
 
 def annotate_frame(frame: pl.DataFrame, plan: Plan) -> tuple[pl.DataFrame, Plan]:
-    """The annotated frame *with* the plan's temporary key, reward and group-profile
-    columns (for callers that also build tables: :mod:`grpo_cli.jobs.pipeline`), and the plan
-    that made it (the exact-key plan after a hash collision). No decision is made here:
-    ``plan`` was resolved on ``frame`` (:func:`grpo_cli.core.resolve.resolve`)."""
+    """The annotated frame *with* the plan's temporary columns (for the tables built
+    from it), and the plan that made it (the exact-key plan after a hash collision)."""
     chosen_engine = frame_engine(plan)
     return run_with_fallback(lambda chosen: chosen_engine.annotate(frame, chosen), plan)
 
 
 def frame_engine(plan: Plan) -> FrameEngine:
-    """The engine ``plan.engine.backend`` names, checked against the plan; it must
-    annotate frames (:func:`refuse_file_engines`)."""
+    """The engine the plan names, checked against it; one that annotates frames."""
     engine = get_engine(plan.engine.backend)
     check(engine, plan)
     refuse_file_engines(engine.info.name)
@@ -117,6 +106,6 @@ def refuse_file_engines(backend: str | None, command: str | None = None) -> None
 
 
 def pick_columns(frame: pl.DataFrame, names: Iterable[str]) -> pl.DataFrame:
-    """The columns ``names`` of ``frame``, as they are (zero-copy). ``DataFrame.select`` runs
-    a query that copies the chunked columns a streaming collect leaves."""
+    """The columns ``names`` of ``frame``, zero-copy (``select`` would copy the chunked
+    columns a streaming collect leaves)."""
     return pl.DataFrame([frame.get_column(name) for name in names])

@@ -1,9 +1,6 @@
-"""Where the data comes from and where it goes: reading the inputs (or standard input),
-choosing the output targets, refusing to overwrite the inputs, writing the outputs (or
-standard output), and removing what killed runs left behind.
-
-Polars is imported inside the functions, so ``grpo-adv --help`` stays fast.
-"""
+"""Where the data comes from and goes: the inputs (or standard input) read, the targets
+checked (never an input), the outputs written, what killed runs left removed. Polars is
+imported inside the functions (``grpo-adv --help`` stays fast)."""
 
 from __future__ import annotations
 
@@ -12,7 +9,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from grpo_cli.core.columns import SOURCE_KEY
 from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, OutputError, Verbatim, option
@@ -40,9 +37,16 @@ def normalized_format(fmt: str | None) -> str | None:
     return normalize_format(fmt) if fmt else None
 
 
-def read_input(paths: list[Path], fmt: str | None, group_cols: tuple[str, ...]) -> RewardLog:
-    """Read the inputs (:func:`input_paths`) as one log; none: standard input, never a
-    terminal."""
+def read_input(
+    paths: list[Path],
+    fmt: str | None,
+    group_cols: tuple[str, ...],
+    *,
+    source_col: str | None = None,
+    on_file: Callable[[Path], None] | None = None,
+) -> RewardLog:
+    """Read the inputs (:func:`input_paths`) as one log (see
+    :func:`grpo_cli.io.read.read_many`); none: standard input, never a terminal."""
     from grpo_cli.io.read import read_many, read_rewards
 
     fmt = normalized_format(fmt)
@@ -53,7 +57,7 @@ def read_input(paths: list[Path], fmt: str | None, group_cols: tuple[str, ...]) 
                 hint="pipe a log in, e.g. cat rewards.jsonl | grpo-adv compute -",
             )
         return read_rewards(sys.stdin.buffer, fmt, string_cols=group_cols)
-    return read_many(paths, fmt, string_cols=group_cols)
+    return read_many(paths, fmt, string_cols=group_cols, source_col=source_col, on_file=on_file)
 
 
 def input_paths(sources: list[str]) -> list[Path]:
@@ -71,9 +75,10 @@ def input_paths(sources: list[str]) -> list[Path]:
 
 
 def output_target(
-    sources: list[str], output: str | None, output_format: str | None, input_format: str
-) -> tuple[Path | None, str]:
-    """Where the data goes (None: standard output) and in which format."""
+    sources: list[str], output: str | None, output_format: str | None, input_format: str | None
+) -> tuple[Path | None, str | None]:
+    """Where the data goes (None: standard output) and in which format (None: the input's,
+    known once read: ``input_format`` None is standard input's, only sniffed as it is read)."""
     from grpo_cli.io.formats import default_output_path, normalize_format, output_format_for
 
     requested = normalize_format(output_format) if output_format else None
@@ -81,14 +86,61 @@ def output_target(
         return None, requested or input_format
     if output is not None:
         path = Path(output)
-        return path, output_format_for(path, requested, input_format)
+        return path, output_format_for(path, requested, input_format or "") or None
     if len(sources) != 1 or Path(sources[0]).is_dir():
         raise OptionsError(
             "several inputs are read as one log: say where it goes",
             hint="give -o PATH (or -o - for standard output)",
         )
+    if input_format is None:  # a stream's (:func:`known_format`)
+        raise _unknown_format(sources[0])
     fmt = requested or input_format
     return default_output_path(Path(sources[0]), input_format, fmt), fmt
+
+
+def known_format(given: str | None, paths: list[Path]) -> str | None:
+    """The inputs' format before they are read, as the reader will take it: ``given``
+    (``--format``), else each file's suffix or, without one, its first bytes (decompressed
+    whole in the rare compressed file whose name says no format); several formats read
+    as Parquet. None for standard input or a stream without a suffix (a pipe: its bytes
+    are read once, by the reader)."""
+    from grpo_cli.io.formats import (
+        SNIFF_BYTES,
+        compression_of,
+        decompress,
+        format_from_suffix,
+        sniff_format,
+    )
+
+    if given or not paths:
+        return normalized_format(given)
+    found = set()
+    for path in paths:
+        fmt = format_from_suffix(path)
+        if fmt is None and not path.is_file():
+            return None
+        if fmt is None:
+            try:
+                with path.open("rb") as handle:
+                    head = handle.read(SNIFF_BYTES)
+                if compression_of(head) is not None:
+                    head = decompress(path.read_bytes(), str(path))[:SNIFF_BYTES]
+            except OSError:
+                head = b""  # the reader says why it cannot read it
+            fmt = sniff_format(head)
+        found.add(fmt)
+    return found.pop() if len(found) == 1 else "parquet"
+
+
+def _unknown_format(source: str) -> OptionsError:
+    """The refusal to name an output after a stream, whose format is known once read."""
+    return OptionsError(
+        f"cannot tell the format of {source} before reading it (a stream)",
+        hint="name it with "
+        + option("input_format", Verbatim("FMT"))
+        + ", or give "
+        + option("output", Verbatim("PATH"), short=True),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,7 +175,7 @@ class Targets:
     """Where a job's data goes, checked: {input index or None (all): (path or None for
     standard output, format)} (a dataset engine: its folder)."""
 
-    outputs: dict[int | None, tuple[Path | None, str]]
+    outputs: dict[int | None, tuple[Path | None, str | None]]
 
     @property
     def paths(self) -> tuple[Path, ...]:
@@ -131,12 +183,11 @@ class Targets:
         return tuple(path for path, _ in self.outputs.values() if path is not None)
 
 
-def plan_targets(job: Job, io: str, fmt: str = "parquet") -> Targets:
-    """Every check of a job's targets, once, for its engine's ``io`` (see
-    :func:`grpo_cli.jobs.run.run_job`): the outputs an engine can write, none over an input
-    (ever) or an existing one (without ``force``), the summary apart from them; what killed
-    runs left beside them is removed first, whatever this run's fate. ``fmt``: the input's
-    format (an in-memory engine: the log's as read), which names the default output."""
+def plan_targets(job: Job, io: str) -> Targets:
+    """Every check of a job's targets, once, before any engine reads, for its engine's
+    ``io`` (see :func:`grpo_cli.jobs.run.run_job`): the outputs an engine can write, none
+    over an input (ever) or an existing one (without ``force``), the summary apart from
+    them; what killed runs left beside them is removed first, whatever this run's fate."""
     from grpo_cli.io.atomic import check_output_folder
     from grpo_cli.io.formats import compression_for
     from grpo_cli.io.write import check_output_path
@@ -156,13 +207,13 @@ def plan_targets(job: Job, io: str, fmt: str = "parquet") -> Targets:
                 + option("summary_path")
                 + ")",
             )
-        target, written = output_target([str(paths[0])], output, job.output_format, fmt)
+        target, written = output_target([str(paths[0])], output, job.output_format, "parquet")
         if target is None or written != "parquet" or compression_for(target) is not None:
             raise OptionsError(
                 named + " writes Parquet (zstd-compressed inside)",
                 hint="give " + option("output", Verbatim("OUT.parquet"), short=True),
             )
-        outputs: dict[int | None, tuple[Path | None, str]] = {None: (target, written)}
+        outputs: dict[int | None, tuple[Path | None, str | None]] = {None: (target, written)}
     elif io == "dataset":
         named = option("backend", backend)
         if not paths:
@@ -181,9 +232,17 @@ def plan_targets(job: Job, io: str, fmt: str = "parquet") -> Targets:
             )
         outputs = {None: (Path(output), "parquet")}
     elif job.out_dir is None:
+        fmt = known_format(job.input_format, paths)
         outputs = {None: output_target(job.sources, output, job.output_format, fmt)}
+    elif output is not None:
+        raise OptionsError(
+            "give " + option("output", short=True) + " or " + option("out_dir") + ", not both",
+            hint=option("out_dir") + " writes one file per input",
+        )
+    elif not paths:
+        raise OptionsError(option("out_dir") + " needs input files", hint="give files, not -")
     else:
-        outputs = _out_dir_targets(job.out_dir, paths, fmt, job.output_format)
+        outputs = _out_dir_targets(job.out_dir, paths, job.input_format, job.output_format)
     targets, to_stdout = Targets(outputs), io != "dataset" and str(summary) == "-"
     remove_leftovers([*targets.paths, None if to_stdout else summary], job.warn)
     check = check_output_folder if io == "dataset" else check_output_path
@@ -216,10 +275,10 @@ def plan_targets(job: Job, io: str, fmt: str = "parquet") -> Targets:
 
 
 def _out_dir_targets(
-    out_dir: Path, paths: list[Path], input_format: str, output_format: str | None
-) -> dict[int | None, tuple[Path | None, str]]:
+    out_dir: Path, paths: list[Path], input_fmt: str | None, output_format: str | None
+) -> dict[int | None, tuple[Path | None, str | None]]:
     """One file per input in ``out_dir`` (created as by ``mkdir -p``), named after it."""
-    from grpo_cli.io.formats import default_output_path, format_from_suffix
+    from grpo_cli.io.formats import default_output_path
 
     if out_dir.exists() and not out_dir.is_dir():
         raise OutputError(
@@ -238,10 +297,12 @@ def _out_dir_targets(
                 hint="check the parent folder's permissions, or choose another folder",
                 path=out_dir,
             ) from None
-    targets: dict[int | None, tuple[Path | None, str]] = {}
+    targets: dict[int | None, tuple[Path | None, str | None]] = {}
     seen: set[Path] = set()
     for index, path in enumerate(paths):
-        own = format_from_suffix(path) or input_format
+        own = known_format(input_fmt, [path])
+        if own is None:
+            raise _unknown_format(str(path))
         fmt = normalized_format(output_format) or own
         target = out_dir / default_output_path(path, own, fmt).name
         if target in seen:
@@ -269,16 +330,21 @@ def write_stdout(frame: pl.DataFrame, fmt: str) -> None:
 
 def write_outputs(
     frame: pl.DataFrame,
-    targets: dict[int | None, tuple[Path | None, str]],
+    targets: dict[int | None, tuple[Path | None, str | None]],
     stage: Stage,
     on_written: Callable[[], None],
+    read_as: str,
 ) -> str:
     """Write the whole frame, or each input's rows to its own file (staged: see
-    :func:`grpo_cli.io.atomic.atomic_writes`); return what to show."""
+    :func:`grpo_cli.io.atomic.atomic_writes`), in the targets' formats (None: ``read_as``,
+    the log's); return what to show."""
     import polars as pl
 
+    from grpo_cli.io.write import write_frame
+
     shown = []
-    for index, (path, fmt) in targets.items():
+    for index, (path, chosen) in targets.items():
+        fmt = chosen or read_as
         part = frame if index is None else frame.filter(pl.col(SOURCE_KEY) == index)
         if SOURCE_KEY in part.columns:
             part = part.drop(SOURCE_KEY)
@@ -286,18 +352,12 @@ def write_outputs(
             write_stdout(part, fmt)
             shown.append("standard output")
         else:
-            stage(path, functools.partial(_write_part, part, fmt))
+            stage(path, functools.partial(write_frame, part, fmt=fmt))
             shown.append(f"{path} ({fmt})")
         on_written()
     if len(shown) > 2:
         return f"{len(shown)} files: {shown[0]} ... {shown[-1]}"
     return "; ".join(shown)
-
-
-def _write_part(frame: pl.DataFrame, fmt: str, sink: IO[bytes]) -> None:
-    from grpo_cli.io.write import write_frame
-
-    write_frame(frame, sink, fmt)
 
 
 def remove_leftovers(targets: list[Path | None], warn: Callable[[str], None] | None) -> None:
@@ -333,7 +393,7 @@ def sources_or_stdin(sources: list[str] | None) -> list[str]:
     (as jq and xsv do), and is a usage error at a terminal."""
     if sources:
         return sources
-    if sys.stdin is None or sys.stdin.isatty():
+    if _stdin_is_terminal():
         raise OptionsError(
             "no INPUT given", hint="give a reward log, or pipe one in: cat log.jsonl | grpo-adv ..."
         )

@@ -1,5 +1,4 @@
-"""One call from a reward log to everything a command shows: options resolved from a
-preset and explicit choices, a trainer's dump layout applied, the annotated frame, the
+"""One call from a reward log to everything a command shows: the annotated frame, the
 per-group table and the run's figures."""
 
 from __future__ import annotations
@@ -96,13 +95,10 @@ def annotate_request(
     span_check: bool = True,
     layout: str | None = None,
 ) -> Annotation:
-    """``frame`` annotated as ``request`` asks, resolved on it once
-    (:func:`grpo_cli.core.resolve.resolve`; ``layout``: a dump layout other than the
-    preset's). Groups that span several values of the batch column are refused (see
-    :func:`grpo_cli.core.run_summary.check_batch_spans`). ``replace``: input columns named
-    like an added column (a trainer dump's own ``advantage``) are recomputed in place (same
-    position) instead of refused. ``span_check=False``: the caller will not read
-    ``warnings``, so the engine need not flag groups that span steps on the way."""
+    """``frame`` annotated as ``request`` asks, resolved on it once (``layout``: a dump
+    layout other than the preset's); groups spanning batches refused. ``replace``: input
+    columns named like an added one are recomputed in place instead of refused.
+    ``span_check=False``: no ``warnings`` will be read, so no span flags are computed."""
     added = request.options.added_columns()
     replaced = [c for c in added if replace and c in frame.columns]
     source = frame.drop(replaced)

@@ -1,21 +1,13 @@
 """``run_job``: one whole annotation job (read, compute, write) on any engine.
 
-The job is the same whatever the engine: the options checked before any file is read,
-the outputs checked (never an input, never clobbered without ``force``), what killed runs
-left beside them removed, the engine run, and every output put in place atomically (all
-of them or none). How the data is read, computed and written is the engine's, picked from
-its registry entry (:data:`grpo_cli.core.engine_options.ENGINES` ``io``):
-
-- ``"frame"`` (polars, torch): the inputs read into memory as one log (or standard
-  input), annotated (:func:`grpo_cli.jobs.pipeline.annotate`), written to one output (a file
-  or standard output) or one file per input (``out_dir``), with the per-group table.
-- ``"file"`` (partitioned): one Parquet file in, one Parquet file out, bounded memory.
-- ``"dataset"`` (ray): many files in, a folder of Parquet part files out, and the
-  per-group table as a folder of parts.
-
-For a frame already in memory, :func:`grpo_cli.compute_advantages` is the entry. This
-module imports neither Typer nor Rich: the caller shows progress and notes through the
-callbacks it passes.
+Whatever the engine, the options are checked and the targets planned (never an input,
+never clobbered without ``force``, leftovers of killed runs removed) before anything is
+read, and every output lands atomically (all or none). How the data is read, computed and
+written is the engine's registry entry's ``io``
+(:data:`grpo_cli.core.engine_options.ENGINES`): ``"frame"`` (polars, torch: the log in
+memory, standard input allowed, one output or one per input), ``"file"`` (partitioned: one
+Parquet file to one, bounded memory) or ``"dataset"`` (ray: many files to a folder of
+Parquet parts). Neither Typer nor Rich is imported: progress and notes go to callbacks.
 """
 
 from __future__ import annotations
@@ -32,7 +24,7 @@ from grpo_cli.core.columns import SOURCE_KEY, user_columns
 from grpo_cli.core.engine_options import EngineOptions
 from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, Verbatim, option
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.jobs.outputs import Job
+from grpo_cli.jobs.outputs import Job, Targets
 
 if TYPE_CHECKING:
     import polars as pl
@@ -64,21 +56,11 @@ class _NoProgress:
 
 @dataclass
 class JobResult:
-    """What a job did.
-
-    Attributes:
-        options: the options the job ran with (preset, layout and explicit choices merged).
-        engine: where it ran.
-        layout: the trainer dump layout the log was read in, or None.
-        output: what was written, for people (``out.parquet (parquet)``, ``standard
-            output``, ``OUT/ (Parquet parts)``, ``3 files: a ... c``).
-        summary_path: where the per-group table went, or None.
-        paths: the output files (or folder) written; empty for standard output.
-        run: the run's figures (the CLI's summary table); on an in-memory engine computed
-            on first use (one more pass over the rows, which a quiet caller never pays).
-        warnings: what the user should know (a TRL group size inferred, groups spanning
-            steps, ...), one message each; computed on first use too.
-    """
+    """What a job did: the options it ran with, where, the dump layout read (or None),
+    what was written for people (``out.parquet (parquet)``, ``standard output``, ``OUT/
+    (Parquet parts)``, ``3 files: a ... c``), the summary's path, the files (or folder)
+    written (none for standard output), and on first use the run's figures (``run``: one
+    more pass over the rows on an in-memory engine) and its ``warnings``."""
 
     options: AdvantageOptions
     engine: EngineOptions
@@ -91,12 +73,10 @@ class JobResult:
 
     @cached_property
     def run(self) -> RunSummary:
-        """The run's figures."""
         return self.figures()
 
     @cached_property
     def warnings(self) -> tuple[Message, ...]:
-        """What the user should know, one message each."""
         return self.notices()
 
 
@@ -158,6 +138,7 @@ def run_job(
     """
     from grpo_cli.core.resolve import make_request
     from grpo_cli.engines import check, get_engine
+    from grpo_cli.jobs.outputs import plan_targets
 
     request = make_request(preset, options, engine)  # every data-free check, once
     chosen = get_engine(request.engine.backend)
@@ -205,45 +186,32 @@ def run_job(
         warn=warn,
         fatal=fatal,
     )
-    if io == "file":
-        return _run_file(job)
-    if io == "dataset":
-        return _run_dataset(job)
+    targets = plan_targets(job, io)  # once, before any engine reads
+    if io != "frame":
+        return _run_files(job, targets)
     with (progress or (lambda: contextlib.nullcontext(_NoProgress())))() as shown:
-        return _run_frame(job, shown)
+        return _run_frame(job, targets, shown)
 
 
-def _run_frame(job: Job, progress: Progress) -> JobResult:
+def _run_frame(job: Job, targets: Targets, progress: Progress) -> JobResult:
     """An in-memory engine: read, resolve on the log, annotate, write (see :func:`run_job`)."""
     from grpo_cli.engines import start_loading
     from grpo_cli.io.atomic import atomic_writes
-    from grpo_cli.io.read import read_many
     from grpo_cli.io.write import write_table
-    from grpo_cli.jobs.outputs import normalized_format, plan_targets, read_input, write_outputs
+    from grpo_cli.jobs.outputs import read_input, write_outputs
     from grpo_cli.jobs.pipeline import annotate_request
 
-    if job.out_dir is not None and job.output is not None:
-        raise OptionsError(
-            "give " + option("output", short=True) + " or " + option("out_dir") + ", not both",
-            hint=option("out_dir") + " writes one file per input",
-        )
-    key_cols, paths = job.request.key_cols, job.paths
     start_loading(job.request.engine.backend)  # torch imports while the log is read
-    reading = progress.add("reading", total=max(len(paths), 1))
-    if job.out_dir is not None:
-        if not paths:
-            raise OptionsError(option("out_dir") + " needs input files", hint="give files, not -")
-        log = read_many(
-            paths,
-            normalized_format(job.input_format),
-            string_cols=key_cols,
-            source_col=SOURCE_KEY,
-            on_file=lambda _: progress.advance(reading),
-        )
-    else:
-        log = read_input(paths, job.input_format, key_cols)
-        progress.advance(reading, len(paths) or 1)
-    targets = plan_targets(job, "frame", log.format)  # the outputs' names may come from it
+    reading = progress.add("reading", total=max(len(job.paths), 1))
+    log = read_input(
+        job.paths,
+        job.input_format,
+        job.request.key_cols,
+        source_col=None if job.out_dir is None else SOURCE_KEY,
+        on_file=lambda _: progress.advance(reading),
+    )
+    if not job.paths:  # standard input
+        progress.advance(reading)
     computing = progress.add("computing", total=1)
     result = annotate_request(  # the one resolution, on the log read
         log.frame, job.request, replace=job.replace, span_check=job.span_check
@@ -252,14 +220,14 @@ def _run_frame(job: Job, progress: Progress) -> JobResult:
     writing = progress.add("writing", total=len(targets.outputs))
     with atomic_writes(force=job.force) as stage:  # every output lands, or none
         shown = write_outputs(
-            result.frame, targets.outputs, stage, lambda: progress.advance(writing)
+            result.frame, targets.outputs, stage, lambda: progress.advance(writing), log.format
         )
         if job.summary_path is not None:
             write_table(
                 result.groups,
                 job.summary_path,
                 force=job.force,
-                protected=paths,
+                protected=job.paths,
                 stage=stage,
                 fmt=job.summary_format,
                 flag=option("summary_path"),
@@ -276,104 +244,72 @@ def _run_frame(job: Job, progress: Progress) -> JobResult:
     )
 
 
-def _run_file(job: Job) -> JobResult:
-    """A file engine (``backend="partitioned"``): one Parquet file in, one Parquet file
-    out, bounded memory."""
-
-    from grpo_cli.core.resolve import resolve
-    from grpo_cli.engines import FileJob, get_engine
-    from grpo_cli.io.atomic import atomic_path
-    from grpo_cli.io.read import check_scanned_file, no_rows, require_file, scan_file
-    from grpo_cli.jobs.outputs import plan_targets
-
-    where = job.request.engine
-    (target,) = plan_targets(job, "file").paths
-    source = job.paths[0]
-    require_file(source, option("backend", where.backend, alias="alone"))
-    rows = check_scanned_file(source)
-    lazy = scan_file(source)
-    schema = lazy.collect_schema()
-    if not rows:  # the other engines' error (its partitions would be empty folders)
-        raise no_rows(str(source), list(schema))
-    plan = resolve(job.request, schema)  # the one resolution; the worker receives it
-    engine = cast("FileEngine", get_engine(where.backend))
-    with atomic_path(target, force=job.force) as tmp:
-        run = engine.annotate_files(FileJob(sources=(source,), output=tmp, plan=plan))
-    return JobResult(
-        options=plan.options,
-        engine=where,
-        layout=None,
-        output=f"{target} (parquet)",
-        summary_path=None,
-        paths=(target,),
-        figures=lambda: run,
-        notices=run.engine_warnings,
-    )
-
-
-def _run_dataset(job: Job) -> JobResult:
-    """A dataset engine (``backend="ray"``): many Parquet, JSONL or CSV files in, a folder
-    of Parquet part files out (``output``), and with ``summary_path`` the per-group table
-    as a folder of parts too. Each folder is written beside its final path and renamed
-    when complete."""
+def _run_files(job: Job, targets: Targets) -> JobResult:
+    """An engine that reads and writes files itself: ``partitioned`` (one Parquet file in,
+    one out, bounded memory) or ``ray`` (many Parquet, JSONL or CSV files in, a folder of
+    Parquet parts out, and the per-group table with ``summary_path`` a folder of parts
+    too). Each output is written beside its final path and renamed when complete."""
     from grpo_cli.core.resolve import resolve
     from grpo_cli.core.run_summary import response_id
     from grpo_cli.engines import FileJob, get_engine
-    from grpo_cli.io.atomic import atomic_folder
+    from grpo_cli.io.atomic import atomic_folder, atomic_path
     from grpo_cli.io.read import require_file
-    from grpo_cli.jobs.outputs import normalized_format, plan_targets
+    from grpo_cli.jobs.outputs import normalized_format
 
-    summary_path, force, paths = job.summary_path, job.force, job.paths
-    (target,) = plan_targets(job, "dataset").paths
-    engine = get_engine(job.request.engine.backend)
-    for path in paths:
-        require_file(path, option("backend", job.request.engine.backend))
+    backend, force = job.request.engine.backend, job.force
+    engine = cast("FileEngine", get_engine(backend))
+    dataset = engine.info.io == "dataset"
+    for path in job.paths:
+        require_file(path, option("backend", backend, alias="" if dataset else "alone"))
     fmt = normalized_format(job.input_format)
-    cast("FileEngine", engine).require()  # the install hint before anything is read
-    schema = _first_schema(paths[0], fmt, job.request.key_cols)
-    plan = resolve(job.request, schema)  # the one resolution; every task receives it
-    response = response_id(user_columns(schema), plan.options)
+    engine.require()  # the install hint before anything is read
+    schema = _first_schema(job.paths[0], fmt, job.request.key_cols, dataset)
+    plan = resolve(job.request, schema)  # the one resolution; every worker receives it
+    (target,) = targets.paths
     with contextlib.ExitStack() as stack:
-        out = stack.enter_context(atomic_folder(target, force=force))
-        groups = (
-            None
-            if summary_path is None
-            else stack.enter_context(atomic_folder(summary_path, force=force))
-        )
+        out = stack.enter_context((atomic_folder if dataset else atomic_path)(target, force=force))
+        summary = job.summary_path  # (a dataset engine's: a file engine takes none)
         files = FileJob(
-            sources=tuple(paths),
+            sources=tuple(job.paths),
             output=out,
             plan=plan,
             input_format=fmt,
             derived=plan.derived,
-            groups=groups,
+            groups=None
+            if summary is None
+            else stack.enter_context(atomic_folder(summary, force=force)),
             notes=job.notes,
             fatal=job.fatal,
-            response=response,
+            response=response_id(user_columns(schema), plan.options),
         )
-        run = cast("FileEngine", engine).annotate_files(files)
-    shown = f"{target}/ (Parquet parts)"
+        run = engine.annotate_files(files)
     return JobResult(
         options=plan.options,
         engine=plan.engine,
-        layout=plan.layout,
-        output=shown,
-        summary_path=summary_path,
+        layout=plan.layout if dataset else None,
+        output=f"{target}/ (Parquet parts)" if dataset else f"{target} (parquet)",
+        summary_path=job.summary_path,
         paths=(target,),
         figures=lambda: run,
         notices=run.engine_warnings,
     )
 
 
-def _first_schema(first: Path, fmt: str | None, key_cols: tuple[str, ...]) -> pl.Schema:
+def _first_schema(
+    first: Path, fmt: str | None, key_cols: tuple[str, ...], dataset: bool
+) -> pl.Schema:
     """The columns of the first input, the others' are checked against as they are read
-    (no rows: the values are checked where they are read)."""
+    (no rows: the values are checked where they are read). A file engine scans its one
+    Parquet file (no rows: the other engines' error, not empty partitions)."""
     from grpo_cli.io.formats import format_from_suffix, scanned_format
-    from grpo_cli.io.read import check_scanned_file, read_rewards, scan_file
+    from grpo_cli.io.read import check_scanned_file, no_rows, read_rewards, scan_file
 
     scanned = scanned_format(first)
-    if scanned is not None and (fmt or format_from_suffix(first)) == scanned.name:
-        check_scanned_file(first)
-        return scan_file(first).collect_schema()
+    if not dataset or (scanned and (fmt or format_from_suffix(first)) == scanned.name):
+        rows = check_scanned_file(first)
+        schema = scan_file(first).collect_schema()
+        if not rows and not dataset:
+            raise no_rows(str(first), list(schema))
+        return schema
     # as the Polars engine reads it (a compressed or text file; its errors)
     return read_rewards(first, fmt, string_cols=list(key_cols)).frame.head(0).schema

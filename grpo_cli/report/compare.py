@@ -231,7 +231,7 @@ def shared_layout(frame: pl.DataFrame, methods: Sequence[Method]) -> tuple[str, 
         if method.kind != "preset":
             continue
         layout = get_preset(method.name).layout
-        if layout is not None and detect_layout(frame, layout) is not None:
+        if layout is not None and detect_layout(frame.columns, layout) is not None:
             return layout, method.name
     return None
 
