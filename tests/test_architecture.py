@@ -290,7 +290,7 @@ def test_temporary_columns_are_named_in_one_place() -> None:
 
 def test_estimator_facts() -> None:
     scopes = {name for name, e in ESTIMATORS.items() if e.scope == "batch"}
-    assert scopes == {"batch_std", "gpg", "reinforce_pp", "reinforce_pp_baseline"}
+    assert scopes == {"batch_std", "gpg", "reinforce_pp", "reinforce_pp_baseline", "batch_baseline"}
     assert {name for name, e in ESTIMATORS.items() if e.unit == "step"} == {"process"}
     assert {name for name, e in ESTIMATORS.items() if e.whitens} == {
         "reinforce_pp",
@@ -299,6 +299,7 @@ def test_estimator_facts() -> None:
     assert {name for name, e in ESTIMATORS.items() if not e.uses_groups} == {
         "reinforce_pp",
         "remax",
+        "batch_baseline",
     }
 
 
@@ -308,6 +309,7 @@ def test_estimator_facts() -> None:
         ("std", "A = (r - mean) / (std + eps)"),
         ("var", "A = (r - mean) / sqrt(var + eps)"),
         ("var_floor", "A = (r - mean) / sqrt(max(var, eps))"),
+        ("positive_std", "A = (r - mean) / (std + eps)"),  # the branch where var > 0
     ],
 )
 def test_explain_writes_the_formula_the_engines_run(eps_mode: str, formula: str) -> None:

@@ -88,6 +88,22 @@ CASES: list[dict[str, Any]] = [
         "aggregation": "normalize_then_sum",
     },
     {"estimator": "batch_std", "eps_mode": "var_floor", "singleton": "verl"},
+    {"estimator": "batch_baseline", "batch_col": "step", "group_cols": ("step", "prompt_id")},
+    # the whiten stage's own ddof (0) beside the group's (1), token-weighted
+    {
+        "whiten": True,
+        "whiten_ddof": 0,
+        "whiten_eps": 0.0,
+        "length_col": "length",
+        "token_weighted": True,
+    },
+    {
+        "estimator": "loo_grpo",
+        "eps_mode": "positive_std",
+        "whiten": True,
+        "whiten_eps_mode": "positive_std",
+        "reward_clip": (0.0, 0.75),
+    },
 ]
 
 
@@ -157,7 +173,11 @@ def test_merged_partials_are_the_single_pass_statistics() -> None:
     chunks = [frame.slice(i * 125, 125) for i in range(4)]
     parts = [metrics.batch_partials(c, inputs, ["b"]) for c in chunks]
     merged = metrics.merge_batch_partials(parts, ["b"], 1)
-    got = metrics.finish_batch_stats(merged, ["b"], 1, ddof=1).sort("b")
+    got = (
+        metrics.finish_batch_stats(merged, ["b"], 1)
+        .with_columns(metrics.batch_var(0, ddof=1).alias("x_var"))
+        .sort("b")
+    )
     x, w = pl.col("x"), pl.col("w")
     mean = (x * w).sum() / w.sum()
     expected = (

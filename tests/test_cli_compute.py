@@ -262,7 +262,29 @@ def test_errors_say_one_line_and_a_hint(
             2,
             "error: unknown estimator 'ppo'\nhint: did you mean opo? (choose one of: grpo, "
             "dr_grpo, batch_std, rloo, reinforce_pp_baseline, reinforce_pp, opo, gpg, "
-            "grpo_passk, remax, process)\n",
+            "grpo_passk, remax, loo_grpo, maxrl, maxrl_positive, batch_baseline, process)\n",
+        ),
+        (
+            ["compute", csv, "--estimator", "reinforce_pp", "--whiten"],
+            None,
+            2,
+            "error: estimator reinforce_pp already whitens over the batch: --whiten would "
+            "whiten twice\nhint: leave --whiten out (its whitening takes --ddof, --eps and "
+            "--eps-mode)\n",
+        ),
+        (
+            ["compute", csv, "--reward-clip", "20,-20"],
+            None,
+            2,
+            "error: --reward-clip needs LO,HI with LO < HI, got (20.0, -20.0)\n"
+            "hint: e.g. --reward-clip -20,20\n",
+        ),
+        (
+            ["compute", csv, "--whiten-eps-mode", "sd"],
+            None,
+            2,
+            "error: unknown --whiten-eps-mode value 'sd'\nhint: did you mean std? (choose one "
+            "of: std, var, var_floor, positive_std, center)\n",
         ),
         (
             ["compute", csv, "--format", "xlsx"],

@@ -118,9 +118,36 @@ class TestPythonApiErrors:
                 "give one weight per reward_cols, e.g. reward_weights=(1, 0.5)",
             ),
             (
-                {"aggregation": "normalize_then_sum", "estimator": "rloo"},
-                'aggregation="normalize_then_sum" works with estimator="grpo", not rloo',
-                'use aggregation="sum_then_normalize" with this estimator',
+                {"aggregation": "normalize_then_sum", "estimator": "batch_std"},
+                'aggregation="normalize_then_sum" normalises each reward within its group, '
+                "which estimator batch_std does not",
+                "use a group estimator (grpo, loo_grpo, rloo, ...) or "
+                'aggregation="sum_then_normalize"',
+            ),
+            (
+                {"whiten": True, "estimator": "reinforce_pp"},
+                "estimator reinforce_pp already whitens over the batch: whiten would whiten twice",
+                "leave whiten out (its whitening takes ddof, eps and eps_mode)",
+            ),
+            (
+                {"eps_mode": "center"},
+                'eps_mode="center" centres a batch whitening; estimator grpo does not whiten',
+                'use it with reinforce_pp(_baseline), or whiten_eps_mode="center" with whiten',
+            ),
+            (
+                {"reward_clip": (1.0, -1.0)},
+                "reward_clip needs LO,HI with LO < HI, got (1.0, -1.0)",
+                "e.g. reward_clip=(-20, 20)",
+            ),
+            (
+                {"whiten_ddof": 2},
+                "whiten_ddof must be 0 or 1, got 2",
+                "1 = sample std (TRL, verl, the lessons), 0 = population std",
+            ),
+            (
+                {"whiten_eps": -1.0},
+                "whiten_eps must be a finite number >= 0, got -1.0",
+                "e.g. whiten_eps=1e-8",
             ),
             (
                 {"group_cols": ("nope",)},

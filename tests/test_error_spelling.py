@@ -128,13 +128,15 @@ class TestOneErrorTwoSpellings:
 
     def test_a_choice_is_quoted_in_python_only(self) -> None:
         with pytest.raises(OptionsError) as raised:
-            options = AdvantageOptions(aggregation="normalize_then_sum", estimator="rloo")
-            options.check_estimator_needs(get_estimator("rloo"))
+            options = AdvantageOptions(aggregation="normalize_then_sum", estimator="gpg")
+            options.check_estimator_needs(get_estimator("gpg"))
         assert raised.value.message == (
-            'aggregation="normalize_then_sum" works with estimator="grpo", not rloo'
+            'aggregation="normalize_then_sum" normalises each reward within its group, which '
+            "estimator gpg does not"
         )
         assert raised.value.render(flag_spelling)[0] == (
-            "--aggregation normalize_then_sum works with --estimator grpo, not rloo"
+            "--aggregation normalize_then_sum normalises each reward within its group, which "
+            "estimator gpg does not"
         )
 
     def test_an_alias_flag_on_the_command_line_only(self) -> None:

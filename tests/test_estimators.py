@@ -43,6 +43,11 @@ HAND = {
     "gpg": [1.25 * 0.5, 1.25 * -0.5, 0.0, 0.0, 0.0],  # alpha = 5 rewards / 4 non-zero
     "grpo_passk": [0.5 / (0.5 + EPS), 0.0, 0.0, 0.0, 0.0],  # b is a tie: 0
     "remax": [0.5, -0.5, 0.0, 1.0, 1.0],
+    # a's others: (0, 0.5) and (1, 0.5) mean 0.25 / 0.75, std sqrt(0.125); (1, 0) mean 0.5
+    "loo_grpo": [0.75 / (math.sqrt(0.125) + EPS), -0.75 / (math.sqrt(0.125) + EPS), 0.0, 0.0, 0.0],
+    "maxrl": [0.5 / (0.5 + EPS), -0.5 / (0.5 + EPS), 0.0, 0.0, 0.0],
+    "maxrl_positive": [1.0, -1.0, 0.0, 0.0, 0.0],
+    "batch_baseline": [-0.1, -1.1, -0.6, 0.9, 0.9],  # mean_b = 1.1
 }
 
 
@@ -198,6 +203,159 @@ class TestRewards:
         assert info.value.message == "2 reward weight(s) for 1 reward column(s): reward"
 
 
+class TestTrainerCases:
+    """Groups [1, 0, 0, 1] and [0, 0, 1, 1]: every response sits at +-1 around the mean 0.5."""
+
+    log = pl.DataFrame({"prompt_id": ["a"] * 4 + ["b"] * 4, "reward": [1.0, 0, 0, 1, 0, 0, 1, 1]})
+    signs = (1, -1, -1, 1, -1, -1, 1, 1)
+
+    def check(self, value: float, **options: object) -> None:
+        got = adv(self.log, **options)
+        assert got == pytest.approx([sign * value for sign in self.signs], rel=1e-14)
+
+    def test_nemo_rl_leave_one_out(self) -> None:
+        # a 1's others (0, 0, 1): r - b = 2/3, std sqrt(1/3) (ddof 1)
+        value = (2 / 3) / (math.sqrt(1 / 3) + 1e-6)
+        assert value == pytest.approx(1.154699, abs=1e-6)
+        self.check(value, estimator="loo_grpo", eps=1e-6, eps_mode="positive_std")
+
+    def test_skyrl_maxrl(self) -> None:
+        value = 0.5 / (0.5 + 1e-6)
+        assert value == pytest.approx(0.999998, abs=1e-6)
+        self.check(value, estimator="maxrl", eps=1e-6)
+
+    def test_areal_group_then_batch_normaliser(self) -> None:
+        c = 0.5 / (math.sqrt(1 / 3) + 1e-5)  # the group z-score, then 8 values +-c
+        value = c / (c * math.sqrt(8 / 7) + 1e-5)  # batch std ddof 1: c sqrt(8/7)
+        assert value == pytest.approx(0.935404, abs=1e-6)
+        self.check(value, eps=1e-5, whiten=True, whiten_eps=1e-5, whiten_eps_mode="std")
+
+    def test_open_instruct_standard(self) -> None:
+        value = 0.5 / (0.5 + 1e-8)
+        assert value == pytest.approx(1.0, abs=1e-6)
+        self.check(value, ddof=0, eps=1e-8)
+
+    def test_prime_rl_max_rl(self) -> None:
+        self.check(1.0, estimator="maxrl_positive")
+
+
+class TestNewEstimators:
+    def test_loo_grpo_pair_and_odd_one_out(self) -> None:
+        """A pair's leave-one-out std is undefined (ddof 1): under positive_std it is r - b
+        undivided; a response whose others are all equal is not divided either."""
+        log = pl.DataFrame({"prompt_id": ["p", "p", "q", "q", "q"], "reward": [0.0, 1.0, 1, 0, 0]})
+        got = adv(log, estimator="loo_grpo", eps_mode="positive_std", eps=1e-6)
+        # q: the 1's others (0, 0): var 0 -> 1 - 0; a 0's others (1, 0): b 0.5, std sqrt(0.5)
+        zero = -0.5 / (math.sqrt(0.5) + 1e-6)
+        assert got == pytest.approx([-1.0, 1.0, 1.0, zero, zero], rel=1e-14)
+        # under std the pair's undefined std gives a null advantage (the formula's)
+        assert adv(log, estimator="loo_grpo", singleton="formula")[:2] == [None, None]
+
+    def test_loo_grpo_singleton_and_verl(self) -> None:
+        log = pl.DataFrame({"prompt_id": ["s", "g", "g", "g"], "reward": [0.7, 0.0, 1.0, 1.0]})
+        assert adv(log, estimator="loo_grpo")[0] == 0.0
+        verl = adv(log, estimator="loo_grpo", singleton="verl", eps=1e-6)[0]
+        assert verl == pytest.approx(0.7 / (1 + 1e-6))
+
+    def test_maxrl_positive_leaves_a_non_positive_mean_at_zero(self) -> None:
+        log = pl.DataFrame({"prompt_id": ["g"] * 3, "reward": [-1.0, 0.0, 1.0]})
+        assert adv(log, estimator="maxrl_positive") == [0.0, 0.0, 0.0]
+        assert adv(log, estimator="maxrl", eps=0.5) == pytest.approx([-2.0, 0.0, 2.0])
+
+    def test_batch_baseline_per_batch_and_flat(self) -> None:
+        got = adv(estimator="batch_baseline", batch_col="step")
+        assert got == pytest.approx([0.5, -0.5, 0.0, 0.0, 0.0])
+
+
+class TestEpsModesAndWhiten:
+    def test_positive_std_divides_only_where_var_is_positive(self) -> None:
+        log = pl.DataFrame({"prompt_id": ["g", "g"], "reward": [0.0, 1.0]})
+        assert adv(log, eps=0.1, eps_mode="positive_std")[1] == pytest.approx(
+            0.5 / (math.sqrt(0.5) + 0.1)
+        )
+        # as the whiten eps mode: rloo's x = -1, 1 has batch var 2 > 0, so it is divided
+        got = adv(
+            log, estimator="rloo", whiten=True, whiten_eps=0.0, whiten_eps_mode="positive_std"
+        )
+        assert got == pytest.approx([-1.0 / math.sqrt(2.0), 1.0 / math.sqrt(2.0)], rel=1e-14)
+
+    def test_center_only_centres(self) -> None:
+        got = adv(estimator="reinforce_pp", eps_mode="center")
+        assert got == pytest.approx([r - 1.1 for r in (1.0, 0.0, 0.5, 2.0, 2.0)])
+        whitened = adv(estimator="dr_grpo", whiten=True, whiten_eps_mode="center")
+        assert whitened == pytest.approx([0.5, -0.5, 0.0, 0.0, 0.0])  # mean_b of x is 0
+
+    def test_whiten_uses_its_own_ddof_and_eps(self) -> None:
+        # dr_grpo's x = 0.5, -0.5, 0, 0, 0: mean 0, sum of squares 0.5
+        got = adv(estimator="dr_grpo", whiten=True, whiten_ddof=0, whiten_eps=0.0)
+        std = math.sqrt(0.5 / 5)
+        assert got == pytest.approx([0.5 / std, -0.5 / std, 0.0, 0.0, 0.0])
+        var = adv(estimator="dr_grpo", whiten=True, whiten_eps=0.1, whiten_eps_mode="var")
+        assert var[0] == pytest.approx(0.5 / math.sqrt(0.5 / 4 + 0.1))
+
+    def test_whiten_token_weighted(self) -> None:
+        log = pl.DataFrame({"prompt_id": ["a", "a"], "reward": [1.0, 0.0], "length": [1, 3]})
+        got = adv(
+            log,
+            estimator="dr_grpo",
+            whiten=True,
+            whiten_eps=0.0,
+            length_col="length",
+            token_weighted=True,
+        )
+        mean = (1 * 0.5 + 3 * -0.5) / 4
+        var = (1 * (0.5 - mean) ** 2 + 3 * (-0.5 - mean) ** 2) / (4 - 1)
+        assert got == pytest.approx([(0.5 - mean) / math.sqrt(var), (-0.5 - mean) / math.sqrt(var)])
+
+    def test_a_flat_batch_whitens_to_zero(self) -> None:
+        log = pl.DataFrame({"prompt_id": ["a", "a", "b"], "reward": [1.0, 1.0, 3.0]})
+        assert adv(log, whiten=True, singleton="raw") == [0.0, 0.0, 3.0]
+
+    def test_gdpo_with_the_selected_estimator_and_whiten_parameters(self) -> None:
+        log = pl.DataFrame({"prompt_id": ["g"] * 2, "r1": [1.0, 0.0], "r2": [0.0, 2.0]})
+        common = {"reward_cols": ("r1", "r2"), "aggregation": "normalize_then_sum"}
+        # rloo per reward: r1 +-1, r2 -+2; s = 1 - 2 = -1 and 1; batch std ddof 0 = 1
+        got = adv(log, estimator="rloo", whiten=True, whiten_ddof=0, whiten_eps=0.0, **common)
+        assert got == pytest.approx([-1.0, 1.0])
+        # without whiten the main ddof 1 and eps: std sqrt(2)
+        plain = adv(log, estimator="rloo", eps=0.0, **common)
+        assert plain == pytest.approx([-1 / math.sqrt(2.0), 1 / math.sqrt(2.0)])
+
+    def test_clip_stage_shaped_clips_before_the_whiten(self) -> None:
+        got = adv(
+            estimator="dr_grpo",
+            whiten=True,
+            whiten_eps=0.0,
+            clip=(-0.25, 0.25),
+            clip_stage="shaped",
+        )
+        std = math.sqrt(0.125 / 4)
+        assert got == pytest.approx([0.25 / std, -0.25 / std, 0.0, 0.0, 0.0])
+
+
+class TestRewardClip:
+    def test_before_any_statistic(self) -> None:
+        log = pl.DataFrame({"prompt_id": ["g"] * 3, "reward": [25.0, -30.0, 0.0]})
+        got = adv(log, estimator="dr_grpo", reward_clip=(-20.0, 20.0))
+        assert got == pytest.approx([20.0, -20.0, 0.0])
+        assert adv(log, estimator="dr_grpo", reward_clip=(-20.0, 20.0), singleton="raw") == got
+
+    def test_the_combined_reward_or_each_gdpo_column(self) -> None:
+        log = pl.DataFrame({"prompt_id": ["g"] * 2, "r1": [3.0, 0.0], "r2": [0.0, 0.5]})
+        summed = adv(log, estimator="dr_grpo", reward_cols=("r1", "r2"), reward_clip=(0.0, 1.0))
+        assert summed == pytest.approx([0.25, -0.25])  # 3 -> 1 and 0.5: r - mean
+        gdpo = adv(
+            log,
+            estimator="dr_grpo",
+            reward_cols=("r1", "r2"),
+            aggregation="normalize_then_sum",
+            reward_clip=(0.0, 1.0),
+            eps=0.0,
+        )
+        # per column: r1 1, 0 -> +-0.5; r2 -+0.25; s = +-0.25: batch z-score +-1/sqrt(2)
+        assert gdpo == pytest.approx([1 / math.sqrt(2.0), -1 / math.sqrt(2.0)])
+
+
 class TestPositionalGroups:
     def test_runs_of_g_rows(self) -> None:
         log = pl.DataFrame({"reward": [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0]})
@@ -318,3 +476,46 @@ def test_zscore_estimators_are_affine_invariant_without_eps(
         base = np.array(adv(log, estimator=name, eps=0.0), dtype=np.float64)
         new = np.array(adv(moved, estimator=name, eps=0.0), dtype=np.float64)
         np.testing.assert_allclose(new, base, atol=1e-9, equal_nan=True, err_msg=name)
+
+
+@PROPS
+@given(log=logs())
+def test_loo_grpo_std_is_the_brute_force_leave_one_out_std(log: pl.DataFrame) -> None:
+    """loo_grpo with eps 0 and positive_std is (r - b) / s, b and s the mean and std
+    (ddof 1) of the others computed directly (r - b where s is 0)."""
+    got = compute_advantages(log, estimator="loo_grpo", eps=0.0, eps_mode="positive_std")
+    for rows in got.partition_by("prompt_id"):
+        rewards = rows["reward"].to_list()
+        if len(set(rewards)) < 2 or len(rewards) < 3:
+            continue
+        for i, (r, a) in enumerate(zip(rewards, rows["advantage"], strict=True)):
+            others = rewards[:i] + rewards[i + 1 :]
+            b = sum(others) / len(others)
+            std = math.sqrt(sum((o - b) ** 2 for o in others) / (len(others) - 1))
+            expected = (r - b) if std == 0 else (r - b) / std
+            assert a == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+@PROPS
+@given(log=logs(), estimator=st.sampled_from(["grpo", "dr_grpo", "rloo", "loo_grpo", "maxrl"]))
+def test_whiten_gives_batch_mean_zero_and_std_one(log: pl.DataFrame, estimator: str) -> None:
+    got = adv(log, estimator=estimator, whiten=True, whiten_eps=0.0, singleton="formula")
+    values = np.array([v for v in got if v is not None], dtype=np.float64)
+    if values.size == 0 or np.all(values == 0):
+        return  # a flat batch: exactly 0
+    assert abs(values.mean()) < 1e-9
+    assert values.std(ddof=1) == pytest.approx(1.0, rel=1e-9)
+
+
+@PROPS
+@given(log=logs())
+def test_positive_std_leaves_x_where_the_variance_is_zero(log: pl.DataFrame) -> None:
+    """loo_grpo: a response whose others are all equal gets r - b undivided (under
+    positive_std), whatever eps."""
+    got = compute_advantages(log, estimator="loo_grpo", eps=0.3, eps_mode="positive_std")
+    for rows in got.partition_by("prompt_id"):
+        rewards = rows["reward"].to_list()
+        for i, (r, a) in enumerate(zip(rewards, rows["advantage"], strict=True)):
+            others = rewards[:i] + rewards[i + 1 :]
+            if len(others) >= 2 and len(set(others)) == 1:
+                assert a == (0.0 if r == others[0] else r - others[0])

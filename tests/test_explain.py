@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.cli.params import flag_spelling
-from grpo_cli.core.errors import InputError, as_text
+from grpo_cli.core.errors import InputError, OptionsError, as_text
 from grpo_cli.core.estimators import ESTIMATORS
+from grpo_cli.jobs.pipeline import annotate
 from grpo_cli.report.explain import explain_one
 from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, make_log
 
@@ -76,13 +77,33 @@ class TestExplain:
             {"clip": (-0.5, 0.5), "clip_stage": "shaped", "nulls": "zero"},
             {"token_weighted": True, "length_col": "length", "eps_mode": "var"},
             {"batch_col": "step", "group_cols": ("step", "prompt_id"), "singleton": "verl"},
+            {"eps_mode": "positive_std", "eps": 1e-6, "reward_clip": (0.0, 0.75)},
+            {"whiten": True, "whiten_ddof": 0, "whiten_eps": 1e-5, "whiten_eps_mode": "std"},
+            {"whiten": True, "length_col": "length", "token_weighted": True, "batch_col": "step"},
         ],
-        ids=["default", "ddof0", "var", "var_floor", "verl", "clip", "shaped", "tokens", "steps"],
+        ids=[
+            "default",
+            "ddof0",
+            "var",
+            "var_floor",
+            "verl",
+            "clip",
+            "shaped",
+            "tokens",
+            "steps",
+            "positive_std_reward_clip",
+            "whiten",
+            "whiten_tokens",
+        ],
     )
     def test_formulas_reproduce_compute(self, estimator: str, policies: dict[str, object]) -> None:
         """For every group of the sample log, each formula's value equals the advantage
         compute writes, unless a stated policy set it."""
         frame = pl.read_parquet(SAMPLE_FILES["parquet"])
+        if policies.get("whiten") and ESTIMATORS[estimator].whitens:
+            with pytest.raises(OptionsError, match="already whitens over the batch"):
+                explain_one(frame, None, {"estimator": estimator, **policies}, "p000")
+            return
         checked = 0
         for key in frame["prompt_id"].unique().sort().to_list()[::4]:
             extra = {"length_col": "length"} if estimator == "opo" else {}
@@ -219,3 +240,28 @@ class TestOutput:
             "  mean = 0, std = 1 (singleton=verl: verl's one-response group has mean 0 and std 1)",
         ]
         assert "│ (0.709 - 0) / (1 + 1e-06) = 0.708999 │  0.708999 │" in result.stdout
+
+
+def test_explain_shows_the_reward_clip_and_the_whiten_stage() -> None:
+    """The reward clip names the rewards it changed; the whiten stage its batch numbers
+    with its own ddof and eps (not the group's)."""
+    log = pl.DataFrame({"prompt_id": ["a"] * 4 + ["b"] * 4, "reward": [1.0, 0, 0, 25, 0, 0, 1, 1]})
+    options = {
+        "reward_clip": (-20.0, 20.0),
+        "whiten": True,
+        "whiten_ddof": 0,
+        "whiten_eps": 1e-5,
+        "whiten_eps_mode": "std",
+    }
+    explained = explain_one(log, None, options, "a")
+    assert explained.steps[0] == (
+        "the reward r clamped to [-20, 20] before any statistic: r 25 -> 20 (row 3)"
+    )
+    assert explained.steps[-1].startswith("over the batch's 8 values of x: n_b = 8")
+    assert explained.steps[-1].endswith("var_b (ddof=0) = 0.75")
+    assert explained.formula == "x = (r - mean) / (std + eps); A = (x - mean_b) / (std_b + eps)"
+    assert explained.rows[0].formula.startswith("x = (1 - 5.25) / (9.84463 + 1e-08) = -0.431708")
+    assert explained.rows[0].formula.endswith(" / (0.866025 + 1e-05)")
+    expected = annotate(log, None, **options).frame["advantage"].to_list()[:4]
+    assert [r.value for r in explained.rows] == pytest.approx(expected, rel=1e-12)
+    assert [r.advantage for r in explained.rows] == pytest.approx(expected, rel=1e-12)

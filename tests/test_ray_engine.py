@@ -147,6 +147,24 @@ CASES: list[tuple[str, list[str], dict[str, Any]]] = [
         },
     ),
     (
+        "loo_grpo_whiten_tokens_reward_clip",
+        [
+            "-e", "loo_grpo", "--eps-mode", "positive_std", "--whiten", "--whiten-ddof", "0",
+            "--whiten-eps-mode", "std", "--length-col", "length", "--token-weighted",
+            "--reward-clip", "0,0.5",
+        ],
+        {
+            "estimator": "loo_grpo", "eps_mode": "positive_std", "whiten": True,
+            "whiten_ddof": 0, "whiten_eps_mode": "std", "length_col": "length",
+            "token_weighted": True, "reward_clip": (0.0, 0.5),
+        },
+    ),
+    (
+        "batch_baseline_per_step",
+        ["-e", "batch_baseline", "--batch-col", "step"],
+        {"estimator": "batch_baseline", "batch_col": "step"},
+    ),
+    (
         "rloo_singleton_verl_stats",
         ["-e", "rloo", "--singleton", "verl", "--with-stats"],
         {"estimator": "rloo", "singleton": "verl", "with_stats": True},

@@ -19,6 +19,7 @@ from grpo_cli.core.presets import PRESETS
 from grpo_cli.jobs.pipeline import annotate
 from tests.conftest import ROOT, SAMPLE_FILES, import_or_skip
 from tests.test_presets import hostile_log
+from tests.test_tensor_api import refused
 
 torch = import_or_skip("torch")
 
@@ -45,6 +46,21 @@ POLICIES: list[dict[str, Any]] = [
     {"batch_col": "step"},
     {"reward_cols": ("reward", "format_reward"), "reward_weights": (1.0, 0.5)},
     {"aggregation": "normalize_then_sum", "reward_cols": ("reward", "format_reward")},
+    {"eps_mode": "positive_std", "eps": 1e-6},
+    {"eps_mode": "center"},
+    {"reward_clip": (0.0, 0.5)},
+    {"whiten": True},
+    {"whiten": True, "whiten_ddof": 0, "whiten_eps": 0.0, "whiten_eps_mode": "positive_std"},
+    {"whiten": True, "whiten_eps_mode": "center", "clip": (-0.5, 0.5), "clip_stage": "shaped"},
+    {"whiten": True, "whiten_eps": 1e-5, "whiten_eps_mode": "std", "token_weighted": True},
+    {
+        "aggregation": "normalize_then_sum",
+        "reward_cols": ("reward", "format_reward"),
+        "reward_clip": (0.0, 0.5),
+        "whiten": True,
+        "whiten_eps": 0.0,
+        "whiten_eps_mode": "positive_std",
+    },
 ]
 
 
@@ -117,8 +133,10 @@ def test_every_estimator_and_policy_matches_polars(estimator: str) -> None:
 
         computed.append(on_both(run))
     assert computed[0] == 1  # the defaults always compute
-    # only the options' own refusals (GDPO is GRPO's; process takes one reward column)
-    assert sum(computed) >= len(POLICIES) - 2, computed
+    if ESTIMATORS[estimator].unit == "response":  # only the options' own refusals
+        assert sum(computed) == sum(not refused(estimator, p) for p in POLICIES), computed
+    else:  # process: one reward column, no GDPO, no whiten, no center
+        assert sum(computed) == len(POLICIES) - 8, computed
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -143,7 +161,7 @@ def test_on_cuda_every_estimator_policy_and_preset_matches_polars() -> None:
             return annotate(log, preset, **needs, **engine).frame  # noqa: B023
 
         computed += on_both(run_preset, "cuda")
-    assert computed >= len(ESTIMATORS) * (len(POLICIES) - 2)
+    assert computed >= len(ESTIMATORS) * (len(POLICIES) - 8)
 
 
 @pytest.mark.parametrize("preset", PRESETS)

@@ -312,8 +312,10 @@ class OptionBlock:
                 continue
             if name in KEYWORDS:
                 given[KEYWORDS[name]] = tuple(value)
-            elif name in ("reward_weights", "clip"):
-                given[name] = parse_floats(value, name, count=2 if name == "clip" else None)
+            elif name in ("reward_weights", "clip", "reward_clip"):
+                given[name] = parse_floats(
+                    value, name, count=None if name == "reward_weights" else 2
+                )
             else:
                 given[name] = value
         return given
@@ -404,6 +406,37 @@ class PolicyParams(OptionBlock):
         metavar="STAGE",
         help=_choices("Where --clip applies", CLIP_STAGES, "advantage"),
         complete=CLIP_STAGES,
+        panel=POLICIES,
+    )
+    reward_clip: str | None = _option_field(
+        "--reward-clip",
+        metavar="LO,HI",
+        help="Clamp every reward to [LO, HI] before any statistic (AReaL: -20,20).",
+        panel=POLICIES,
+    )
+    whiten: bool | None = _option_field(
+        "--whiten/--no-whiten",
+        help="After the estimator, whiten the advantages over the batch (token-weighted "
+        "with --token-weighted), as AReaL's adv_norm and ROLL's whiten_advantages.",
+        panel=POLICIES,
+    )
+    whiten_ddof: int | None = _option_field(
+        "--whiten-ddof",
+        metavar="0|1",
+        help="Degrees-of-freedom correction of the --whiten variance. Default: 1.",
+        panel=POLICIES,
+    )
+    whiten_eps: float | None = _option_field(
+        "--whiten-eps",
+        metavar="FLOAT",
+        help="The stabiliser of --whiten. Default: 1e-8.",
+        panel=POLICIES,
+    )
+    whiten_eps_mode: str | None = _option_field(
+        "--whiten-eps-mode",
+        metavar="MODE",
+        help="Where --whiten-eps goes (see --eps-mode). Default: var.",
+        complete=EPS_MODES,
         panel=POLICIES,
     )
     batch_col: str | None = _option_field(

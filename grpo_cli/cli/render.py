@@ -229,6 +229,20 @@ def _print_records(
     print_figures(console, pairs, title=title, section=len(columns), title_justify=title_justify)
 
 
+def stages(options: AdvantageOptions) -> str:
+    """The reward clip and whiten stages of ``options``, as a suffix to its estimator
+    (``, reward clip [-20, 20], whiten (ddof 1, eps 1e-05 std)``); empty without them."""
+    text = ""
+    if options.reward_clip is not None:
+        text += f", reward clip [{options.reward_clip[0]:g}, {options.reward_clip[1]:g}]"
+    if options.whiten:
+        text += (
+            f", whiten (ddof {options.whiten_ddof}, eps {options.whiten_eps:g} "
+            f"{options.whiten_eps_mode})"
+        )
+    return text
+
+
 def render_run_summary(console: Console, result: JobResult, *, preset: str | None) -> None:
     """The summary table of one ``compute`` run (a figure/value table that fits the
     console: see :func:`print_figures`), options named by their flags."""
@@ -248,6 +262,7 @@ def render_run_summary(console: Console, result: JobResult, *, preset: str | Non
     method = f"{options.estimator} (ddof {options.ddof}, eps {options.eps:g} {options.eps_mode}"
     if options.clip is not None:
         method += f", clip [{options.clip[0]:g}, {options.clip[1]:g}]"
+    method += stages(options)
     if len(options.reward_cols) > 1:
         method += f", {len(options.reward_cols)} rewards {options.aggregation}"
     rows = [
@@ -363,8 +378,8 @@ def describe_method(options: AdvantageOptions, layout: str | None = None) -> str
         groups = ", ".join(shown.get(c, c) for c in within or options.group_cols)
     text = (
         f"{options.estimator}, ddof {options.ddof}, eps {options.eps:g} {options.eps_mode}, "
-        f"singleton {options.singleton}, nulls {options.nulls}; rewards {rewards}; "
-        f"groups by {groups}"
+        f"singleton {options.singleton}, nulls {options.nulls}{stages(options)}; "
+        f"rewards {rewards}; groups by {groups}"
     )
     if options.batch_col:
         text += f" within {options.batch_col}"
@@ -597,7 +612,7 @@ def render_explanation(console: Console, e: Explanation, spell: Spelling) -> Non
     console.print(
         f"estimator {o.estimator}: {escape(e.estimator_summary)}  "
         f"(ddof={o.ddof}, eps={o.eps:g}, eps_mode={o.eps_mode}, singleton={o.singleton}, "
-        f"nulls={o.nulls}{', clip=' + str(o.clip) if o.clip else ''})",
+        f"nulls={o.nulls}{', clip=' + str(o.clip) if o.clip else ''}{stages(o)})",
         emoji=False,
     )
     for line in e.steps:

@@ -8,7 +8,9 @@ statistics are read by name through :meth:`FormulaContext.batch_stat` (``BATCH_S
 Notation: ``r`` the reward, ``g`` the response's group (one prompt), ``b`` its batch (the
 whole input, or one value of ``batch_col``), ``n_g`` the number of valid rewards in g.
 ``norm(x, var)`` divides by the eps-stabilised spread: ``x / (sqrt(var) + eps)`` (eps_mode
-``std``), ``x / sqrt(var + eps)`` (``var``) or ``x / sqrt(max(var, eps))`` (``var_floor``).
+``std``), ``x / sqrt(var + eps)`` (``var``), ``x / sqrt(max(var, eps))`` (``var_floor``),
+``x / (sqrt(var) + eps)`` only where ``var > 0``, else ``x`` (``positive_std``: NeMo-RL), or
+``x`` itself (``center``: centre only).
 
 Polars is imported inside the functions (``--help`` reads the registry without it).
 """
@@ -17,8 +19,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self
 
 from grpo_cli.core.grouping import STAT_COLUMNS, zero_spread
 
@@ -102,8 +104,8 @@ class FormulaContext(ABC):
 
     @abstractmethod
     def group_agg(self, x: Value, op: str) -> Value:
-        """``sum`` (0 when every value is null), ``count`` (non-null) or ``max`` (null
-        when every value is null) of ``x`` over the row's group."""
+        """``sum`` (0 when every value is null), ``count`` (non-null), ``max`` or ``min``
+        (null when every value is null) of ``x`` over the row's group."""
 
     @abstractmethod
     def batch_agg(self, x: Value, op: str) -> Value:
@@ -111,6 +113,11 @@ class FormulaContext(ABC):
         ``x`` over the row's batch (nulls left out, as in :meth:`group_agg`)."""
 
     # ---------------------------------------------------------------- shared rules
+    def with_spread(self, ddof: int, eps: float, eps_mode: str) -> Self:
+        """The same context with another ``ddof``, ``eps`` and ``eps_mode`` (the whiten
+        stage's)."""
+        return replace(self, ddof=ddof, eps=eps, eps_mode=eps_mode)  # type: ignore[type-var]
+
     def named(self, symbol: str, value: Value) -> Value:
         """``value``, named ``symbol`` for ``explain``; unchanged elsewhere."""
         return value
@@ -150,8 +157,14 @@ class FormulaContext(ABC):
 
     def norm(self, centered: Value, var: Value) -> Value:
         """``centered`` divided by the eps-stabilised spread of ``var`` (per eps_mode)."""
+        if self.eps_mode == "center":
+            return centered
         if self.eps_mode == "std":
             return centered / (var.sqrt() + self.eps)
+        if self.eps_mode == "positive_std":  # a null var (too few values) divides nothing
+            return self.where(
+                self.is_null(var) | (var <= 0.0), centered, centered / (var.sqrt() + self.eps)
+            )
         if self.eps_mode == "var":
             return centered / (var + self.eps).sqrt()
         return centered / self.maximum(var, self.eps).sqrt()
@@ -259,7 +272,7 @@ class EstimatorContext(FormulaContext):
         return stat.over(list(self.group_keys))
 
     def group_agg(self, x: Value, op: str) -> pl.Expr:
-        aggregate = {"sum": x.sum(), "count": x.count(), "max": x.max()}[op]
+        aggregate = {"sum": x.sum(), "count": x.count(), "max": x.max(), "min": x.min()}[op]
         return aggregate.over(list(self.group_keys))  # type: ignore[no-any-return]
 
     def batch_agg(self, x: Value, op: str) -> pl.Expr:
@@ -477,17 +490,90 @@ def remax(ctx: FormulaContext) -> Value:
     return ctx.reward - ctx.to_float(ctx.baseline)
 
 
-def gdpo(batch: FormulaContext, rewards: Sequence[tuple[FormulaContext, float]]) -> Value:
-    """GDPO (TRL ``multi_objective_aggregation='normalize_then_sum'``): each reward k (the
-    ``reward`` of ``rewards[k][0]``, weight ``rewards[k][1]``) is z-scored in its group by
-    :func:`grpo`, ``z_k = norm(r_k - mean_g, var_g)`` (null where fewer than two valid
-    values with ddof 1), ``s = sum_k w_k z_k`` with nulls as 0 (null when every reward is
-    null), then ``A = norm(s - mean_b(s), var_b(s))`` over ``batch``'s batches (``z`` and
+@register_estimator(
+    "loo_grpo",
+    "leave-one-out z-score norm(r - mean_-i, var_-i): mean and std of the other responses",
+    "NeMo-RL nemo_rl/algorithms/utils.py calculate_baseline_and_std_per_prompt "
+    "(use_leave_one_out_baseline=True, the default)",
+)
+def loo_grpo(ctx: FormulaContext) -> Value:
+    """``A_i = norm(r_i - b_i, s_i^2)``: ``b_i`` the mean of the group's other valid
+    rewards, ``s_i^2`` their variance with ``ddof`` (null when n_g - 1 <= ddof: with ddof 1
+    a pair is never divided under ``positive_std``; exactly 0 when the others are all
+    equal). ``s_i^2`` comes from the group's centred sum of squares ``SS = var_g (n_g -
+    ddof)``, never ``E[x^2] - E[x]^2``: ``sum_{j != i} (r_j - b_i)^2 = SS - d_i^2 n_g /
+    (n_g - 1)``, ``d_i = r_i - mean_g``. A zero-variance group gives exactly 0; a
+    one-response group :func:`grpo`'s value (then the singleton policy)."""
+    r, ddof = ctx.reward, ctx.ddof
+    n = ctx.to_float(ctx.count())
+    loo = r - (ctx.group_agg(r, "sum") - r) / (n - 1.0)
+    d = r - ctx.reward_stat("mean")
+    others = ctx.maximum(ctx.reward_stat("var") * (n - ddof) - d * d * n / (n - 1.0), 0.0)
+    # the others all equal: r is the group's one maximum or minimum, or the group constant
+    top, bottom = ctx.group_agg(r, "max"), ctx.group_agg(r, "min")
+    at_top = ctx.group_agg(ctx.where(r == top, 1.0, 0.0), "sum")
+    at_bottom = ctx.group_agg(ctx.where(r == bottom, 1.0, 0.0), "sum")
+    equal = ((r == top) & (at_bottom >= n - 1.0)) | ((r == bottom) & (at_top >= n - 1.0))
+    var = ctx.where(n - 1.0 > ddof, ctx.where(equal, 0.0, others / (n - 1.0 - ddof)))
+    value = ctx.norm(loo, ctx.named("var_-i", var))
+    singleton = ctx.norm(r - ctx.group_mean(), ctx.group_var())
+    return ctx.where(ctx.is_singleton(), singleton, ctx.zero_if_constant(value))
+
+
+@register_estimator(
+    "maxrl",
+    "(r - mean_g) / (mean_g + eps)",
+    "MaxRL; SkyRL skyrl/backends/skyrl_train/utils/ppo_utils.py compute_maxrl_advantage",
+)
+def maxrl(ctx: FormulaContext) -> Value:
+    """``A = (r - mean_g) / (mean_g + eps)``: the group mean as the scale (binary rewards:
+    the pass rate); exactly 0 in a zero-variance group; a one-response group per the
+    singleton policy (SkyRL keeps r: ``singleton=raw``)."""
+    mean = ctx.group_mean()
+    return ctx.zero_if_constant((ctx.reward - mean) / (mean + ctx.eps))
+
+
+@register_estimator(
+    "maxrl_positive",
+    "(r - mean_g) / mean_g where mean_g > 0, else 0 (no eps)",
+    "prime-rl orchestrator/algo/max_rl.py",
+)
+def maxrl_positive(ctx: FormulaContext) -> Value:
+    """``A = (r - mean_g) / mean_g`` where ``mean_g > 0``, else 0; exactly 0 in a
+    zero-variance group."""
+    mean = ctx.group_mean()
+    return ctx.zero_if_constant(ctx.where(mean > 0.0, (ctx.reward - mean) / mean, 0.0))
+
+
+@register_estimator(
+    "batch_baseline",
+    "r - mean_b: the batch mean as baseline",
+    "OpenRLHF 0.11.2 experience_maker.py compute_advantages_and_returns (flash_reinforce)",
+    uses_groups=False,
+    scope="batch",
+)
+def batch_baseline(ctx: FormulaContext) -> Value:
+    """``A = r - mean_b`` (length-weighted mean with token_weighted); exactly 0 when every
+    valid reward of the batch is equal."""
+    r = ctx.reward
+    flat = ctx.batch_stat(r, "max") == ctx.batch_stat(r, "min")
+    return ctx.where(flat, 0.0, r - ctx.batch_stat(r, "mean"))
+
+
+def gdpo(
+    batch: FormulaContext, rewards: Sequence[tuple[FormulaContext, float]], fn: EstimatorFn
+) -> Value:
+    """GDPO (TRL ``multi_objective_aggregation='normalize_then_sum'``; NeMo-RL, verl): each
+    reward k (the ``reward`` of ``rewards[k][0]``, weight ``rewards[k][1]``) is normalised
+    in its group by the estimator's formula ``fn`` (TRL: :func:`grpo`, ``z_k = norm(r_k -
+    mean_g, var_g)``, null where fewer than two valid values with ddof 1), ``s = sum_k w_k
+    z_k`` with nulls as 0 (null when every reward is null), then ``A = norm(s - mean_b(s),
+    var_b(s))`` over ``batch``'s batches with ``batch``'s ddof, eps and eps_mode (``z`` and
     ``s`` named for explain)."""
     summed = None
     all_null = None
     for ctx, weight in rewards:
-        z = ctx.fill_null(ctx.named("z", grpo(ctx)) * weight, 0.0)
+        z = ctx.fill_null(ctx.named("z", fn(ctx)) * weight, 0.0)
         null = ctx.is_null(ctx.reward)
         summed = z if summed is None else summed + z
         all_null = null if all_null is None else all_null & null

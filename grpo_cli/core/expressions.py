@@ -19,7 +19,7 @@ from grpo_cli.core.plan import (
     with_keys,
 )
 from grpo_cli.core.policies import apply_policies, formula
-from grpo_cli.core.rewards import combined_reward, reward_expr
+from grpo_cli.core.rewards import combined_reward, reward_parts
 
 
 def advantage_expr(plan: Plan, *, precomputed: bool = False) -> pl.Expr:
@@ -31,9 +31,7 @@ def advantage_expr(plan: Plan, *, precomputed: bool = False) -> pl.Expr:
         ctx,
         options,
         plan.estimator,
-        lambda: [
-            estimator_context(plan, reward_expr(c, options.nulls)) for c in options.reward_cols
-        ],
+        lambda: [estimator_context(plan, reward) for reward in reward_parts(options)],
     )
     value = apply_policies(raw, plan, reward=ctx.reward, singleton=ctx.is_singleton())
     return value.alias(options.advantage_col)

@@ -473,24 +473,23 @@ def merge_batch_partials(
     return frame.lazy().group_by(list(by)).agg(aggs).collect()
 
 
-def finish_batch_stats(
-    merged: pl.DataFrame, by: Sequence[str], inputs: int, ddof: int
-) -> pl.DataFrame:
+def finish_batch_stats(merged: pl.DataFrame, by: Sequence[str], inputs: int) -> pl.DataFrame:
     """The batch statistics (``BATCH_STATS`` of :mod:`grpo_cli.core.estimators`) of merged
-    batch partials: per input k, ``batch_stat_column(k, name)`` for mean, var
-    (``m2 / (W - ddof)``), count, max, min and nonzero; one row per value of ``by``."""
-    columns: list[pl.Expr] = []
-    for k in range(inputs):
-        col = {part: batch_stat_column(k, part) for part in _BATCH_PARTS}
-        columns += [
-            pl.col(col["mean"]),
-            (pl.col(col["m2"]) / (pl.col(col["weight"]) - ddof)).alias(batch_stat_column(k, "var")),
-            pl.col(col["count"]),
-            pl.col(col["max"]),
-            pl.col(col["min"]),
-            pl.col(col["nonzero"]),
-        ]
-    return merged.select(*by, *columns)
+    batch partials: per input k, ``batch_stat_column(k, name)`` for mean, count, max, min
+    and nonzero, and the weight ``W`` and ``m2`` its variance is made of (``m2 / (W -
+    ddof)``, with the ddof of the formula asking: :func:`batch_var`); one row per value of
+    ``by``."""
+    names = ("mean", "weight", "m2", "count", "max", "min", "nonzero")
+    return merged.select(
+        *by, *(batch_stat_column(k, name) for k in range(inputs) for name in names)
+    )
+
+
+def batch_var(index: int, ddof: int) -> pl.Expr:
+    """The variance of batch input ``index`` with ``ddof``, from its finished statistics
+    (:func:`finish_batch_stats`)."""
+    m2, weight = (pl.col(batch_stat_column(index, part)) for part in ("m2", "weight"))
+    return m2 / (weight - ddof)
 
 
 # ------------------------------------------------------------------ trainer log lines

@@ -25,7 +25,7 @@ SINGLETON_POLICIES: Final[dict[str, str]] = {
 CLIP_STAGES: Final[dict[str, str]] = {
     "advantage": "clip the final advantage (default)",
     "shaped": "clip the value before batch whitening, as OpenRLHF clamps its shaped reward "
-    "(the same as advantage for estimators without whitening)",
+    "(the same as advantage without a whitening: a whitening estimator, GDPO or whiten)",
 }
 NULL_POLICIES: Final[dict[str, str]] = {
     "exclude": "left out of every statistic; advantage null (default)",
@@ -37,12 +37,14 @@ EPS_MODES: Final[dict[str, str]] = {
     "std": "divide by (std + eps) (default; TRL, verl grpo, OpenRLHF group_norm)",
     "var": "divide by sqrt(var + eps) (verl batch whitening)",
     "var_floor": "divide by sqrt(max(var, eps)) (OpenRLHF batch whitening)",
+    "positive_std": "divide by (std + eps) only where var > 0, else keep the value (NeMo-RL)",
+    "center": "centre only, no division (OpenRLHF --no_std_norm; whitening only)",
 }
 AGGREGATIONS: Final[dict[str, str]] = {
     "sum_then_normalize": "weighted sum of the rewards (nulls count 0), then the estimator "
     "(TRL's default)",
-    "normalize_then_sum": "each reward z-scored in its group, weighted sum, then a batch "
-    "z-score (TRL's GDPO)",
+    "normalize_then_sum": "each reward normalised in its group by the estimator, weighted "
+    "sum, then a batch z-score (TRL's GDPO)",
 }
 STATS_COLUMNS: Final = ("group_size", "group_mean", "group_std")
 DEFAULT_GROUP_COLS: Final[tuple[str, ...]] = ("prompt_id",)  # the group key unless named
@@ -74,6 +76,16 @@ class AdvantageOptions:
         nulls: null or NaN rewards (see NULL_POLICIES).
         clip: ``(lo, hi)`` bounds applied to the advantage after the estimator.
         clip_stage: where ``clip`` applies (see CLIP_STAGES).
+        reward_clip: ``(lo, hi)``: every valid reward clamped to [lo, hi] before any
+            statistic (AReaL); the combined reward (each reward column under
+            ``normalize_then_sum``).
+        whiten: after the estimator's formula, whiten its value over the batch
+            (token-weighted with ``token_weighted``): ``norm(x - mean_b(x), var_b(x))``
+            with ``whiten_ddof``, ``whiten_eps`` and ``whiten_eps_mode``; exactly 0 in a
+            flat batch. Under ``normalize_then_sum`` these replace the main ones in its
+            batch stage.
+        whiten_ddof, whiten_eps, whiten_eps_mode: that whitening's ddof, eps and eps_mode
+            (see EPS_MODES).
         batch_col: batch statistics are per value of this column (e.g. ``step``); None
             makes the whole input one batch.
         group_size: positional groups: consecutive runs of this many rows (within each
@@ -106,6 +118,11 @@ class AdvantageOptions:
     nulls: str = "exclude"
     clip: tuple[float, float] | None = None
     clip_stage: str = "advantage"
+    reward_clip: tuple[float, float] | None = None
+    whiten: bool = False
+    whiten_ddof: int = 1
+    whiten_eps: float = 1e-8
+    whiten_eps_mode: str = "var"
     batch_col: str | None = None
     group_size: int | None = None
     length_col: str | None = None
@@ -130,8 +147,9 @@ class AdvantageOptions:
         if self.reward_weights is not None:
             weights = tuple(float(w) for w in _as_tuple(self.reward_weights))
             object.__setattr__(self, "reward_weights", weights)
-        if self.clip is not None:
-            object.__setattr__(self, "clip", tuple(float(c) for c in self.clip))
+        for bounds in ("clip", "reward_clip"):
+            if getattr(self, bounds) is not None:
+                object.__setattr__(self, bounds, tuple(float(c) for c in getattr(self, bounds)))
 
     def with_roles(self, *, check: bool = True, **roles: Any) -> AdvantageOptions:
         """A copy with the roles the log filled in (reward, group, batch and length
@@ -149,8 +167,10 @@ class AdvantageOptions:
     def check_estimator_needs(self, estimator: Estimator, *, roles: bool | None = None) -> None:
         """What the chosen ``estimator`` (looked up once: see
         :func:`grpo_cli.core.resolve.make_request`) needs of the other options: its columns
-        (``length_col`` for opo...), a length column for ``token_weighted``, grpo for
-        ``aggregation="normalize_then_sum"``, one reward column for process supervision.
+        (``length_col`` for opo...), a length column for ``token_weighted``, a group estimator
+        for ``aggregation="normalize_then_sum"``, no ``whiten`` for an estimator that
+        whitens (or process supervision), ``eps_mode="center"`` only for one that whitens,
+        one reward column for process supervision.
         ``roles=False``: only what needs no log; ``True``: only what the log's roles decide
         (the length and reward columns); None: both."""
         if roles is not False:
@@ -163,13 +183,45 @@ class AdvantageOptions:
         ):
             if need in estimator.needs and column is None:
                 raise _needs(estimator, named)
-        if self.aggregation == "normalize_then_sum" and self.estimator != "grpo":
+        if self.aggregation == "normalize_then_sum" and (
+            estimator.scope != "group" or estimator.unit != "response"
+        ):
             raise OptionsError(
                 option("aggregation", "normalize_then_sum")
-                + " works with "
-                + option("estimator", "grpo")
-                + f", not {self.estimator}",
-                hint="use " + option("aggregation", "sum_then_normalize") + " with this estimator",
+                + " normalises each reward within its group, which estimator "
+                + f"{estimator.name} does not",
+                hint="use a group estimator (grpo, loo_grpo, rloo, ...) or "
+                + option("aggregation", "sum_then_normalize"),
+            )
+        if self.whiten and estimator.whitens:
+            raise OptionsError(
+                f"estimator {estimator.name} already whitens over the batch: "
+                + option("whiten")
+                + " would whiten twice",
+                hint="leave "
+                + option("whiten")
+                + " out (its whitening takes "
+                + option("ddof")
+                + ", "
+                + option("eps")
+                + " and "
+                + option("eps_mode")
+                + ")",
+            )
+        if self.whiten and estimator.unit == "step":
+            raise OptionsError(
+                "estimator process sums z-scores over steps: " + option("whiten") + " has no "
+                "response advantage to whiten",
+                hint="leave " + option("whiten") + " out",
+            )
+        if self.eps_mode == "center" and not estimator.whitens:
+            raise OptionsError(
+                option("eps_mode", "center")
+                + f" centres a batch whitening; estimator {estimator.name} does not whiten",
+                hint="use it with reinforce_pp(_baseline), or "
+                + option("whiten_eps_mode", "center")
+                + " with "
+                + option("whiten"),
             )
 
     def _check_estimator_roles(self, estimator: Estimator) -> None:
@@ -245,27 +297,31 @@ class AdvantageOptions:
             )
 
     def _check_numbers(self) -> None:
-        if self.ddof not in (0, 1):
-            raise OptionsError(
-                option("ddof") + f" must be 0 or 1, got {self.ddof}",
-                hint="1 = sample std (TRL, verl, the lessons), 0 = population std",
-                value=self.ddof,
-            )
-        if not (math.isfinite(self.eps) and self.eps >= 0):
-            raise OptionsError(
-                option("eps") + f" must be a finite number >= 0, got {self.eps}",
-                hint="e.g. " + option("eps", Verbatim("1e-8")),
-                value=self.eps,
-            )
+        for named, ddof in ((option("ddof"), self.ddof), (option("whiten_ddof"), self.whiten_ddof)):
+            if ddof not in (0, 1):
+                raise OptionsError(
+                    named + f" must be 0 or 1, got {ddof}",
+                    hint="1 = sample std (TRL, verl, the lessons), 0 = population std",
+                    value=ddof,
+                )
+        for named, eps in ((option("eps"), self.eps), (option("whiten_eps"), self.whiten_eps)):
+            if not (math.isfinite(eps) and eps >= 0):
+                raise OptionsError(
+                    named + f" must be a finite number >= 0, got {eps}",
+                    hint="e.g. " + replace(named, value=Verbatim("1e-8")),
+                    value=eps,
+                )
         if self.reward_weights is not None and not all(map(math.isfinite, self.reward_weights)):
             raise OptionsError("reward weights must be finite numbers", value=self.reward_weights)
-        if self.clip is not None:
-            lo, hi = self.clip
-            if not (len(self.clip) == 2 and lo < hi):
+        for named, bounds, example in (
+            (option("clip"), self.clip, (-10, 10)),
+            (option("reward_clip"), self.reward_clip, (-20, 20)),
+        ):
+            if bounds is not None and not (len(bounds) == 2 and bounds[0] < bounds[1]):
                 raise OptionsError(
-                    option("clip") + f" needs LO,HI with LO < HI, got {self.clip}",
-                    hint="e.g. " + option("clip", (-10, 10)),
-                    value=self.clip,
+                    named + f" needs LO,HI with LO < HI, got {bounds}",
+                    hint="e.g. " + replace(named, value=example),
+                    value=bounds,
                 )
         if self.group_size is not None and self.group_size < 1:
             raise OptionsError(
@@ -285,6 +341,7 @@ class AdvantageOptions:
             ("singleton", SINGLETON_POLICIES, option("singleton") + " value"),
             ("nulls", NULL_POLICIES, option("nulls") + " value"),
             ("eps_mode", EPS_MODES, option("eps_mode") + " value"),
+            ("whiten_eps_mode", EPS_MODES, option("whiten_eps_mode") + " value"),
             ("aggregation", AGGREGATIONS, option("aggregation") + " value"),
             ("clip_stage", CLIP_STAGES, option("clip_stage") + " value"),
             ("estimator", ESTIMATORS, "estimator"),

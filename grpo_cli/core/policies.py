@@ -8,11 +8,12 @@ In order:
    the raw reward (``raw``) or null (``null``); ``verl`` and ``formula`` keep the formula's
    value (``verl`` has already run the formula with mean 0 and std 1), ``drop`` removed
    those rows before;
-3. ``clip`` to [lo, hi], at the advantage stage; for whitening estimators (and GDPO) with
-   ``clip_stage=shaped`` the clip happened before the whitening, inside the formula.
+3. ``clip`` to [lo, hi], at the advantage stage; for whitening estimators (GDPO, ``whiten``)
+   with ``clip_stage=shaped`` the clip happened before the whitening, inside the formula.
 
-A zero-variance group's exact 0 is part of each formula, not a policy. The rules are
-written over the formula context's primitives: Polars expressions and torch tensors alike.
+A zero-variance group's exact 0 is part of each formula, not a policy. :func:`formula` is
+GDPO or the estimator's formula, then the ``whiten`` stage. The rules are written over the
+formula context's primitives: Polars expressions and torch tensors alike.
 """
 
 from __future__ import annotations
@@ -38,17 +39,33 @@ def formula(
     rewards: Callable[[], Sequence[FormulaContext]],
 ) -> Value:
     """The formula's value before the policies, on every engine and in ``explain``: GDPO
-    over the contexts of ``options.reward_cols`` (``rewards()``, made only then) under
-    ``aggregation=normalize_then_sum``, else ``estimator.fn(ctx)``."""
-    if options.aggregation != "normalize_then_sum":
-        return estimator.fn(ctx)
-    return gdpo(ctx, list(zip(rewards(), options.weights, strict=True)))
+    over the contexts of ``options.reward_cols`` (``rewards()``, made only then) with the
+    estimator's formula per reward under ``aggregation=normalize_then_sum``, else
+    ``estimator.fn(ctx)``; then, with ``whiten``, the batch whitening ``W(x) = norm(x -
+    mean_b(x), var_b(x))`` with the ``whiten_*`` ddof, eps and eps_mode (GDPO's own batch
+    stage takes them instead: never whitened twice)."""
+    whitening = ctx
+    if options.whiten:
+        whitening = ctx.with_spread(
+            options.whiten_ddof, options.whiten_eps, options.whiten_eps_mode
+        )
+    if options.aggregation == "normalize_then_sum":
+        weighted = list(zip(rewards(), options.weights, strict=True))
+        return gdpo(whitening, weighted, estimator.fn)
+    value = estimator.fn(ctx)
+    return whitening.batch_zscore(ctx.named("x", value)) if options.whiten else value
+
+
+def whitened(options: AdvantageOptions, estimator: Estimator) -> bool:
+    """Whether the formula ends with a batch whitening: a whitening estimator, GDPO or
+    ``whiten``."""
+    return estimator.whitens or options.whiten or options.aggregation == "normalize_then_sum"
 
 
 def reads_batch(options: AdvantageOptions, estimator: Estimator) -> bool:
-    """Whether the formula reads batch statistics: a batch-scope estimator, or GDPO (its
-    batch whitening of ``s``)."""
-    return estimator.scope == "batch" or options.aggregation == "normalize_then_sum"
+    """Whether the formula reads batch statistics: a batch-scope estimator, or a batch
+    whitening (:func:`whitened`)."""
+    return estimator.scope == "batch" or whitened(options, estimator)
 
 
 # The singleton policies that replace the formula's value in one-reward groups (the others
@@ -76,8 +93,8 @@ def overrides(
 
 def final_clip(options: AdvantageOptions, estimator: Estimator) -> tuple[float, float] | None:
     """The bounds of rule 3 (None: no clip, or a whitening clipped its input)."""
-    whitened = options.aggregation == "normalize_then_sum" or estimator.whitens
-    return options.clip if options.clip_stage == "advantage" or not whitened else None
+    shaped = options.clip_stage == "shaped" and whitened(options, estimator)
+    return None if shaped else options.clip
 
 
 def policy_value(

@@ -17,7 +17,7 @@ import polars as pl
 from grpo_cli.core.columns import REWARD_KEY, ROW_KEY, STEP_Z
 from grpo_cli.core.plan import Plan, estimator_context
 from grpo_cli.core.policies import apply_policies
-from grpo_cli.core.rewards import reward_expr
+from grpo_cli.core.rewards import clipped, reward_expr
 
 # The step z-scores: the exploded steps (one row per step reward, REWARD_KEY its reward)
 # with the column STEP_Z added (the estimator's formula over the steps).
@@ -41,7 +41,7 @@ def process_advantages(
     steps = (
         indexed.select(ROW_KEY, *dict.fromkeys((*keys.group, *keys.batch)), column)
         .explode(column)
-        .with_columns(reward_expr(column, options.nulls).alias(REWARD_KEY))
+        .with_columns(clipped(reward_expr(column, options.nulls), options).alias(REWARD_KEY))
     )
     steps = scores(steps, plan)
     # Reward-to-go within each response: reverse cumulative sum, nulls kept as null.

@@ -56,6 +56,8 @@ class Given:
         k = _index_of(self.inputs, x)
         if k is None:
             raise RuntimeError(f"batch statistic of an unrecorded value: {x}")
+        if name == "var":  # with the asking context's ddof (a whiten stage's own)
+            return metrics.batch_var(k, ctx.ddof)
         return pl.col(batch_stat_column(k, name))
 
 
@@ -90,7 +92,7 @@ def merged_stats(parts: Sequence[pl.DataFrame], plan: Plan) -> pl.DataFrame:
     partials."""
     merged = merged_partials(parts, plan)
     by, inputs = plan.keys.batch, len(batch_inputs(plan))
-    return metrics.finish_batch_stats(merged, by, inputs, plan.options.ddof)
+    return metrics.finish_batch_stats(merged, by, inputs)
 
 
 def applied(plan: Plan) -> Plan:

@@ -49,7 +49,7 @@ from grpo_cli.core.grouping import stats_columns
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, collision_columns
 from grpo_cli.core.policies import apply_policies, formula
-from grpo_cli.core.rewards import reward_expr
+from grpo_cli.core.rewards import reward_parts
 
 if TYPE_CHECKING:
     from grpo_cli.core.resolve import Request
@@ -311,8 +311,8 @@ def host_columns(ctx: TorchContext, frame: pl.DataFrame, plan: Plan) -> pl.DataF
         options,
         plan.estimator,
         lambda: [
-            ctx.with_reward(float_column(torch, frame, reward_expr(c, options.nulls), ctx.device))
-            for c in options.reward_cols
+            ctx.with_reward(float_column(torch, frame, reward, ctx.device))
+            for reward in reward_parts(options)
         ],
     )
     valid = ctx.count().to(torch.int64)

@@ -71,10 +71,12 @@ def group_advantages(
         preset: a trainer preset (``"trl"``, ``"verl"``, ``"openrlhf-rloo"``...); the
             ``overrides`` win over it.
         options: an :class:`AdvantageOptions` to start from (column names not read).
-        **overrides: option fields: ``estimator``, ``ddof``, ``eps``, ``eps_mode``,
-            ``singleton``, ``nulls``, ``clip``, ``clip_stage``, ``aggregation``,
-            ``token_weighted``, ``reward_weights``; ``group_size=G`` makes consecutive runs
-            of G rows the groups (instead of ``groups``).
+        **overrides: any :class:`AdvantageOptions` field that names no column:
+            ``estimator``, ``ddof``, ``eps``, ``eps_mode``, ``singleton``, ``nulls``,
+            ``clip``, ``clip_stage``, ``reward_clip``, ``whiten``, ``whiten_ddof``,
+            ``whiten_eps``, ``whiten_eps_mode``, ``aggregation``, ``token_weighted``,
+            ``reward_weights``; ``group_size=G`` makes consecutive runs of G rows the
+            groups (instead of ``groups``).
 
     Returns:
         A tensor ``(N,)`` on the rewards' device, in the rewards' floating dtype (float64
@@ -126,6 +128,9 @@ def group_advantages(
         if chosen.nulls == "error":
             _refuse_nulls(torch, parts)
         reward = combined(torch, parts, chosen.weights)
+        if chosen.reward_clip is not None:  # as grpo_cli.core.rewards: each part for GDPO
+            parts = [part.clamp(*chosen.reward_clip) for part in parts]
+            reward = reward.clamp(*chosen.reward_clip)
         ctx = TorchContext(
             torch=torch,
             group=group,

@@ -41,7 +41,7 @@ from grpo_cli.core.errors import (
 from grpo_cli.core.estimators import Estimator
 from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions
 from grpo_cli.core.policies import reads_batch
-from grpo_cli.core.rewards import reward_expr
+from grpo_cli.core.rewards import combined_reward, reward_expr, reward_parts
 from grpo_cli.report.explain_context import FilledIn, fill_in, fmt, signed_sum
 
 SHOWN_KEYS: Final = 8
@@ -406,6 +406,8 @@ def explain_group(
     step_values = group_rows[step_col].to_list() if step_col else [None] * size
     text_col = next((c for c in TEXT_COLS if c in group_rows.columns), None)
     texts = [cut(v) for v in group_rows[text_col].to_list()] if text_col else [None] * size
+    if options.reward_clip is not None:
+        steps = (*_clip_lines(group_rows, options, filled.per_reward), *steps)
     summed = options.reward_cols if len(options.reward_cols) > 1 and not filled.per_reward else ()
     parts: list[tuple[float | None, ...]] = [()] * size
     if summed:
@@ -461,6 +463,31 @@ def explain_group(
         text_col=text_col,
         chosen=chosen,
         reward_cols=summed,
+    )
+
+
+def _clip_lines(
+    group_rows: pl.DataFrame, options: AdvantageOptions, per_reward: bool
+) -> tuple[str, ...]:
+    """The reward clip (``reward_clip``) and the rewards of the group it changed (the
+    combined reward's; each column's under GDPO)."""
+    lo, hi = options.reward_clip or (0.0, 0.0)
+    unclipped = replace(options, reward_clip=None)
+    names = options.reward_cols if per_reward else ("r",)
+    before = group_rows.select(
+        reward_parts(unclipped) if per_reward else combined_reward(unclipped)
+    )
+    after = group_rows.select(reward_parts(options) if per_reward else combined_reward(options))
+    changed = [
+        f"{name} {fmt(a)} -> {fmt(b)} (row {row})"
+        for name, was, now in zip(names, before.get_columns(), after.get_columns(), strict=True)
+        for a, b, row in zip(_floats(was), _floats(now), group_rows[ROW_KEY], strict=True)
+        if a != b
+    ]
+    what = "each reward column" if per_reward else "the reward r"
+    return (
+        f"{what} clamped to [{fmt(lo)}, {fmt(hi)}] before any statistic"
+        + (f": {', '.join(changed)}" if changed else ": none outside"),
     )
 
 
@@ -520,9 +547,7 @@ def _fill_in(
     lengths = None
     if options.length_col and options.length_col in rows.columns:
         lengths = _floats(rows[options.length_col])
-    read = rows.select(
-        reward_expr(c, options.nulls).alias(f"r{i}") for i, c in enumerate(options.reward_cols)
-    )
+    read = rows.select(reward.alias(f"r{i}") for i, reward in enumerate(reward_parts(options)))
     columns = [column.to_list() for column in read.get_columns()]
     shown = [where[row] for row in group_rows[ROW_KEY].to_list()]
     return fill_in(estimator, options, _floats(rows[REWARD_KEY]), groups, shown, lengths, columns)

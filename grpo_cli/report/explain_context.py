@@ -304,7 +304,13 @@ class ExplainContext(FormulaContext):
     shaped_clip: tuple[float, float] | None = None
     steps: list[str] = field(default_factory=list)
     row_named: list[Term] = field(default_factory=list)
-    _batch: dict[int, tuple[Term, dict[str, Term]]] = field(default_factory=dict)
+    _batch: dict[int, tuple[Term, dict[str, Term], int]] = field(default_factory=dict)
+
+    def with_spread(self, ddof: int, eps: float, eps_mode: str) -> ExplainContext:
+        """See :meth:`FormulaContext.with_spread`: eps shown as eps (``eps_w``); the steps
+        and batch lines shared."""
+        shown = Term([eps] * self.size, "eps", (eps,), unfolded=True)
+        return replace(self, ddof=ddof, eps=shown, eps_mode=eps_mode)  # type: ignore[arg-type]
 
     @property
     def size(self) -> int:
@@ -394,7 +400,7 @@ class ExplainContext(FormulaContext):
         """See :meth:`FormulaContext.batch_stat` (its definition, evaluated here), shown
         as ``mean_b``, ``var_b``, ...; a line of the steps states the batch statistics of
         each value asked about."""
-        _, stats = self._batch.setdefault(id(x), (x, {}))
+        _, stats, _ = self._batch.setdefault(id(x), (x, {}, self.ddof))
         if name not in stats:
             value = super().batch_stat(x, name)
             symbol = {"count": "n", "nonzero": "nonzero"}.get(name, name) + "_b"
@@ -405,11 +411,11 @@ class ExplainContext(FormulaContext):
         """One line per value whose batch statistics the formula read."""
         lines = []
         weighted = " (token-weighted)" if self.token_weighted and self.length is not None else ""
-        for x, stats in self._batch.values():
+        for x, stats, ddof in self._batch.values():
             count = sum(1 for v in x.values if v is not None)
             parts = []
             for name, term in stats.items():
-                label = f"{term.symbol} (ddof={self.ddof})" if name == "var" else term.symbol
+                label = f"{term.symbol} (ddof={ddof})" if name == "var" else term.symbol
                 parts.append(f"{label} = {fmt(_first(term))}")
             lines.append(
                 f"over the batch's {count} values of {render(x, None)}{weighted}: "
@@ -580,7 +586,8 @@ def _per_reward(
         f"n = {_count(ctx, first)} valid rewards; aggregation normalize_then_sum: each reward "
         "column is z-scored in the group on its own"
     ]
-    *zs, s = ctx.row_named
+    zs = [t for t in ctx.row_named if t.symbol == "z"]
+    s = next(t for t in reversed(ctx.row_named) if t.symbol == "s")
     for column, weight, r, z in zip(options.reward_cols, options.weights, rewards, zs, strict=True):
         n = _count(r, first)
         mean, var = (_first(r.reward_stat(name), first) for name in ("mean", "var"))
@@ -597,7 +604,7 @@ def _per_reward(
         else:
             lines.append(f"{head}, mean = {fmt(mean)}, std (ddof={ddof}) = {fmt(math.sqrt(var))}")
     flat, _, whitened = result.args
-    ((x, stats),) = ctx._batch.values()
+    ((x, stats, ddof),) = ctx._batch.values()
     count = sum(1 for v in x.values if v is not None)
     mean_b, var_b = _first(stats["mean"]), _first(stats["var"])
     weighting = " token-weighted" if options.token_weighted else ""
@@ -621,15 +628,30 @@ def _per_reward(
         if flat.values[i]:
             rows.append((f"{text}; every s of the batch is equal", 0.0))
             continue
-        spread = _wrap(whitened.args[1], i, ATOM)
-        rows.append(
-            (f"{text}; ({fmt(_first(x, i))} - {fmt(mean_b)}) / {spread}", _number(result, i))
-        )
+        centred = f"{fmt(_first(x, i))} - {fmt(mean_b)}"
+        spread = _divisor(whitened, i)
+        divided = centred if spread is None else f"({centred}) / {_wrap(spread, i, ATOM)}"
+        rows.append((f"{text}; {divided}", _number(result, i)))
     # the spreads in symbols: (std + eps), sqrt(var + eps), ... (the group's: of a named var)
-    spread = _wrap(ctx.norm(ctx.reward, _leaf(ctx.reward.values, "var")).args[1], None, ATOM)
-    batch = _wrap(whitened.args[1], None, ATOM)
-    formula_line = f"z_k = (r_k - mean_k) / {spread}; s = sum_k w_k z_k; A = (s - mean_b) / {batch}"
+    group = _divisor(ctx.norm(ctx.reward, _leaf(ctx.reward.values, "var")), None)
+    z_k = "r_k - mean_k" if group is None else f"(r_k - mean_k) / {_wrap(group, None, ATOM)}"
+    if options.estimator != "grpo":
+        z_k = f"{options.estimator} of r_k, {render(zs[0].args[0], None)}"
+    batch = _divisor(whitened, None)
+    a = "s - mean_b" if batch is None else f"(s - mean_b) / {_wrap(batch, None, ATOM)}"
+    formula_line = f"z_k = {z_k}; s = sum_k w_k z_k; A = {a}"
     return formula_line, tuple(lines), rows
+
+
+def _divisor(term: Term, row: int | None) -> Term | None:
+    """The divisor of a normalised ``term`` (:meth:`FormulaContext.norm`): of the branch
+    taken at ``row`` (in symbols: the general one) when it is a choice; None when nothing
+    divides (eps_mode ``center``, ``positive_std`` where var is 0)."""
+    if term.op == "where":
+        cond, then, otherwise = term.args
+        taken = otherwise if row is None or not cond.values[row] else then
+        return _divisor(taken, row)
+    return term.args[1] if term.op == "/" else None
 
 
 def _count(ctx: ExplainContext, row: int) -> int:
