@@ -18,7 +18,7 @@ into one group: :func:`check_batch_spans` refuses that for a batch column,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -212,10 +212,8 @@ class GroupSpans:
         """The spans ``found`` (:func:`spanning_groups`) of ``column``; ``first``: the
         first spanning row, holding the group key columns ``exact``."""
         count, _, values = found
-        if any(c.startswith("__grpo_") for c in exact):
-            fix = option(
-                "batch_col", column
-            )  # a derived key (verl's uid group): the layout adds it
+        if any(c.startswith("__grpo_") for c in exact):  # a derived key (verl's uid group)
+            fix = option("batch_col", column)  # the layout adds it
         else:
             fix = option("group_cols", (column, *exact), short=True)
         return cls(
@@ -270,16 +268,6 @@ def spanning_groups(
     values = collect(same_group.select(pl.col(column).unique().sort(nulls_last=True)))
     where = first if locator is None else int(frame.get_column(locator)[first])
     return spanning.height, where, tuple(values.get_column(column))
-
-
-def merge_spans(found: Iterable[Spanning | None]) -> Spanning | None:
-    """:func:`spanning_groups` of disjoint pieces (each group whole in one, by locator) as
-    one: the counts add, the first is at the smallest locator."""
-    parts = [f for f in found if f is not None]
-    if not parts:
-        return None
-    first = min(parts, key=lambda f: f[1])
-    return sum(f[0] for f in parts), first[1], first[2]
 
 
 def key_text(row: Mapping[str, Any], exact: Sequence[str]) -> str:
@@ -426,7 +414,8 @@ def piece_warnings(
 ) -> tuple[Message, ...]:
     """The warning lines of :func:`run_warnings` for an engine that computed the log in
     pieces (each group whole in one): from its ``merged`` run partials, the groups its
-    pieces found spanning the step column (:func:`merge_spans`) and the rows repeating the
+    pieces found spanning the step column
+    (:func:`grpo_cli.engines.narrow.merge_spans`) and the rows repeating the
     ``response`` id (count, locator of the first); ``row``: the input row at a locator,
     with its key columns and the response id (read only for a warning)."""
     exact, column = plan.keys.exact, step_column(plan)

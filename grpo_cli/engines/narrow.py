@@ -24,7 +24,7 @@ from grpo_cli.core.grouping import with_profile
 from grpo_cli.core.layouts import derived_column
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, resolve_keys, step_column
-from grpo_cli.core.run_summary import repeated_rows, response_expr
+from grpo_cli.core.run_summary import Spanning, repeated_rows, response_expr
 
 GROUP: Final = PART_GROUP
 CHECK: Final = PART_CHECK
@@ -136,3 +136,14 @@ def merge_repeats(found: Iterable[tuple[int, int] | None]) -> tuple[int, int] | 
     input is the smallest row."""
     parts = [f for f in found if f is not None]
     return (sum(c for c, _ in parts), min(r for _, r in parts)) if parts else None
+
+
+def merge_spans(found: Iterable[Spanning | None]) -> Spanning | None:
+    """:func:`grpo_cli.core.run_summary.spanning_groups` of disjoint pieces (each group
+    whole in one, by locator) as one: the counts add, the first is at the smallest
+    locator."""
+    parts = [f for f in found if f is not None]
+    if not parts:
+        return None
+    first = min(parts, key=lambda f: f[1])
+    return sum(f[0] for f in parts), first[1], first[2]

@@ -54,7 +54,6 @@ from grpo_cli.core.plan import Plan, hash_collision, step_column
 from grpo_cli.core.run_summary import (
     RunSummary,
     Spanning,
-    merge_spans,
     piece_warnings,
     response_id,
     spanning_groups,
@@ -76,6 +75,7 @@ from grpo_cli.engines.narrow import (
     hashed_key,
     inner_plan,
     merge_repeats,
+    merge_spans,
     needed_columns,
     piece_repeats,
     piece_run_partials,

@@ -38,10 +38,10 @@ from grpo_cli.core import metrics
 from grpo_cli.core.engine_options import ENGINES, EngineInfo
 from grpo_cli.core.errors import GrpoAdvError, InputError, Message, OptionsError, option
 from grpo_cli.core.plan import step_column
-from grpo_cli.core.run_summary import RunSummary, merge_spans, piece_warnings
+from grpo_cli.core.run_summary import RunSummary, piece_warnings
 from grpo_cli.engines import FileJob, ray_tasks
 from grpo_cli.engines.batch_partials import merged_stats, needs_batch_stats
-from grpo_cli.engines.narrow import merge_repeats
+from grpo_cli.engines.narrow import merge_repeats, merge_spans
 from grpo_cli.engines.ray_cluster import chain, import_ray, session
 from grpo_cli.engines.ray_tasks import PIECE_STRIDE, ROW_BITS, Piece, Shuffle
 from grpo_cli.io.read import scan_file
