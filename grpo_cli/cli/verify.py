@@ -19,7 +19,7 @@ from grpo_cli.cli.params import (
     policy_options,
 )
 from grpo_cli.core.errors import EXIT_DIFFERENT
-from grpo_cli.core.presets import FLOAT32_TOL, PRESETS
+from grpo_cli.core.presets import PRESETS
 from grpo_cli.io.formats import TABLE_FORMATS, describe
 
 
@@ -60,7 +60,7 @@ def verify_cmd(
             panel=OUTPUT,
             show_default=True,
         ),
-    ] = FLOAT32_TOL,
+    ] = 1e-5,
     top: Annotated[
         int,
         cli_option(
