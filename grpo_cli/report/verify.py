@@ -267,10 +267,10 @@ def verify_advantages(
     one_null = pl.when(stored.is_null() & new.is_null()).then(0.0).otherwise(float("inf"))
     diff = (stored - new).abs().fill_null(one_null).alias("abs_diff")  # two nulls agree
     over_tol = pl.col("abs_diff") > tol * pl.max_horizontal(1.0, new.abs())
-    beyond = beyond_float32(REWARD, RECOMPUTED, keys.exact, tol) if reward else pl.lit(False)
-    rows = collect(
-        pairs.with_columns(diff).with_columns(over=over_tol & ~beyond, aside=over_tol & beyond)
-    )
+    rows = collect(pairs.with_columns(diff).with_columns(over=over_tol, aside=False))
+    if reward and rows["over"].any():  # those in a group beyond float32 are set aside
+        beyond = beyond_float32(REWARD, RECOMPUTED, tol).over(keys.exact)
+        rows = rows.with_columns(over=pl.col("over") & ~beyond, aside=pl.col("over") & beyond)
     prompts = (pl.col(c).first() for c in shown_prompt)
     per_group, worst = largest_per_group(rows, keys.exact, pl.col("over"), top, *prompts)
     worst = worst.with_columns(  # a positional group's name: its prompt, shortened
@@ -311,7 +311,7 @@ def verify_advantages(
     )
 
 
-def beyond_float32(reward: str, advantage: str, keys: Sequence[str], tol: float) -> pl.Expr:
+def beyond_float32(reward: str, advantage: str, tol: float) -> pl.Expr:
     """Whether a row's group is beyond float32: float32's rounding of its rewards alone can
     move its advantages by more than ``tol`` (relative past 1), so a float32 trainer's
     numbers there are rounding noise, not its formula.
@@ -331,15 +331,15 @@ def beyond_float32(reward: str, advantage: str, keys: Sequence[str], tol: float)
     variance and cancels entirely in the same groups first. A group whose rewards are all
     equal (or one) is never beyond: its centred rewards are 0 in float32 too whenever its
     mean is exact (0/1 rewards), so its difference is a policy's (singleton, zero variance).
-    ``reward``, ``advantage``: the columns of the estimator's reward and the recomputed
-    advantage; ``keys``: the group key.
+    An aggregation over one group's rows (``group_by(key).agg`` or ``.over(key)``) of the
+    columns ``reward`` (the estimator's reward) and ``advantage`` (the recomputed one).
     """
     r, a = pl.col(reward), pl.col(advantage)
-    spread = (r - r.mean().over(keys)).abs().max().over(keys)
-    gain = a.abs().max().over(keys) / spread
-    error = FLOAT32_EPS * r.abs().max().over(keys) * gain
-    allowed = max(tol, FLOAT32_TOL) * pl.max_horizontal(1.0, a.abs().max().over(keys))
-    return ((spread > 0) & (error > allowed)).fill_null(False)
+    mean, largest = r.mean(), a.abs().max()
+    spread = pl.max_horizontal(r.max() - mean, mean - r.min())  # max |r - mean_g|
+    error = FLOAT32_EPS * r.abs().max() * largest / spread
+    allowed = max(tol, FLOAT32_TOL) * pl.max_horizontal(1.0, largest)
+    return ((spread > 0) & (error > allowed)).fill_null(False).alias("beyond_float32")
 
 
 def _beyond_warning(
