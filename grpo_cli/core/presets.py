@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     import polars as pl
 
+FLOAT32_TOL: Final = 1e-5
+"""What float32 trainers agree to, relative past 1: ``verify``'s default ``--tol``."""
 TRL_SOURCE = (
     "TRL v1.9.0 trl/trainer/grpo_trainer.py _generate_and_score_completions "
     "(weighted nansum, nanmean/nanstd per group of num_generations, + 1e-4, "
@@ -229,6 +231,11 @@ PRESETS: Final[dict[str, Preset]] = {
         ),
     )
 }
+
+
+PRESET_FIELDS: Final = frozenset(f for p in PRESETS.values() for f in p.options)
+"""The option fields some preset sets: how the advantage is computed, not where the log
+keeps its columns."""
 
 
 def get_preset(name: str) -> Preset:
