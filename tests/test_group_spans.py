@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import polars as pl
 import pytest
@@ -377,7 +377,8 @@ class TestWrongGroupingSaidOnce:
     ) -> None:
         frame = log(rows)
         if command == "verify":
-            frame = annotate(frame, **({"group_cols": grouping[1:]} if grouping else {})).frame
+            keys: dict[str, Any] = {"group_cols": grouping[1:]} if grouping else {}
+            frame = annotate(frame, **keys).frame
         source = write_csv(frame, tmp_path)
         extra = {
             "explain": ["--row", "0"],

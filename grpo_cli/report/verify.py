@@ -424,7 +424,9 @@ def _log_layout(frame: pl.DataFrame, first: str | None = None) -> str | None:
     """The trainer dump layout ``frame`` is in: ``first``'s when it fits, else the first
     preset layout (in table order) that fits; None when none does."""
     layouts = dict.fromkeys(p.layout for p in PRESETS.values() if p.layout is not None)
-    return next((lay for lay in (first, *layouts) if lay and detect_layout(frame, lay)), None)
+    return next(
+        (lay for lay in (first, *layouts) if lay and detect_layout(frame.columns, lay)), None
+    )
 
 
 def _candidate(
