@@ -35,6 +35,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from grpo_cli.core.errors import GrpoAdvError as GrpoAdvError
+    from grpo_cli.core.errors import GrpoAdvWarning as GrpoAdvWarning
     from grpo_cli.core.estimators import ESTIMATORS as ESTIMATORS
     from grpo_cli.core.options import AdvantageOptions as AdvantageOptions
     from grpo_cli.core.run_summary import group_table as group_table
@@ -52,6 +53,7 @@ _LAZY = {
     "compute_advantages": "grpo_cli.jobs.compute",
     "group_advantages": "grpo_cli.jobs.tensors",
     "GrpoAdvError": "grpo_cli.core.errors",
+    "GrpoAdvWarning": "grpo_cli.core.errors",
     "ESTIMATORS": "grpo_cli.core.estimators",
     "read_rewards": "grpo_cli.io.read",
     "run_job": "grpo_cli.jobs.run",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from typer.testing import CliRunner
@@ -14,7 +16,7 @@ from grpo_cli.core.errors import Message, OptionsError
 from grpo_cli.core.layouts import apply_layout
 from grpo_cli.core.presets import PRESETS
 from grpo_cli.jobs.pipeline import annotate
-from grpo_cli.report.verify import verify_advantages
+from grpo_cli.report.verify import beyond_float32, verify_advantages
 from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script, token_dump
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
@@ -531,3 +533,200 @@ class TestTokenLevelAdvantages:
         assert result.exit_code == 1, result.output
         assert result.stderr.splitlines()[0] == self.NOTE
         assert "rows over tolerance   │ 1" in result.stderr
+
+
+def verify_lines(runner: CliRunner, *args: str) -> tuple[int, list[str]]:
+    """``grpo-adv verify ARGS``: the exit code and the lines on stderr outside tables."""
+    result = runner.invoke(app, ["verify", *args])
+    drawn = "│┌└┏┡┃"
+    return result.exit_code, [
+        line for line in result.stderr.splitlines() if not line or line[0] not in drawn
+    ]
+
+
+VERL_FILES = "3 files (sample_data/verl_dump/1.jsonl ... sample_data/verl_dump/3.jsonl)"
+TRL_FILES = (
+    "2 files (sample_data/trl_completions/completions_00010.parquet ... "
+    "sample_data/trl_completions/completions_00020.parquet)"
+)
+TRL_GROUP_SIZE = "warning: inferred --group-size 4 from runs of equal prompts (TRL num_generations)"
+
+
+class TestVerifyNamesTheTrainer:
+    """Without --preset (and without an option a preset sets), or with --preset auto,
+    verify tries every preset the log has the inputs of and names those that match."""
+
+    @pytest.mark.parametrize("auto", [[], ["--preset", "auto"]])
+    def test_a_verl_dump_names_every_preset_that_matches(
+        self, runner: CliRunner, auto: list[str]
+    ) -> None:
+        # the closest first (verl: eps 1e-6 as logged); seed's eps 1e-8 and OpenRLHF's
+        # 1e-9 move these advantages by less than --tol; token-weighted presets need a
+        # length column, TRL's GDPO several rewards: not tried
+        code, lines = verify_lines(runner, "sample_data/verl_dump", *auto)
+        assert code == 0
+        assert lines == [
+            f"{VERL_FILES} vs verl: agree (tolerance 1e-05)",
+            "the logged advantages match --preset verl, --preset seed, --preset "
+            "openrlhf-group-norm: identical on this log",
+        ]
+
+    def test_a_trl_dump_with_its_weights_is_trl(self, runner: CliRunner) -> None:
+        # --reward-weights says where the log's numbers are, not how they are computed
+        code, lines = verify_lines(
+            runner, "sample_data/trl_completions", "--reward-weights", "1,0.5"
+        )
+        assert code == 0
+        assert lines == [
+            TRL_GROUP_SIZE,
+            f"{TRL_FILES} vs trl: agree (tolerance 1e-05)",
+            "the logged advantages match --preset trl",
+        ]
+
+    def test_no_preset_matching_names_the_closest(self, runner: CliRunner) -> None:
+        code, lines = verify_lines(runner, "sample_data/trl_completions")
+        assert code == 1
+        assert lines[:3] == [
+            TRL_GROUP_SIZE,
+            f"{TRL_FILES} vs trl: differ (tolerance 1e-05)",
+            "no preset reproduces the logged advantages; the closest is --preset trl: max "
+            "|difference| 0.387, 60 of 64 rows (94%) over tolerance",
+        ]
+        assert lines[-1].startswith("hint: 60 of 64 rows differ and 2 reward columns are summed")
+
+    def test_a_token_weighted_preset_is_tried_where_the_log_has_lengths(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        log = pl.read_parquet(SAMPLE_DIR / "rewards.parquet")
+        written = annotate(log, "openrlhf-reinforce-baseline", batch_col="step").frame
+        source = tmp_path / "whitened.parquet"
+        written.write_parquet(source)
+        code, lines = verify_lines(runner, str(source), "--batch-col", "step")
+        assert code == 0
+        assert lines == [
+            "warning: using the length column 'length' (--length-col names another)",
+            f"{source} vs openrlhf-reinforce-baseline: agree (tolerance 1e-05)",
+            "the logged advantages match --preset openrlhf-reinforce-baseline",
+        ]
+        written.drop("length").write_parquet(source)
+        code, lines = verify_lines(runner, str(source), "--batch-col", "step", "-q")
+        assert (code, lines) == (1, [])
+
+    def test_an_option_a_preset_sets_keeps_the_given_options(self, runner: CliRunner) -> None:
+        args = ["sample_data/openrlhf_log.jsonl", "-g", "prompt", "--eps", "1e-9"]
+        code, lines = verify_lines(runner, *args)
+        assert (code, lines) == (
+            0,
+            ["sample_data/openrlhf_log.jsonl vs the given options: agree (tolerance 1e-05)"],
+        )
+
+    def test_a_matching_preset_says_nothing_more(self, runner: CliRunner) -> None:
+        args = ["sample_data/openrlhf_log.jsonl", "-g", "prompt", "--preset", "openrlhf-group-norm"]
+        code, lines = verify_lines(runner, *args)
+        assert (code, lines) == (
+            0,
+            ["sample_data/openrlhf_log.jsonl vs openrlhf-group-norm: agree (tolerance 1e-05)"],
+        )
+
+    def test_a_wrong_preset_names_those_that_match(self, runner: CliRunner) -> None:
+        # verl-rloo's own trainer first (verl), then every other preset in table order
+        code, lines = verify_lines(runner, "sample_data/verl_dump", "--preset", "verl-rloo")
+        assert code == 1
+        assert lines[0] == f"{VERL_FILES} vs verl-rloo: differ (tolerance 1e-05)"
+        assert lines[-1] == (
+            "hint: the logged advantages match --preset verl, --preset seed, --preset "
+            "openrlhf-group-norm: identical on this log"
+        )
+
+
+def grpo_float32(rewards: Sequence[float], groups: Sequence[str], eps: float) -> list[float]:
+    """TRL's and verl's grpo as the trainers run it, in float32 (numpy standing in for
+    torch): ``(r - r.mean()) / (r.std(ddof=1) + eps)`` per group of float32 rewards."""
+    scores = np.asarray(rewards, dtype=np.float32)
+    advantages = np.zeros_like(scores)
+    for group in dict.fromkeys(groups):
+        rows = [i for i, g in enumerate(groups) if g == group]
+        x = scores[rows]
+        advantages[rows] = (x - x.mean()) / (x.std(ddof=1) + np.float32(eps))
+    return [float(a) for a in advantages]
+
+
+class TestFloat32Honesty:
+    SPREAD = (0.3, 1.1, 0.7, 1.9, 1.3, 0.4, 2.2, 0.9)  # not dyadic: float32 rounds them
+    GROUPS = ("a",) * 4 + ("b",) * 4
+
+    def float32_log(self, path: Path, base: float, eps: float) -> Path:
+        """A log a float32 trainer wrote: its float32 rewards and advantages."""
+        rewards = [float(np.float32(base + s)) for s in self.SPREAD]
+        advantages = grpo_float32(rewards, self.GROUPS, eps)
+        frame = {"prompt_id": list(self.GROUPS), "reward": rewards, "advantage": advantages}
+        pl.DataFrame(frame).write_csv(path)
+        return path
+
+    @pytest.mark.parametrize(("preset", "eps"), [("verl", 1e-6), ("trl", 1e-4)])
+    def test_rewards_near_1e6_are_beyond_float32_not_differing(
+        self, runner: CliRunner, tmp_path: Path, preset: str, eps: float
+    ) -> None:
+        log = self.float32_log(tmp_path / "log.csv", 1e6, eps)
+        code, lines = verify_lines(runner, str(log), "--preset", preset)
+        assert code == 0
+        assert lines == [
+            "warning: 1 group(s) beyond float32, their 4 row(s) over tolerance not counted: "
+            "rewards up to 1e+06 leave float32 a resolution of 2^-23 x 1e+06 = 0.12, which the "
+            "formula's gain makes more than --tol 1e-05 (their largest difference: 0.0866)",
+            f"{log} vs {preset}: agree (tolerance 1e-05)",
+        ]
+
+    def test_the_same_numbers_in_a_normal_range_still_differ(
+        self, runner: CliRunner, tmp_path: Path
+    ) -> None:
+        log = self.float32_log(tmp_path / "log.csv", 0.0, 1e-6)
+        code, lines = verify_lines(runner, str(log), "--preset", "verl")
+        assert (code, lines) == (0, [f"{log} vs verl: agree (tolerance 1e-05)"])
+        frame = pl.read_csv(log)
+        frame.with_columns(frame["advantage"].scatter(5, frame["advantage"][5] + 0.01)).write_csv(
+            log
+        )
+        result = runner.invoke(app, ["verify", str(log), "--preset", "verl"])
+        assert result.exit_code == 1
+        assert "rows over tolerance   │ 1" in result.stderr
+        assert "float32" not in result.stderr
+
+    def test_the_criterion_on_hand_built_groups(self) -> None:
+        """``2^-23 max|r_g| * max|A_g| / max|r_g - mean_g| > max(tol, 1e-5) max(1, max|A_g|)``:
+        0/1 rewards (grpo, eps 1e-6): 2^-23 * 1.732 = 2.1e-7, within float32; 1e6 + 0/1:
+        2^-23 * 1e6 * 1.732 = 0.21; 0.5 + 0/1e-7: 2^-23 * 0.5 * 0.0473 / 5e-8 = 0.056; a
+        group of equal rewards: never."""
+        std, near = 0.5773502691896258, 5.773502691896258e-8
+        binary = [x / (std + 1e-6) for x in (0.5, -0.5, -0.5, 0.5)]
+        tiny = [x / (near + 1e-6) for x in (-5e-8, 5e-8, -5e-8, 5e-8)]
+        frame = pl.DataFrame(
+            {
+                "g": [g for g in "abcd" for _ in range(4)],
+                "r": [1.0, 0.0, 0.0, 1.0]
+                + [1e6 + r for r in (1, 0, 0, 1)]
+                + [0.5 + r for r in (0, 1e-7, 0, 1e-7)]
+                + [1e6] * 4,
+                "a": [*binary, *binary, *tiny, *[0.0] * 4],
+            }
+        )
+
+        def beyond(tol: float) -> list[bool]:
+            groups = frame.group_by("g", maintain_order=True)
+            return groups.agg(beyond_float32("r", "a", tol))["beyond_float32"].to_list()
+
+        assert beyond(1e-5) == [False, True, True, False]
+        assert beyond(0.1) == [False, True, False, False]  # 0.056 < 0.1
+        assert beyond(1e-12) == [False, True, True, False]  # 1e-5 at least: 2.1e-7 is float32's own
+
+    def test_tol_is_relative_past_one(self) -> None:
+        # dr_grpo on [0, 10]: advantages -5, 5; within 1e-5 * 5 of 5 agrees
+        frame = pl.DataFrame({"prompt_id": ["p", "p"], "reward": [0.0, 10.0]})
+        for logged, rows_over in ((5 + 4e-5, 0), (5 + 6e-5, 1)):
+            log = frame.with_columns(advantage=pl.Series([-5.0, logged]))
+            report = verify_advantages(log, estimator="dr_grpo")
+            assert report.rows_over == rows_over
+            assert report.max_abs_diff == pytest.approx(logged - 5)
+        small = pl.DataFrame({"prompt_id": ["p", "p"], "reward": [0.0, 1.0]})
+        near_zero = small.with_columns(advantage=pl.Series([-0.5, 0.5 + 2e-5]))
+        assert verify_advantages(near_zero, estimator="dr_grpo").rows_over == 1  # |A| < 1

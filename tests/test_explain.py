@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -246,7 +247,7 @@ def test_explain_shows_the_reward_clip_and_the_whiten_stage() -> None:
     """The reward clip names the rewards it changed; the whiten stage its batch numbers
     with its own ddof and eps (not the group's)."""
     log = pl.DataFrame({"prompt_id": ["a"] * 4 + ["b"] * 4, "reward": [1.0, 0, 0, 25, 0, 0, 1, 1]})
-    options = {
+    options: dict[str, Any] = {
         "reward_clip": (-20.0, 20.0),
         "whiten": True,
         "whiten_ddof": 0,

@@ -83,7 +83,7 @@ class TestPrefix:
         )
         result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--group", "alphab"])
         assert result.exit_code == 0, result.output
-        assert lines(result.output)[:2] == [
+        assert lines(result.stdout)[:2] == [
             "group prompt_id=alphabet: 1 response",
             "  --group 'alphab': the only group whose key starts that way",
         ]
@@ -146,11 +146,11 @@ class TestRow:
             app, ["explain", str(log_csv), *POOLED, "--row", str(row)], env={"COLUMNS": "200"}
         )
         assert result.exit_code == 0, result.output
-        assert lines(result.output)[:2] == [
+        assert lines(result.stdout)[:2] == [
             f"group prompt_id={key}: {len(rows)} responses",
             f"  --row {row}: the group of input row {row}",
         ]
-        assert [r["row"] for r in table(result.output)] == rows
+        assert [r["row"] for r in table(result.stdout)] == rows
 
     def test_past_the_end(self, runner: CliRunner, log_csv: Path) -> None:
         result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--row", "10"])
@@ -176,8 +176,8 @@ class TestRow:
             app, ["explain", str(folder), *POOLED, "--row", "9"], env={"COLUMNS": "200"}
         )
         assert result.exit_code == 0, result.output
-        assert lines(result.output)[0] == "group prompt_id=gamma: 3 responses"
-        assert [r["row"] for r in table(result.output)] == ["4", "5", "9"]
+        assert lines(result.stdout)[0] == "group prompt_id=gamma: 3 responses"
+        assert [r["row"] for r in table(result.stdout)] == ["4", "5", "9"]
 
     def test_positional_groups(self, runner: CliRunner) -> None:
         args = ["explain", str(SAMPLE_DIR / "trl_completions"), "--preset", "trl"]
@@ -197,7 +197,7 @@ class TestPick:
         )
         result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--pick", "worst"])
         assert result.exit_code == 0, result.output
-        assert lines(result.output)[0] == "group prompt_id=gamma: 3 responses"
+        assert lines(result.stdout)[0] == "group prompt_id=gamma: 3 responses"
 
     def test_worst_on_the_sample(self) -> None:
         frame = pl.read_parquet(SAMPLE_FILES["parquet"])
@@ -220,7 +220,7 @@ class TestPick:
         assert [r.advantage for r in explanation.rows] == [0.0, 0.0]
         result = runner.invoke(app, ["explain", str(log_csv), *POOLED, "--pick", "zero-variance"])
         assert result.exit_code == 0, result.output
-        assert lines(result.output)[:2] == [
+        assert lines(result.stdout)[:2] == [
             "group prompt_id=beta: 2 responses",
             "  --pick zero-variance: the first group whose valid rewards (two or more) are equal",
         ]
@@ -337,10 +337,10 @@ class TestCompositeKeys:
         args = ["explain", str(path), "-g", "step", "-g", "prompt"]
         result = runner.invoke(app, [*args, "--group", "step=2", "--group", "prompt=a, b"])
         assert result.exit_code == 0, result.output
-        assert lines(result.output)[0] == "group step=2, prompt=a, b: 1 response"
+        assert lines(result.stdout)[0] == "group step=2, prompt=a, b: 1 response"
         old = runner.invoke(app, [*args, "--group", "2,c"])  # the comma form still works
         assert old.exit_code == 0, old.output
-        assert lines(old.output)[0] == "group step=2, prompt=c: 1 response"
+        assert lines(old.stdout)[0] == "group step=2, prompt=c: 1 response"
 
     def test_the_comma_form_cannot_hold_commas(self) -> None:
         with pytest.raises(InputError) as info:

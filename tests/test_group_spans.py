@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import polars as pl
 import pytest
@@ -21,7 +21,7 @@ from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.jobs.pipeline import annotate
 from grpo_cli.report.summarize import summarize
 from grpo_cli.report.verify import verify_advantages
-from tests.conftest import SAMPLE_DIR, cli_error, cli_text
+from tests.conftest import SAMPLE_DIR, cli_error, cli_text, import_or_skip
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
 EPS = 1e-6  # the verl preset's epsilon
@@ -319,6 +319,79 @@ class TestExplicitPoolingWarns:
 
     def test_positional_groups_are_not_checked(self) -> None:
         assert annotate(log(RESAMPLED), group_size=2).warnings == ()
+
+
+# Every (step, prompt) group holds one response: a per-response id taken for the prompt's.
+SINGLES = [(1, "r1", 1.0), (1, "r2", 0.0), (2, "r3", 0.5), (2, "r4", 1.0)]
+SINGLES_WARNING = (
+    "warning: 4 of 4 groups (by step, prompt_id) hold a single response: the group key is "
+    "probably wrong (a group is one prompt's responses; name it with --group-col)"
+)
+WRONG_GROUPINGS = [
+    pytest.param(RESAMPLED, POOLED, WARNING.rstrip("\n"), id="spans"),
+    pytest.param(SINGLES, (), SINGLES_WARNING, id="singles"),
+]
+
+
+class TestWrongGroupingSaidOnce:
+    """Groups pooled across steps, and a key that makes every group one response: one
+    line, worded alike, from every engine and every command (a hand-built log)."""
+
+    @pytest.mark.parametrize(("rows", "grouping", "expected"), WRONG_GROUPINGS)
+    @pytest.mark.parametrize(
+        "engine",
+        [
+            pytest.param([], id="polars"),
+            pytest.param(["--backend", "torch"], id="torch"),
+            pytest.param(["--low-memory"], id="low_memory", marks=pytest.mark.slow),
+        ],
+    )
+    def test_compute_on_every_engine(
+        self,
+        runner: CliRunner,
+        tmp_path: Path,
+        engine: list[str],
+        rows: list[tuple[int, str, float]],
+        grouping: tuple[str, ...],
+        expected: str,
+    ) -> None:
+        if "torch" in engine:
+            import_or_skip("torch")
+        source = tmp_path / "log.parquet"
+        log(rows).write_parquet(source)
+        out = ["-o", str(tmp_path / "out.parquet")]
+        result = runner.invoke(app, ["compute", str(source), *grouping, *engine, *out])
+        assert result.exit_code == 0, result.stderr
+        assert warning_lines(result.stderr) == [expected]
+
+    @pytest.mark.parametrize(("rows", "grouping", "expected"), WRONG_GROUPINGS)
+    @pytest.mark.parametrize("command", ["verify", "summarize", "explain", "plot"])
+    def test_every_command(
+        self,
+        runner: CliRunner,
+        tmp_path: Path,
+        command: str,
+        rows: list[tuple[int, str, float]],
+        grouping: tuple[str, ...],
+        expected: str,
+    ) -> None:
+        frame = log(rows)
+        if command == "verify":
+            keys: dict[str, Any] = {"group_cols": grouping[1:]} if grouping else {}
+            frame = annotate(frame, **keys).frame
+        source = write_csv(frame, tmp_path)
+        extra = {
+            "explain": ["--row", "0"],
+            "plot": ["-o", str(tmp_path / "p.png")],
+        }.get(command, [])
+        if command == "plot":
+            import_or_skip("matplotlib")
+        result = runner.invoke(app, [command, source, *grouping, *extra])
+        assert result.exit_code == 0, result.stderr
+        assert warning_lines(result.stderr) == [expected]
+        again = ["-f"] if command == "plot" else []
+        quiet = runner.invoke(app, [command, source, *grouping, *extra, *again, "-q"])
+        assert quiet.exit_code == 0 and warning_lines(quiet.stderr) == []
 
 
 class TestSummarizePositionalGroups:

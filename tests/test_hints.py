@@ -48,14 +48,24 @@ class TestSiblingPresets:
         assert siblings("verl-rloo")[0] == "verl"
         assert "openrlhf-group-norm" not in siblings("trl")
 
-    @pytest.mark.parametrize("written", ["trl-batch", "trl-none", "trl-gdpo"])
-    def test_verify_names_the_preset_that_matches(self, written: str) -> None:
+    @pytest.mark.parametrize(
+        ("written", "matching"),
+        [
+            ("trl-batch", "--preset trl-batch"),
+            # r - mean_g: the same numbers as every trainer's Dr. GRPO, the trainer's first
+            ("trl-none", "--preset trl-none, --preset verl-dr-grpo, --preset openrlhf-dr-grpo"),
+            ("trl-gdpo", "--preset trl-gdpo"),
+        ],
+    )
+    def test_verify_names_the_presets_that_match(self, written: str, matching: str) -> None:
         report = verify_advantages(logged_as(written), "trl", reward_weights=WEIGHTS)
         assert not report.agree
+        same = ": identical on this log" if "," in matching else ""
         assert tuple(map(cli_text, report.hints)) == (
-            f"the logged advantages match --preset {written}",
+            f"the logged advantages match {matching}{same}",
         )
-        assert str(report.hints[0]) == f"the logged advantages match preset={written}"
+        if not same:
+            assert str(report.hints[0]) == f"the logged advantages match preset={written}"
 
     def test_the_named_preset_does_agree(self) -> None:
         report = verify_advantages(logged_as("trl-batch"), "trl-batch", reward_weights=WEIGHTS)

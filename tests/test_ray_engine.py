@@ -30,6 +30,8 @@ from grpo_cli.cli import app
 from grpo_cli.core.errors import Message
 from grpo_cli.jobs.pipeline import annotate
 from tests.conftest import ROOT, import_or_skip
+from tests.test_group_spans import WRONG_GROUPINGS
+from tests.test_group_spans import log as group_log
 
 ray = import_or_skip("ray")
 
@@ -225,6 +227,29 @@ class TestSameAsPolars:
             if line.startswith("warning:") and "repeat" in line
         ]
         assert found == [f"warning: {expected[0]}"]
+
+    @pytest.mark.parametrize(("rows", "grouping", "expected"), WRONG_GROUPINGS)
+    def test_wrong_grouping_is_the_same_warning(
+        self,
+        runner: CliRunner,
+        tmp_path: Path,
+        rows: list[tuple[int, str, float]],
+        grouping: tuple[str, ...],
+        expected: str,
+    ) -> None:
+        """Groups pooled across steps and a key that makes every group one response, each
+        step a shard (a pooled group's rows in several pieces): the in-memory engine's
+        line, found by the partitions, its first row read back from its piece."""
+        folder = tmp_path / "in"
+        folder.mkdir()
+        frame = group_log(rows)
+        for k, step in enumerate(frame["step"].unique(maintain_order=True)):
+            frame.filter(pl.col("step") == step).write_parquet(folder / f"{k}.parquet")
+        out = str(tmp_path / "out")
+        result = run_cli(runner, "compute", str(folder), *grouping, "--backend", "ray", "-o", out)
+        assert result.exit_code == 0, result.output
+        warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+        assert warned == [expected]
 
     def test_run_summary_and_group_table(self, tmp_path: Path) -> None:
         """The figures come from per-block partials merged on the driver; the per-group

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -242,6 +243,35 @@ def test_prompt_ids_and_integer_groups_give_the_same() -> None:
     by_array = group_advantages(**call, prompt_ids=log["prompt_id"].to_numpy())
     assert_same(by_ids, by_codes, tol=0.0)
     assert_same(by_array, by_codes, tol=0.0)
+
+
+ONE_RESPONSE = (
+    "{singles} of {groups} groups (by {given}) hold a single response: the group key is "
+    "probably wrong (a group is one prompt's responses; name it with groups or prompt_ids)"
+)
+
+
+def test_a_group_per_response_warns_once_a_call() -> None:
+    """A per-response id passed as the groups: one GrpoAdvWarning a call, worded as the
+    CLI's warning, at the caller's line; whole groups, group_size and estimators without
+    groups: none."""
+    from grpo_cli import GrpoAdvWarning
+
+    rewards = torch.tensor([1.0, 0.0, 0.5, 1.0])
+    with pytest.warns(GrpoAdvWarning) as caught:
+        group_advantages(rewards, torch.arange(4))
+        group_advantages(rewards, prompt_ids=["a", "b", "c", "c"])
+    assert [str(w.message) for w in caught] == [
+        ONE_RESPONSE.format(singles=4, groups=4, given="groups"),
+        ONE_RESPONSE.format(singles=2, groups=3, given="prompt_ids"),
+    ]
+    assert {w.filename for w in caught} == {__file__}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        group_advantages(rewards, torch.tensor([0, 0, 1, 1]))
+        group_advantages(rewards, prompt_ids=["a", "a", "a", "b"])  # half: not more
+        group_advantages(rewards, group_size=2)
+        group_advantages(rewards, torch.arange(4), estimator="reinforce_pp")
 
 
 def test_dense_index_is_torch_unique_inverse() -> None:

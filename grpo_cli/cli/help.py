@@ -37,6 +37,8 @@ compute
       bounded memory (logs larger than memory)
 
 verify
+  grpo-adv verify sample_data/verl_dump
+      which trainer wrote it: every preset that reproduces it
   grpo-adv verify sample_data/verl_dump --preset verl
       a verl rollout dump
   grpo-adv verify sample_data/trl_completions --preset trl --group-size 4 --reward-weights 1,0.5

@@ -324,16 +324,19 @@ def print_figures(
 
 
 def render_verify_report(
-    console: Console, report: VerifyReport, *, preset: str | None, source: str, spell: Spelling
+    console: Console, report: VerifyReport, *, source: str, spell: Spelling
 ) -> None:
-    """The outcome of ``verify``: agreement figures, the worst groups and the report's
-    hints (``hint: ...``, one line each)."""
+    """The outcome of ``verify``: agreement figures (after ``--preset auto``'s line naming
+    the presets that match), the worst groups and the report's hints (``hint: ...``, one
+    line each)."""
     verdict = "[bold green]agree[/]" if report.agree else "[bold red]differ[/]"
     console.print(
-        f"{escape(source)} vs {preset or 'the given options'}: {verdict} "
+        f"{escape(source)} vs {report.preset or 'the given options'}: {verdict} "
         f"(tolerance {report.tol:g})",
         emoji=False,
     )
+    if report.found is not None:
+        console.print(escape(as_text(report.found).render(spell)), emoji=False)
     figures = [
         ("recomputed as", escape(describe_method(report.options, report.layout))),
         ("rows compared", f"{report.rows:,}"),

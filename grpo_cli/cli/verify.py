@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.help import INPUT, OUTPUT
+from grpo_cli.cli.help import INPUT, OUTPUT, POLICIES
 from grpo_cli.cli.params import (
     Force,
     InputFormat,
     PolicyParams,
-    Preset,
     Quiet,
     Sources,
     cli_option,
@@ -20,13 +19,25 @@ from grpo_cli.cli.params import (
     policy_options,
 )
 from grpo_cli.core.errors import EXIT_DIFFERENT
+from grpo_cli.core.presets import PRESETS
 from grpo_cli.io.formats import TABLE_FORMATS, describe
 
 
 @policy_options()
 def verify_cmd(
     sources: Sources = None,
-    preset: Preset = None,
+    preset: Annotated[
+        str | None,
+        cli_option(
+            "--preset",
+            metavar="NAME",
+            help=f"The trainer to compare with: {', '.join(PRESETS)} (see grpo-adv presets); "
+            "auto (the default unless an option a preset sets is given): try every preset "
+            "and name those that match. Explicit options override it.",
+            complete=[*PRESETS, "auto"],
+            panel=POLICIES,
+        ),
+    ] = None,
     advantage_col: Annotated[
         str | None,
         cli_option(
@@ -42,7 +53,10 @@ def verify_cmd(
         cli_option(
             "--tol",
             metavar="FLOAT",
-            help="Largest absolute difference that still agrees (float32 trainers: ~1e-5).",
+            help="Largest difference that still agrees, relative past 1: |logged - "
+            "recomputed| <= tol * max(1, |recomputed|) (float32 trainers: ~1e-5). Groups "
+            "float32 cannot compute within it (rewards near 1e6 with a spread near 1) are "
+            "set aside with a warning.",
             panel=OUTPUT,
             show_default=True,
         ),
@@ -75,7 +89,8 @@ def verify_cmd(
 ) -> None:
     """Recompute advantages and compare them with a logged advantage column.
 
-    Exits 0 when every row agrees within --tol, 1 when some do not.
+    Exits 0 when every row agrees within --tol (under --preset auto: when a preset
+    matches), 1 when some do not.
     """
     from grpo_cli.cli.render import print_warnings, render_verify_report, stderr_console, warner
     from grpo_cli.report.verify import run_verify
@@ -97,9 +112,7 @@ def verify_cmd(
     if not quiet:
         console = stderr_console()
         print_warnings(console, report.warnings)
-        render_verify_report(
-            console, report, preset=preset, source=result.source, spell=flag_spelling
-        )
+        render_verify_report(console, report, source=result.source, spell=flag_spelling)
         if result.diff_written is not None:
             console.print(f"{report.rows_over:,} differing row(s) written to {result.diff_written}")
     if not report.agree:

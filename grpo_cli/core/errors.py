@@ -161,6 +161,11 @@ def join(separator: str, items: Iterable[str | OptionRef | Text]) -> Text:
     return joined
 
 
+class GrpoAdvWarning(UserWarning):
+    """What the Python API warns about (a grouping that is probably wrong); silence it
+    with ``warnings.filterwarnings("ignore", category=GrpoAdvWarning)``."""
+
+
 class Terminated(BaseException):
     """Raised by the SIGTERM handler, so that cleanup runs as for Ctrl-C."""
 

@@ -412,6 +412,13 @@ def finish(merged: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
     return merged.select(*by, *(expr.alias(name) for name, expr in figures.items()))
 
 
+def one_row_groups(merged: pl.DataFrame) -> int:
+    """The groups of one row, from the size histogram of one row of merged partials."""
+    entries = merged.get_column(SIZE_HIST)[0]
+    ones = entries.filter(entries.struct.field(_SIZE) == 1).struct.field(_COUNT)
+    return int(ones.sum())
+
+
 def _median() -> pl.Expr:
     """The median group size from the size histogram: the mean of the sizes at the two
     middle positions of the groups sorted by size (null without groups)."""

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     import polars as pl
 
+FLOAT32_TOL: Final = 1e-5
+"""What float32 trainers agree to, relative past 1: ``verify``'s default ``--tol``."""
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -577,6 +580,11 @@ PRESETS: Final[dict[str, Preset]] = {
         ),
     )
 }
+
+
+PRESET_FIELDS: Final = frozenset(f for p in PRESETS.values() for f in p.options)
+"""The option fields some preset sets: how the advantage is computed, not where the log
+keeps its columns."""
 
 
 def get_preset(name: str) -> Preset:

@@ -18,7 +18,7 @@ into one group: :func:`check_batch_spans` refuses that for a batch column,
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -117,11 +117,11 @@ class RunSummary:
     reward_std: float | None
     advantage_min: float | None
     advantage_max: float | None
-    repeats: Repeats | None = None  # counted by the file engines (see engine_warnings)
+    notices: tuple[Message, ...] = ()  # a file engine's warnings (see piece_warnings)
 
     def engine_warnings(self) -> tuple[Message, ...]:
         """The warnings a file engine found while computing."""
-        return () if self.repeats is None else (self.repeats.warning(),)
+        return self.notices
 
     @classmethod
     def from_partials(cls, merged: pl.DataFrame) -> RunSummary:
@@ -174,6 +174,9 @@ def summarize_run(annotated: pl.LazyFrame, plan: Plan) -> RunSummary:
     return RunSummary.from_partials(merged)
 
 
+Spanning = tuple[int, int, tuple[Any, ...]]  # groups, the first row's locator, its values
+
+
 @dataclass(frozen=True)
 class GroupSpans:
     """``count`` groups (by ``key``, as shown) whose rows fall in several values of
@@ -194,50 +197,77 @@ class GroupSpans:
             f"{self.count:,} group{plural} (by {self.key}) {verb} several values of {self.column}"
         )
 
+    def warning(self) -> Message:
+        """The one warning line: the groups are pooled across the column's values."""
+        pooled = "is" if self.count == 1 else "are"
+        return (
+            f"{self.describe()} and {pooled} pooled across them (first: {self.example}); "
+            f"to group within each {self.column}: " + self.fix
+        )
+
+    @classmethod
+    def of(
+        cls, found: Spanning, column: str, first: Mapping[str, Any], exact: Sequence[str]
+    ) -> GroupSpans:
+        """The spans ``found`` (:func:`spanning_groups`) of ``column``; ``first``: the
+        first spanning row, holding the group key columns ``exact``."""
+        count, _, values = found
+        if any(c.startswith("__grpo_") for c in exact):  # a derived key (verl's uid group)
+            fix = option("batch_col", column)  # the layout adds it
+        else:
+            fix = option("group_cols", (column, *exact), short=True)
+        return cls(
+            count=count,
+            column=column,
+            key=", ".join(DISPLAY_NAMES.get(c, c) for c in exact),
+            example=f"{key_text(first, exact)} in {column} {_value_list(list(values))}",
+            fix=fix,
+        )
+
 
 def group_spans(frame: pl.DataFrame, keys: Keys, column: str) -> GroupSpans | None:
     """The groups of ``frame`` (with the columns of ``keys``) whose rows hold several values
     of ``column``, or None. One cheap pass first (the engine's flag,
     :func:`grpo_cli.core.plan.span_flag`, or :func:`_pairs_outnumber_groups`); the key is
     grouped only when some group spans."""
-    flag = span_flag_column(column)
-    if flag in frame.columns:
-        if not frame.get_column(flag).any():
-            return None
-    elif keys.hashed and not _pairs_outnumber_groups(frame, column):
+    flagged = span_flag_column(column) in frame.columns
+    if not flagged and keys.hashed and not _pairs_outnumber_groups(frame, column):
         return None
-    group = list(keys.group)
+    found = spanning_groups(frame, keys.group, column)
+    if found is None:
+        return None
+    return GroupSpans.of(found, column, frame.row(found[1], named=True), keys.exact)
+
+
+def spanning_groups(
+    frame: pl.DataFrame, group: Sequence[str], column: str, locator: str | None = None
+) -> Spanning | None:
+    """The groups (by ``group``) of ``frame`` whose rows hold several values of ``column``
+    (null is a value), or None: their count, the first such row (its position, or its
+    ``locator`` column's value where smallest) and that group's values, sorted. With the
+    engine's flag (:func:`grpo_cli.core.plan.span_flag`) and no row flagged, no grouping."""
+    flag = span_flag_column(column)
+    if flag in frame.columns and not frame.get_column(flag).any():
+        return None
+    keys = list(group)
     spanning = (
         frame.lazy()
-        .group_by(group)
+        .group_by(keys)
         .agg(pl.col(column).n_unique().alias(SPAN_VALUES))
         .filter(pl.col(SPAN_VALUES) > 1)
-        .select(group)
+        .select(keys)
         .collect(engine="streaming")
     )
     if spanning.height == 0:
         return None
     rows = frame.lazy().with_row_index(SPAN_ROW)
-    first = collect(
-        rows.join(spanning.lazy(), on=group, how="semi").select(pl.col(SPAN_ROW).min())
-    ).item()
-    one = frame.slice(first, 1)
-    same_group = frame.lazy().join(one.lazy().select(group), on=group, how="semi")
-    unique = collect(same_group.select(pl.col(column).unique().sort(nulls_last=True)))
-    values = unique.get_column(column).to_list()
-    names = [DISPLAY_NAMES.get(c, c) for c in keys.exact]
-    example = key_text(one.row(0, named=True), keys.exact)
-    if any(c.startswith("__grpo_") for c in keys.exact):
-        fix = option("batch_col", column)  # a derived key (verl's uid group): the layout adds it
-    else:
-        fix = option("group_cols", (column, *keys.exact), short=True)
-    return GroupSpans(
-        count=spanning.height,
-        column=column,
-        key=", ".join(names),
-        example=f"{example} in {column} {_value_list(values)}",
-        fix=fix,
-    )
+    order = pl.col(SPAN_ROW if locator is None else locator)
+    found = rows.join(spanning.lazy(), on=keys, how="semi")
+    first = collect(found.select(pl.col(SPAN_ROW).get(order.arg_min()))).item()
+    same_group = frame.lazy().join(frame.slice(first, 1).lazy().select(keys), on=keys, how="semi")
+    values = collect(same_group.select(pl.col(column).unique().sort(nulls_last=True)))
+    where = first if locator is None else int(frame.get_column(locator)[first])
+    return spanning.height, where, tuple(values.get_column(column))
 
 
 def key_text(row: Mapping[str, Any], exact: Sequence[str]) -> str:
@@ -361,33 +391,74 @@ def check_batch_spans(frame: pl.DataFrame, plan: Plan) -> None:
 
 
 def span_warnings(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
-    """Warning lines: a batch-level estimator without a batch column on a log with a
-    step-like column; groups spanning that column; more than half of the groups holding
-    one response (a wrong key); repeated response ids (:func:`repeat_warning`)."""
+    """The warning lines of :func:`run_warnings` for an annotated in-memory ``frame`` (with
+    its key and group profile columns) made by ``plan``."""
+    column = step_column(plan)
+    spans = None if column is None else group_spans(frame, plan.keys, column)
+    singles = groups = 0
+    if keyed_groups(plan) and SIZE_KEY in frame.columns and frame.height:
+        size = pl.col(SIZE_KEY).cast(pl.Float64)
+        groups, singles = frame.select(
+            (1.0 / size).sum().round().cast(pl.Int64), (size == 1).sum().cast(pl.Int64)
+        ).row(0)
+    return run_warnings(plan, spans, singles, groups, repeat_warning(frame, plan))
+
+
+def piece_warnings(
+    plan: Plan,
+    merged: pl.DataFrame,
+    spanned: Spanning | None,
+    repeats: tuple[int, int] | None,
+    response: str | None,
+    row: Callable[[int], Mapping[str, Any]],
+) -> tuple[Message, ...]:
+    """The warning lines of :func:`run_warnings` for an engine that computed the log in
+    pieces (each group whole in one): from its ``merged`` run partials, the groups its
+    pieces found spanning the step column
+    (:func:`grpo_cli.engines.narrow.merge_spans`) and the rows repeating the
+    ``response`` id (count, locator of the first); ``row``: the input row at a locator,
+    with its key columns and the response id (read only for a warning)."""
+    exact, column = plan.keys.exact, step_column(plan)
+    spans = None
+    if spanned is not None and column is not None:
+        spans = GroupSpans.of(spanned, column, row(spanned[1]), exact)
+    found: tuple[Message, ...] = ()
+    if repeats is not None and response is not None:
+        found = (Repeats.of(repeats[0], response, row(repeats[1]), exact).warning(),)
+    groups = int(merged.get_column(metrics.GROUPS)[0] or 0) if keyed_groups(plan) else 0
+    singles = metrics.one_row_groups(merged) if groups else 0
+    return run_warnings(plan, spans, singles, groups, found)
+
+
+def run_warnings(
+    plan: Plan,
+    spans: GroupSpans | None,
+    singles: int,
+    groups: int,
+    repeats: tuple[Message, ...],
+) -> tuple[Message, ...]:
+    """Every engine's warning lines, in this order: a batch-level estimator without a batch
+    column on a log with a step-like column; groups spanning that column (``spans``); more
+    than half of the ``groups`` holding one row (``singles``: a wrong key); the
+    ``repeats`` of response ids (:class:`Repeats`)."""
+    key = ", ".join(readable(c) for c in plan.options.group_cols)
     return (
         *_batch_warnings(plan),
-        *_span_warning(frame, plan),
-        *_singleton_warning(frame, plan),
-        *repeat_warning(frame, plan),
+        *(() if spans is None else (spans.warning(),)),
+        *singleton_warning(singles, groups, key, option("group_cols")),
+        *repeats,
     )
 
 
-def _singleton_warning(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
-    """More than half of the groups hold one response: the key is probably wrong."""
-    if not keyed_groups(plan) or SIZE_KEY not in frame.columns or frame.height == 0:
+def singleton_warning(singles: int, groups: int, key: str, fix: Message) -> tuple[Message, ...]:
+    """The line when more than half of the ``groups`` (by ``key``, as shown) hold one
+    response (``singles``): the key is probably a per-response id; ``fix``: how to name
+    the prompt's. Nothing without groups."""
+    if not groups or singles * 2 <= groups:
         return ()
-    size = pl.col(SIZE_KEY).cast(pl.Float64)
-    groups, singletons = frame.select(
-        (1.0 / size).sum().round().cast(pl.Int64), (size == 1).sum().cast(pl.Int64)
-    ).row(0)
-    if not groups or singletons * 2 <= groups:
-        return ()
-    key = ", ".join(readable(c) for c in plan.options.group_cols)
     return (
-        f"{singletons:,} of {groups:,} groups (by {key}) hold a single response: the group "
-        "key is probably wrong (a group is one prompt's responses; name it with "
-        + option("group_cols")
-        + ")",
+        f"{singles:,} of {groups:,} groups (by {key}) hold a single response: the group key "
+        "is probably wrong (a group is one prompt's responses; name it with " + fix + ")",
     )
 
 
@@ -401,16 +472,4 @@ def _batch_warnings(plan: Plan) -> tuple[Message, ...]:
         + " is given: the whole "
         f"log is one batch; {column!r} looks like the batch (a trainer computes per step): "
         + option("batch_col", column),
-    )
-
-
-def _span_warning(frame: pl.DataFrame, plan: Plan) -> tuple[Message, ...]:
-    column = step_column(plan)
-    spans = None if column is None else group_spans(frame, plan.keys, column)
-    if spans is None:
-        return ()
-    pooled = "is" if spans.count == 1 else "are"
-    return (
-        f"{spans.describe()} and {pooled} pooled across them (first: {spans.example}); "
-        f"to group within each {spans.column}: " + spans.fix,
     )

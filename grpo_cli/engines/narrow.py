@@ -23,8 +23,8 @@ from grpo_cli.core.errors import InputError
 from grpo_cli.core.grouping import with_profile
 from grpo_cli.core.layouts import derived_column
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.core.plan import Plan, resolve_keys
-from grpo_cli.core.run_summary import repeated_rows, response_expr
+from grpo_cli.core.plan import Plan, resolve_keys, step_column
+from grpo_cli.core.run_summary import Spanning, repeated_rows, response_expr
 
 GROUP: Final = PART_GROUP
 CHECK: Final = PART_CHECK
@@ -41,7 +41,8 @@ def needed_columns(options: AdvantageOptions, schema: Collection[str] | None = N
 
 def read_columns(plan: Plan, derived: Sequence[str], response: str | None = None) -> list[str]:
     """The log's columns a piece must read: the key columns (or those a derived key is
-    made from), :func:`needed_columns`' and the ``response`` id column."""
+    made from), :func:`needed_columns`', the ``response`` id column and the step column
+    groups should not span (:func:`grpo_cli.core.plan.step_column`)."""
     sources: list[str] = []
     for column in plan.keys.exact:
         if column in derived:
@@ -49,7 +50,9 @@ def read_columns(plan: Plan, derived: Sequence[str], response: str | None = None
         else:
             sources.append(column)
     ids = [] if response is None else [response]
-    return list(dict.fromkeys([*sources, *needed_columns(plan.options), *ids]))
+    step = step_column(plan)
+    steps = [] if step is None else [step]
+    return list(dict.fromkeys([*sources, *needed_columns(plan.options), *ids, *steps]))
 
 
 def hashed_key(key_cols: Sequence[str]) -> list[pl.Expr]:
@@ -66,6 +69,16 @@ def inner_plan(plan: Plan, group: tuple[str, ...], *, check_hash: bool) -> Plan:
     if check_hash:
         keys = replace(keys, check=CHECK)
     return Plan(inner_options, plan.estimator, keys, has_nulls=True, engine=plan.engine)
+
+
+def span_plan(plan: Plan, piece: pl.DataFrame, column: str | None) -> Plan:
+    """``plan`` flagging, in its one grouping pass, the groups of ``piece`` that span
+    ``column`` (:attr:`grpo_cli.core.plan.Plan.span_col`) where its values allow that
+    (integers, no null); else ``plan`` (those groups are then found by grouping)."""
+    values = None if column is None else piece.get_column(column)
+    if values is None or not values.dtype.is_integer() or values.null_count():
+        return plan
+    return replace(plan, span_col=column)
 
 
 def check_batch_spans(
@@ -123,3 +136,14 @@ def merge_repeats(found: Iterable[tuple[int, int] | None]) -> tuple[int, int] | 
     input is the smallest row."""
     parts = [f for f in found if f is not None]
     return (sum(c for c, _ in parts), min(r for _, r in parts)) if parts else None
+
+
+def merge_spans(found: Iterable[Spanning | None]) -> Spanning | None:
+    """:func:`grpo_cli.core.run_summary.spanning_groups` of disjoint pieces (each group
+    whole in one, by locator) as one: the counts add, the first is at the smallest
+    locator."""
+    parts = [f for f in found if f is not None]
+    if not parts:
+        return None
+    first = min(parts, key=lambda f: f[1])
+    return sum(f[0] for f in parts), first[1], first[2]

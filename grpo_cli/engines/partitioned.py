@@ -50,8 +50,14 @@ from grpo_cli.core.errors import (
 )
 from grpo_cli.core.expressions import with_group_stats
 from grpo_cli.core.options import AdvantageOptions
-from grpo_cli.core.plan import Plan, hash_collision
-from grpo_cli.core.run_summary import Repeats, RunSummary, response_id
+from grpo_cli.core.plan import Plan, hash_collision, step_column
+from grpo_cli.core.run_summary import (
+    RunSummary,
+    Spanning,
+    piece_warnings,
+    response_id,
+    spanning_groups,
+)
 from grpo_cli.core.schema import refuse_values, value_checks
 from grpo_cli.engines import FileJob, check
 from grpo_cli.engines.batch_partials import (
@@ -69,10 +75,12 @@ from grpo_cli.engines.narrow import (
     hashed_key,
     inner_plan,
     merge_repeats,
+    merge_spans,
     needed_columns,
     piece_repeats,
     piece_run_partials,
     response_hash,
+    span_plan,
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.io.read import scan_file
@@ -206,7 +214,8 @@ def _run(
     options = plan.options
     with _reading(source):
         schema = scan_file(source).collect_schema()
-    needed = needed_columns(options, schema)
+    step = step_column(plan)  # spilled too, to find groups that span it
+    needed = list(dict.fromkeys([*needed_columns(options, schema), *([step] if step else [])]))
     response = response_id(schema, options)
     key_cols = plan.keys.exact
     spill = Path(tempfile.mkdtemp(dir=spill_root, prefix="exact." if exact else "hashed."))
@@ -214,22 +223,23 @@ def _run(
         with _reading(source):
             _partition(source, spill / "in", needed, key_cols, partitions, response, exact=exact)
         group = key_cols if exact else (GROUP,)
-        parts, repeats = _compute_partitions(
-            spill, plan, group, chunk_rows, check_hash=not exact, response=response is not None
+        parts, repeats, spanned = _compute_partitions(
+            spill, plan, group, chunk_rows, check_hash=not exact, response=response, step=step
         )
         _merge(source, spill, output, options.added_columns(), chunk_rows)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
     if not parts:
         raise _internal("no partition was computed")
-    summary = RunSummary.from_partials(metrics.merge(parts))
-    if response is None or repeats is None:
-        return summary
-    count, first = repeats
-    with _reading(source):
-        row = scan_file(source).slice(first, 1).select(*key_cols, response).collect()
-    found = Repeats.of(count, response, row.row(0, named=True), key_cols)
-    return replace(summary, repeats=found)
+    merged = metrics.merge(parts)
+    columns = [*key_cols, *([response] if response else [])]
+
+    def row(index: int) -> dict[str, Any]:
+        with _reading(source):
+            return scan_file(source).slice(index, 1).select(columns).collect().row(0, named=True)
+
+    notices = piece_warnings(plan, merged, spanned, repeats, response, row)
+    return replace(RunSummary.from_partials(merged), notices=notices)
 
 
 def _partition(
@@ -280,13 +290,15 @@ def _compute_partitions(
     chunk_rows: int,
     *,
     check_hash: bool,
-    response: bool = False,
-) -> tuple[list[pl.DataFrame], tuple[int, int] | None]:
+    response: str | None = None,
+    step: str | None = None,
+) -> tuple[list[pl.DataFrame], tuple[int, int] | None, Spanning | None]:
     """Annotate every partition (its group key ``group``), spill the advantages by range of
     ``chunk_rows`` row indices, keep the partials. The values are counted over every
     partition (:func:`grpo_cli.core.schema.value_checks`; after one to refuse, the rest are
     only counted) and refused, then a group spanning batches, as the in-memory path does.
-    With ``response``, also the rows repeating a response id and the first one's row."""
+    With ``response``, also the rows repeating a response id and the first one's row; with
+    ``step``, the groups spanning it (:func:`grpo_cli.core.run_summary.spanning_groups`)."""
     from pyarrow import ipc
 
     options = plan.options
@@ -302,6 +314,7 @@ def _compute_partitions(
     computed = inner if stats is None else applied(inner)
     writers: dict[int, ipc.RecordBatchFileWriter] = {}
     repeats: list[tuple[int, int] | None] = []
+    spanned: list[Spanning | None] = []
     try:
         for paths in _partition_files(spill / "in"):
             frame = pl.concat([pl.read_ipc(path) for path in paths])
@@ -316,7 +329,7 @@ def _compute_partitions(
                 continue  # refused below: only counted from now on
             if stats is not None:
                 frame = with_batch_stats(frame, inner, stats)
-            full = POLARS.annotate(frame, computed)
+            full = POLARS.annotate(frame, span_plan(computed, frame, step))
             if hash_collision(full, keys):
                 raise _Collision()
             try:
@@ -334,13 +347,15 @@ def _compute_partitions(
             _keep(parts, piece_run_partials(full, options, group), metrics.merge)
             if response:
                 repeats.append(piece_repeats(full, group, ROW))
+            if step:
+                spanned.append(spanning_groups(full, group, step, ROW))
     finally:
         for writer in writers.values():
             writer.close()
     refuse_values(totals, options, uses_groups)
     if spans is not None:
         raise spans
-    return parts, merge_repeats(repeats)
+    return parts, merge_repeats(repeats), merge_spans(spanned)
 
 
 def _batch_stats(folder: Path, plan: Plan) -> pl.DataFrame:

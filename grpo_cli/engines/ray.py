@@ -37,10 +37,11 @@ import polars as pl
 from grpo_cli.core import metrics
 from grpo_cli.core.engine_options import ENGINES, EngineInfo
 from grpo_cli.core.errors import GrpoAdvError, InputError, Message, OptionsError, option
-from grpo_cli.core.run_summary import Repeats, RunSummary
+from grpo_cli.core.plan import step_column
+from grpo_cli.core.run_summary import RunSummary, piece_warnings
 from grpo_cli.engines import FileJob, ray_tasks
 from grpo_cli.engines.batch_partials import merged_stats, needs_batch_stats
-from grpo_cli.engines.narrow import merge_repeats
+from grpo_cli.engines.narrow import merge_repeats, merge_spans
 from grpo_cli.engines.ray_cluster import chain, import_ray, session
 from grpo_cli.engines.ray_tasks import PIECE_STRIDE, ROW_BITS, Piece, Shuffle
 from grpo_cli.io.read import scan_file
@@ -141,7 +142,7 @@ def _run(
     sent = sum(b for _, b in ray.get([refs[-1] for refs in mapped]))
     del mapped, into  # each partition's rows are freed once its reduce task is done
     finished = ray.get([refs[-1] for refs in reduced])
-    if any(partial is None for partial, _, _ in finished):
+    if any(partial is None for partial, *_ in finished):
         raise _Collision()
     write = remote(ray_tasks.write_pieces)
     back_to = [[refs[b] for refs in reduced] for b in range(len(batches))]  # batch b's rows
@@ -154,19 +155,22 @@ def _run(
     rows = sum(written)
     if not rows:
         raise InputError("the inputs have no rows", hint="check the paths given")
-    back = sum(b for _, b, _ in finished)
+    back = sum(b for _, b, *_ in finished)
     LOG.info(
         "shuffled %d bytes to the partitions (%.1f a row) and %d back (%.1f a row); "
         "%d pieces in %d batches, %d partitions",
         sent, sent / rows, back, back / rows, len(pieces), len(batches), count,
     )  # fmt: skip
-    summary = RunSummary.from_partials(metrics.merge([p for p, _, _ in finished]))
-    repeats = merge_repeats(r for _, _, r in finished)
-    if repeats is None or job.response is None:
-        return summary
-    count, locator = repeats
-    row = ray_tasks.piece_row(pieces[locator >> ROW_BITS], locator & (PIECE_STRIDE - 1), shuffle)
-    return replace(summary, repeats=Repeats.of(count, job.response, row, job.plan.keys.exact))
+    merged = metrics.merge([p for p, *_ in finished])
+
+    def row(locator: int) -> dict[str, Any]:
+        piece = pieces[locator >> ROW_BITS]
+        return ray_tasks.piece_row(piece, locator & (PIECE_STRIDE - 1), shuffle)
+
+    repeats = merge_repeats(r for _, _, r, _ in finished)
+    spanned = merge_spans(s for *_, s in finished)
+    notices = piece_warnings(job.plan, merged, spanned, repeats, job.response, row)
+    return replace(RunSummary.from_partials(merged), notices=notices)
 
 
 def _pieces(job: FileJob) -> tuple[list[Piece], Casts]:
@@ -228,9 +232,9 @@ def _check_part_names(pieces: Sequence[Piece]) -> None:
 
 
 def _casts(plan: Plan, schemas: Sequence[pl.Schema]) -> Casts:
-    """The key and batch columns whose type differs between the Parquet inputs' ``schemas``,
-    with their supertype (text inputs' keys are read as text)."""
-    columns = [c for c in (*plan.keys.exact, plan.options.batch_col) if c is not None]
+    """The key, batch and step columns whose type differs between the Parquet inputs'
+    ``schemas``, with their supertype (text inputs' keys are read as text)."""
+    columns = [c for c in (*plan.keys.exact, plan.options.batch_col, step_column(plan)) if c]
     casts = []
     for column in dict.fromkeys(columns):  # a batch column may be a key column too
         found = {schema[column] for schema in schemas if column in schema}

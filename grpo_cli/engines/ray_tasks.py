@@ -12,7 +12,8 @@ import polars as pl
 
 from grpo_cli.core.columns import PREFIX, RAY_LOCATOR, RAY_PARTITION
 from grpo_cli.core.expressions import with_group_stats
-from grpo_cli.core.plan import Plan, hash_collision
+from grpo_cli.core.plan import Plan, hash_collision, step_column
+from grpo_cli.core.run_summary import spanning_groups
 from grpo_cli.core.schema import check_added_columns, check_frame
 from grpo_cli.engines.batch_partials import (
     applied,
@@ -30,6 +31,7 @@ from grpo_cli.engines.narrow import (
     piece_run_partials,
     read_columns,
     response_hash,
+    span_plan,
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL
@@ -66,7 +68,8 @@ class Shuffle:
     dump layout ``derived`` from each row (never written); the partition count; ``exact``:
     the key moves as its columns, not as two hashes; ``casts``: key and batch columns typed
     differently between files, with their supertype (``7`` and ``"7"`` are one prompt),
-    cast before hashing; the ``response`` id column, moved as its hash, or None."""
+    cast before hashing; the ``response`` id column, moved as its hash, or None. The step
+    column groups should not span (:func:`grpo_cli.core.plan.step_column`) moves too."""
 
     plan: Plan
     derived: tuple[str, ...]
@@ -79,6 +82,11 @@ class Shuffle:
     def group(self) -> tuple[str, ...]:
         """The moved group key."""
         return self.plan.keys.exact if self.exact else (GROUP,)
+
+    @property
+    def step(self) -> str | None:
+        """The step column whose spanning groups each partition finds, or None."""
+        return step_column(self.plan)
 
     @property
     def inner(self) -> Plan:
@@ -141,7 +149,7 @@ def _narrow(piece: Piece, shuffle: Shuffle) -> pl.DataFrame:
     if shuffle.derived:
         frame = frame.with_columns([derived_column(n) for n in shuffle.derived])
     check_frame(frame, plan.options, plan.estimator)  # this piece's values
-    needed = needed_columns(plan.options, frame.columns)
+    needed = needed_columns(plan.options, frame.columns) + ([shuffle.step] if shuffle.step else [])
     locator = pl.int_range(pl.len(), dtype=pl.Int64) + (piece.index << ROW_BITS)
     keyed = frame.with_columns(hashed_key(plan.keys.exact))
     moved = plan.keys.exact if shuffle.exact else (GROUP, CHECK)
@@ -192,8 +200,9 @@ def compute_partition(
 ) -> list[Any]:
     """Reduce: one partition annotated by the Polars engine; the added columns with their
     locators, an Arrow table per write batch (``batch_of[p]``: piece p's); then the run
-    partials (None: a hash collision), the bytes sent back and its rows repeating a
-    response id. With ``groups``, its rows of the per-group table are written there."""
+    partials (None: a hash collision), the bytes sent back, its rows repeating a response
+    id and its groups spanning the step column. With ``groups``, its rows of the per-group
+    table are written there."""
     import numpy as np
 
     frame = _partition_rows(tables)
@@ -202,10 +211,11 @@ def compute_partition(
     added = shuffle.plan.options.added_columns()
     if stats is not None:
         frame = with_batch_stats(frame, inner, stats)
-    full = POLARS.annotate(frame, inner if stats is None else applied(inner))
+    computed = inner if stats is None else applied(inner)
+    full = POLARS.annotate(frame, span_plan(computed, frame, shuffle.step))
     batches = max(batch_of) + 1
     if hash_collision(full, inner.keys):
-        return [None] * batches + [(None, 0, None)]
+        return [None] * batches + [(None, 0, None, None)]
     check_batch_spans(
         full, shuffle.plan.options, shuffle.group, uses_groups=inner.estimator.uses_groups
     )
@@ -216,11 +226,13 @@ def compute_partition(
         write_parquet(table, Path(groups) / f"part-{index:05d}.parquet")
     partials = piece_run_partials(full, options, shuffle.group)
     repeats = piece_repeats(full, shuffle.group, LOCATOR) if shuffle.response else None
+    step = shuffle.step
+    spans = spanning_groups(full, shuffle.group, step, LOCATOR) if step else None
     back = full.select(LOCATOR, *added)
     piece = back.get_column(LOCATOR).to_numpy() // PIECE_STRIDE
     batch = pl.Series(PARTITION, np.asarray(batch_of)[piece], dtype=_index_type(batches))
     out = _split(back.with_columns(batch), PARTITION, batches)
-    return [*out, (partials, sum(t.nbytes for t in out), repeats)]
+    return [*out, (partials, sum(t.nbytes for t in out), repeats, spans)]
 
 
 def write_pieces(pieces: Sequence[Piece], folder: str, shuffle: Shuffle, *tables: pa.Table) -> int:

@@ -10,6 +10,12 @@ filled on the device. Only these reach the host: prompt ids given as Python valu
 there, copied in once), ``nulls="error"``'s count of NaN rewards, and ``group_size`` with
 ``batch``'s check that every batch holds whole groups.
 
+Groups of which more than half hold one response (a per-response id passed as the group)
+give one :class:`grpo_cli.core.errors.GrpoAdvWarning` a call, worded as the CLI's warning
+(:func:`grpo_cli.core.run_summary.singleton_warning`), where the group codes are on the
+host anyway: ``prompt_ids``, or ``groups`` on the CPU. ``groups`` on an accelerator are not
+checked (a host sync every call); nor ``group_size=G``, whose groups hold G rows.
+
 The arithmetic is float64 (within 1e-12 of the Polars engine); the result is cast to the
 rewards' floating dtype (float32: within 6e-8 relative), float64 for integer rewards.
 Errors name the arguments as Python keywords.
@@ -17,14 +23,16 @@ Errors name the arguments as Python keywords.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any, Final
 
-from grpo_cli.core.errors import InputError, OptionsError
+from grpo_cli.core.errors import GrpoAdvWarning, InputError, OptionsError
 from grpo_cli.core.estimators import Estimator, get_estimator
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.policies import formula, policy_value, reads_batch
 from grpo_cli.core.presets import merge_options
+from grpo_cli.core.run_summary import singleton_warning
 from grpo_cli.engines.torch import TorchContext, context_settings
 
 # Options that name columns, and the argument that stands for them here (None: no meaning).
@@ -337,9 +345,15 @@ def _group_codes(
     if isinstance(prompt_ids, torch.Tensor):
         groups, prompt_ids = prompt_ids, None
     if groups is not None:
-        return dense_index(torch, _index(torch, rewards, groups, "groups"))
+        codes = dense_index(torch, _index(torch, rewards, groups, "groups"))
+        if codes.device.type == "cpu" and estimator.uses_groups:
+            _warn_singletons(torch, codes, "groups")
+        return codes
     if prompt_ids is not None:
-        return _code_prompts(torch, rewards, prompt_ids)
+        codes = _code_prompts(torch, rewards, prompt_ids)
+        if estimator.uses_groups:
+            _warn_singletons(torch, codes, "prompt_ids")
+        return codes.to(device)
     if options.group_size is not None:
         if batch is not None:
             return _groups_within_batches(torch, *batch, options.group_size)
@@ -357,6 +371,15 @@ def _group_codes(
             hint="equal values mark the responses of one prompt",
         )
     return torch.zeros(n, dtype=torch.int64, device=device)
+
+
+def _warn_singletons(torch: Any, codes: Any, given: str) -> None:
+    """Warn when more than half of the groups (dense ``codes`` on the host, from the
+    argument ``given``) hold one response."""
+    counts = torch.bincount(codes)
+    found = singleton_warning(int((counts == 1).sum()), len(counts), given, "groups or prompt_ids")
+    for line in found:  # stack: here, _group_codes, group_advantages, its caller
+        warnings.warn(str(line), GrpoAdvWarning, stacklevel=4)
 
 
 def _groups_within_batches(torch: Any, batch: Any, values: Any, size: int) -> Any:
@@ -381,7 +404,7 @@ def _groups_within_batches(torch: Any, batch: Any, values: Any, size: int) -> An
 
 
 def _code_prompts(torch: Any, rewards: Any, prompt_ids: Collection[Hashable]) -> Any:
-    """Prompt ids coded on the host (first appearance order), copied to the device once."""
+    """Prompt ids coded on the host (first appearance order), a CPU tensor."""
     if isinstance(prompt_ids, str | bytes) or len(prompt_ids) != rewards.shape[0]:
         count = 1 if isinstance(prompt_ids, str | bytes) else len(prompt_ids)
         raise InputError(
@@ -401,7 +424,7 @@ def _code_prompts(torch: Any, rewards: Any, prompt_ids: Collection[Hashable]) ->
             f"prompt id {list(prompt_ids).index(None)} is None",
             hint="every response needs the id of its prompt",
         )
-    return torch.tensor(index, dtype=torch.int64, device=rewards.device)
+    return torch.tensor(index, dtype=torch.int64)
 
 
 def _reward_parts(torch: Any, rewards: Any, nulls: str) -> list[Any]:

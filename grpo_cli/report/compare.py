@@ -339,7 +339,9 @@ def _top_groups(
         }
     )
     which_most = pl.col("which").get(pl.col("abs_diff").arg_max())
-    _, groups = largest_per_group(rows, list(keys), 0.0, top, pl.col("reward"), which_most)
+    _, groups = largest_per_group(
+        rows, list(keys), pl.col("abs_diff") > 0, top, pl.col("reward"), which_most
+    )
     return tuple(
         GroupDisagreement(
             key=tuple((readable(c), row[f"k{i}"]) for i, c in enumerate(exact)),

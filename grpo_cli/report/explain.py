@@ -640,7 +640,7 @@ def explain_one(
     from grpo_cli.core.columns import logged_advantage
     from grpo_cli.core.layouts import per_response
     from grpo_cli.core.resolve import derive, make_request, resolve
-    from grpo_cli.core.run_summary import check_batch_spans
+    from grpo_cli.core.run_summary import check_batch_spans, span_warnings
     from grpo_cli.jobs.compute import annotate_frame
 
     texts = check_choice(key, row, pick)
@@ -662,6 +662,7 @@ def explain_one(
     full, plan = annotate_frame(source, plan)
     keys = plan.keys
     check_batch_spans(full, plan)  # what compute refuses, explain refuses
+    warned = span_warnings(full, plan)  # and what it warns about, it warns about
     full = full.with_row_index(ROW_KEY)  # the engines keep the input's row order
     names = tuple(SHOWN_NAMES.get(c, c) for c in keys.exact)
     chosen: Message | None = None
@@ -695,4 +696,4 @@ def explain_one(
     explained = explain_group(
         rows, options, plan.estimator, batch, logged, shown, chosen, group_keys=keys.exact
     )
-    return replace(explained, warnings=(*plan.notes, *([tokens] if tokens else [])))
+    return replace(explained, warnings=(*plan.notes, *warned, *([tokens] if tokens else [])))

@@ -396,16 +396,17 @@ def _table(merged: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
 
 
 def largest_per_group(
-    rows: pl.DataFrame, keys: Sequence[str], above: float, top: int, *extra: pl.Expr
+    rows: pl.DataFrame, keys: Sequence[str], over: pl.Expr, top: int, *extra: pl.Expr
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Per group of ``keys`` (in order of appearance): ``extra``, ``size`` and the largest
-    ``abs_diff`` as ``max_abs_diff``; and the ``top`` groups whose largest is above
-    ``above``, largest first (ties in order of appearance). ``verify`` and ``compare``."""
+    """Per group of ``keys`` (in order of appearance): ``extra``, ``size``, the largest
+    ``abs_diff`` as ``max_abs_diff`` and ``over``: whether a row is ``over`` (a row
+    predicate); and the ``top`` groups over, largest first (ties in order of appearance),
+    without that flag. ``verify`` and ``compare``."""
     groups = rows.group_by(list(keys), maintain_order=True).agg(
-        *extra, size=pl.len(), max_abs_diff=pl.col("abs_diff").max()
+        *extra, size=pl.len(), max_abs_diff=pl.col("abs_diff").max(), over=over.any()
     )
-    over = groups.filter(pl.col("max_abs_diff") > above)
-    return groups, over.sort("max_abs_diff", descending=True, maintain_order=True).head(top)
+    worst = groups.filter("over").drop("over")
+    return groups, worst.sort("max_abs_diff", descending=True, maintain_order=True).head(top)
 
 
 def histogram(values: pl.Series, bins: int = 20) -> tuple[list[float], list[int]]:

@@ -1,12 +1,16 @@
 """``verify``: recompute advantages and compare them with the ones a trainer logged.
 
-Agreement is per row: ``|stored - recomputed| <= tol``; two nulls (or NaNs) agree, a null
-against a number does not. A list-valued advantage is compared element by element under
+Agreement is per row, relative past 1: ``|stored - recomputed| <= tol * max(1,
+|recomputed|)``; two nulls (or NaNs) agree, a null against a number does not. A group that
+float32 cannot compute within ``tol`` (:func:`beyond_float32`) is set aside with a
+warning, its rows not counted. A list-valued advantage is compared element by element under
 process supervision; under an estimator with one advantage per response (verl's advantage
 tensor, one value per token) it is read as one value per response
 (:func:`grpo_cli.core.layouts.per_response`).
 
 When rows differ the report carries hints (:func:`_hints`, :func:`_matching_route`).
+``preset="auto"`` tries every preset the log has the inputs of and names those that match
+(:func:`_verify_auto`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any, Final
 import polars as pl
 
 from grpo_cli.core.columns import RECOMPUTED_KEY as RECOMPUTED
+from grpo_cli.core.columns import REWARD_KEY as REWARD  # the one reward the estimator sees
 from grpo_cli.core.columns import ROW_KEY as ROW  # the input row number, shown as ``row``
 from grpo_cli.core.columns import logged_advantage, not_a_reward
 from grpo_cli.core.errors import (
@@ -34,13 +39,14 @@ from grpo_cli.core.errors import (
 from grpo_cli.core.expressions import collect
 from grpo_cli.core.layouts import (
     TRL_PROMPT,
+    detect_layout,
     once_per_generation,
     per_response,
     prompt_runs,
     runs_group_size,
 )
 from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions, not_rewards_hint
-from grpo_cli.core.presets import get_preset
+from grpo_cli.core.presets import FLOAT32_TOL, PRESET_FIELDS, PRESETS, get_preset
 from grpo_cli.core.resolve import derive, make_request, resolve
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, span_warnings
 from grpo_cli.jobs.compute import annotate_frame, refuse_file_engines
@@ -55,11 +61,14 @@ class VerifyReport:
     Attributes:
         rows: rows compared (list elements for list columns).
         max_abs_diff: the largest absolute difference (inf where a null meets a number).
-        rows_over, groups_over: rows whose difference exceeds ``tol``, groups holding one.
+        rows_over, groups_over: rows whose difference exceeds ``tol`` (relative past 1;
+            groups beyond float32 set aside), groups holding one.
         worst: the ``top`` groups by largest difference: keys, ``prompt`` (a TRL dump's
             positional groups: its start, :func:`grpo_cli.report.explain.cut`), size,
             max_abs_diff.
         options, layout: the options recomputed with, the dump layout read as (or None).
+        preset: the preset recomputed with (under ``auto``: the one the report is of).
+        found: ``auto``'s line: the presets that match, or the closest and by how much.
         differing: the rows over tolerance: input ``row`` (from 0), the group key,
             ``prompt`` (if logged), ``logged``, ``recomputed``, ``difference`` (logged -
             recomputed; null where one side is null).
@@ -77,6 +86,8 @@ class VerifyReport:
     differing: pl.DataFrame
     warnings: tuple[Message, ...] = ()
     hints: tuple[Message, ...] = ()
+    preset: str | None = None
+    found: Message | None = None
 
     @property
     def agree(self) -> bool:
@@ -99,7 +110,7 @@ def run_verify(
     preset: str | None = None,
     options: Mapping[str, Any] | None = None,
     advantage_col: str | None = None,
-    tol: float = 1e-5,
+    tol: float = FLOAT32_TOL,
     top: int = 5,
     input_format: str | None = None,
     diff_out: str | Path | None = None,
@@ -113,7 +124,9 @@ def run_verify(
     Args:
         inputs, preset, options, input_format, force, warn: as for
             :func:`grpo_cli.report.summarize.run_summarize` (an engine that reads files
-            itself, ``backend="partitioned"`` or ``"ray"``, refused before any read).
+            itself, ``backend="partitioned"`` or ``"ray"``, refused before any read). No
+            preset and no option a preset sets (``estimator``, ``eps``...: only the log's
+            columns, weights...): ``"auto"``, every preset.
         advantage_col, tol, top: as for :func:`verify_advantages`; ``warnings`` is its ``warn``.
         diff_out: where the differing rows go (``"-"``: standard output; its format checked
             before any read), or None.
@@ -131,6 +144,8 @@ def run_verify(
     key_cols = tuple(explicit.get("group_cols", DEFAULT_GROUP_COLS))
     paths = input_paths(sources)
     log = read_input(paths, input_format, key_cols)
+    if preset is None and not PRESET_FIELDS & explicit.keys():
+        preset = AUTO  # nothing asks for a method: name the trainer
     report = verify_advantages(
         log.frame, preset, advantage_col=advantage_col, tol=tol, top=top, warn=warnings, **explicit
     )
@@ -174,21 +189,30 @@ def _no_logged_advantages(
     )
 
 
+AUTO: Final = "auto"  # --preset auto: every preset whose inputs the log has
+FLOAT32_EPS: Final = 2.0**-23  # float32's machine epsilon: its spacing at 1
+SEARCH_ROW_BUDGET: Final = 20_000_000  # rows recomputed at most while looking for a route
+SEARCH_SUBSETS: Final = 4  # reward columns at most whose subsets are tried
+
+
 def verify_advantages(
     frame: pl.DataFrame,
     preset: str | None = None,
     *,
     advantage_col: str | None = None,
-    tol: float = 1e-5,
+    tol: float = FLOAT32_TOL,
     top: int = 5,
     warn: bool = True,
     search: bool = True,
+    layout: str | None = None,
     **explicit: Any,
 ) -> VerifyReport:
     """Recompute with ``preset`` and ``explicit`` options; compare with ``advantage_col``
     (None: ``advantage``, else verl's ``advantages``). Groups that span the batch column
     are refused; ``warn``: the warnings (span checks: one more grouping); ``search``: when
-    rows differ, the hint names the options that reproduce the log (:func:`_matching_route`)."""
+    rows differ, the hint names the options that reproduce the log (:func:`_matching_route`).
+    ``preset="auto"``: every preset, see :func:`_verify_auto`. ``layout``: the dump layout
+    to read the log in, when not the preset's."""
     if not tol >= 0:
         raise OptionsError(
             option("tol") + f" must be >= 0, got {tol}",
@@ -197,7 +221,7 @@ def verify_advantages(
         )
     advantage_col = logged_advantage(frame.columns, advantage_col)  # verl's "advantages" too
     if advantage_col not in frame.columns:
-        _no_logged_advantages(frame, preset, explicit, advantage_col)
+        _no_logged_advantages(frame, None if preset == AUTO else preset, explicit, advantage_col)
     stored_type = frame.schema[advantage_col]
     is_list = isinstance(stored_type, pl.List)
     inner = stored_type.inner if isinstance(stored_type, pl.List) else stored_type
@@ -207,14 +231,18 @@ def verify_advantages(
             hint="name the logged advantage column with " + option("advantage_col"),
             column=advantage_col,
         )
-    frame, repeated = once_per_generation(frame, get_preset(preset).layout if preset else None)
+    if preset == AUTO:
+        return _verify_auto(frame, advantage_col, tol, top, warn, explicit)
+    frame, repeated = once_per_generation(
+        frame, layout or (get_preset(preset).layout if preset else None)
+    )
     request = make_request(preset, {**explicit, "advantage_col": RECOMPUTED})
     logged, tokens = frame.select(advantage_col), None
     if request.estimator.unit == "response":  # one advantage per response, not per step
         logged, tokens = per_response(logged, advantage_col)
         is_list = False
     source = frame.drop(advantage_col)  # a dump layout picks its rewards without it
-    plan = resolve(request, source)
+    plan = resolve(request, source, layout=layout)
     laid = derive(source, plan)
     full, plan = annotate_frame(laid.with_columns(logged), plan)
     keys = plan.keys
@@ -226,10 +254,11 @@ def verify_advantages(
     shown_prompt = (
         [TRL_PROMPT] if TRL_PROMPT in full.columns and TRL_PROMPT not in keys.exact else []
     )
+    reward = [REWARD] if REWARD in full.columns and keys.exact and not is_list else []
     pairs = (
         full.lazy()
         .with_row_index(ROW)
-        .select(ROW, *keys.exact, *shown_prompt, pl.col(advantage_col), pl.col(RECOMPUTED))
+        .select(ROW, *keys.exact, *shown_prompt, pl.col(advantage_col), pl.col(RECOMPUTED), *reward)
     )
     if is_list:
         pairs = pairs.explode(advantage_col, RECOMPUTED)
@@ -237,14 +266,21 @@ def verify_advantages(
     new = pl.col(RECOMPUTED)
     one_null = pl.when(stored.is_null() & new.is_null()).then(0.0).otherwise(float("inf"))
     diff = (stored - new).abs().fill_null(one_null).alias("abs_diff")  # two nulls agree
-    rows = collect(pairs.with_columns(diff))
+    over_tol = pl.col("abs_diff") > tol * pl.max_horizontal(1.0, new.abs())
+    rows = collect(pairs.with_columns(diff).with_columns(over=over_tol, aside=False))
+    if reward and rows["over"].any():  # those in a group beyond float32 are set aside
+        beyond = beyond_float32(REWARD, RECOMPUTED, tol).over(keys.exact)
+        rows = rows.with_columns(over=pl.col("over") & ~beyond, aside=pl.col("over") & beyond)
     prompts = (pl.col(c).first() for c in shown_prompt)
-    per_group, worst = largest_per_group(rows, keys.exact, tol, top, *prompts)
+    per_group, worst = largest_per_group(rows, keys.exact, pl.col("over"), top, *prompts)
     worst = worst.with_columns(  # a positional group's name: its prompt, shortened
         pl.Series(c, [cut(text) for text in worst[c]], dtype=pl.String) for c in shown_prompt
     ).rename({k: DISPLAY_NAMES[k] for k in keys.exact if k in DISPLAY_NAMES})
-    max_diff = rows["abs_diff"].max()
-    over = rows.filter(pl.col("abs_diff") > tol)
+    set_aside = rows.filter("aside")
+    if warn and set_aside.height:
+        warnings = (*warnings, _beyond_warning(rows, set_aside, keys.exact, tol))
+    max_diff = rows.filter(~pl.col("aside"))["abs_diff"].max()
+    over = rows.filter("over")
     differing = over.select(
         pl.col(ROW).alias("row"),
         *(pl.col(k).alias(DISPLAY_NAMES.get(k, k)) for k in keys.exact),
@@ -263,7 +299,7 @@ def verify_advantages(
         groups=per_group.height,
         max_abs_diff=float(max_diff) if max_diff is not None else 0.0,  # type: ignore[arg-type]
         rows_over=over.height,
-        groups_over=int((per_group["max_abs_diff"] > tol).sum()),
+        groups_over=int(per_group["over"].sum()),
         worst=worst,
         tol=tol,
         options=plan.options,
@@ -271,11 +307,137 @@ def verify_advantages(
         warnings=warnings,
         hints=hints,
         differing=differing,
+        preset=preset,
     )
 
 
-SEARCH_ROW_BUDGET: Final = 20_000_000  # rows recomputed at most while looking for a route
-SEARCH_SUBSETS: Final = 4  # reward columns at most whose subsets are tried
+def beyond_float32(reward: str, advantage: str, tol: float) -> pl.Expr:
+    """Whether a row's group is beyond float32: float32's rounding of its rewards alone can
+    move its advantages by more than ``tol`` (relative past 1), so a float32 trainer's
+    numbers there are rounding noise, not its formula.
+
+    A float32 trainer holds each reward and the group's mean in float32; each rounding
+    moves a value ``x`` by up to ``2^-24 |x|``, so a centred reward ``r - mean_g`` is off
+    by up to ``e_g = 2^-23 max|r_g|``. The estimator turns centred rewards into advantages
+    with a gain ``S_g = max|A_g| / max|r_g - mean_g|`` (read off the recomputed values:
+    grpo ``1 / (std_g + eps)``, dr_grpo 1, rloo ``n / (n - 1)``, maxrl
+    ``1 / (mean_g + eps)``, a batch whitening ``1 / std_b``). The group is beyond float32
+    when ``e_g * S_g > max(tol, FLOAT32_TOL) * max(1, max|A_g|)``: rewards near 1e6 with a
+    spread near 1 (``e_g`` 0.12, ``S_g`` about 1), a spread near 1e-7 under eps 1e-6
+    (``S_g`` near 1e6). A ``tol`` below FLOAT32_TOL asks for more than float32 ever gives:
+    the criterion keeps FLOAT32_TOL, so that a strict ``tol`` still shows float32's ordinary
+    rounding (0/1 rewards: ``e_g * S_g`` about 2e-7) as differences.
+    A trainer's one-pass ``E[x^2] - E[x]^2`` (NeMo-RL) loses ``2^-23 max|r_g|^2`` of
+    variance and cancels entirely in the same groups first. A group whose rewards are all
+    equal (or one) is never beyond: its centred rewards are 0 in float32 too whenever its
+    mean is exact (0/1 rewards), so its difference is a policy's (singleton, zero variance).
+    An aggregation over one group's rows (``group_by(key).agg`` or ``.over(key)``) of the
+    columns ``reward`` (the estimator's reward) and ``advantage`` (the recomputed one).
+    """
+    r, a = pl.col(reward), pl.col(advantage)
+    mean, largest = r.mean(), a.abs().max()
+    spread = pl.max_horizontal(r.max() - mean, mean - r.min())  # max |r - mean_g|
+    error = FLOAT32_EPS * r.abs().max() * largest / spread
+    allowed = max(tol, FLOAT32_TOL) * pl.max_horizontal(1.0, largest)
+    return ((spread > 0) & (error > allowed)).fill_null(False).alias("beyond_float32")
+
+
+def _beyond_warning(
+    rows: pl.DataFrame, set_aside: pl.DataFrame, keys: Sequence[str], tol: float
+) -> Message:
+    """The one warning line of the rows :func:`beyond_float32` set aside: how many, the
+    largest reward of their groups, float32's resolution there and their largest
+    difference."""
+    groups = set_aside.select(keys).unique()
+    largest, worst = (
+        rows.join(groups, on=list(keys))
+        .select(
+            pl.col(REWARD).abs().max().cast(pl.Float64),
+            pl.col("abs_diff").filter("aside").max(),
+        )
+        .row(0)
+    )
+    return (
+        f"{groups.height:,} group(s) beyond float32, their {set_aside.height:,} row(s) over "
+        f"tolerance not counted: rewards up to {largest:.3g} leave float32 a resolution of "
+        f"2^-23 x {largest:.3g} = {FLOAT32_EPS * largest:.2g}, which the formula's gain "
+        "makes more than "
+        + option("tol", Verbatim(f"{max(tol, FLOAT32_TOL):g}"))
+        + f" (their largest difference: {worst:.3g})"
+    )
+
+
+def _verify_auto(
+    frame: pl.DataFrame,
+    advantage_col: str,
+    tol: float,
+    top: int,
+    warn: bool,
+    explicit: dict[str, Any],
+) -> VerifyReport:
+    """``preset="auto"``: every preset (in table order) whose inputs the log has, each
+    recomputed once on ``frame`` read in the log's own dump layout (:func:`_log_layout`).
+    The report is the closest preset's (fewest rows over tolerance, then the smallest
+    largest difference; then table order): when it agrees, its ``found`` names every
+    preset that matches, closest first; else it says by how much the closest differs. A
+    log no preset applies to raises the first preset's error."""
+    layout = _log_layout(frame)
+    tried: list[tuple[str, VerifyReport]] = []
+    first_error: GrpoAdvError | None = None
+    for name in PRESETS:
+        try:
+            report = _candidate(
+                frame,
+                name,
+                layout,
+                advantage_col=advantage_col,
+                tol=tol,
+                top=top,
+                warn=warn,
+                **explicit,
+            )
+        except GrpoAdvError as error:
+            first_error = first_error or error
+            continue
+        if report is not None:
+            tried.append((name, report))
+    if not tried:
+        assert first_error is not None  # PRESETS is not empty
+        raise first_error
+    tried.sort(key=lambda pair: (pair[1].rows_over, pair[1].max_abs_diff))  # stable
+    name, closest = tried[0]
+    if closest.agree:
+        matches = [name for name, report in tried if report.agree]
+        columns = closest.options.reward_cols
+        return replace(closest, found=_route_hint(matches, None, columns, columns, {}))
+    share = 100 * closest.rows_over / max(closest.rows, 1)
+    found = (
+        "no preset reproduces the logged advantages; the closest is "
+        + option("preset", Verbatim(name))
+        + f": max |difference| {closest.max_abs_diff:.3g}, {closest.rows_over:,} of "
+        f"{closest.rows:,} rows ({share:.0f}%) over tolerance"
+    )
+    return replace(closest, found=found)
+
+
+def _log_layout(frame: pl.DataFrame, first: str | None = None) -> str | None:
+    """The trainer dump layout ``frame`` is in: ``first``'s when it fits, else the first
+    preset layout (in table order) that fits; None when none does."""
+    layouts = dict.fromkeys(p.layout for p in PRESETS.values() if p.layout is not None)
+    return next(
+        (lay for lay in (first, *layouts) if lay and detect_layout(frame.columns, lay)), None
+    )
+
+
+def _candidate(
+    frame: pl.DataFrame, name: str | None, layout: str | None, **given: Any
+) -> VerifyReport | None:
+    """``name``'s report on ``frame`` read in ``layout`` (no search for routes), or None
+    when the preset sums normalised rewards (GDPO) and the log has one reward column.
+    Raises what the preset raises on this log (a missing length column...)."""
+    report = verify_advantages(frame, name, layout=layout, search=False, **given)
+    per_reward = report.options.aggregation == "normalize_then_sum"
+    return None if per_reward and len(report.options.reward_cols) < 2 else report
 
 
 def _matching_route(
@@ -286,13 +448,18 @@ def _matching_route(
     advantage_col: str,
     tol: float,
 ) -> Message | None:
-    """The options that reproduce the logged column when the given ones do not: a sibling
-    preset (``trl`` on a ``scale_rewards="batch"`` run: ``trl-batch``), a subset of the
-    reward columns (unless named; at most SEARCH_SUBSETS columns, largest subsets first), or
-    both; None when none agrees within SEARCH_ROW_BUDGET recomputed rows."""
+    """The options that reproduce the logged column when the given ones do not: the
+    presets that match (the trainer's own first: ``trl`` on a ``scale_rewards="batch"``
+    run: ``trl-batch``; then every other, in table order), with the given reward columns
+    or else a subset of them (unless named; at most SEARCH_SUBSETS columns, largest subsets
+    first); None when none agrees within SEARCH_ROW_BUDGET recomputed rows. Without a
+    preset only subsets of the reward columns are tried."""
     from grpo_cli.core.presets import siblings
 
-    presets = [preset, *siblings(preset)] if preset else [None]
+    family = siblings(preset) if preset else []
+    others = [p for p in PRESETS if p != preset and p not in family]
+    presets = [preset, *family, *others] if preset else [None]
+    layout = _log_layout(frame, get_preset(preset).layout) if preset else None
     columns = options.reward_cols
     reward_sets: list[tuple[str, ...]] = [columns]
     if "reward_cols" not in explicit and 1 < len(columns) <= SEARCH_SUBSETS:
@@ -300,48 +467,53 @@ def _matching_route(
             reward_sets += list(itertools.combinations(columns, size))
     given = explicit.get("reward_weights")
     budget = SEARCH_ROW_BUDGET
-    for candidate in presets:
-        for rewards in reward_sets:
+    for rewards in reward_sets:
+        tried = dict(explicit)
+        if rewards != columns:
+            tried["reward_cols"] = rewards
+            if given is not None and len(given) == len(columns):
+                tried["reward_weights"] = tuple(given[columns.index(c)] for c in rewards)
+            else:
+                tried.pop("reward_weights", None)
+        matches: list[str | None] = []
+        for candidate in presets:
             if (candidate, rewards) == (preset, columns):
                 continue
             if budget < frame.height:
                 return None
             budget -= frame.height
-            tried = dict(explicit)
-            if rewards != columns:
-                tried["reward_cols"] = rewards
-                if given is not None and len(given) == len(columns):
-                    tried["reward_weights"] = tuple(given[columns.index(c)] for c in rewards)
-                else:
-                    tried.pop("reward_weights", None)
             try:
-                report = verify_advantages(
+                report = _candidate(
                     frame,
                     candidate,
+                    layout,
                     advantage_col=advantage_col,
                     tol=tol,
                     warn=False,
-                    search=False,
                     **tried,
                 )
             except GrpoAdvError:
                 continue
-            if report.agree:
-                return _route_hint(candidate, preset, rewards, columns, tried)
+            if report is not None and report.agree:
+                matches.append(candidate)
+        if matches:
+            return _route_hint(matches, preset, rewards, columns, tried)
     return None
 
 
 def _route_hint(
-    candidate: str | None,
+    matches: Sequence[str | None],
     preset: str | None,
     rewards: tuple[str, ...],
     columns: tuple[str, ...],
     tried: dict[str, Any],
 ) -> Message:
-    """The one-line hint naming what :func:`_matching_route` found."""
-    parts: list[Message] = (
-        [] if candidate == preset else [option("preset", Verbatim(str(candidate)))]
-    )
+    """The one line naming what :func:`_matching_route` or :func:`_verify_auto` found: the
+    presets that match (several: ``identical on this log``; none named when only the given
+    one does, with a subset of the reward columns)."""
+    named = [] if list(matches) == [preset] else [str(m) for m in matches]
+    presets = [option("preset", Verbatim(m)) for m in named]
+    parts: list[Message] = [join(", ", presets)] if presets else []
     if rewards != columns:
         parts.append(option("reward_cols", rewards, short=True))
         if "reward_weights" in tried:
@@ -350,7 +522,8 @@ def _route_hint(
     left_out = [c for c in columns if c not in rewards]
     verb = "is not a reward" if len(left_out) == 1 else "are not rewards"
     why = f" ({', '.join(left_out)} {verb})" if left_out else ""
-    return "the logged advantages match " + join(" ", parts) + why
+    same = ": identical on this log" if len(named) > 1 else ""
+    return "the logged advantages match " + join(" ", parts) + why + same
 
 
 def _hints(
