@@ -340,7 +340,7 @@ class TestPresetsCommand:
     def test_markdown_is_the_readme_table(self, runner: CliRunner) -> None:
         result = runner.invoke(app, ["presets", "--format", "markdown"])
         assert result.exit_code == 0
-        assert result.stdout.startswith("| preset | reproduces | estimator | ddof | eps |")
+        assert result.stdout.startswith("| trainer | preset | version | setting | estimator |")
         readme = (SAMPLE_DIR.parent / "README.md").read_text()
         assert result.stdout in readme
 
@@ -560,14 +560,16 @@ class TestVerifyNamesTheTrainer:
     def test_a_verl_dump_names_every_preset_that_matches(
         self, runner: CliRunner, auto: list[str]
     ) -> None:
-        # the closest first (verl: eps 1e-6 as logged); seed's eps 1e-8 and OpenRLHF's
+        # the closest first (eps 1e-6 as logged: verl, then NeMo-RL without its leave-one-
+        # out, slime, SkyRL, ROLL in table order); seed's eps 1e-8 and OpenRLHF's
         # 1e-9 move these advantages by less than --tol; token-weighted presets need a
         # length column, TRL's GDPO several rewards: not tried
         code, lines = verify_lines(runner, "sample_data/verl_dump", *auto)
         assert code == 0
         assert lines == [
             f"{VERL_FILES} vs verl: agree (tolerance 1e-05)",
-            "the logged advantages match --preset verl, --preset seed, --preset "
+            "the logged advantages match --preset verl, --preset nemo-rl-no-loo, --preset "
+            "slime, --preset skyrl, --preset roll, --preset seed, --preset "
             "openrlhf-group-norm: identical on this log",
         ]
 
@@ -635,7 +637,8 @@ class TestVerifyNamesTheTrainer:
         assert lines[0] == f"{VERL_FILES} vs verl-rloo: differ (tolerance 1e-05)"
         assert lines[-1] == (
             "hint: the logged advantages match --preset verl, --preset seed, --preset "
-            "openrlhf-group-norm: identical on this log"
+            "openrlhf-group-norm, --preset nemo-rl-no-loo, --preset slime, --preset skyrl, "
+            "--preset roll: identical on this log"
         )
 
 

@@ -50,7 +50,7 @@ class TestOneErrorStyle:
                 ["compute", "x.csv", "--preset", "verl_rlooo"],
                 [
                     "error: unknown preset 'verl_rlooo'",
-                    "hint: did you mean verl-rloo or openrlhf-rloo? (choose one of: "
+                    "hint: did you mean verl-rloo or verl-rloo-vectorized? (choose one of: "
                     + ", ".join(PRESETS)
                     + " (grpo-adv presets shows them))",
                 ],

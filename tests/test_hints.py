@@ -53,7 +53,11 @@ class TestSiblingPresets:
         [
             ("trl-batch", "--preset trl-batch"),
             # r - mean_g: the same numbers as every trainer's Dr. GRPO, the trainer's first
-            ("trl-none", "--preset trl-none, --preset verl-dr-grpo, --preset openrlhf-dr-grpo"),
+            (
+                "trl-none",
+                "--preset trl-none, --preset verl-dr-grpo, --preset openrlhf-dr-grpo, --preset "
+                "slime-no-std, --preset skyrl-no-std, --preset prime-rl, --preset open-instruct",
+            ),
             ("trl-gdpo", "--preset trl-gdpo"),
         ],
     )
@@ -196,7 +200,7 @@ class TestPresetSuggestions:
             get_preset("verl-grpo")
         assert info.value.hint is not None
         assert info.value.hint.startswith(
-            "did you mean verl, verl-grpo-passk, verl-dr-grpo or verl-gpg? "
+            "did you mean verl, verl-grpo-passk, verl-dr-grpo or verl-gdpo? "
         )
 
     @pytest.mark.parametrize(

@@ -236,12 +236,42 @@ def test_unknown_preset_lists_the_valid_ones() -> None:
     assert info.value.hint is not None and "trl, trl-batch" in info.value.hint
 
 
-def test_every_preset_cites_its_source_and_says_what_it_reproduces() -> None:
+def test_every_preset_names_its_trainer_version_file_and_setting() -> None:
     table = presets_frame()
     assert table["preset"].to_list() == list(PRESETS)
     for row in table.iter_rows(named=True):
-        assert row["source"] and row["reproduces"]
-    sources = dict(zip(table["preset"], table["source"], strict=True))
-    assert "core_algos.py" in sources["verl"]
-    assert "grpo_trainer.py" in sources["trl"]
-    assert "experience_maker.py" in sources["openrlhf-group-norm"]
+        assert row["trainer"] and row["version"] and row["file"] and row["setting"]
+    files = dict(zip(table["preset"], table["file"], strict=True))
+    assert "core_algos.py" in files["verl"]
+    assert "grpo_trainer.py" in files["trl"]
+    assert "experience_maker.py" in files["openrlhf-group-norm"]
+    assert "advantage_estimator.py GDPOAdvantageEstimator" in files["nemo-rl-gdpo"]
+    row = table.row(list(PRESETS).index("areal"), named=True)
+    assert (row["trainer"], row["version"], row["clip"]) == (
+        "AReaL",
+        "v1.0.4 @4aef98d8",
+        "[-20, 20] (reward)",
+    )
+    assert row["whiten"] == "ddof 1, 1e-05 (std)"
+    # grouped by trainer: each trainer's presets are consecutive rows
+    trainers = table["trainer"].to_list()
+    runs = [t for i, t in enumerate(trainers) if i == 0 or trainers[i - 1] != t]
+    assert len(runs) == len(set(trainers)) == 11
+
+
+def test_nemo_rl_gdpo_weights_follow_the_sorted_reward_names() -> None:
+    """NeMo-RL sorts its reward/<name> keys and applies reward_weights in that order: the
+    columns given as (reward, format_reward) weigh format_reward 2 and reward 1."""
+    log = hostile_log()
+    given = annotate(
+        log, "nemo-rl-gdpo", reward_cols=("reward", "format_reward"), reward_weights=(2, 1)
+    )
+    assert given.options.reward_cols == ("format_reward", "reward")
+    keys = log["prompt_id"].to_list()
+    components = {c: log[c].to_list() for c in ("reward", "format_reward")}
+    expected = ref.nemo_rl_gdpo(components, keys, weights=[2.0, 1.0])
+    got = given.frame["advantage"].to_list()
+    assert max(abs(g - e) / max(1, abs(e)) for g, e in zip(got, expected, strict=True)) < 2e-6
+    # without the preset the weights follow the columns as given
+    unsorted = annotate(log, "trl-gdpo", reward_cols=("reward", "format_reward"))
+    assert unsorted.options.reward_cols == ("reward", "format_reward")

@@ -1251,7 +1251,33 @@ def test_every_estimator_and_preset_as_the_polars_engine(tmp_path: Path) -> None
             part = pl.read_parquet(out / f"shard-{shard}.parquet")
             assert_same(part, expected.filter(pl.col("rid").is_in(part["rid"].implode())))
             assert part["rid"].is_sorted(), name
-    assert len(runs) == 10 + len(PRESETS)
+    assert len(runs) == 14 + len(PRESETS)
+
+
+@pytest.mark.usefixtures("local_ray")
+@pytest.mark.parametrize(
+    "preset", ["nemo-rl", "nemo-rl-gdpo", "areal", "skyrl-maxrl", "openrlhf-flash-reinforce"]
+)
+def test_trainer_presets_reproduce_their_trainer(tmp_path: Path, preset: str) -> None:
+    """A leave-one-out std, GDPO over sorted reward columns, a reward clip and token
+    whitening, maxrl, a batch baseline: the trainer's own code (tests/trainer_reference.py)
+    to float32 rounding, on a log of three steps in three shards."""
+    from grpo_cli import run_job
+    from tests.test_presets_trainers import CASES, TOL, expected, trainer_log, worst
+
+    rewards, reference, extra = CASES[preset]
+    log = trainer_log(11, 4, rewards).with_row_index("rid")
+    write_shards(log, tmp_path / "in", shards=3)
+    options = {"batch_col": "step", "length_col": "length", **extra}
+    run_job(
+        [tmp_path / "in"],
+        tmp_path / "out",
+        preset=preset,
+        options=options,
+        engine={"backend": "ray"},
+    )
+    got = read_parts(tmp_path / "out")["advantage"].to_list()
+    assert worst(got, expected(log, reference, 4)) <= TOL
 
 
 @pytest.mark.usefixtures("local_ray")

@@ -412,13 +412,16 @@ def render_presets(console: Console) -> None:
         conventions = [f"{name} {row[name]}" for name in named]
         if row["clip"]:
             conventions.append(f"clip {row['clip']}")
+        if row["whiten"]:
+            conventions.append(f"whiten {row['whiten']}")
         if row["token_weighted"]:
             conventions.append("token-weighted")
         if row["aggregation"] != "sum_then_normalize":
             conventions.append(row["aggregation"])
         if row["layout"]:
             conventions.append(f"reads {row['layout']} dumps")
-        rows.append((row["preset"], escape(row["reproduces"]), escape(", ".join(conventions))))
+        reproduces = f"{row['trainer']} {row['version']}: {row['setting']}"
+        rows.append((row["preset"], escape(reproduces), escape(", ".join(conventions))))
     columns = [
         TableColumn("preset", style="bold"),
         TableColumn("reproduces", wrap=True),

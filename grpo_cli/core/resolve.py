@@ -152,6 +152,9 @@ def resolve(
         )
     notes: list[Message] = []
     frame, laid, derived = apply_layout(frame, found, dict(request.fields), explicit, notes)
+    sort_rewards = request.preset is not None and get_preset(request.preset).sort_rewards
+    if sort_rewards and isinstance(laid.get("reward_cols"), list | tuple):
+        laid["reward_cols"] = tuple(sorted(laid["reward_cols"]))  # the weights follow this order
     step_col = next((c for c in STEP_COLUMNS if c in user_columns(frame.columns)), None)
     laid = within_steps(step_col, laid, explicit)
     laid = _length_column(frame.schema, laid, request, notes)

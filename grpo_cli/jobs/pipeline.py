@@ -116,7 +116,7 @@ def _warnings(preset: str | None, run: RunSummary) -> tuple[str, ...]:
         return ()
     if run.group_size_min == run.group_size_max:
         return ()
-    trainer = get_preset(preset).trainer.split()[0]
+    trainer = get_preset(preset).trainer
     return (
         f"{trainer} samples groups of one fixed size; this log's groups hold "
         f"{run.group_size_min} to {run.group_size_max} responses: grpo-adv extends the "

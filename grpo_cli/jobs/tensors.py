@@ -77,7 +77,8 @@ def group_advantages(
         baseline: a per-response baseline reward ``(N,)`` (``remax``; NaN for null).
         weights: one weight per reward function (the K columns), default 1 each.
         preset: a trainer preset (``"trl"``, ``"verl"``, ``"openrlhf-rloo"``...); the
-            ``overrides`` win over it.
+            ``overrides`` win over it. ``"nemo-rl-gdpo"``: give the K columns (and
+            ``weights``) in the sorted order of their names, as NeMo-RL takes them.
         options: an :class:`AdvantageOptions` to start from (column names not read).
         **overrides: any :class:`AdvantageOptions` field that names no column:
             ``estimator``, ``ddof``, ``eps``, ``eps_mode``, ``singleton``, ``nulls``,

@@ -151,7 +151,7 @@ def run_summarize(
         table_format(target, output_format)  # before any input is read
     paths = input_paths(sources)
     report = read_report(paths, preset, dict(options or {}), input_format, by)
-    trainer = get_preset(preset).trainer.split()[0] if preset else None
+    trainer = get_preset(preset).trainer if preset else None
     report = replace(
         report,
         overall=metrics.trainer_names(report.overall, trainer),
