@@ -380,7 +380,9 @@ def _verify_auto(
     The report is the closest preset's (fewest rows over tolerance, then the smallest
     largest difference; then table order): when it agrees, its ``found`` names every
     preset that matches, closest first; else it says by how much the closest differs. A
-    log no preset applies to raises the first preset's error."""
+    log no preset applies to raises the first preset's error, and so does a log no preset
+    reproduces when a preset refused it as input (exit 3: e.g. groups spanning the batch
+    column the user named, which the presets without groups do not check)."""
     layout = _log_layout(frame)
     tried: list[tuple[str, VerifyReport]] = []
     first_error: GrpoAdvError | None = None
@@ -406,6 +408,8 @@ def _verify_auto(
         raise first_error
     tried.sort(key=lambda pair: (pair[1].rows_over, pair[1].max_abs_diff))  # stable
     name, closest = tried[0]
+    if not closest.agree and isinstance(first_error, InputError):
+        raise first_error
     if closest.agree:
         matches = [name for name, report in tried if report.agree]
         columns = closest.options.reward_cols
