@@ -254,7 +254,11 @@ def test_device_moves_the_computation() -> None:
         "device must be a torch.device or its name, got 'gpu'",
         'e.g. device="cuda", device="cuda:1" or device="cpu"',
     )
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        moved = group_advantages(rewards, groups, device="cuda")
+        assert moved.device.type == "cuda"
+        assert_same(moved.cpu(), here)
+    else:
         message, _ = error_of(OptionsError, rewards=rewards, groups=groups, device="cuda")
         assert message == 'device="cuda": torch sees no CUDA device'
 
@@ -739,3 +743,10 @@ def test_on_cuda_no_host_sync_and_parity() -> None:
             torch.cuda.set_sync_debug_mode("default")
         assert on_gpu.device.type == "cuda"
         assert_same(on_gpu.cpu(), on_cpu)
+    infinite = torch.tensor(INFINITE[:, 0])  # TRL's infinities: no host sync either
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        trl = group_advantages(infinite.cuda(), group_size=3, preset="trl-none")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert_same(trl.cpu(), group_advantages(infinite, group_size=3, preset="trl-none"))

@@ -74,6 +74,7 @@ KINDS: Final[Mapping[str, tuple[Callable[[Any], bool], str, object]]] = {
 }
 # What NaN rewards mean under these null policies (TRL's): accepted without nulls= given.
 COUNTED_NULLS: Final = ("zero", "fill_zero")
+FIELDS: Final = {f.name: f for f in fields(AdvantageOptions)}
 
 
 def group_advantages(
@@ -227,9 +228,9 @@ def _infinite_rewards(
       TRL's ``nanmean``/``nanstd``) once a group or batch holding both ``+inf`` and
       ``-inf`` is NaN (its mean is): then NaN is 0 and an infinity the dtype's largest
       finite value (``trl``: the group 0; ``trl-batch``: the batch 0; ``trl-none``: the
-      infinity's row 0, the others -+max). GDPO keeps its value: a reward whose group
-      holds an infinity has NaN z-scores there, which its sum counts as 0, as TRL's
-      ``nansum`` does.
+      infinity's row 0, the group's other rows ``-/+ finfo(dtype).max`` for ``+/-inf``).
+      GDPO keeps its value: a reward whose group holds an infinity has NaN z-scores
+      there, which its sum counts as 0, as TRL's ``nansum`` does.
     - otherwise NaN: else the NaN of ``inf - inf`` would pass for a null reward and leave
       advantages of 0.
     """
@@ -309,11 +310,10 @@ def _keyword(name: str, value: Any, argument: str | None = None) -> Any:
     if name in NO_MEANING:
         why, hint = NO_MEANING[name]
         raise OptionsError(f"{name} has no meaning for tensors: {why}", hint=hint)
-    field = {f.name: f for f in fields(AdvantageOptions)}.get(name)
+    field = FIELDS.get(name)
     if field is None:
-        refused = {*COLUMN_OPTIONS, *NO_MEANING}
         keywords = [k for k in inspect.signature(group_advantages).parameters if k != "overrides"]
-        keywords += [f.name for f in fields(AdvantageOptions) if f.name not in refused]
+        keywords += [f for f in FIELDS if f not in COLUMN_OPTIONS and f not in NO_MEANING]
         found = match_name(name, keywords, "group_advantages keyword")  # raises if none
         raise OptionsError(
             f"unknown group_advantages keyword {name!r}", hint=f"did you mean {found}?"
