@@ -241,10 +241,9 @@ def _infinite_rewards(
         return torch.where(spoiled, float("nan"), value).to(dtype)
     if options.aggregation == "normalize_then_sum":
         return value.to(dtype)
-    up = agg(torch.isposinf(ctx.reward).to(torch.float64), "sum") > 0
-    down = agg(torch.isneginf(ctx.reward).to(torch.float64), "sum") > 0
-    value = torch.where(up & down, float("nan"), value).to(dtype)
-    return torch.where(up | down, value.nan_to_num(nan=0.0), value)
+    total = agg(ctx.reward, "sum")  # NaN with both infinities, +-inf with one (nulls left out)
+    value = torch.where(torch.isnan(total), float("nan"), value).to(dtype)
+    return torch.where(torch.isfinite(total), value, value.nan_to_num(nan=0.0))
 
 
 def tensor_options(
