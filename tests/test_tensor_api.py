@@ -105,8 +105,9 @@ def group_ids(log: pl.DataFrame) -> Any:
 def tensor_call(
     log: pl.DataFrame, estimator: str, policy: dict[str, Any], dtype: Any = torch.float64
 ) -> dict[str, Any]:
-    """The arguments of group_advantages for ``policy`` over ``log``."""
-    options = dict(policy)
+    """The arguments of group_advantages for ``policy`` over ``log`` (``nulls`` as the
+    frame's default unless the policy sets it: the log has null rewards)."""
+    options = {"nulls": "exclude", **policy}
     columns = options.pop("reward_cols", ("reward",))
     batch_col = options.pop("batch_col", None)
     rewards = torch.stack([as_tensor(log[c], dtype) for c in columns], dim=1)
@@ -230,8 +231,36 @@ def test_the_result_stays_on_the_device_with_the_input_dtype() -> None:
         got = group_advantages(rewards.to(dtype), groups)
         assert (got.dtype, got.device, got.shape) == (dtype, rewards.device, (4,))
     integer = group_advantages(torch.tensor([1, 0, 2, 0]), groups, estimator="dr_grpo")
-    assert integer.dtype == torch.float64
+    assert integer.dtype == torch.get_default_dtype() == torch.float32
     assert integer.tolist() == [0.5, -0.5, 1.0, -1.0]
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert group_advantages(torch.tensor([1, 0, 2, 0]), groups).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def test_device_moves_the_computation() -> None:
+    """``device=`` moves every tensor there and returns the result there; a name torch
+    does not know, or CUDA without a CUDA device, is an OptionsError."""
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.25], dtype=torch.float64)
+    groups = torch.tensor([3, 3, 8, 8])
+    here = group_advantages(rewards, groups)
+    for device in ("cpu", torch.device("cpu")):
+        got = group_advantages(rewards, groups, device=device)
+        assert got.device == torch.device("cpu")
+        assert_same(got, here, tol=0.0)
+    assert error_of(OptionsError, rewards=rewards, groups=groups, device="gpu") == (
+        "device must be a torch.device or its name, got 'gpu'",
+        'e.g. device="cuda", device="cuda:1" or device="cpu"',
+    )
+    if torch.cuda.is_available():
+        moved = group_advantages(rewards, groups, device="cuda")
+        assert moved.device.type == "cuda"
+        assert_same(moved.cpu(), here)
+    else:
+        message, _ = error_of(OptionsError, rewards=rewards, groups=groups, device="cuda")
+        assert message == 'device="cuda": torch sees no CUDA device'
 
 
 def test_prompt_ids_and_integer_groups_give_the_same() -> None:
@@ -444,6 +473,156 @@ def test_rewards_must_be_a_one_or_two_dimensional_tensor() -> None:
     assert message == "rewards must be a real tensor of shape (N,) or (N, K), got (2, 2, 2)"
 
 
+KEYWORD_ERRORS: list[tuple[dict[str, Any], str, str]] = [
+    ({"group_size": 4.0}, "group_size must be an int, got 4.0", "e.g. group_size=8"),
+    ({"eps": "1e-4"}, "eps must be a real number, got '1e-4'", "e.g. eps=1e-08"),
+    ({"ddof": True}, "ddof must be an int, got True", "e.g. ddof=1"),
+    ({"whiten": 1}, "whiten must be a bool, got 1", "e.g. whiten=False"),
+    ({"estimator": 3}, "estimator must be a string, got 3", 'e.g. estimator="grpo"'),
+    (
+        {"clip": (-1, "1")},
+        "clip must be a pair of real numbers, got (-1, '1')",
+        "e.g. clip=(-10.0, 10.0)",
+    ),
+    (
+        {"weights": "ab"},
+        "weights must be a sequence of real numbers, got 'ab'",
+        "e.g. weights=(1.0, 0.5)",
+    ),
+    (
+        {"preset": 3},
+        "preset must be a string, got 3",
+        'e.g. preset="trl" (grpo-adv presets lists them)',
+    ),
+    (
+        {"options": {"eps": 1e-4}},
+        "options must be an AdvantageOptions, got dict",
+        "or pass the fields as keywords: group_advantages(rewards, groups, **fields)",
+    ),
+    (
+        {"with_stats": True},
+        "with_stats has no meaning for tensors: the advantages alone are returned",
+        "for the group statistics use grpo_cli.compute_advantages with with_stats=True",
+    ),
+    (
+        {"deterministic": True},
+        "deterministic has no meaning for tensors: it chooses between Polars' engines",
+        "leave it out",
+    ),
+    (
+        {"advantage_col": "adv"},
+        "advantage_col has no meaning for tensors: the advantages are returned as a tensor, "
+        "not a column",
+        "leave it out",
+    ),
+    ({"Eps": 1e-4}, "unknown group_advantages keyword 'Eps'", "did you mean eps?"),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "message", "hint"), KEYWORD_ERRORS, ids=[next(iter(c[0])) for c in KEYWORD_ERRORS]
+)
+def test_keywords_name_the_argument_and_the_type_it_takes(
+    call: dict[str, Any], message: str, hint: str
+) -> None:
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.25])
+    assert error_of(OptionsError, rewards=rewards, groups=GROUPS, **call) == (message, hint)
+
+
+def test_every_option_keyword_checks_its_type() -> None:
+    """Every option field group_advantages takes refuses a value of no type it takes,
+    naming itself; an unknown keyword suggests the closest."""
+    from dataclasses import fields
+
+    from grpo_cli.jobs.tensors import COLUMN_OPTIONS, NO_MEANING
+
+    taken = [
+        f.name for f in fields(AdvantageOptions) if f.name not in {*COLUMN_OPTIONS, *NO_MEANING}
+    ]
+    assert len(taken) == 17
+    for name in taken:
+        message, _ = error_of(OptionsError, rewards=REWARDS, groups=GROUPS, **{name: object()})
+        assert message.startswith(f"{name} must be "), message
+    message, hint = error_of(OptionsError, rewards=REWARDS, prompt_id=["a"] * 4)
+    assert message == "unknown group_advantages keyword 'prompt_id'"
+    assert hint is not None and hint.startswith("did you mean prompt_ids? (choose one of: rewards,")
+
+
+def test_a_nan_reward_is_refused_unless_nulls_says_what_it_means() -> None:
+    """Without ``nulls=`` (and under every preset of a trainer without None rewards) a NaN
+    reward is refused, naming ``nulls=`` and its choices; an explicit ``nulls=`` gives
+    what it always gave; TRL's presets count it (advantage 0)."""
+    refusal = (
+        "1 row(s) have a NaN reward, and no nulls= says what it means",
+        'pass nulls="exclude" (left out, advantage NaN), "zero" (left out, advantage 0: TRL), '
+        '"fill_zero" (a reward of 0) or "error"',
+    )
+    for preset in [None, *(p for p, o in PRESETS.items() if o.options.get("nulls") != "zero")]:
+        call = {"rewards": REWARDS, "groups": GROUPS, "lengths": torch.ones(4), "preset": preset}
+        assert error_of(InputError, **call) == refusal
+    std = math.sqrt(0.5)  # of the group (1, 0); the group (0, 0.5) under fill_zero: std / 2
+    excluded = group_advantages(REWARDS, GROUPS, nulls="exclude")
+    z = 0.5 / (std + 1e-8)
+    assert_same(excluded, f64([z, -z, math.nan, 0.0]))
+    verl = group_advantages(REWARDS, GROUPS, preset="verl", nulls="exclude")
+    z_verl = 0.5 / (std + 1e-6)
+    assert_same(verl, f64([z_verl, -z_verl, math.nan, 0.5 / (1 + 1e-6)]))  # singleton: r/(1+eps)
+    filled = group_advantages(REWARDS, GROUPS, nulls="fill_zero")
+    assert_same(filled, f64([z, -z, -0.25 / (std / 2 + 1e-8), 0.25 / (std / 2 + 1e-8)]))
+    trl = group_advantages(REWARDS, GROUPS, preset="trl")
+    assert_same(trl, f64([0.5 / (std + 1e-4), -0.5 / (std + 1e-4), 0.0, 0.0]))
+
+
+INF = math.inf
+# Groups of 3: +inf; -inf; both; finite; finite with a None; -inf with a None.
+INFINITE = np.array(
+    [
+        [1.0, INF, 2.0],
+        [0.0, -INF, 3.0],
+        [INF, -INF, 1.0],
+        [0.0, 1.0, 0.5],
+        [2.0, math.nan, 5.0],
+        [-INF, math.nan, 1.0],
+    ]
+).reshape(-1, 1)
+
+
+@pytest.mark.parametrize(
+    ("preset", "scale"),
+    [("trl", "group"), ("trl-batch", "batch"), ("trl-none", "none"), ("trl-gdpo", "group")],
+)
+def test_infinite_rewards_under_trl_presets_give_trls_advantages(preset: str, scale: str) -> None:
+    """TRL applies ``nan_to_num(nan=0.0)`` to its advantages: an infinite reward's group is
+    0 (``trl``), the batch is (``trl-batch``), the infinity's row is 0 and the others the
+    dtype's largest value (``trl-none``); the other groups are what they are alone. GDPO:
+    the reward an infinity spoils counts 0 in its group (TRL's nansum). Against
+    tests/trainer_reference.py (float64) and, in float32, TRL's own float32 limits."""
+    keys = [i // 3 for i in range(len(INFINITE))]
+    gdpo = preset == "trl-gdpo"
+    matrix = np.hstack([INFINITE, INFINITE[::-1] * 0.5]) if gdpo else INFINITE
+    rewards = torch.tensor(matrix if gdpo else matrix[:, 0])
+    aggregation = "normalize_then_sum" if gdpo else "sum_then_normalize"
+    got = group_advantages(rewards, group_size=3, preset=preset)
+    expected = f64(ref.trl_grpo(matrix, keys, scale_rewards=scale, aggregation=aggregation))
+    assert_same(got, expected)
+    assert not torch.isnan(got).any()
+    largest = torch.finfo(torch.float64).max
+    if preset == "trl":
+        assert got[:9].tolist() == [0.0] * 9 and got[15:].tolist() == [0.0] * 3
+        assert_same(got[9:15], group_advantages(rewards[9:15], group_size=3, preset=preset))
+    if preset == "trl-batch":
+        assert got.abs().max().item() == 0.0
+    if preset == "trl-none":
+        assert got[:9].tolist() == [-largest, 0.0, -largest, largest, 0.0, largest, 0.0, 0.0, 0.0]
+        assert got[9:12].tolist() == [-0.5, 0.5, 0.0]
+    single = group_advantages(rewards.float(), group_size=3, preset=preset)
+    limit = float(np.finfo(np.float32).max)
+    reference = ref.trl_grpo(
+        matrix, keys, scale_rewards=scale, largest=limit, aggregation=aggregation
+    )
+    assert torch.allclose(single.double(), f64(reference), rtol=1e-6, atol=1e-7)
+
+
 # --------------------------------------------------------------------------- trainers
 
 
@@ -564,3 +743,10 @@ def test_on_cuda_no_host_sync_and_parity() -> None:
             torch.cuda.set_sync_debug_mode("default")
         assert on_gpu.device.type == "cuda"
         assert_same(on_gpu.cpu(), on_cpu)
+    infinite = torch.tensor(INFINITE[:, 0])  # TRL's infinities: no host sync either
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        trl = group_advantages(infinite.cuda(), group_size=3, preset="trl-none")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert_same(trl.cpu(), group_advantages(infinite, group_size=3, preset="trl-none"))

@@ -18,6 +18,7 @@ blocks of ``n`` where the trainer reshapes (-1, n), else keyed by ``keys``.
 from __future__ import annotations
 
 import math
+import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -43,18 +44,27 @@ def torch_std(values: Sequence[float]) -> float:
 
 
 def trl_nanstd(values: Sequence[float]) -> float:
-    """trl.trainer.utils.nanstd: ddof 1 over non-NaN values, NaN when fewer than 2."""
+    """trl.trainer.utils.nanstd: ddof 1 over non-NaN values, NaN when fewer than 2: the
+    nanmean of the squared deviations (a NaN one, ``inf - inf``, left out) times
+    ``count / (count - 1)`` of the non-NaN values."""
     kept = [v for v in values if not math.isnan(v)]
     if len(kept) < 2:
         return NAN
     mean = sum(kept) / len(kept)
-    var = sum((v - mean) ** 2 for v in kept) / len(kept) * len(kept) / (len(kept) - 1)
-    return math.sqrt(var)
+    squares = [d for d in ((v - mean) ** 2 for v in kept) if not math.isnan(d)]
+    if not squares:
+        return NAN
+    return math.sqrt(sum(squares) / len(squares) * len(kept) / (len(kept) - 1))
 
 
 def trl_nanmean(values: Sequence[float]) -> float:
     kept = [v for v in values if not math.isnan(v)]
     return sum(kept) / len(kept) if kept else NAN
+
+
+def _nansum(values: Sequence[float]) -> float:
+    """torch.nansum: NaN terms count 0 (``inf + -inf`` is still NaN)."""
+    return sum(v for v in values if not math.isnan(v))
 
 
 def trl_grpo(
@@ -63,16 +73,20 @@ def trl_grpo(
     weights: Sequence[float] | None = None,
     scale_rewards: str = "group",
     aggregation: str = "sum_then_normalize",
+    largest: float = sys.float_info.max,
 ) -> list[float]:
-    """TRL >= 1.6 GRPOTrainer: rewards_per_func (N, K) with NaN for None."""
+    """TRL >= 1.6 GRPOTrainer: rewards_per_func (N, K) with NaN for None, infinities
+    included (IEEE arithmetic, as torch's); ``largest``: what ``nan_to_num`` makes of an
+    infinite advantage (the dtype's largest finite value: TRL's float32 3.4028235e38)."""
     n, k = rewards_per_func.shape
+    rows = rewards_per_func.tolist()  # Python floats: IEEE without numpy's warnings
     w = list(weights) if weights is not None else [1.0] * k
-    unscorable = [all(math.isnan(x) for x in row) for row in rewards_per_func]
+    unscorable = [all(math.isnan(x) for x in row) for row in rows]
     groups = _groups(keys)
     if aggregation == "sum_then_normalize":
         r = [
-            NAN if unscorable[i] else sum(w[j] * x for j, x in enumerate(row) if not math.isnan(x))
-            for i, row in enumerate(rewards_per_func)
+            NAN if unscorable[i] else _nansum([w[j] * x for j, x in enumerate(row)])
+            for i, row in enumerate(rows)
         ]
         batch_std = trl_nanstd(r)
         adv = [NAN] * n
@@ -89,17 +103,18 @@ def trl_grpo(
         z = np.full((n, k), NAN)
         for idx in groups.values():
             for j in range(k):
-                values = [rewards_per_func[i, j] for i in idx]
+                values = [rows[i][j] for i in idx]
                 mean, std = trl_nanmean(values), trl_nanstd(values)
                 for i in idx:
-                    z[i, j] = (rewards_per_func[i, j] - mean) / (std + 1e-4)
+                    z[i, j] = (rows[i][j] - mean) / (std + 1e-4)
         s = [
-            NAN if unscorable[i] else sum(w[j] * x for j, x in enumerate(row) if not math.isnan(x))
+            NAN if unscorable[i] else _nansum([w[j] * x for j, x in enumerate(row)])
             for i, row in enumerate(z)
         ]
         mean_s, std_s = trl_nanmean(s), trl_nanstd(s)
         adv = [(v - mean_s) / (std_s + 1e-4) for v in s]
-    return [0.0 if math.isnan(a) else a for a in adv]  # torch.nan_to_num(nan=0.0)
+    # torch.nan_to_num(nan=0.0): infinities become the dtype's largest finite values
+    return [0.0 if math.isnan(a) else max(-largest, min(largest, a)) for a in adv]
 
 
 def verl_group_stats(

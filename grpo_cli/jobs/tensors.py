@@ -7,8 +7,9 @@ The same formulas (through :class:`grpo_cli.engines.torch.TorchContext`) and pol
 No host sync on the path: indices are made dense by a sort (:func:`dense_index`), every
 segment buffer has N entries (shapes depend on N only: ``torch.compile``), scalars are
 filled on the device. Only these reach the host: prompt ids given as Python values (coded
-there, copied in once), ``nulls="error"``'s count of NaN rewards, and ``group_size`` with
-``batch``'s check that every batch holds whole groups.
+there, copied in once), the count of NaN rewards where they are refused (``nulls="error"``,
+or no ``nulls=`` given and none in the preset: pass ``nulls=`` to skip it), and
+``group_size`` with ``batch``'s check that every batch holds whole groups.
 
 Groups of which more than half hold one response (a per-response id passed as the group)
 give one :class:`grpo_cli.core.errors.GrpoAdvWarning` a call, worded as the CLI's warning
@@ -17,37 +18,63 @@ host anyway: ``prompt_ids``, or ``groups`` on the CPU. ``groups`` on an accelera
 checked (a host sync every call); nor ``group_size=G``, whose groups hold G rows.
 
 The arithmetic is float64 (within 1e-12 of the Polars engine); the result is cast to the
-rewards' floating dtype (float32: within 6e-8 relative), float64 for integer rewards.
-Errors name the arguments as Python keywords.
+rewards' floating dtype (float32: within 6e-8 relative), torch's default dtype for integer
+rewards. Errors name the arguments as Python keywords, with the type each takes.
 """
 
 from __future__ import annotations
 
+import inspect
 import warnings
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from dataclasses import fields
+from numbers import Integral, Real
 from typing import Any, Final
 
-from grpo_cli.core.errors import GrpoAdvWarning, InputError, OptionsError
+from grpo_cli.core.errors import GrpoAdvWarning, InputError, OptionsError, python_value
 from grpo_cli.core.estimators import Estimator, get_estimator
+from grpo_cli.core.names import match_name
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.policies import formula, policy_value, reads_batch
 from grpo_cli.core.presets import merge_options
 from grpo_cli.core.run_summary import singleton_warning
-from grpo_cli.engines.torch import TorchContext, context_settings
+from grpo_cli.engines.torch import TorchContext, context_settings, resolve_device
 
-# Options that name columns, and the argument that stands for them here (None: no meaning).
-COLUMN_OPTIONS: Final[Mapping[str, str | None]] = {
+# Options that name columns, and the argument that stands for them here.
+COLUMN_OPTIONS: Final[Mapping[str, str]] = {
     "group_cols": "groups",
     "reward_cols": "rewards",
     "reward_col": "rewards",
     "length_col": "lengths",
     "baseline_col": "baseline",
     "batch_col": "batch",
-    "step_rewards_col": None,
-    "with_stats": None,
-    "advantage_col": None,
-    "deterministic": None,
 }
+# Options that have no meaning for tensors: why, and what to do instead.
+NO_MEANING: Final[Mapping[str, tuple[str, str]]] = {
+    "step_rewards_col": (
+        "process supervision reads lists of step rewards",
+        "use grpo_cli.compute_advantages with step_rewards_col",
+    ),
+    "with_stats": (
+        "the advantages alone are returned",
+        "for the group statistics use grpo_cli.compute_advantages with with_stats=True",
+    ),
+    "advantage_col": ("the advantages are returned as a tensor, not a column", "leave it out"),
+    "deterministic": ("it chooses between Polars' engines", "leave it out"),
+}
+# What an option field takes, by its annotation (``| None`` aside): the check, its words,
+# an example where the field's default is None.
+KINDS: Final[Mapping[str, tuple[Callable[[Any], bool], str, object]]] = {
+    "int": (lambda v: isinstance(v, Integral) and not isinstance(v, bool), "an int", 8),
+    "float": (lambda v: isinstance(v, Real) and not isinstance(v, bool), "a real number", None),
+    "bool": (lambda v: isinstance(v, bool), "a bool", None),
+    "str": (lambda v: isinstance(v, str), "a string", None),
+    "tuple[float, ...]": (lambda v: _reals(v, None), "a sequence of real numbers", (1.0, 0.5)),
+    "tuple[float, float]": (lambda v: _reals(v, 2), "a pair of real numbers", (-10.0, 10.0)),
+}
+# What NaN rewards mean under these null policies (TRL's): accepted without nulls= given.
+COUNTED_NULLS: Final = ("zero", "fill_zero")
+FIELDS: Final = {f.name: f for f in fields(AdvantageOptions)}
 
 
 def group_advantages(
@@ -58,28 +85,34 @@ def group_advantages(
     batch: Any = None,
     lengths: Any = None,
     baseline: Any = None,
-    weights: Sequence[float] | None = None,
+    weights: Any = None,
     preset: str | None = None,
     options: AdvantageOptions | None = None,
+    device: Any = None,
     **overrides: Any,
 ) -> Any:
-    """The advantages of ``rewards``, per group, on the rewards' device.
+    """The advantages of ``rewards``, per group, on the rewards' device (or ``device``).
 
     Args:
         rewards: a tensor ``(N,)``, or ``(N, K)`` with one column per reward function,
             combined by ``aggregation``: weighted sum with NaN counting 0 (NaN when all K
             are; ``"sum_then_normalize"``) or GDPO (``"normalize_then_sum"``). NaN is a
-            null reward.
+            null reward: refused (one host sync) unless ``nulls`` is given or the chosen
+            policy is ``"zero"``/``"fill_zero"`` (the ``trl*`` presets), as the trainers
+            without None rewards (verl, OpenRLHF...) never produce one.
         groups: an integer tensor ``(N,)``, equal values for the responses of one prompt.
         prompt_ids: instead of ``groups``, N hashable prompt ids (verl's ``uid`` array).
         batch: an integer tensor ``(N,)``: batch statistics per value; default one batch.
         lengths: response lengths in tokens ``(N,)`` (``opo``, ``token_weighted``).
         baseline: a per-response baseline reward ``(N,)`` (``remax``; NaN for null).
-        weights: one weight per reward function (the K columns), default 1 each.
+        weights: one weight per reward function (the K columns: a sequence or a 1-D
+            tensor, as TRL's reward_weights), default 1 each.
         preset: a trainer preset (``"trl"``, ``"verl"``, ``"openrlhf-rloo"``...); the
             ``overrides`` win over it. ``"nemo-rl-gdpo"``: give the K columns (and
             ``weights``) in the sorted order of their names, as NeMo-RL takes them.
         options: an :class:`AdvantageOptions` to start from (column names not read).
+        device: where to compute (a ``torch.device`` or its name); the tensors are moved
+            there and so is the result. Default: the rewards' device.
         **overrides: any :class:`AdvantageOptions` field that names no column:
             ``estimator``, ``ddof``, ``eps``, ``eps_mode``, ``singleton``, ``nulls``,
             ``clip``, ``clip_stage``, ``reward_clip``, ``whiten``, ``whiten_ddof``,
@@ -88,25 +121,36 @@ def group_advantages(
             groups (instead of ``groups``).
 
     Returns:
-        A tensor ``(N,)`` on the rewards' device, in the rewards' floating dtype (float64
-        for integer rewards): the advantage, NaN where it is null (a null reward under
-        ``nulls="exclude"``, ``singleton="null"``). ``singleton="drop"`` keeps the shape:
-        those rows are NaN and left out of every statistic.
+        A tensor ``(N,)`` on the rewards' device, in the rewards' floating dtype
+        (``torch.get_default_dtype()`` for integer rewards): the advantage, NaN where it is
+        null (a null reward under ``nulls="exclude"``, ``singleton="null"``).
+        ``singleton="drop"`` keeps the shape: those rows are NaN and left out of every
+        statistic.
 
     Raises:
-        OptionsError: unknown or conflicting options, a missing ``groups``/``lengths``/
-            ``baseline`` the estimator needs, ``estimator="process"`` (step-reward lists:
-            use :func:`grpo_cli.compute_advantages`).
-        InputError: tensors of the wrong shape, dtype or device; NaN rewards under
-            ``nulls="error"``; a None prompt id.
+        OptionsError: unknown or conflicting options, a keyword of the wrong type (named
+            with the type it takes), a missing ``groups``/``lengths``/``baseline`` the
+            estimator needs, ``estimator="process"`` (step-reward lists: use
+            :func:`grpo_cli.compute_advantages`), a device torch does not have.
+        InputError: tensors of the wrong shape, dtype or device; NaN rewards, unless
+            ``nulls`` counts them (see ``rewards``); a None prompt id.
 
-    Infinite rewards are not refused (a host sync): their group's advantages are NaN (their
-    batch's when the formula reads batch statistics).
+    Infinite rewards are not refused (a host sync): under ``nulls="zero"`` (TRL's policy)
+    the advantages are TRL's (:func:`_infinite_rewards`); otherwise their group's are NaN
+    (their batch's when the formula reads batch statistics).
     """
     import torch
 
     with torch.no_grad():
         rewards = _rewards(torch, rewards)
+        if device is not None:
+            where = _device(torch, device)
+            rewards, groups, prompt_ids, batch, lengths, baseline = (
+                value.to(where) if isinstance(value, torch.Tensor) else value
+                for value in (rewards, groups, prompt_ids, batch, lengths, baseline)
+            )
+        if isinstance(weights, torch.Tensor):  # TRL's reward_weights
+            weights = weights.tolist()
         n, k = rewards.shape[0], 1 if rewards.dim() == 1 else rewards.shape[1]
         chosen = tensor_options(
             k,
@@ -134,8 +178,6 @@ def group_advantages(
             batch=None if batch is None else (batch_codes, batch),
         )
         parts = _reward_parts(torch, rewards, chosen.nulls)
-        if chosen.nulls == "error":
-            _refuse_nulls(torch, parts)
         reward = combined(torch, parts, chosen.weights)
         if chosen.reward_clip is not None:  # as grpo_cli.core.rewards: each part for GDPO
             parts = [part.clamp(*chosen.reward_clip) for part in parts]
@@ -151,6 +193,10 @@ def group_advantages(
             baseline=None if baseline is None else _column(torch, rewards, baseline, "baseline"),
             **context_settings(chosen),
         )
+        if chosen.nulls == "error" or (
+            "nulls" not in overrides and chosen.nulls not in COUNTED_NULLS
+        ):
+            _refuse_nulls(torch, parts, chosen.nulls == "error")
         dropped = None
         if chosen.singleton == "drop" and estimator.uses_groups:
             dropped = ctx.is_singleton()
@@ -163,21 +209,42 @@ def group_advantages(
         )
         if dropped is not None:
             value = torch.where(dropped, float("nan"), value)
-        value = _infinite_spoils(ctx, parts, value, batch_level=reads_batch(chosen, estimator))
-        dtype = rewards.dtype if rewards.is_floating_point() else torch.float64
-        return value.to(dtype)
+        dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+        return _infinite_rewards(ctx, parts, value, dtype, chosen, estimator)
 
 
-def _infinite_spoils(
-    ctx: TorchContext, parts: Sequence[Any], value: Any, *, batch_level: bool
+def _infinite_rewards(
+    ctx: TorchContext,
+    parts: Sequence[Any],
+    value: Any,
+    dtype: Any,
+    options: AdvantageOptions,
+    estimator: Estimator,
 ) -> Any:
-    """``value`` NaN on the rows whose group (batch, when the formula reads batch
-    statistics) holds an infinite reward: else the NaN of ``inf - inf`` would pass for a
-    null reward and leave advantages of 0."""
+    """``value`` in ``dtype``, on the rows whose group (batch, when the formula reads batch
+    statistics) holds an infinite reward:
+
+    - under ``nulls="zero"``, what TRL gives: TRL applies ``nan_to_num(nan=0.0)`` to every
+      advantage, which the float arithmetic here reproduces (NaN-aware statistics, as
+      TRL's ``nanmean``/``nanstd``) once a group or batch holding both ``+inf`` and
+      ``-inf`` is NaN (its mean is): then NaN is 0 and an infinity the dtype's largest
+      finite value (``trl``: the group 0; ``trl-batch``: the batch 0; ``trl-none``: the
+      infinity's row 0, the group's other rows ``-/+ finfo(dtype).max`` for ``+/-inf``).
+      GDPO keeps its value: a reward whose group holds an infinity has NaN z-scores
+      there, which its sum counts as 0, as TRL's ``nansum`` does.
+    - otherwise NaN: else the NaN of ``inf - inf`` would pass for a null reward and leave
+      advantages of 0.
+    """
     torch = ctx.torch
-    flag = _any(torch, parts, torch.isinf).to(torch.float64)
-    spoiled = (ctx.batch_agg(flag, "sum") if batch_level else ctx.group_agg(flag, "sum")) > 0
-    return torch.where(spoiled, float("nan"), value)
+    agg = ctx.batch_agg if reads_batch(options, estimator) else ctx.group_agg
+    if options.nulls != "zero":
+        spoiled = agg(_any(torch, parts, torch.isinf).to(torch.float64), "sum") > 0
+        return torch.where(spoiled, float("nan"), value).to(dtype)
+    if options.aggregation == "normalize_then_sum":
+        return value.to(dtype)
+    total = agg(ctx.reward, "sum")  # NaN with both infinities, +-inf with one (nulls left out)
+    value = torch.where(torch.isnan(total), float("nan"), value).to(dtype)
+    return torch.where(torch.isfinite(total), value, value.nan_to_num(nan=0.0))
 
 
 def tensor_options(
@@ -191,16 +258,22 @@ def tensor_options(
     baseline: bool,
     batch: bool,
 ) -> AdvantageOptions:
-    """``options`` (default the defaults), the preset's, then the ``overrides``; the column
-    options named after the tensors given (for the options' own checks)."""
-    for name in overrides:
-        if name in COLUMN_OPTIONS:
-            argument = COLUMN_OPTIONS[name]
-            hint = f"pass the tensor as {argument}" if argument else "it has no meaning for tensors"
-            raise OptionsError(f"{name} names a column; group_advantages takes tensors", hint=hint)
-    explicit = dict(overrides)
+    """``options`` (default the defaults), the preset's, then the ``overrides`` (checked:
+    :func:`_keyword`); the column options named after the tensors given (for the options'
+    own checks)."""
+    explicit = {name: _keyword(name, value) for name, value in overrides.items()}
     if weights is not None:
-        explicit["reward_weights"] = tuple(weights)
+        explicit["reward_weights"] = _keyword("reward_weights", weights, "weights")
+    if preset is not None and not isinstance(preset, str):
+        raise OptionsError(
+            f"preset must be a string, got {preset!r}",
+            hint='e.g. preset="trl" (grpo-adv presets lists them)',
+        )
+    if options is not None and not isinstance(options, AdvantageOptions):
+        raise OptionsError(
+            f"options must be an AdvantageOptions, got {type(options).__name__}",
+            hint="or pass the fields as keywords: group_advantages(rewards, groups, **fields)",
+        )
     merged = merge_options(preset, explicit)
     base = options or AdvantageOptions()
     given = merged.get("reward_weights", base.reward_weights)
@@ -222,6 +295,68 @@ def tensor_options(
         step_rewards_col=None,
         with_stats=False,
     )
+
+
+def _keyword(name: str, value: Any, argument: str | None = None) -> Any:
+    """The option field ``name``'s ``value`` (given as ``argument``, default ``name``),
+    checked against the field's annotation (:data:`KINDS`) and made a plain Python value.
+    Column options and those without meaning for tensors say so; an unknown name suggests
+    the closest keyword."""
+    if name in COLUMN_OPTIONS:
+        raise OptionsError(
+            f"{name} names a column; group_advantages takes tensors",
+            hint=f"pass the tensor as {COLUMN_OPTIONS[name]}",
+        )
+    if name in NO_MEANING:
+        why, hint = NO_MEANING[name]
+        raise OptionsError(f"{name} has no meaning for tensors: {why}", hint=hint)
+    field = FIELDS.get(name)
+    if field is None:
+        keywords = [k for k in inspect.signature(group_advantages).parameters if k != "overrides"]
+        keywords += [f for f in FIELDS if f not in COLUMN_OPTIONS and f not in NO_MEANING]
+        found = match_name(name, keywords, "group_advantages keyword")  # raises if none
+        raise OptionsError(
+            f"unknown group_advantages keyword {name!r}", hint=f"did you mean {found}?"
+        )
+    if value is None and str(field.type).endswith(" | None"):
+        return None
+    annotation = str(field.type).removesuffix(" | None")
+    check, words, example = KINDS[annotation]
+    if not check(value):
+        shown = field.default if field.default is not None else example
+        raise OptionsError(
+            f"{argument or name} must be {words}, got {value!r}",
+            hint=f"e.g. {argument or name}={python_value(shown)}",
+            value=value,
+        )
+    if annotation in ("int", "float"):
+        return int(value) if annotation == "int" else float(value)
+    return tuple(float(v) for v in value) if annotation.startswith("tuple") else value
+
+
+def _reals(value: Any, length: int | None) -> bool:
+    """Whether ``value`` is a sequence of real numbers (of ``length`` items, if given)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | Collection):
+        return False
+    items = list(value)
+    real = all(isinstance(v, Real) and not isinstance(v, bool) for v in items)
+    return real and (length is None or len(items) == length)
+
+
+def _device(torch: Any, device: Any) -> Any:
+    """``device`` as a ``torch.device``; an unknown name, or CUDA where torch sees none, is
+    an OptionsError."""
+    try:
+        where = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise OptionsError(
+            f"device must be a torch.device or its name, got {device!r}",
+            hint='e.g. device="cuda", device="cuda:1" or device="cpu"',
+            value=device,
+        ) from None
+    if where.type == "cuda":
+        resolve_device(torch, "cuda")
+    return where
 
 
 def _check_needs(
@@ -438,10 +573,12 @@ def _reward_parts(torch: Any, rewards: Any, nulls: str) -> list[Any]:
 
 def combined(torch: Any, parts: Sequence[Any], weights: Sequence[float]) -> Any:
     """The one reward the estimator sees (:func:`grpo_cli.core.rewards.combined_reward`):
-    ``sum_k w_k r_k`` with NaN counting 0, NaN where every ``r_k`` is."""
+    ``sum_k w_k r_k`` with NaN counting 0, NaN where every ``r_k`` is. A NaN term counts 0
+    too (``0 * inf``: TRL's ``nansum``)."""
     if len(parts) == 1 and tuple(weights) == (1.0,):
         return parts[0]
-    terms = [torch.where(torch.isnan(p), 0.0, p * w) for p, w in zip(parts, weights, strict=True)]
+    terms = [p * w for p, w in zip(parts, weights, strict=True)]
+    terms = [torch.where(torch.isnan(t), 0.0, t) for t in terms]
     all_null = ~_any(torch, parts, lambda p: ~torch.isnan(p))
     return torch.where(all_null, float("nan"), sum(terms[1:], terms[0]))
 
@@ -454,11 +591,18 @@ def _any(torch: Any, parts: Sequence[Any], test: Any) -> Any:
     return found
 
 
-def _refuse_nulls(torch: Any, parts: Sequence[Any]) -> None:
-    """``nulls="error"``: NaN rewards refused (one host sync)."""
+def _refuse_nulls(torch: Any, parts: Sequence[Any], asked: bool) -> None:
+    """NaN rewards refused (one host sync): under ``nulls="error"`` (``asked``), or where
+    no ``nulls`` says what they mean."""
     count = int(_any(torch, parts, torch.isnan).sum())
-    if count:
+    if count and asked:
         raise InputError(
             f'{count} row(s) have a NaN reward (nulls="error")',
             hint='choose nulls="exclude", zero or fill_zero to accept them',
+        )
+    if count:
+        raise InputError(
+            f"{count} row(s) have a NaN reward, and no nulls= says what it means",
+            hint='pass nulls="exclude" (left out, advantage NaN), "zero" (left out, advantage '
+            '0: TRL), "fill_zero" (a reward of 0) or "error"',
         )
