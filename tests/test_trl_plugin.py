@@ -4,6 +4,10 @@ character tokenizer built here (nothing downloaded), a few steps of training on 
 from __future__ import annotations
 
 import inspect
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +16,7 @@ import pytest
 
 from grpo_cli import group_advantages
 from grpo_cli.core.errors import OptionsError
-from tests.conftest import import_or_skip
+from tests.conftest import ROOT, import_or_skip
 
 import_or_skip("trl")
 import torch  # noqa: E402
@@ -71,11 +75,11 @@ class RecordingAdv(Recording, GRPOAdvTrainer):
 
 def train(cls: type, folder: Path, config: dict[str, Any] | None = None, **settings: Any) -> Any:
     """Three steps of training of a fresh tiny Llama (seed 0) under the GRPOConfig settings
-    ``config``: 2 prompts x 4 completions a step, a completions log per step in ``folder``."""
+    ``config``: 2 prompts x 4 completions a step (one process), a completions log per step
+    in ``folder``."""
     args = GRPOConfig(
         output_dir=str(folder),
-        per_device_train_batch_size=8,
-        num_generations=4,
+        **({"per_device_train_batch_size": 8, "num_generations": 4} | (config or {})),
         max_completion_length=6,
         max_steps=3,
         logging_steps=1,
@@ -87,7 +91,6 @@ def train(cls: type, folder: Path, config: dict[str, Any] | None = None, **setti
         save_strategy="no",
         log_completions=True,
         num_completions_to_print=0,
-        **(config or {}),
     )
     torch.manual_seed(0)
     model = LlamaForCausalLM(
@@ -175,6 +178,46 @@ def test_other_estimators_train_and_log_what_they_used(tmp_path: Path, estimator
         assert not torch.allclose(trained, trl.nan_to_num(nan=0.0))
     assert len(losses(trainer)) == 3
     assert all(loss == loss for loss in losses(trainer))  # no NaN
+
+
+WORKER = """
+import json, os, sys
+from pathlib import Path
+from tests.test_trl_plugin import RecordingAdv, train
+out = Path(sys.argv[1])
+config = {"per_device_train_batch_size": 4, "num_generations": 8}
+trainer = train(RecordingAdv, out, config, advantage_options={"estimator": "opo"})
+trained = [a.tolist() for a in trainer.trained]
+lengths = [n.tolist() for n in trainer.lengths]
+rows = json.dumps({"trained": trained, "lengths": lengths})
+(out / f"rank{os.environ['RANK']}.json").write_text(rows)
+"""
+
+
+def test_two_processes_share_groups(tmp_path: Path) -> None:
+    """Under torchrun, two processes of 4 completions each, one group of 8 a step: opo's
+    advantages are those of the gathered rewards and lengths, each process trains on its
+    half, and the log shows all 8."""
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [*command, str(script), str(tmp_path)], env=env, capture_output=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for step in (1, 2, 3):
+        log = logged(tmp_path, step)
+        assert log["prompt"].n_unique() == 1 and log.height == 8
+        rewards = log.select("count_a", "length").fill_null(float("nan")).to_torch(dtype=pl.Float32)
+        lengths = torch.tensor([n for rank in ranks for n in rank["lengths"][step - 1]])
+        trained = torch.tensor([a for rank in ranks for a in rank["trained"][step - 1]])
+        expected = group_advantages(
+            rewards, group_size=8, lengths=lengths, weights=WEIGHTS, estimator="opo"
+        ).nan_to_num(nan=0.0)
+        torch.testing.assert_close(trained, expected, rtol=0, atol=1e-7)
+        assert log["advantage"].to_list() == pytest.approx(trained.tolist(), abs=1e-7)
 
 
 def test_trl_preset_names_the_grpo_config(tmp_path: Path) -> None:
