@@ -44,13 +44,15 @@ class GRPOAdvTrainer(GRPOTrainer):  # type: ignore[misc]
 
     Args:
         advantage_preset: a grpo-adv preset (``"verl"``, ``"openrlhf-rloo"``...). Default:
-            the ``trl*`` preset of ``args`` (:func:`trl_preset`): TRL's own numbers. A
-            ``trl*`` preset other than that one is refused (it would ignore ``args``).
-        advantage_options: an :class:`AdvantageOptions`, or a mapping of
-            :func:`grpo_cli.group_advantages` overrides (``{"estimator": "opo"}``), which win
-            over the preset. The reward weights are ``args.reward_weights``; the groups are
-            TRL's (``num_generations`` consecutive rows); the lengths (``opo``,
-            ``token_weighted``) are the completions' token counts, gathered.
+            the ``trl*`` preset of ``args`` (:func:`trl_preset`, TRL's own numbers), unless
+            ``advantage_options`` is an :class:`AdvantageOptions`. A ``trl*`` preset other
+            than that one is refused (it would ignore ``args``).
+        advantage_options: a mapping of :func:`grpo_cli.group_advantages` overrides
+            (``{"estimator": "opo"}``: TRL's settings, one thing changed), which win over
+            the preset; or an :class:`AdvantageOptions`, complete by itself. The reward
+            weights are ``args.reward_weights``; the groups are TRL's (``num_generations``
+            consecutive rows); the lengths (``opo``, ``token_weighted``) are the
+            completions' token counts, gathered.
         *args, **kwargs: those of ``GRPOTrainer``.
 
     The advantages are computed once per generation on every process's rows (as TRL's), a
@@ -68,7 +70,7 @@ class GRPOAdvTrainer(GRPOTrainer):  # type: ignore[misc]
     ) -> None:
         super().__init__(*args, **kwargs)
         matching = trl_preset(self.args)
-        if advantage_preset is None and advantage_options is None:
+        if advantage_preset is None and not isinstance(advantage_options, AdvantageOptions):
             advantage_preset = matching
         elif advantage_preset not in (None, matching) and advantage_preset.startswith("trl"):
             raise OptionsError(

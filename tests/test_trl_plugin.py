@@ -162,7 +162,8 @@ def test_trl_presets_train_as_trl_itself(
 @pytest.mark.parametrize("estimator", ["rloo", "opo"])
 def test_other_estimators_train_and_log_what_they_used(tmp_path: Path, estimator: str) -> None:
     """rloo and opo train, on the advantages of the logged rewards (opo: and the completion
-    lengths), and the completions log shows them."""
+    lengths) under TRL's settings (the preset trl, the estimator changed), and the
+    completions log shows them."""
     trainer = train(RecordingAdv, tmp_path, advantage_options={"estimator": estimator})
     for step, (trained, lengths) in enumerate(
         zip(trainer.trained, trainer.lengths, strict=True), 1
@@ -170,7 +171,12 @@ def test_other_estimators_train_and_log_what_they_used(tmp_path: Path, estimator
         log = logged(tmp_path, step)
         rewards = log.select("count_a", "length").fill_null(float("nan")).to_torch(dtype=pl.Float32)
         expected = group_advantages(
-            rewards, group_size=4, lengths=lengths, weights=WEIGHTS, estimator=estimator
+            rewards,
+            group_size=4,
+            lengths=lengths,
+            weights=WEIGHTS,
+            preset="trl",
+            estimator=estimator,
         ).nan_to_num(nan=0.0)
         torch.testing.assert_close(trained, expected, rtol=0, atol=1e-7)
         assert log["advantage"].to_list() == pytest.approx(trained.tolist(), abs=1e-7)
@@ -214,7 +220,7 @@ def test_two_processes_share_groups(tmp_path: Path) -> None:
         lengths = torch.tensor([n for rank in ranks for n in rank["lengths"][step - 1]])
         trained = torch.tensor([a for rank in ranks for a in rank["trained"][step - 1]])
         expected = group_advantages(
-            rewards, group_size=8, lengths=lengths, weights=WEIGHTS, estimator="opo"
+            rewards, group_size=8, lengths=lengths, weights=WEIGHTS, preset="trl", estimator="opo"
         ).nan_to_num(nan=0.0)
         torch.testing.assert_close(trained, expected, rtol=0, atol=1e-7)
         assert log["advantage"].to_list() == pytest.approx(trained.tolist(), abs=1e-7)
