@@ -221,10 +221,8 @@ def torch_context(torch: Any, frame: pl.DataFrame, plan: Plan, device: Any) -> T
         return float_column(torch, frame, pl.col(name), device)
 
     group, groups = key_codes(torch, frame, keys.group, device)
-    if keys.batch == (BATCH_KEY,):  # one constant batch: no codes to find
-        batch = torch.zeros(frame.height, dtype=torch.int64, device=device)
-        batches = min(frame.height, 1)
-    else:
+    batch, batches = None, 1  # one constant batch: no codes to find
+    if keys.batch != (BATCH_KEY,):
         batch, batches = key_codes(torch, frame, keys.batch, device)
     return TorchContext(
         torch=torch,
@@ -351,7 +349,8 @@ def hash_collides(ctx: TorchContext, check: Any) -> Any:
 class TorchContext(FormulaContext):
     """The formula context on torch: every value a float64 tensor (NaN for null), every
     statistic a segment reduction over dense codes (``group``, ``batch``: 0..k-1, k
-    ``groups``, ``batches``) gathered back to the rows."""
+    ``groups``, ``batches``) gathered back to the rows; ``batch`` None: one batch, its
+    statistics reductions of the whole tensor."""
 
     torch: Any
     group: Any
@@ -402,42 +401,88 @@ class TorchContext(FormulaContext):
 
     @cached_property
     def _reward_stats(self) -> dict[str, Any]:
+        """Per group (:meth:`_group_reduce`), gathered to the rows once each."""
         torch, r = self.torch, self.reward
-        n = self.group_agg(r, "count")
-        mean = self.group_agg(r, "sum") / n
-        centred = self.fill_null(r - mean, 0.0)
-        var = self.group_agg(centred * centred, "sum") / (n - self.ddof)
+        n = self._group_reduce(r, "count")
+        mean = self._group_reduce(r, "sum") / n
+        centred = self.fill_null(r - self._group_rows(mean), 0.0)
+        var = self._group_reduce(centred * centred, "sum") / (n - self.ddof)
         # all valid rewards equal (none: NaN == NaN is false)
-        equal = self.group_agg(r, "max") == self.group_agg(r, "min")
+        equal = self._group_reduce(r, "max") == self._group_reduce(r, "min")
         var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
         return {"count": n, "mean": mean, "var": var}
 
     def reward_stat(self, name: str) -> Any:
-        return self._reward_stats[name]
+        return self._group_rows(self._reward_stats[name])
 
     def group_agg(self, x: Value, op: str) -> Any:
-        return self._segment(self.group, self.groups, x, op)
+        return self._group_rows(self._group_reduce(x, op))
+
+    def _group_reduce(self, x: Value, op: str) -> Any:
+        """The reduction ``op`` of ``x`` per group, one value a group."""
+        return segment_reduce(self.torch, self.group, self.groups, self.to_float(x), op)
+
+    def _group_rows(self, per_group: Any) -> Any:
+        """One value a group (:meth:`_group_reduce`) gathered to the group's rows."""
+        return per_group.index_select(0, self.group)
 
     def batch_agg(self, x: Value, op: str) -> Any:
-        return self._segment(self.batch, self.batches, x, op)
-
-    def _segment(self, codes: Any, size: int, x: Value, op: str) -> Any:
-        """The reduction ``op`` of ``x`` per code (NaN left out), gathered to the rows."""
-        torch = self.torch
         x = self.to_float(x)
-        valid = ~torch.isnan(x)
-        if op in ("sum", "nonzero"):  # no count needed: one segment sum
-            values = torch.where(valid, x, 0.0) if op == "sum" else (valid & (x != 0)).double()
-            sums = torch.zeros(size, dtype=torch.float64, device=x.device)
-            return sums.index_add_(0, codes, values).index_select(0, codes)
-        count = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(
-            0, codes, valid.to(torch.float64)
+        if self.batch is None:  # one batch: (1,), broadcast against the rows
+            return nan_reduce(self.torch, x, op, 0)
+        return segment_reduce(self.torch, self.batch, self.batches, x, op).index_select(
+            0, self.batch
         )
-        if op == "count":
-            return count.index_select(0, codes)
-        fill = -torch.inf if op == "max" else torch.inf
-        start = torch.full((size,), fill, dtype=torch.float64, device=x.device)
-        reduced = start.scatter_reduce(
-            0, codes, torch.where(valid, x, fill), "amax" if op == "max" else "amin"
-        )
-        return torch.where(count > 0, reduced, float("nan")).index_select(0, codes)
+
+
+@dataclass(frozen=True)
+class FixedGroupContext(TorchContext):
+    """:class:`TorchContext` over groups of ``size`` consecutive rows (``group``, ``groups``
+    unused): a group statistic reduces dim 1 of the ``(N / size, size)`` view and is
+    broadcast back to the rows, no sort, no scatter."""
+
+    size: int = 1
+
+    def _group_reduce(self, x: Value, op: str) -> Any:
+        return nan_reduce(self.torch, self.to_float(x).reshape(-1, self.size), op, 1)
+
+    def _group_rows(self, per_group: Any) -> Any:
+        return per_group.expand(-1, self.size).reshape(-1)
+
+
+def nan_reduce(torch: Any, x: Any, op: str, dim: int) -> Any:
+    """The reduction ``op`` of the float64 ``x`` along ``dim`` (kept, of size 1), NaN left
+    out: ``sum`` (0 when all are NaN), ``nonzero``, ``count``, ``max`` or ``min`` (NaN
+    when all are NaN)."""
+    if op == "sum":
+        return torch.nansum(x, dim, keepdim=True)
+    valid = ~torch.isnan(x)
+    if op == "nonzero":
+        return (valid & (x != 0)).sum(dim, keepdim=True, dtype=torch.float64)
+    count = valid.sum(dim, keepdim=True, dtype=torch.float64)
+    if op == "count":
+        return count
+    fill = -torch.inf if op == "max" else torch.inf
+    reduce = torch.amax if op == "max" else torch.amin
+    reduced = reduce(torch.where(valid, x, fill), dim, keepdim=True)
+    return torch.where(count > 0, reduced, float("nan"))
+
+
+def segment_reduce(torch: Any, codes: Any, size: int, x: Any, op: str) -> Any:
+    """:func:`nan_reduce` per code (0..``size``-1) of the float64 ``x``: ``size`` values."""
+    valid = ~torch.isnan(x)
+    if op in ("sum", "nonzero"):  # no count needed: one segment sum
+        values = torch.where(valid, x, 0.0) if op == "sum" else (valid & (x != 0)).double()
+        sums = torch.zeros(size, dtype=torch.float64, device=x.device)
+        return sums.index_add_(0, codes, values)
+    count = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(
+        0, codes, valid.to(torch.float64)
+    )
+    if op == "count":
+        return count
+    fill = -torch.inf if op == "max" else torch.inf
+    start = torch.full((size,), fill, dtype=torch.float64, device=x.device)
+    reduced = start.scatter_reduce(
+        0, codes, torch.where(valid, x, fill), "amax" if op == "max" else "amin"
+    )
+    return torch.where(count > 0, reduced, float("nan"))

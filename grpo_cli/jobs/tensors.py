@@ -4,7 +4,11 @@ The same formulas (through :class:`grpo_cli.engines.torch.TorchContext`) and pol
 :func:`grpo_cli.compute_advantages`, on the rewards' device, under ``torch.no_grad()``
 (advantages are constants of the loss, as in TRL and verl).
 
-No host sync on the path: indices are made dense by a sort (:func:`dense_index`), every
+Groups of G consecutive rows (``group_size=G``, or ``groups`` on the CPU laid out as
+``arange(N // G).repeat_interleave(G)``: :func:`fixed_group_size`) take the fast path:
+group statistics are reductions of the ``(N / G, G)`` view
+(:class:`grpo_cli.engines.torch.FixedGroupContext`), no sort, no scatter. Other groups: no
+host sync on the path: indices are made dense by a sort (:func:`dense_index`), every
 segment buffer has N entries (shapes depend on N only: ``torch.compile``), scalars are
 filled on the device. Only these reach the host: prompt ids given as Python values (coded
 there, copied in once), ``nulls="error"``'s count of NaN rewards, and ``group_size`` with
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Collection, Hashable, Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 from grpo_cli.core.errors import GrpoAdvWarning, InputError, OptionsError
@@ -33,7 +38,7 @@ from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.policies import formula, policy_value, reads_batch
 from grpo_cli.core.presets import merge_options
 from grpo_cli.core.run_summary import singleton_warning
-from grpo_cli.engines.torch import TorchContext, context_settings
+from grpo_cli.engines.torch import FixedGroupContext, TorchContext, context_settings
 
 # Options that name columns, and the argument that stands for them here (None: no meaning).
 COLUMN_OPTIONS: Final[Mapping[str, str | None]] = {
@@ -119,19 +124,21 @@ def group_advantages(
         )
         estimator = get_estimator(chosen.estimator)
         _check_needs(chosen, estimator, lengths=lengths, baseline=baseline)
-        if batch is None:
-            batch_codes = torch.zeros(n, dtype=torch.int64, device=rewards.device)
-        else:
+        batch_codes = None
+        if batch is not None:
             batch_codes = dense_index(torch, _index(torch, rewards, batch, "batch"))
-        group = _group_codes(
-            torch,
-            rewards,
-            groups,
-            prompt_ids,
-            chosen,
-            estimator,
-            batch=None if batch is None else (batch_codes, batch),
-        )
+        size = fixed_group_size(torch, rewards, groups, prompt_ids, chosen, batch)
+        group = None
+        if size is None:
+            group = _group_codes(
+                torch,
+                rewards,
+                groups,
+                prompt_ids,
+                chosen,
+                estimator,
+                batch=None if batch is None else (batch_codes, batch),
+            )
         parts = _reward_parts(torch, rewards, chosen.nulls)
         if chosen.nulls == "error":
             _refuse_nulls(torch, parts)
@@ -139,11 +146,12 @@ def group_advantages(
         if chosen.reward_clip is not None:  # as grpo_cli.core.rewards: each part for GDPO
             parts = [part.clamp(*chosen.reward_clip) for part in parts]
             reward = reward.clamp(*chosen.reward_clip)
-        ctx = TorchContext(
+        context = TorchContext if size is None else partial(FixedGroupContext, size=size)
+        ctx = context(
             torch=torch,
             group=group,
             groups=n,
-            batch=batch_codes,
+            batch=None if batch is None else batch_codes,
             batches=n,
             reward=reward,
             length=None if lengths is None else _column(torch, rewards, lengths, "lengths"),
@@ -370,6 +378,58 @@ def _group_codes(
             hint="equal values mark the responses of one prompt",
         )
     return torch.zeros(n, dtype=torch.int64, device=device)
+
+
+def fixed_group_size(
+    torch: Any,
+    rewards: Any,
+    groups: Any,
+    prompt_ids: Any,
+    options: AdvantageOptions,
+    batch: Any,
+) -> int | None:
+    """G when the groups are the consecutive runs of G rows (the fast path,
+    :class:`grpo_cli.engines.torch.FixedGroupContext`), else None (the general path, which
+    also refuses bad arguments): ``group_size=G`` dividing N, with a ``batch`` constant on
+    each run (a host sync, as that path's check); or ``groups`` on the CPU (never an
+    accelerator: a host sync) in runs of G >= 2 equal values, increasing from run to run
+    (``arange(N // G).repeat_interleave(G)``, TRL's layout)."""
+    n, size = rewards.shape[0], options.group_size
+    if sum(given is not None for given in (groups, prompt_ids, size)) != 1:
+        return None
+    if size is not None:
+        if not isinstance(size, int) or size < 1 or n % size:
+            return None
+        runs = None if batch is None else batch.reshape(-1, size)  # checked by then
+        return None if runs is not None and not bool((runs == runs[:, :1]).all()) else size
+    if not (
+        isinstance(groups, torch.Tensor)
+        and groups.device.type == "cpu"
+        and tuple(groups.shape) == (n,)
+        and n >= 2
+        and not (groups.is_floating_point() or groups.is_complex())
+    ):
+        return None
+    size = _first_run(torch, groups)
+    if size < 2 or n % size:
+        return None
+    runs = groups.reshape(-1, size)
+    whole = bool((runs == runs[:, :1]).all()) and bool((runs[1:, 0] > runs[:-1, 0]).all())
+    return size if whole else None
+
+
+def _first_run(torch: Any, values: Any) -> int:
+    """The length of the run of values equal to the first (looked at in doubling prefixes:
+    O(run), not O(N))."""
+    span = 64
+    while True:
+        prefix = values[:span]
+        differs = torch.nonzero(prefix != prefix[0])
+        if differs.numel():
+            return int(differs[0, 0])
+        if span >= values.shape[0]:
+            return int(values.shape[0])
+        span *= 2
 
 
 def _warn_singletons(torch: Any, codes: Any, given: str) -> None:
