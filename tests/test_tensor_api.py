@@ -390,6 +390,16 @@ def test_fixed_groups_give_every_presets_numbers(preset: str) -> None:
     assert_fast_is_general({k: v for k, v in call.items() if k not in options} | {"preset": preset})
 
 
+def test_equal_rewards_beside_a_nan_give_exactly_0() -> None:
+    """A group whose valid rewards are equal (0.1: its mean rounds off it) and one NaN:
+    exactly 0, on either path, under every eps_mode that divides."""
+    r = torch.tensor([0.1, 0.1, 0.1, math.nan, 0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    for options in ({}, {"eps_mode": "positive_std", "eps": 0.0, "ddof": 0}):
+        for layout in ({"group_size": 4}, {"groups": torch.tensor([1, 1, 1, 1, 0, 0, 0, 0])}):
+            got = group_advantages(r, **layout, **options)
+            assert got[:3].tolist() == [0.0, 0.0, 0.0], (options, layout)
+
+
 def test_fixed_groups_are_found_only_where_they_are() -> None:
     """The fast path takes consecutive runs of G >= 2 rows, increasing from run to run, or
     ``group_size`` with a batch constant on each run; anything else goes the general way

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final
@@ -45,7 +45,7 @@ from grpo_cli.core.errors import (
     option,
 )
 from grpo_cli.core.estimators import FormulaContext, Value
-from grpo_cli.core.grouping import stats_columns
+from grpo_cli.core.grouping import stats_columns, zero_spread
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, collision_columns
 from grpo_cli.core.policies import apply_policies, formula
@@ -391,98 +391,117 @@ class TorchContext(FormulaContext):
         return self.torch.isnan(x)
 
     def fill_null(self, x: Value, value: float) -> Any:
-        return self.where(self.torch.isnan(x), value, x)
+        """``nan_to_num`` keeping infinities (vectorised, where ``torch.where`` is not)."""
+        inf = self.torch.inf
+        return self.torch.nan_to_num(x, nan=value, posinf=inf, neginf=-inf)
 
     def maximum(self, x: Value, floor: float) -> Any:
-        return self.where(self.torch.isnan(x), floor, self.torch.clamp(x, min=floor))
+        return self.fill_null(self.torch.clamp(x, min=floor), floor)
 
     def to_float(self, x: Value) -> Any:
         return x.to(self.torch.float64)
 
     @cached_property
     def _reward_stats(self) -> dict[str, Any]:
-        """Per group (:meth:`_group_reduce`), gathered to the rows once each."""
+        """Per group: ``count``, ``mean``, ``var`` and ``constant``
+        (:func:`grpo_cli.core.grouping.zero_spread`)."""
         torch, r = self.torch, self.reward
-        n = self._group_reduce(r, "count")
-        mean = self._group_reduce(r, "sum") / n
-        centred = self.fill_null(r - self._group_rows(mean), 0.0)
-        var = self._group_reduce(centred * centred, "sum") / (n - self.ddof)
+        valid = ~torch.isnan(r)
+        n = self._per_group(valid, "sum")
+        mean = self._per_group(r, "nansum") / n
+        self._reward_rows["mean"] = self._group_rows(mean)
+        centred = self.fill_null(r - self._reward_rows["mean"], 0.0)
+        var = self._per_group(centred * centred, "sum") / (n - self.ddof)
         # all valid rewards equal (none: NaN == NaN is false)
-        equal = self._group_reduce(r, "max") == self._group_reduce(r, "min")
+        top = self._per_group(self.fill_null(r, -torch.inf), "max")
+        equal = top == self._per_group(self.fill_null(r, torch.inf), "min")
         var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
-        return {"count": n, "mean": mean, "var": var}
+        return {"count": n, "mean": mean, "var": var, "constant": zero_spread(n, var)}
+
+    @cached_property
+    def _reward_rows(self) -> dict[str, Any]:
+        return {}  # the rows of _reward_stats, gathered once each
 
     def reward_stat(self, name: str) -> Any:
-        return self._group_rows(self._reward_stats[name])
+        stats = self._reward_stats  # fills the mean's rows
+        if name not in self._reward_rows:
+            self._reward_rows[name] = self._group_rows(stats[name])
+        return self._reward_rows[name]
+
+    def is_constant(self) -> Any:
+        return self.reward_stat("constant")
 
     def group_agg(self, x: Value, op: str) -> Any:
-        return self._group_rows(self._group_reduce(x, op))
-
-    def _group_reduce(self, x: Value, op: str) -> Any:
-        """The reduction ``op`` of ``x`` per group, one value a group."""
-        return segment_reduce(self.torch, self.group, self.groups, self.to_float(x), op)
-
-    def _group_rows(self, per_group: Any) -> Any:
-        """One value a group (:meth:`_group_reduce`) gathered to the group's rows."""
-        return per_group.index_select(0, self.group)
+        return self._group_rows(self._nan_reduce(self._per_group, x, op))
 
     def batch_agg(self, x: Value, op: str) -> Any:
+        return self._batch_rows(self._nan_reduce(self._per_batch, x, op))
+
+    def _per_group(self, x: Any, op: str) -> Any:
+        """The reduction ``op`` (:data:`REDUCE`) of ``x`` per group, one value a group."""
+        return segment_reduce(self.torch, self.group, self.groups, x, op)
+
+    def _group_rows(self, per_group: Any) -> Any:
+        """One value a group (:meth:`_per_group`) gathered to the group's rows."""
+        return per_group.index_select(0, self.group)
+
+    def _per_batch(self, x: Any, op: str) -> Any:
+        """:meth:`_per_group` per batch (``batch`` None: of the whole tensor, shape (1,))."""
+        if self.batch is None:
+            return REDUCE[op](self.torch, x, 0)
+        return segment_reduce(self.torch, self.batch, self.batches, x, op)
+
+    def _batch_rows(self, per_batch: Any) -> Any:
+        return per_batch if self.batch is None else per_batch.index_select(0, self.batch)
+
+    def _nan_reduce(self, per: Callable[[Any, str], Any], x: Value, op: str) -> Any:
+        """The reduction ``op`` of ``x`` by ``per`` with NaN left out: ``sum`` (0 when all
+        are NaN), ``nonzero``, ``count``, ``max`` or ``min`` (NaN when all are NaN)."""
+        torch = self.torch
         x = self.to_float(x)
-        if self.batch is None:  # one batch: (1,), broadcast against the rows
-            return nan_reduce(self.torch, x, op, 0)
-        return segment_reduce(self.torch, self.batch, self.batches, x, op).index_select(
-            0, self.batch
-        )
+        if op == "sum":
+            return per(x, "nansum")
+        valid = ~torch.isnan(x)
+        if op == "nonzero":
+            return per(valid & (x != 0), "sum")
+        count = per(valid, "sum")
+        if op == "count":
+            return count
+        reduced = per(self.fill_null(x, -torch.inf if op == "max" else torch.inf), op)
+        return torch.where(count > 0, reduced, float("nan"))
 
 
 @dataclass(frozen=True)
 class FixedGroupContext(TorchContext):
     """:class:`TorchContext` over groups of ``size`` consecutive rows (``group``, ``groups``
-    unused): a group statistic reduces dim 1 of the ``(N / size, size)`` view and is
-    broadcast back to the rows, no sort, no scatter."""
+    unused): a group's reduction is along dim 1 of the ``(N / size, size)`` view, expanded
+    back to the rows; no sort, no scatter."""
 
     size: int = 1
 
-    def _group_reduce(self, x: Value, op: str) -> Any:
-        return nan_reduce(self.torch, self.to_float(x).reshape(-1, self.size), op, 1)
+    def _per_group(self, x: Any, op: str) -> Any:
+        return REDUCE[op](self.torch, x.reshape(-1, self.size), 1)
 
     def _group_rows(self, per_group: Any) -> Any:
         return per_group.expand(-1, self.size).reshape(-1)
 
 
-def nan_reduce(torch: Any, x: Any, op: str, dim: int) -> Any:
-    """The reduction ``op`` of the float64 ``x`` along ``dim`` (kept, of size 1), NaN left
-    out: ``sum`` (0 when all are NaN), ``nonzero``, ``count``, ``max`` or ``min`` (NaN
-    when all are NaN)."""
-    if op == "sum":
-        return torch.nansum(x, dim, keepdim=True)
-    valid = ~torch.isnan(x)
-    if op == "nonzero":
-        return (valid & (x != 0)).sum(dim, keepdim=True, dtype=torch.float64)
-    count = valid.sum(dim, keepdim=True, dtype=torch.float64)
-    if op == "count":
-        return count
-    fill = -torch.inf if op == "max" else torch.inf
-    reduce = torch.amax if op == "max" else torch.amin
-    reduced = reduce(torch.where(valid, x, fill), dim, keepdim=True)
-    return torch.where(count > 0, reduced, float("nan"))
+# Reductions along a dim, kept (size 1), in float64: ``sum`` (of floats or bools), ``nansum``
+# (NaN counting 0), ``max``, ``min`` (NaN propagates).
+REDUCE: Final[dict[str, Callable[[Any, Any, int], Any]]] = {
+    "sum": lambda torch, x, dim: x.sum(dim, keepdim=True, dtype=torch.float64),
+    "nansum": lambda torch, x, dim: torch.nansum(x, dim, keepdim=True),
+    "max": lambda torch, x, dim: x.amax(dim, keepdim=True),
+    "min": lambda torch, x, dim: x.amin(dim, keepdim=True),
+}
 
 
 def segment_reduce(torch: Any, codes: Any, size: int, x: Any, op: str) -> Any:
-    """:func:`nan_reduce` per code (0..``size``-1) of the float64 ``x``: ``size`` values."""
-    valid = ~torch.isnan(x)
-    if op in ("sum", "nonzero"):  # no count needed: one segment sum
-        values = torch.where(valid, x, 0.0) if op == "sum" else (valid & (x != 0)).double()
-        sums = torch.zeros(size, dtype=torch.float64, device=x.device)
-        return sums.index_add_(0, codes, values)
-    count = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(
-        0, codes, valid.to(torch.float64)
-    )
-    if op == "count":
-        return count
+    """The reduction ``op`` (:data:`REDUCE`) of ``x`` per code (0..``size``-1): ``size``
+    values (a code without rows: 0, -inf or inf)."""
+    if op in ("sum", "nansum"):
+        x = torch.where(torch.isnan(x), 0.0, x) if op == "nansum" else x.to(torch.float64)
+        return torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(0, codes, x)
     fill = -torch.inf if op == "max" else torch.inf
     start = torch.full((size,), fill, dtype=torch.float64, device=x.device)
-    reduced = start.scatter_reduce(
-        0, codes, torch.where(valid, x, fill), "amax" if op == "max" else "amin"
-    )
-    return torch.where(count > 0, reduced, float("nan"))
+    return start.scatter_reduce(0, codes, x, "amax" if op == "max" else "amin")
