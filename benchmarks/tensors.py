@@ -27,6 +27,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -116,8 +117,8 @@ def measure(n: int, g: int, rounds: int, device: Any) -> list[tuple[str, float, 
     runs: dict[str, Callable[[], Any]] = {}
     cases = []
     for name, plain in FIXED.items():
-        runs[f"plain {name}"] = lambda plain=plain: plain(r, g)
-        runs[f"ours {name}"] = lambda name=name: group_advantages(r, group_size=g, estimator=name)
+        runs[f"plain {name}"] = partial(plain, r, g)
+        runs[f"ours {name}"] = partial(group_advantages, r, group_size=g, estimator=name)
         cases.append((f"fixed {name}", f"plain {name}", f"ours {name}"))
     layout = torch.arange(n // g, device=device).repeat_interleave(g)
     runs["ours grpo by groups"] = lambda: group_advantages(r, layout)

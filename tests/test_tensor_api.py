@@ -394,8 +394,12 @@ def test_equal_rewards_beside_a_nan_give_exactly_0() -> None:
     """A group whose valid rewards are equal (0.1: its mean rounds off it) and one NaN:
     exactly 0, on either path, under every eps_mode that divides."""
     r = torch.tensor([0.1, 0.1, 0.1, math.nan, 0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    layouts: list[dict[str, Any]] = [
+        {"group_size": 4},
+        {"groups": torch.tensor([1, 1, 1, 1, 0, 0, 0, 0])},
+    ]
     for options in ({}, {"eps_mode": "positive_std", "eps": 0.0, "ddof": 0}):
-        for layout in ({"group_size": 4}, {"groups": torch.tensor([1, 1, 1, 1, 0, 0, 0, 0])}):
+        for layout in layouts:
             got = group_advantages(r, **layout, **options)
             assert got[:3].tolist() == [0.0, 0.0, 0.0], (options, layout)
 
