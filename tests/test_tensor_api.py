@@ -398,7 +398,8 @@ def test_equal_rewards_beside_a_nan_give_exactly_0() -> None:
         {"group_size": 4},
         {"groups": torch.tensor([1, 1, 1, 1, 0, 0, 0, 0])},
     ]
-    for options in ({}, {"eps_mode": "positive_std", "eps": 0.0, "ddof": 0}):
+    divides: list[dict[str, Any]] = [{}, {"eps_mode": "positive_std", "eps": 0.0, "ddof": 0}]
+    for options in divides:
         for layout in layouts:
             got = group_advantages(r, **layout, **options)
             assert got[:3].tolist() == [0.0, 0.0, 0.0], (options, layout)
