@@ -282,6 +282,25 @@ def test_dense_index_is_torch_unique_inverse() -> None:
     assert dense_index(torch, torch.tensor([], dtype=torch.int64)).tolist() == []
 
 
+def test_small_group_ids_are_their_own_codes() -> None:
+    """Group ids in [0, N) on the CPU are used as segment codes without the sort (gaps
+    allowed): the numbers of the same groups with large ids (sorted), and a warning that
+    counts the groups, not the gaps."""
+    from grpo_cli import GrpoAdvWarning
+
+    log = parity_log()
+    call = tensor_call(log, "grpo", {"batch_col": "step"})
+    small = torch.unique(call["groups"], return_inverse=True)[1] * 2  # 0, 2, 4...: gaps
+    assert int(small.max()) < log.height
+    expected = group_advantages(**call)
+    assert_same(group_advantages(**{**call, "groups": small}), expected, tol=1e-15)
+    with pytest.warns(GrpoAdvWarning) as caught:
+        group_advantages(torch.tensor([1.0, 0.0, 0.5, 1.0]), torch.tensor([0, 2, 2, 3]))
+    assert [str(w.message) for w in caught] == [
+        ONE_RESPONSE.format(singles=2, groups=3, given="groups")
+    ]
+
+
 def test_group_size_makes_consecutive_groups() -> None:
     """``group_size=G``: consecutive runs of G rows, as on a frame (TRL's num_generations)."""
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.25, 0.75, 0.5, 0.5, 0.0], dtype=torch.float64)

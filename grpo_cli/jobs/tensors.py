@@ -7,12 +7,13 @@ The same formulas (through :class:`grpo_cli.engines.torch.TorchContext`) and pol
 Groups of G consecutive rows (``group_size=G``, or ``groups`` on the CPU laid out as
 ``arange(N // G).repeat_interleave(G)``: :func:`fixed_group_size`) take the fast path:
 group statistics are reductions of the ``(N / G, G)`` view
-(:class:`grpo_cli.engines.torch.FixedGroupContext`), no sort, no scatter. Other groups: no
-host sync on the path: indices are made dense by a sort (:func:`dense_index`), every
-segment buffer has N entries (shapes depend on N only: ``torch.compile``), scalars are
-filled on the device. Only these reach the host: prompt ids given as Python values (coded
-there, copied in once), ``nulls="error"``'s count of NaN rewards, and ``group_size`` with
-``batch``'s check that every batch holds whole groups.
+(:class:`grpo_cli.engines.torch.FixedGroupContext`), no sort, no scatter. Other groups are
+segments: indices are made dense by a sort (:func:`dense_index`; on the CPU not when they
+are in [0, N) already: :func:`segment_codes`), every segment buffer has N entries (shapes
+depend on N only: ``torch.compile``), scalars are filled on the device. On an accelerator
+only these reach the host: prompt ids given as Python values (coded there, copied in
+once), ``nulls="error"``'s count of NaN rewards, and ``group_size`` with ``batch``'s check
+that every batch holds whole groups (and whether it holds them in runs: the fast path).
 
 Groups of which more than half hold one response (a per-response id passed as the group)
 give one :class:`grpo_cli.core.errors.GrpoAdvWarning` a call, worded as the CLI's warning
@@ -126,7 +127,7 @@ def group_advantages(
         _check_needs(chosen, estimator, lengths=lengths, baseline=baseline)
         batch_codes = None
         if batch is not None:
-            batch_codes = dense_index(torch, _index(torch, rewards, batch, "batch"))
+            batch_codes = segment_codes(torch, _index(torch, rewards, batch, "batch"))
         size = fixed_group_size(torch, rewards, groups, prompt_ids, chosen, batch)
         group = None
         if size is None:
@@ -313,6 +314,16 @@ def _same_rows(rewards: Any, tensor: Any, name: str) -> Any:
     return tensor
 
 
+def segment_codes(torch: Any, index: Any) -> Any:
+    """Codes in [0, N) for the N values of ``index``, equal where the values are: on the
+    CPU, values already in [0, N) are their own codes (a host sync there is free: no sort);
+    else :func:`dense_index`."""
+    n = index.shape[0]
+    if index.device.type == "cpu" and n and int(index.min()) >= 0 and int(index.max()) < n:
+        return index.long()
+    return dense_index(torch, index)
+
+
 def dense_index(torch: Any, index: Any) -> Any:
     """``torch.unique(index, return_inverse=True)[1]`` without a host sync: a sort, a
     running count of the first of each run of equal values, scattered back."""
@@ -352,7 +363,7 @@ def _group_codes(
     if isinstance(prompt_ids, torch.Tensor):
         groups, prompt_ids = prompt_ids, None
     if groups is not None:
-        codes = dense_index(torch, _index(torch, rewards, groups, "groups"))
+        codes = segment_codes(torch, _index(torch, rewards, groups, "groups"))
         if codes.device.type == "cpu" and estimator.uses_groups:
             _warn_singletons(torch, codes, "groups")
         return codes
@@ -436,7 +447,8 @@ def _warn_singletons(torch: Any, codes: Any, given: str) -> None:
     """Warn when more than half of the groups (dense ``codes`` on the host, from the
     argument ``given``) hold one response."""
     counts = torch.bincount(codes)
-    found = singleton_warning(int((counts == 1).sum()), len(counts), given, "groups or prompt_ids")
+    groups = int((counts > 0).sum())  # codes may skip values (segment_codes)
+    found = singleton_warning(int((counts == 1).sum()), groups, given, "groups or prompt_ids")
     for line in found:  # stack: here, _group_codes, group_advantages, its caller
         warnings.warn(str(line), GrpoAdvWarning, stacklevel=4)
 
