@@ -412,9 +412,9 @@ class TorchContext(FormulaContext):
         self._reward_rows["mean"] = self._group_rows(mean)
         centred = self.fill_null(r - self._reward_rows["mean"], 0.0)
         var = self._per_group(centred * centred, "sum") / (n - self.ddof)
-        # all valid rewards equal (none: NaN == NaN is false)
-        top = self._per_group(self.fill_null(r, -torch.inf), "max")
-        equal = top == self._per_group(self.fill_null(r, torch.inf), "min")
+        # all valid rewards equal: all at the maximum (no valid reward: var is NaN anyway)
+        top = self._group_rows(self._per_group(self.fill_null(r, -torch.inf), "max"))
+        equal = self._per_group(r == top, "sum") == n
         var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
         return {"count": n, "mean": mean, "var": var, "constant": zero_spread(n, var)}
 
@@ -500,7 +500,11 @@ def segment_reduce(torch: Any, codes: Any, size: int, x: Any, op: str) -> Any:
     """The reduction ``op`` (:data:`REDUCE`) of ``x`` per code (0..``size``-1): ``size``
     values (a code without rows: 0, -inf or inf)."""
     if op in ("sum", "nansum"):
-        x = torch.where(torch.isnan(x), 0.0, x) if op == "nansum" else x.to(torch.float64)
+        x = (
+            torch.nan_to_num(x, nan=0.0, posinf=torch.inf, neginf=-torch.inf)
+            if op == "nansum"
+            else x.to(torch.float64)
+        )
         return torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(0, codes, x)
     fill = -torch.inf if op == "max" else torch.inf
     start = torch.full((size,), fill, dtype=torch.float64, device=x.device)

@@ -151,9 +151,9 @@ def group_advantages(
         ctx = context(
             torch=torch,
             group=group,
-            groups=n,
-            batch=None if batch is None else batch_codes,
-            batches=n,
+            groups=segments(group, n),
+            batch=batch_codes,
+            batches=segments(batch_codes, n),
             reward=reward,
             length=None if lengths is None else _column(torch, rewards, lengths, "lengths"),
             baseline=None if baseline is None else _column(torch, rewards, baseline, "baseline"),
@@ -312,6 +312,14 @@ def _same_rows(rewards: Any, tensor: Any, name: str) -> Any:
             hint="move it with .to(rewards.device)",
         )
     return tensor
+
+
+def segments(codes: Any, n: int) -> int:
+    """The size of the segment buffers over ``codes`` (None: no codes): N (shapes that
+    depend on N only), on the CPU the largest code + 1 (a host sync there is free)."""
+    if codes is None or codes.device.type != "cpu" or not n:
+        return n
+    return int(codes.max()) + 1
 
 
 def segment_codes(torch: Any, index: Any) -> Any:
