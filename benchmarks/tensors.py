@@ -81,9 +81,7 @@ def scatter_grpo(r: Any, codes: Any, k: int) -> Any:
     return d / ((var / (count - 1)).sqrt()[codes] + EPS)
 
 
-def best_seconds(
-    runs: dict[str, Callable[[], Any]], rounds: int, device: Any
-) -> dict[str, float]:
+def best_seconds(runs: dict[str, Callable[[], Any]], rounds: int, device: Any) -> dict[str, float]:
     """The least seconds of each run over ``rounds`` interleaved rounds after a warm-up."""
 
     def timed(run: Callable[[], Any]) -> float:
