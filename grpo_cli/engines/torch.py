@@ -403,8 +403,8 @@ class TorchContext(FormulaContext):
 
     @cached_property
     def _reward_stats(self) -> dict[str, Any]:
-        """Per group: ``count``, ``mean``, ``var`` and ``constant``
-        (:func:`grpo_cli.core.grouping.zero_spread`)."""
+        """Per group: ``count``, ``mean``, ``var``, ``constant``
+        (:func:`grpo_cli.core.grouping.zero_spread`) and ``singleton`` (one valid reward)."""
         torch, r = self.torch, self.reward
         valid = ~torch.isnan(r)
         n = self._per_group(valid, "sum")
@@ -416,7 +416,8 @@ class TorchContext(FormulaContext):
         top = self._group_rows(self._per_group(self.fill_null(r, -torch.inf), "max"))
         equal = self._per_group(r == top, "sum") == n
         var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
-        return {"count": n, "mean": mean, "var": var, "constant": zero_spread(n, var)}
+        constant = zero_spread(n, var)
+        return {"count": n, "mean": mean, "var": var, "constant": constant, "singleton": n == 1}
 
     @cached_property
     def _reward_rows(self) -> dict[str, Any]:
@@ -430,6 +431,9 @@ class TorchContext(FormulaContext):
 
     def is_constant(self) -> Any:
         return self.reward_stat("constant")
+
+    def is_singleton(self) -> Any:
+        return self.reward_stat("singleton")
 
     def group_agg(self, x: Value, op: str) -> Any:
         return self._group_rows(self._nan_reduce(self._per_group, x, op))
