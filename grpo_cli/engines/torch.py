@@ -503,13 +503,11 @@ REDUCE: Final[dict[str, Callable[[Any, Any, int], Any]]] = {
 def segment_reduce(torch: Any, codes: Any, size: int, x: Any, op: str) -> Any:
     """The reduction ``op`` (:data:`REDUCE`) of ``x`` per code (0..``size``-1): ``size``
     values (a code without rows: 0, -inf or inf)."""
+    if op == "nansum":
+        x = torch.nan_to_num(x, nan=0.0, posinf=torch.inf, neginf=-torch.inf)
     if op in ("sum", "nansum"):
-        x = (
-            torch.nan_to_num(x, nan=0.0, posinf=torch.inf, neginf=-torch.inf)
-            if op == "nansum"
-            else x.to(torch.float64)
-        )
-        return torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(0, codes, x)
+        sums = torch.zeros(size, dtype=torch.float64, device=x.device)
+        return sums.index_add_(0, codes, x.to(torch.float64))
     fill = -torch.inf if op == "max" else torch.inf
     start = torch.full((size,), fill, dtype=torch.float64, device=x.device)
     return start.scatter_reduce(0, codes, x, "amax" if op == "max" else "amin")
