@@ -406,12 +406,12 @@ class TorchContext(FormulaContext):
         """Per group: ``count``, ``mean``, ``var``, ``constant``
         (:func:`grpo_cli.core.grouping.zero_spread`) and ``singleton`` (one valid reward)."""
         torch, r = self.torch, self.reward
-        valid = ~torch.isnan(r)
-        n = self._per_group(valid, "sum")
+        n = self._per_group(torch.isnan(r).logical_not_(), "sum")
         mean = self._per_group(r, "nansum") / n
         self._reward_rows["mean"] = self._group_rows(mean)
-        centred = self.fill_null(r - self._reward_rows["mean"], 0.0)
-        var = self._per_group(centred * centred, "sum") / (n - self.ddof)
+        # in place on the temporary (a fresh tensor of N rows costs more than the arithmetic)
+        centred = (r - self._reward_rows["mean"]).nan_to_num_(0.0, torch.inf, -torch.inf)
+        var = self._per_group(centred.mul_(centred), "sum") / (n - self.ddof)
         # all valid rewards equal: all at the maximum (no valid reward: var is NaN anyway)
         top = self._group_rows(self._per_group(self.fill_null(r, -torch.inf), "max"))
         equal = self._per_group(r == top, "sum") == n
