@@ -424,6 +424,23 @@ def test_equal_rewards_beside_a_nan_give_exactly_0() -> None:
             assert got[:3].tolist() == [0.0, 0.0, 0.0], (options, layout)
 
 
+@pytest.mark.parametrize("estimator", RESPONSE_ESTIMATORS)
+def test_no_rows_give_no_advantages(estimator: str) -> None:
+    """Empty rewards: an empty result on either path (batch statistics of nothing too)."""
+    empty = torch.zeros(0, dtype=torch.float64)
+    needs = ESTIMATORS[estimator].needs
+    extra = {"lengths": empty} if "length" in needs else {}
+    if "baseline" in needs:
+        extra["baseline"] = empty
+    layouts: list[dict[str, Any]] = [
+        {"group_size": 4},
+        {"groups": torch.zeros(0, dtype=torch.int64)},
+    ]
+    for layout in layouts:
+        got = group_advantages(empty, estimator=estimator, **layout, **extra)
+        assert (got.shape, got.dtype) == ((0,), torch.float64)
+
+
 def test_fixed_groups_are_found_only_where_they_are() -> None:
     """The fast path takes consecutive runs of G >= 2 rows, increasing from run to run, or
     ``group_size`` with a batch constant on each run; anything else goes the general way

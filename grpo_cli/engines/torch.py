@@ -451,9 +451,11 @@ class TorchContext(FormulaContext):
 
     def _per_batch(self, x: Any, op: str) -> Any:
         """:meth:`_per_group` per batch (``batch`` None: of the whole tensor, shape (1,))."""
-        if self.batch is None:
-            return REDUCE[op](self.torch, x, 0)
-        return segment_reduce(self.torch, self.batch, self.batches, x, op)
+        if self.batch is not None:
+            return segment_reduce(self.torch, self.batch, self.batches, x, op)
+        if not x.shape[0]:  # no rows: the start values (0, -inf, inf)
+            return segment_reduce(self.torch, x.long(), 1, x, op)
+        return REDUCE[op](self.torch, x, 0)
 
     def _batch_rows(self, per_batch: Any) -> Any:
         return per_batch if self.batch is None else per_batch.index_select(0, self.batch)
