@@ -311,6 +311,25 @@ def test_dense_index_is_torch_unique_inverse() -> None:
     assert dense_index(torch, torch.tensor([], dtype=torch.int64)).tolist() == []
 
 
+def test_small_group_ids_are_their_own_codes() -> None:
+    """Group ids in [0, N) on the CPU are used as segment codes without the sort (gaps
+    allowed): the numbers of the same groups with large ids (sorted), and a warning that
+    counts the groups, not the gaps."""
+    from grpo_cli import GrpoAdvWarning
+
+    log = parity_log()
+    call = tensor_call(log, "grpo", {"batch_col": "step"})
+    small = torch.unique(call["groups"], return_inverse=True)[1] * 2  # 0, 2, 4...: gaps
+    assert int(small.max()) < log.height
+    expected = group_advantages(**call)
+    assert_same(group_advantages(**{**call, "groups": small}), expected, tol=1e-15)
+    with pytest.warns(GrpoAdvWarning) as caught:
+        group_advantages(torch.tensor([1.0, 0.0, 0.5, 1.0]), torch.tensor([0, 2, 2, 3]))
+    assert [str(w.message) for w in caught] == [
+        ONE_RESPONSE.format(singles=2, groups=3, given="groups")
+    ]
+
+
 def test_group_size_makes_consecutive_groups() -> None:
     """``group_size=G``: consecutive runs of G rows, as on a frame (TRL's num_generations)."""
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.25, 0.75, 0.5, 0.5, 0.0], dtype=torch.float64)
@@ -343,6 +362,140 @@ def test_group_size_with_a_batch_makes_groups_within_each_batch() -> None:
     with pytest.raises(InputError) as info:
         group_advantages(rewards[:7], group_size=2, batch=batch[:7])
     assert info.value.message == "batch=7 has 3 rows, not a multiple of group_size=2"
+
+
+def fixed_log(size: int = 4) -> pl.DataFrame:
+    """Eight groups of ``size`` consecutive rows (``prompt_id`` 0..7, steps 0 and 1 of four
+    groups each) holding what the formulas special-case: a zero-variance group, a tie for
+    the maximum, one valid reward (the rest NaN), no valid reward, two NaN; a null baseline,
+    null format rewards."""
+    rng = np.random.default_rng(3)
+    reward = rng.random(8 * size)
+    nan = math.nan
+    reward[0:size] = 0.75
+    reward[size : 2 * size] = [1.0, 1.0, 0.25, 0.5][:size] + [0.0] * (size - 4)
+    reward[2 * size + 1 : 3 * size] = nan
+    reward[3 * size : 4 * size] = nan
+    reward[[4 * size, 4 * size + 2]] = nan
+    fmt = rng.integers(0, 2, 8 * size).astype(float)
+    fmt[[1, 3 * size + 1, 5 * size]] = nan
+    return pl.DataFrame(
+        {
+            "row": np.arange(8 * size),
+            "prompt_id": np.arange(8).repeat(size),
+            "step": np.arange(2).repeat(4 * size),
+            "reward": reward,
+            "format_reward": fmt,
+            "length": rng.integers(1, 40, 8 * size),
+            "baseline": np.where(np.arange(8 * size) == 5, nan, rng.random(8 * size)),
+        }
+    ).with_columns(pl.col("reward", "format_reward", "baseline").fill_nan(None))
+
+
+FIXED_LAYOUTS = ({"group_size": 4}, {"groups": torch.arange(8).repeat_interleave(4)})
+
+
+def assert_fast_is_general(call: dict[str, Any]) -> None:
+    """``call`` over :func:`fixed_log` gives the same numbers (to 1e-12) or the same
+    refusal with its groups coded out of order (the general path) as laid out in runs
+    (``FIXED_LAYOUTS``: the fast path, which :func:`fixed_group_size` finds)."""
+    from grpo_cli.jobs.tensors import fixed_group_size
+
+    fast = {k: v for k, v in call.items() if k != "groups"}
+    try:
+        expected = group_advantages(**fast, groups=7 - call["groups"])  # decreasing runs
+    except (OptionsError, InputError) as error:
+        for layout in FIXED_LAYOUTS:
+            with pytest.raises(type(error)) as info:
+                group_advantages(**fast, **layout)
+            assert info.value.message == error.message
+        return
+    assert not torch.isnan(expected).all()
+    for layout in FIXED_LAYOUTS:
+        options = AdvantageOptions(group_size=layout.get("group_size"))
+        found = fixed_group_size(
+            torch, fast["rewards"], layout.get("groups"), None, options, fast.get("batch")
+        )
+        assert found == 4
+        assert_same(group_advantages(**fast, **layout), expected)
+
+
+@pytest.mark.parametrize("estimator", RESPONSE_ESTIMATORS)
+def test_fixed_groups_give_the_general_paths_numbers(estimator: str) -> None:
+    """Groups of G consecutive rows (``group_size=G``, or ``groups`` as TRL lays them out:
+    the fast path, no sort, no scatter), under every policy, with NaN rewards."""
+    for policy in POLICIES:
+        assert_fast_is_general(tensor_call(fixed_log(), estimator, policy))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_fixed_groups_give_every_presets_numbers(preset: str) -> None:
+    """``preset=`` on the fast path (two reward columns for GDPO)."""
+    options = PRESETS[preset].options
+    two = options.get("aggregation") == "normalize_then_sum"
+    policy = {**options, **({"reward_cols": ("reward", "format_reward")} if two else {})}
+    call = tensor_call(fixed_log(), options["estimator"], policy)
+    assert_fast_is_general({k: v for k, v in call.items() if k not in options} | {"preset": preset})
+
+
+def test_equal_rewards_beside_a_nan_give_exactly_0() -> None:
+    """A group whose valid rewards are equal (0.1: its mean rounds off it) and one NaN:
+    exactly 0, on either path, under every eps_mode that divides."""
+    r = torch.tensor([0.1, 0.1, 0.1, math.nan, 0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    layouts: list[dict[str, Any]] = [
+        {"group_size": 4},
+        {"groups": torch.tensor([1, 1, 1, 1, 0, 0, 0, 0])},
+    ]
+    divides: list[dict[str, Any]] = [{}, {"eps_mode": "positive_std", "eps": 0.0, "ddof": 0}]
+    for options in divides:
+        for layout in layouts:
+            got = group_advantages(r, **layout, **options)
+            assert got[:3].tolist() == [0.0, 0.0, 0.0], (options, layout)
+
+
+@pytest.mark.parametrize("estimator", RESPONSE_ESTIMATORS)
+def test_no_rows_give_no_advantages(estimator: str) -> None:
+    """Empty rewards: an empty result on either path (batch statistics of nothing too)."""
+    empty = torch.zeros(0, dtype=torch.float64)
+    needs = ESTIMATORS[estimator].needs
+    extra = {"lengths": empty} if "length" in needs else {}
+    if "baseline" in needs:
+        extra["baseline"] = empty
+    layouts: list[dict[str, Any]] = [
+        {"group_size": 4},
+        {"groups": torch.zeros(0, dtype=torch.int64)},
+    ]
+    for layout in layouts:
+        got = group_advantages(empty, estimator=estimator, **layout, **extra)
+        assert (got.shape, got.dtype) == ((0,), torch.float64)
+
+
+def test_fixed_groups_are_found_only_where_they_are() -> None:
+    """The fast path takes consecutive runs of G >= 2 rows, increasing from run to run, or
+    ``group_size`` with a batch constant on each run; anything else goes the general way
+    (singletons, unequal or repeated runs, interleaved batches, accelerators)."""
+    from grpo_cli.jobs.tensors import fixed_group_size
+
+    rewards = torch.zeros(6)
+
+    def found(groups: Any = None, group_size: int | None = None, batch: Any = None) -> Any:
+        options = AdvantageOptions(group_size=group_size)
+        return fixed_group_size(torch, rewards, groups, None, options, batch)
+
+    assert found(torch.tensor([-5, -5, 0, 0, 10**12, 10**12])) == 2
+    assert found(torch.arange(2).repeat_interleave(3).int()) == 3
+    assert found(group_size=3) == 3
+    assert found(group_size=3, batch=torch.tensor([4, 4, 4, 1, 1, 1])) == 3
+    for groups in (
+        torch.arange(6),  # one row a group
+        torch.tensor([0, 0, 1, 1, 1, 2]),  # unequal runs
+        torch.tensor([0, 0, 1, 1, 0, 0]),  # a group in two runs
+        torch.tensor([2, 2, 1, 1, 0, 0]),  # decreasing
+        torch.zeros(6, dtype=torch.int64).to("meta"),  # not on the CPU
+    ):
+        assert found(groups) is None, groups
+    assert found(group_size=4) is None  # the general path refuses it
+    assert found(group_size=2, batch=torch.tensor([0, 1, 0, 1, 0, 1])) is None
 
 
 def test_an_infinite_reward_spoils_its_group_not_the_others() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final
@@ -45,7 +45,7 @@ from grpo_cli.core.errors import (
     option,
 )
 from grpo_cli.core.estimators import FormulaContext, Value
-from grpo_cli.core.grouping import stats_columns
+from grpo_cli.core.grouping import stats_columns, zero_spread
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, collision_columns
 from grpo_cli.core.policies import apply_policies, formula
@@ -221,10 +221,8 @@ def torch_context(torch: Any, frame: pl.DataFrame, plan: Plan, device: Any) -> T
         return float_column(torch, frame, pl.col(name), device)
 
     group, groups = key_codes(torch, frame, keys.group, device)
-    if keys.batch == (BATCH_KEY,):  # one constant batch: no codes to find
-        batch = torch.zeros(frame.height, dtype=torch.int64, device=device)
-        batches = min(frame.height, 1)
-    else:
+    batch, batches = None, 1  # one constant batch: no codes to find
+    if keys.batch != (BATCH_KEY,):
         batch, batches = key_codes(torch, frame, keys.batch, device)
     return TorchContext(
         torch=torch,
@@ -351,7 +349,8 @@ def hash_collides(ctx: TorchContext, check: Any) -> Any:
 class TorchContext(FormulaContext):
     """The formula context on torch: every value a float64 tensor (NaN for null), every
     statistic a segment reduction over dense codes (``group``, ``batch``: 0..k-1, k
-    ``groups``, ``batches``) gathered back to the rows."""
+    ``groups``, ``batches``) gathered back to the rows; ``batch`` None: one batch, its
+    statistics reductions of the whole tensor."""
 
     torch: Any
     group: Any
@@ -392,52 +391,125 @@ class TorchContext(FormulaContext):
         return self.torch.isnan(x)
 
     def fill_null(self, x: Value, value: float) -> Any:
-        return self.where(self.torch.isnan(x), value, x)
+        """``nan_to_num`` keeping infinities (vectorised, where ``torch.where`` is not)."""
+        inf = self.torch.inf
+        return self.torch.nan_to_num(x, nan=value, posinf=inf, neginf=-inf)
 
     def maximum(self, x: Value, floor: float) -> Any:
-        return self.where(self.torch.isnan(x), floor, self.torch.clamp(x, min=floor))
+        return self.fill_null(self.torch.clamp(x, min=floor), floor)
 
     def to_float(self, x: Value) -> Any:
         return x.to(self.torch.float64)
 
     @cached_property
     def _reward_stats(self) -> dict[str, Any]:
+        """Per group: ``count``, ``mean``, ``var``, ``constant``
+        (:func:`grpo_cli.core.grouping.zero_spread`) and ``singleton`` (one valid reward)."""
         torch, r = self.torch, self.reward
-        n = self.group_agg(r, "count")
-        mean = self.group_agg(r, "sum") / n
-        centred = self.fill_null(r - mean, 0.0)
-        var = self.group_agg(centred * centred, "sum") / (n - self.ddof)
-        # all valid rewards equal (none: NaN == NaN is false)
-        equal = self.group_agg(r, "max") == self.group_agg(r, "min")
+        n = self._per_group(torch.isnan(r).logical_not_(), "sum")
+        mean = self._per_group(r, "nansum") / n
+        self._reward_rows["mean"] = self._group_rows(mean)
+        # in place on the temporary (a fresh tensor of N rows costs more than the arithmetic)
+        centred = (r - self._reward_rows["mean"]).nan_to_num_(0.0, torch.inf, -torch.inf)
+        var = self._per_group(centred.mul_(centred), "sum") / (n - self.ddof)
+        # all valid rewards equal: all at the maximum (no valid reward: var is NaN anyway)
+        top = self._group_rows(self._per_group(self.fill_null(r, -torch.inf), "max"))
+        equal = self._per_group(r == top, "sum") == n
         var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
-        return {"count": n, "mean": mean, "var": var}
+        constant = zero_spread(n, var)
+        return {"count": n, "mean": mean, "var": var, "constant": constant, "singleton": n == 1}
+
+    @cached_property
+    def _reward_rows(self) -> dict[str, Any]:
+        return {}  # the rows of _reward_stats, gathered once each
 
     def reward_stat(self, name: str) -> Any:
-        return self._reward_stats[name]
+        stats = self._reward_stats  # fills the mean's rows
+        if name not in self._reward_rows:
+            self._reward_rows[name] = self._group_rows(stats[name])
+        return self._reward_rows[name]
+
+    def is_constant(self) -> Any:
+        return self.reward_stat("constant")
+
+    def is_singleton(self) -> Any:
+        return self.reward_stat("singleton")
 
     def group_agg(self, x: Value, op: str) -> Any:
-        return self._segment(self.group, self.groups, x, op)
+        return self._group_rows(self._nan_reduce(self._per_group, x, op))
 
     def batch_agg(self, x: Value, op: str) -> Any:
-        return self._segment(self.batch, self.batches, x, op)
+        return self._batch_rows(self._nan_reduce(self._per_batch, x, op))
 
-    def _segment(self, codes: Any, size: int, x: Value, op: str) -> Any:
-        """The reduction ``op`` of ``x`` per code (NaN left out), gathered to the rows."""
+    def _per_group(self, x: Any, op: str) -> Any:
+        """The reduction ``op`` (:data:`REDUCE`) of ``x`` per group, one value a group."""
+        return segment_reduce(self.torch, self.group, self.groups, x, op)
+
+    def _group_rows(self, per_group: Any) -> Any:
+        """One value a group (:meth:`_per_group`) gathered to the group's rows."""
+        return per_group.index_select(0, self.group)
+
+    def _per_batch(self, x: Any, op: str) -> Any:
+        """:meth:`_per_group` per batch (``batch`` None: of the whole tensor, shape (1,))."""
+        if self.batch is not None:
+            return segment_reduce(self.torch, self.batch, self.batches, x, op)
+        if not x.shape[0]:  # no rows: the start values (0, -inf, inf)
+            return segment_reduce(self.torch, x.long(), 1, x, op)
+        return REDUCE[op](self.torch, x, 0)
+
+    def _batch_rows(self, per_batch: Any) -> Any:
+        return per_batch if self.batch is None else per_batch.index_select(0, self.batch)
+
+    def _nan_reduce(self, per: Callable[[Any, str], Any], x: Value, op: str) -> Any:
+        """The reduction ``op`` of ``x`` by ``per`` with NaN left out: ``sum`` (0 when all
+        are NaN), ``nonzero``, ``count``, ``max`` or ``min`` (NaN when all are NaN)."""
         torch = self.torch
         x = self.to_float(x)
+        if op == "sum":
+            return per(x, "nansum")
         valid = ~torch.isnan(x)
-        if op in ("sum", "nonzero"):  # no count needed: one segment sum
-            values = torch.where(valid, x, 0.0) if op == "sum" else (valid & (x != 0)).double()
-            sums = torch.zeros(size, dtype=torch.float64, device=x.device)
-            return sums.index_add_(0, codes, values).index_select(0, codes)
-        count = torch.zeros(size, dtype=torch.float64, device=x.device).index_add_(
-            0, codes, valid.to(torch.float64)
-        )
+        if op == "nonzero":
+            return per(valid & (x != 0), "sum")
+        count = per(valid, "sum")
         if op == "count":
-            return count.index_select(0, codes)
-        fill = -torch.inf if op == "max" else torch.inf
-        start = torch.full((size,), fill, dtype=torch.float64, device=x.device)
-        reduced = start.scatter_reduce(
-            0, codes, torch.where(valid, x, fill), "amax" if op == "max" else "amin"
-        )
-        return torch.where(count > 0, reduced, float("nan")).index_select(0, codes)
+            return count
+        reduced = per(self.fill_null(x, -torch.inf if op == "max" else torch.inf), op)
+        return torch.where(count > 0, reduced, float("nan"))
+
+
+@dataclass(frozen=True)
+class FixedGroupContext(TorchContext):
+    """:class:`TorchContext` over groups of ``size`` consecutive rows (``group``, ``groups``
+    unused): a group's reduction is along dim 1 of the ``(N / size, size)`` view, expanded
+    back to the rows; no sort, no scatter."""
+
+    size: int = 1
+
+    def _per_group(self, x: Any, op: str) -> Any:
+        return REDUCE[op](self.torch, x.reshape(-1, self.size), 1)
+
+    def _group_rows(self, per_group: Any) -> Any:
+        return per_group.expand(-1, self.size).reshape(-1)
+
+
+# Reductions along a dim, kept (size 1), in float64: ``sum`` (of floats or bools), ``nansum``
+# (NaN counting 0), ``max``, ``min`` (NaN propagates).
+REDUCE: Final[dict[str, Callable[[Any, Any, int], Any]]] = {
+    "sum": lambda torch, x, dim: x.sum(dim, keepdim=True, dtype=torch.float64),
+    "nansum": lambda torch, x, dim: torch.nansum(x, dim, keepdim=True),
+    "max": lambda torch, x, dim: x.amax(dim, keepdim=True),
+    "min": lambda torch, x, dim: x.amin(dim, keepdim=True),
+}
+
+
+def segment_reduce(torch: Any, codes: Any, size: int, x: Any, op: str) -> Any:
+    """The reduction ``op`` (:data:`REDUCE`) of ``x`` per code (0..``size``-1): ``size``
+    values (a code without rows: 0, -inf or inf)."""
+    if op == "nansum":
+        x = torch.nan_to_num(x, nan=0.0, posinf=torch.inf, neginf=-torch.inf)
+    if op in ("sum", "nansum"):
+        sums = torch.zeros(size, dtype=torch.float64, device=x.device)
+        return sums.index_add_(0, codes, x.to(torch.float64))
+    fill = -torch.inf if op == "max" else torch.inf
+    start = torch.full((size,), fill, dtype=torch.float64, device=x.device)
+    return start.scatter_reduce(0, codes, x, "amax" if op == "max" else "amin")

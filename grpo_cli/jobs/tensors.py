@@ -4,12 +4,18 @@ The same formulas (through :class:`grpo_cli.engines.torch.TorchContext`) and pol
 :func:`grpo_cli.compute_advantages`, on the rewards' device, under ``torch.no_grad()``
 (advantages are constants of the loss, as in TRL and verl).
 
-No host sync on the path: indices are made dense by a sort (:func:`dense_index`), every
-segment buffer has N entries (shapes depend on N only: ``torch.compile``), scalars are
-filled on the device. Only these reach the host: prompt ids given as Python values (coded
-there, copied in once), the count of NaN rewards where they are refused (``nulls="error"``,
-or no ``nulls=`` given and none in the preset: pass ``nulls=`` to skip it), and
-``group_size`` with ``batch``'s check that every batch holds whole groups.
+Groups of G consecutive rows (``group_size=G``, or ``groups`` on the CPU laid out as
+``arange(N // G).repeat_interleave(G)``: :func:`fixed_group_size`) take the fast path:
+group statistics are reductions of the ``(N / G, G)`` view
+(:class:`grpo_cli.engines.torch.FixedGroupContext`), no sort, no scatter. Other groups are
+segments: indices are made dense by a sort (:func:`dense_index`; on the CPU not when they
+are in [0, N) already: :func:`segment_codes`), every segment buffer has N entries (shapes
+depend on N only: ``torch.compile``), scalars are filled on the device. On an accelerator
+only these reach the host: prompt ids given as Python values (coded there, copied in
+once), the count of NaN rewards where they are refused (``nulls="error"``, or no ``nulls=``
+given and none in the preset: pass ``nulls=`` to skip it), and ``group_size`` with
+``batch``'s check that every batch holds whole groups (and whether it holds them in runs:
+the fast path).
 
 Groups of which more than half hold one response (a per-response id passed as the group)
 give one :class:`grpo_cli.core.errors.GrpoAdvWarning` a call, worded as the CLI's warning
@@ -28,6 +34,7 @@ import inspect
 import warnings
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import fields
+from functools import partial
 from numbers import Integral, Real
 from typing import Any, Final
 
@@ -38,7 +45,12 @@ from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.policies import formula, policy_value, reads_batch
 from grpo_cli.core.presets import merge_options
 from grpo_cli.core.run_summary import singleton_warning
-from grpo_cli.engines.torch import TorchContext, context_settings, resolve_device
+from grpo_cli.engines.torch import (
+    FixedGroupContext,
+    TorchContext,
+    context_settings,
+    resolve_device,
+)
 
 # Options that name columns, and the argument that stands for them here.
 COLUMN_OPTIONS: Final[Mapping[str, str]] = {
@@ -164,30 +176,33 @@ def group_advantages(
         )
         estimator = get_estimator(chosen.estimator)
         _check_needs(chosen, estimator, lengths=lengths, baseline=baseline)
-        if batch is None:
-            batch_codes = torch.zeros(n, dtype=torch.int64, device=rewards.device)
-        else:
-            batch_codes = dense_index(torch, _index(torch, rewards, batch, "batch"))
-        group = _group_codes(
-            torch,
-            rewards,
-            groups,
-            prompt_ids,
-            chosen,
-            estimator,
-            batch=None if batch is None else (batch_codes, batch),
-        )
+        batch_codes = None
+        if batch is not None:
+            batch_codes = segment_codes(torch, _index(torch, rewards, batch, "batch"))
+        size = fixed_group_size(torch, rewards, groups, prompt_ids, chosen, batch)
+        group = None
+        if size is None:
+            group = _group_codes(
+                torch,
+                rewards,
+                groups,
+                prompt_ids,
+                chosen,
+                estimator,
+                batch=None if batch is None else (batch_codes, batch),
+            )
         parts = _reward_parts(torch, rewards, chosen.nulls)
         reward = combined(torch, parts, chosen.weights)
         if chosen.reward_clip is not None:  # as grpo_cli.core.rewards: each part for GDPO
             parts = [part.clamp(*chosen.reward_clip) for part in parts]
             reward = reward.clamp(*chosen.reward_clip)
-        ctx = TorchContext(
+        context = TorchContext if size is None else partial(FixedGroupContext, size=size)
+        ctx = context(
             torch=torch,
             group=group,
-            groups=n,
+            groups=segments(group, n),
             batch=batch_codes,
-            batches=n,
+            batches=segments(batch_codes, n),
             reward=reward,
             length=None if lengths is None else _column(torch, rewards, lengths, "lengths"),
             baseline=None if baseline is None else _column(torch, rewards, baseline, "baseline"),
@@ -441,6 +456,24 @@ def _same_rows(rewards: Any, tensor: Any, name: str) -> Any:
     return tensor
 
 
+def segments(codes: Any, n: int) -> int:
+    """The size of the segment buffers over ``codes`` (None: no codes): N (shapes that
+    depend on N only), on the CPU the largest code + 1 (a host sync there is free)."""
+    if codes is None or codes.device.type != "cpu" or not n:
+        return n
+    return int(codes.max()) + 1
+
+
+def segment_codes(torch: Any, index: Any) -> Any:
+    """Codes in [0, N) for the N values of ``index``, equal where the values are: on the
+    CPU, values already in [0, N) are their own codes (a host sync there is free: no sort);
+    else :func:`dense_index`."""
+    n = index.shape[0]
+    if index.device.type == "cpu" and n and int(index.min()) >= 0 and int(index.max()) < n:
+        return index.long()
+    return dense_index(torch, index)
+
+
 def dense_index(torch: Any, index: Any) -> Any:
     """``torch.unique(index, return_inverse=True)[1]`` without a host sync: a sort, a
     running count of the first of each run of equal values, scattered back."""
@@ -480,7 +513,7 @@ def _group_codes(
     if isinstance(prompt_ids, torch.Tensor):
         groups, prompt_ids = prompt_ids, None
     if groups is not None:
-        codes = dense_index(torch, _index(torch, rewards, groups, "groups"))
+        codes = segment_codes(torch, _index(torch, rewards, groups, "groups"))
         if codes.device.type == "cpu" and estimator.uses_groups:
             _warn_singletons(torch, codes, "groups")
         return codes
@@ -508,11 +541,64 @@ def _group_codes(
     return torch.zeros(n, dtype=torch.int64, device=device)
 
 
+def fixed_group_size(
+    torch: Any,
+    rewards: Any,
+    groups: Any,
+    prompt_ids: Any,
+    options: AdvantageOptions,
+    batch: Any,
+) -> int | None:
+    """G when the groups are the consecutive runs of G rows (the fast path,
+    :class:`grpo_cli.engines.torch.FixedGroupContext`), else None (the general path, which
+    also refuses bad arguments): ``group_size=G`` dividing N, with a ``batch`` constant on
+    each run (a host sync, as that path's check); or ``groups`` on the CPU (never an
+    accelerator: a host sync) in runs of G >= 2 equal values, increasing from run to run
+    (``arange(N // G).repeat_interleave(G)``, TRL's layout)."""
+    n, size = rewards.shape[0], options.group_size
+    if sum(given is not None for given in (groups, prompt_ids, size)) != 1:
+        return None
+    if size is not None:
+        if not isinstance(size, int) or size < 1 or n % size:
+            return None
+        runs = None if batch is None else batch.reshape(-1, size)  # checked by then
+        return None if runs is not None and not bool((runs == runs[:, :1]).all()) else size
+    if not (
+        isinstance(groups, torch.Tensor)
+        and groups.device.type == "cpu"
+        and tuple(groups.shape) == (n,)
+        and n >= 2
+        and not (groups.is_floating_point() or groups.is_complex())
+    ):
+        return None
+    size = _first_run(torch, groups)
+    if size < 2 or n % size:
+        return None
+    runs = groups.reshape(-1, size)
+    whole = bool((runs == runs[:, :1]).all()) and bool((runs[1:, 0] > runs[:-1, 0]).all())
+    return size if whole else None
+
+
+def _first_run(torch: Any, values: Any) -> int:
+    """The length of the run of values equal to the first (looked at in doubling prefixes:
+    O(run), not O(N))."""
+    span = 64
+    while True:
+        prefix = values[:span]
+        differs = torch.nonzero(prefix != prefix[0])
+        if differs.numel():
+            return int(differs[0, 0])
+        if span >= values.shape[0]:
+            return int(values.shape[0])
+        span *= 2
+
+
 def _warn_singletons(torch: Any, codes: Any, given: str) -> None:
     """Warn when more than half of the groups (dense ``codes`` on the host, from the
     argument ``given``) hold one response."""
     counts = torch.bincount(codes)
-    found = singleton_warning(int((counts == 1).sum()), len(counts), given, "groups or prompt_ids")
+    groups = int((counts > 0).sum())  # codes may skip values (segment_codes)
+    found = singleton_warning(int((counts == 1).sum()), groups, given, "groups or prompt_ids")
     for line in found:  # stack: here, _group_codes, group_advantages, its caller
         warnings.warn(str(line), GrpoAdvWarning, stacklevel=4)
 
