@@ -6,7 +6,8 @@
 For each size, on seeded float64 rewards in [0, 1):
 
 - fixed groups, G consecutive rows (``--group-size``): ``group_advantages(r, group_size=G,
-  estimator=E)`` (and, for grpo, ``groups=arange(N // G).repeat_interleave(G)``) against
+  estimator=E, nulls="exclude")`` (``nulls=`` given, as a trainer's call gives it or its
+  preset does: no NaN count) (and, for grpo, ``groups=arange(N // G).repeat_interleave(G)``) against
   the formula written on the ``(N / G, G)`` view as a trainer writes it (grpo: TRL's
   ``view(-1, G)``, ``mean``, ``std``, ``repeat_interleave``, ``(r - mean) / (std + eps)``);
 - variable groups, sizes 2..2G in shuffled rows: ``group_advantages(r, groups)`` against
@@ -118,15 +119,15 @@ def measure(n: int, g: int, rounds: int, device: Any) -> list[tuple[str, float, 
     cases = []
     for name, plain in FIXED.items():
         runs[f"plain {name}"] = partial(plain, r, g)
-        runs[f"ours {name}"] = partial(group_advantages, r, group_size=g, estimator=name)
+        runs[f"ours {name}"] = partial(group_advantages, r, group_size=g, estimator=name, nulls="exclude")
         cases.append((f"fixed {name}", f"plain {name}", f"ours {name}"))
     layout = torch.arange(n // g, device=device).repeat_interleave(g)
-    runs["ours grpo by groups"] = lambda: group_advantages(r, layout)
+    runs["ours grpo by groups"] = lambda: group_advantages(r, layout, nulls="exclude")
     cases.append(("fixed grpo, groups=", "plain grpo", "ours grpo by groups"))
     codes, k = variable_groups(n, g, generator)
     codes = codes.to(device)
     runs["scatter grpo"] = lambda: scatter_grpo(r, codes, k)
-    runs["ours variable grpo"] = lambda: group_advantages(r, codes)
+    runs["ours variable grpo"] = lambda: group_advantages(r, codes, nulls="exclude")
     cases.append(("variable grpo", "scatter grpo", "ours variable grpo"))
     single = r.float()
     runs["plain grpo float32"] = lambda: trl_grpo(single, g)
