@@ -119,7 +119,9 @@ def measure(n: int, g: int, rounds: int, device: Any) -> list[tuple[str, float, 
     cases = []
     for name, plain in FIXED.items():
         runs[f"plain {name}"] = partial(plain, r, g)
-        runs[f"ours {name}"] = partial(group_advantages, r, group_size=g, estimator=name, nulls="exclude")
+        runs[f"ours {name}"] = partial(
+            group_advantages, r, group_size=g, estimator=name, nulls="exclude"
+        )
         cases.append((f"fixed {name}", f"plain {name}", f"ours {name}"))
     layout = torch.arange(n // g, device=device).repeat_interleave(g)
     runs["ours grpo by groups"] = lambda: group_advantages(r, layout, nulls="exclude")
