@@ -159,3 +159,20 @@ def test_register_a_custom_estimator() -> None:
     assert unclipped.abs().max() > 0.5
     with pytest.raises(ValueError, match="has already been registered"):
         register("test-rloo-clipped", preset="verl-rloo")
+
+
+def test_epsilon_given_is_the_eps() -> None:
+    """verl's signature: an ``epsilon`` passed (verl's GRPO branch passes none) is ``eps``."""
+    data = batch((3, 2))
+    estimate = ADV_ESTIMATOR_REGISTRY["grpo_adv_verl"]
+    advantages, _ = estimate(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"],
+        index=data.non_tensor_batch["uid"],
+        epsilon=0.5,
+    )
+    scores = data.batch["token_level_rewards"].sum(-1).double()
+    expected = torch.cat(
+        [(s - s.mean()) / (s.std() + 0.5) for s in (scores[:3], scores[3:])]
+    ).float()
+    torch.testing.assert_close(advantages[:, 0], expected)
