@@ -11,7 +11,8 @@ Importing this module registers, with verl's ``register_adv_est``, ``grpo_adv_<n
 written ``_``) for each grpo-adv estimator (its default options) and each preset, so no name
 can clash with verl's own. Left out: ``process`` (step-reward lists) and the GDPO presets
 (``aggregation="normalize_then_sum"``), as verl hands a registered estimator only the summed
-``token_level_rewards``. :func:`register` adds one under a name of your choice.
+``token_level_rewards``; ``remax``, as verl's trainer makes the greedy baselines for its own
+``remax`` alone. :func:`register` adds one under a name of your choice.
 
 Needs the ``verl`` extra (``pip install -e '.[verl]'``), written against verl 0.9.1.
 """
@@ -98,7 +99,7 @@ def register(name: str, preset: str | None = None, **options: Any) -> Any:
 
 def _register_all() -> None:
     for name, est in ESTIMATORS.items():
-        if est.unit == "response":
+        if est.unit == "response" and "baseline" not in est.needs:
             register(name, estimator=name)
     for name in PRESETS:
         if merge_options(name, {}).get("aggregation") != "normalize_then_sum":

@@ -28,8 +28,9 @@ from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 
 from grpo_cli.verl import register  # noqa: E402
 
-# What verl cannot hand a registered estimator: step-reward lists, per-dimension rewards.
-LEFT_OUT = {"process", "trl-gdpo", "verl-gdpo", "nemo-rl-gdpo"}
+# What verl's trainer cannot hand a registered estimator: step-reward lists, per-dimension
+# rewards, greedy baselines (made for verl's own remax alone).
+LEFT_OUT = {"process", "remax", "trl-gdpo", "verl-gdpo", "nemo-rl-gdpo"}
 REGISTERED = [name for name in [*ESTIMATORS, *PRESETS] if name not in LEFT_OUT]
 SIZES = (3, 5, 3, 4, 6)  # responses per prompt
 
@@ -84,7 +85,7 @@ def test_every_estimator_and_preset_is_registered_under_its_own_prefix() -> None
     """Every grpo-adv name verl can feed, prefixed so that none is one of verl's own."""
     ours = {name for name in ADV_ESTIMATOR_REGISTRY if name.startswith("grpo_adv_")}
     assert ours == {verl_name(name) for name in REGISTERED}
-    assert len(ours) == 55
+    assert len(ours) == 54
     assert {"grpo", "rloo", "gdpo", "remax", "opo"} <= set(ADV_ESTIMATOR_REGISTRY)
 
 
@@ -159,6 +160,14 @@ def test_register_a_custom_estimator() -> None:
     assert unclipped.abs().max() > 0.5
     with pytest.raises(ValueError, match="has already been registered"):
         register("test-rloo-clipped", preset="verl-rloo")
+
+
+def test_register_remax_reads_the_batch_reward_baselines() -> None:
+    register("test-remax", estimator="remax")
+    out = compute_advantage(batch(), "grpo_adv_test_remax", config=AlgoConfig())
+    expected = frame_path(batch(), "remax")
+    torch.testing.assert_close(out.batch["advantages"].double(), expected, atol=1e-6, rtol=0)
+    assert expected.abs().sum() > 1
 
 
 def test_epsilon_given_is_the_eps() -> None:
