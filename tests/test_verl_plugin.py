@@ -1,11 +1,14 @@
 """grpo_cli.verl: grpo-adv's estimators and presets in verl's advantage-estimator registry,
 run through verl's own dispatch (``ray_trainer.compute_advantage``) on token-level batches.
 
-Needs the verl extra (verl 0.9.1 and what its trainer imports); skipped without it.
+Needs the verl extra (verl 0.9.1 and what its trainer imports), installed with this
+checkout (the ``verl.plugins`` entry point); skipped without verl.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -87,6 +90,20 @@ def test_every_estimator_and_preset_is_registered_under_its_own_prefix() -> None
     assert ours == {verl_name(name) for name in REGISTERED}
     assert len(ours) == 54
     assert {"grpo", "rloo", "gdpo", "remax", "opo"} <= set(ADV_ESTIMATOR_REGISTRY)
+
+
+@pytest.mark.slow
+def test_import_verl_alone_registers_them() -> None:
+    """verl loads the ``verl.plugins`` entry points on ``import verl``, in each of its
+    processes (the Ray TaskRunner included): no import of grpo_cli.verl needed."""
+    code = (
+        "import verl.trainer.ppo.core_algos as c\n"
+        "print(len([n for n in c.ADV_ESTIMATOR_REGISTRY if n.startswith('grpo_adv_')]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split()[-1] == "54", "reinstall: pip install -e '.[verl]'"
 
 
 @pytest.mark.parametrize("name", REGISTERED)
