@@ -2,17 +2,17 @@
 
 ::
 
-    import grpo_cli.verl  # in the process that builds the trainer, before it starts
+    python -m verl.trainer.main_ppo algorithm.adv_estimator=grpo_adv_rloo ...
 
-    # then, in verl's config:
-    # algorithm.adv_estimator=grpo_adv_rloo  (or grpo_adv_verl_grpo_passk, grpo_adv_areal...)
-
-Importing this module registers, with verl's ``register_adv_est``, ``grpo_adv_<name>`` (``-``
-written ``_``) for each grpo-adv estimator (its default options) and each preset, so no name
-can clash with verl's own. Left out: ``process`` (step-reward lists) and the GDPO presets
-(``aggregation="normalize_then_sum"``), as verl hands a registered estimator only the summed
-``token_level_rewards``; ``remax``, as verl's trainer makes the greedy baselines for its own
-``remax`` alone. :func:`register` adds one under a name of your choice.
+verl 0.9.1 imports this module in each of its processes through grpo-adv's ``verl.plugins``
+entry point (unless ``VERL_USE_EXTERNAL_PLUGINS`` leaves it out; then ``import
+grpo_cli.verl`` where verl computes the advantages). Importing it registers, with verl's
+``register_adv_est``, ``grpo_adv_<name>`` (``-`` written ``_``) for each grpo-adv estimator
+(its default options) and each preset, so no name can clash with verl's own. Left out:
+``process`` (step-reward lists) and the GDPO presets (``aggregation="normalize_then_sum"``),
+as verl hands a registered estimator only the summed ``token_level_rewards``; ``remax``, as
+verl's trainer makes the greedy baselines for its own ``remax`` alone. :func:`register` adds
+one under a name of your choice.
 
 Needs the ``verl`` extra (``pip install -e '.[verl]'``), written against verl 0.9.1.
 """
