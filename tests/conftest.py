@@ -35,7 +35,7 @@ SAMPLE_FILES = {
 }
 
 
-EXTRAS = {"torch": "torch", "ray": "ray", "matplotlib": "plot", "trl": "trl"}
+EXTRAS = {"torch": "torch", "ray": "ray", "matplotlib": "plot", "trl": "trl", "verl": "verl"}
 SLOW_MODULES = ("test_ray_engine.py", "test_lowmem.py")
 """Test files whose every test starts processes (a Ray, the --low-memory worker)."""
 

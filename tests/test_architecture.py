@@ -29,10 +29,10 @@ PACKAGE = ROOT / "grpo_cli"
 # --------------------------------------------------------------------------- imports
 
 # The layers, lowest first. A module imports modules of its own layer or lower ones only,
-# lazy and type-only imports included; a trainer's plug-in (grpo_cli/trl.py: one module,
-# imported by none) and the package's root (grpo_cli/__init__.py: the public names,
-# imported lazily) sit above ``report``, and ``__main__`` runs the CLI.
-LAYERS = ("core", "io", "engines", "jobs", "report", "trl", "", "cli", "__main__")
+# lazy and type-only imports included; a trainer's plug-in (grpo_cli/trl.py, grpo_cli/verl.py:
+# one module each, imported by none) and the package's root (grpo_cli/__init__.py: the public
+# names, imported lazily) sit above ``report``, and ``__main__`` runs the CLI.
+LAYERS = ("core", "io", "engines", "jobs", "report", "trl", "verl", "", "cli", "__main__")
 
 
 def _module_name(path: Path) -> str:
