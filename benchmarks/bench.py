@@ -6,7 +6,7 @@ method once on the same warm input; a method's ratio is its time over the Polars
 read + write floor *of the same round*; the table shows medians over rounds.
 
 The sets: 10M numeric rows in the three orders real logs have (shuffled; shuffled within
-each step; grouped by prompt: see ``datasets.make_log``), 1M rows with text; then the
+each step; grouped by prompt: see ``bench_logs.make_log``), 1M rows with text; then the
 reading jobs (summarize, summarize -o, verify, plot) against compute on the shuffled log,
 a 10-row CSV end to end, and (``--big-rows``) ``--low-memory`` on a log larger than memory
 against the streaming floor (``lowmem.py``). Each figure is printed with its target.
@@ -46,7 +46,7 @@ from pathlib import Path
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from datasets import write_log
+from bench_logs import write_log
 
 PANDAS = """
 import sys, pandas as pd

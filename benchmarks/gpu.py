@@ -3,7 +3,7 @@
     python benchmarks/gpu.py --device cuda                 # 10M and 100M rows
     python benchmarks/gpu.py --device cpu --rows 1000000   # any sizes
 
-For each size, on a shuffled numeric log (:func:`datasets.write_log`, GRPO, groups by
+For each size, on a shuffled numeric log (:func:`bench_logs.write_log`, GRPO, groups by
 (step, prompt_id) as the command line forms them), in one process with torch loaded:
 
 - read: the Parquet file into memory (Polars);
@@ -40,7 +40,7 @@ from typing import Any
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from datasets import write_log
+from bench_logs import write_log
 
 from grpo_cli.core.columns import REWARD_KEY, TORCH_RAW, VALID_KEY
 from grpo_cli.core.engine_options import EngineOptions

@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from datasets import write_big_log
+from bench_logs import write_big_log
 
 from grpo_cli.jobs.pipeline import annotate
 

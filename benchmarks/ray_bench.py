@@ -37,7 +37,7 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import paired_ratio
-from datasets import make_log, write_big_log
+from bench_logs import make_log, write_big_log
 
 from grpo_cli.jobs.pipeline import annotate
 

@@ -10,7 +10,7 @@ import polars as pl
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from datasets import make_log, write_big_log
+from bench_logs import make_log, write_big_log
 
 
 def test_make_log_shape_and_determinism() -> None:

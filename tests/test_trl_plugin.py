@@ -3,7 +3,6 @@ character tokenizer built here (nothing downloaded), a few steps of training on 
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import os
@@ -21,8 +20,7 @@ from tests.conftest import ROOT, import_or_skip
 
 import_or_skip("trl")
 import torch  # noqa: E402
-
-Dataset = importlib.import_module("datasets").Dataset  # benchmarks/datasets.py shadows it for mypy
+from datasets import Dataset  # noqa: E402
 from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
