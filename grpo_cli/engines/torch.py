@@ -15,6 +15,7 @@ is read (:func:`start_import`).
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -385,7 +386,17 @@ class TorchContext(FormulaContext):
     def where(
         self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
     ) -> Any:
-        return self.torch.where(cond, self._tensor(then), self._tensor(otherwise))
+        """``torch.where``; on the CPU a ``cond`` of one value (one element, or one broadcast:
+        every stride 0) picks its side whole when that side has the result's shape and dtype
+        (no pass over the rows; the side itself is returned, not a copy)."""
+        torch, yes, no = self.torch, self._tensor(then), self._tensor(otherwise)
+        one = cond.numel() == 1 or (cond.numel() > 1 and not any(cond.stride()))
+        if one and cond.device.type == "cpu":
+            picked = yes if bool(cond[(0,) * cond.dim()]) else no
+            shape = torch.broadcast_shapes(cond.shape, yes.shape, no.shape)
+            if picked.shape == shape and picked.dtype == torch.result_type(yes, no):
+                return picked
+        return torch.where(cond, yes, no)
 
     def is_null(self, x: Value) -> Any:
         return self.torch.isnan(x)
@@ -400,6 +411,12 @@ class TorchContext(FormulaContext):
 
     def to_float(self, x: Value) -> Any:
         return x.to(self.torch.float64)
+
+    @property
+    def finite(self) -> bool:
+        """Whether every reward is known valid and finite without a device sync (never
+        here: :class:`FixedGroupContext` knows it on the CPU)."""
+        return False
 
     @cached_property
     def _reward_stats(self) -> dict[str, Any]:
@@ -484,6 +501,54 @@ class FixedGroupContext(TorchContext):
     back to the rows; no sort, no scatter."""
 
     size: int = 1
+
+    @cached_property
+    def finite(self) -> bool:
+        """On the CPU, whether the sum of the group sums is finite: a NaN or an infinity
+        makes it NaN or infinite (a sum that overflows only sends to the general path)."""
+        cpu = self.device.type == "cpu" and self.reward.numel() > 0
+        return cpu and math.isfinite(float(self._sums.sum()))
+
+    @cached_property
+    def _sums(self) -> Any:
+        return self._per_group(self.reward, "sum")
+
+    @cached_property
+    def _reward_stats(self) -> dict[str, Any]:
+        """:class:`TorchContext`'s statistics; when every reward is valid and finite
+        (:attr:`finite`) from the group sums, with every count G: no NaN to leave out, all
+        equal where the maximum is the minimum."""
+        if not self.finite:
+            return super()._reward_stats
+        torch, view = self.torch, self.reward.reshape(-1, self.size)
+        n = torch.full_like(self._sums, float(self.size))
+        mean = self._sums / n
+        centred = view - mean
+        var = self._per_group(centred.mul_(centred), "sum") / (n - self.ddof)
+        equal = view.amax(1, keepdim=True) == view.amin(1, keepdim=True)  # (aminmax: slower)
+        var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
+        constant = zero_spread(n, var)
+        return {"count": n, "mean": mean, "var": var, "constant": constant, "singleton": n == 1}
+
+    def reward_stat(self, name: str) -> Any:
+        """:meth:`TorchContext.reward_stat`; on the CPU a rule (``constant``, ``singleton``)
+        that holds in no group is one False broadcast to the rows (:meth:`where` skips it)."""
+        rule = name in ("constant", "singleton") and self.device.type == "cpu"
+        if rule and not bool(self._reward_stats[name].any()):
+            return self._nowhere()
+        return super().reward_stat(name)
+
+    def is_null(self, x: Value) -> Any:
+        """:meth:`TorchContext.is_null`; the reward's, when it is :attr:`finite`, one False
+        broadcast to the rows."""
+        if x is self.reward and self.finite:
+            return self._nowhere()
+        return super().is_null(x)
+
+    def _nowhere(self) -> Any:
+        """False on every row, one value broadcast (no memory, no pass)."""
+        false = self.torch.zeros((), dtype=self.torch.bool, device=self.device)
+        return false.expand(self.reward.shape)
 
     def _per_group(self, x: Any, op: str) -> Any:
         return REDUCE[op](self.torch, x.reshape(-1, self.size), 1)
