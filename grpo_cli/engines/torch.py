@@ -455,6 +455,19 @@ class TorchContext(FormulaContext):
     def group_agg(self, x: Value, op: str) -> Any:
         return self._group_rows(self._nan_reduce(self._per_group, x, op))
 
+    def batch_stat(self, x: Value, name: str) -> Value:
+        """:meth:`FormulaContext.batch_stat`; without token weights a weight is 1 (NaN for
+        null), so ``sum w x`` is ``sum x`` and ``sum w`` the count, exactly: two passes
+        fewer, and no ``where``."""
+        if self.token_weighted and self.length is not None:
+            return super().batch_stat(x, name)
+        if name == "mean":
+            return self.batch_agg(x, "sum") / self.batch_agg(x, "count")
+        if name == "var":
+            squares = (x - self.batch_stat(x, "mean")) ** 2
+            return self.batch_agg(squares, "sum") / (self.batch_agg(x, "count") - self.ddof)
+        return self.batch_agg(x, name)
+
     def batch_agg(self, x: Value, op: str) -> Any:
         return self._batch_rows(self._nan_reduce(self._per_batch, x, op))
 
@@ -517,16 +530,23 @@ class FixedGroupContext(TorchContext):
     def _reward_stats(self) -> dict[str, Any]:
         """:class:`TorchContext`'s statistics; when every reward is valid and finite
         (:attr:`finite`) from the group sums, with every count G: no NaN to leave out, all
-        equal where the maximum is the minimum."""
+        equal where the maximum is the minimum, compared only where the variance allows it:
+        G equal values x leave ``|r - mean| <= G u |x|`` (u = 2^-53, any summation order),
+        so a variance above ``G / (G - ddof) (4 G u |mean|)^2 + 2^-1000`` (a margin of 16,
+        and the subnormals') proves its group unequal."""
         if not self.finite:
             return super()._reward_stats
-        torch, view = self.torch, self.reward.reshape(-1, self.size)
-        n = torch.full_like(self._sums, float(self.size))
+        torch, view, g = self.torch, self.reward.reshape(-1, self.size), self.size
+        n = torch.full_like(self._sums, float(g))
         mean = self._sums / n
         centred = view - mean
         var = self._per_group(centred.mul_(centred), "sum") / (n - self.ddof)
-        equal = view.amax(1, keepdim=True) == view.amin(1, keepdim=True)  # (aminmax: slower)
-        var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
+        if g > self.ddof:
+            bound = (4 * g * 2.0**-53 * mean.abs()).square_().mul_(g / (g - self.ddof))
+            if bool((var <= bound.add_(2.0**-1000)).any()):
+                equal = view.amax(1, keepdim=True) == view.amin(1, keepdim=True)
+                var = torch.where(equal, 0.0, var)
+        var = torch.where(n > self.ddof, var, float("nan"))
         constant = zero_spread(n, var)
         return {"count": n, "mean": mean, "var": var, "constant": constant, "singleton": n == 1}
 
