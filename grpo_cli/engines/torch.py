@@ -517,14 +517,20 @@ class FixedGroupContext(TorchContext):
 
     @cached_property
     def finite(self) -> bool:
-        """On the CPU, whether the sum of the group sums is finite: a NaN or an infinity
-        makes it NaN or infinite (a sum that overflows only sends to the general path)."""
+        """On the CPU, whether the rewards' sum is finite: a NaN or an infinity makes it NaN
+        or infinite (a sum that overflows only sends to the general path)."""
         cpu = self.device.type == "cpu" and self.reward.numel() > 0
-        return cpu and math.isfinite(float(self._sums.sum()))
+        return cpu and math.isfinite(float(self.reward.sum()))
 
     @cached_property
     def _sums(self) -> Any:
-        return self._per_group(self.reward, "sum")
+        """The group sums, as :meth:`group_agg` takes them."""
+        return self._per_group(self.reward, "nansum")
+
+    def group_agg(self, x: Value, op: str) -> Any:
+        if op == "sum" and x is self.reward and self.finite:
+            return self._group_rows(self._sums)
+        return super().group_agg(x, op)
 
     @cached_property
     def _reward_stats(self) -> dict[str, Any]:
@@ -552,23 +558,27 @@ class FixedGroupContext(TorchContext):
 
     def reward_stat(self, name: str) -> Any:
         """:meth:`TorchContext.reward_stat`; on the CPU a rule (``constant``, ``singleton``)
-        that holds in no group is one False broadcast to the rows (:meth:`where` skips it)."""
+        that holds in no group is one False broadcast to the rows (:meth:`where` skips it);
+        the count of finite rewards is G broadcast."""
         rule = name in ("constant", "singleton") and self.device.type == "cpu"
         if rule and not bool(self._reward_stats[name].any()):
-            return self._nowhere()
+            return self._everywhere(False)
+        if name == "count" and self.finite:
+            return self._everywhere(float(self.size))
         return super().reward_stat(name)
 
     def is_null(self, x: Value) -> Any:
         """:meth:`TorchContext.is_null`; the reward's, when it is :attr:`finite`, one False
         broadcast to the rows."""
         if x is self.reward and self.finite:
-            return self._nowhere()
+            return self._everywhere(False)
         return super().is_null(x)
 
-    def _nowhere(self) -> Any:
-        """False on every row, one value broadcast (no memory, no pass)."""
-        false = self.torch.zeros((), dtype=self.torch.bool, device=self.device)
-        return false.expand(self.reward.shape)
+    def _everywhere(self, value: bool | float) -> Any:
+        """``value`` (bool, or float64) on every row: one value broadcast (no memory)."""
+        dtype = self.torch.bool if isinstance(value, bool) else self.torch.float64
+        one = self.torch.full((), value, dtype=dtype, device=self.device)
+        return one.expand(self.reward.shape)
 
     def _per_group(self, x: Any, op: str) -> Any:
         return REDUCE[op](self.torch, x.reshape(-1, self.size), 1)
