@@ -545,8 +545,14 @@ class FixedGroupContext(TorchContext):
         torch, view, g = self.torch, self.reward.reshape(-1, self.size), self.size
         n = torch.full_like(self._sums, float(g))
         mean = self._sums / n
-        centred = view - mean
-        var = self._per_group(centred.mul_(centred), "sum") / (n - self.ddof)
+        var = torch.empty_like(mean)
+        step = max(1, 2**16 // g)  # groups a block: the squares in one small buffer
+        squares = torch.empty((min(step, mean.shape[0]), g), dtype=torch.float64)
+        for start in range(0, mean.shape[0], step):
+            rows = slice(start, start + step)
+            block = torch.sub(view[rows], mean[rows], out=squares[: view[rows].shape[0]])
+            torch.sum(block.mul_(block), 1, keepdim=True, dtype=torch.float64, out=var[rows])
+        var = var.div_(n - self.ddof)
         if g > self.ddof:
             bound = (4 * g * 2.0**-53 * mean.abs()).square_().mul_(g / (g - self.ddof))
             if bool((var <= bound.add_(2.0**-1000)).any()):
