@@ -462,7 +462,10 @@ class TorchContext(FormulaContext):
         if self.token_weighted and self.length is not None:
             return super().batch_stat(x, name)
         if name == "mean":
-            return self.batch_agg(x, "sum") / self.batch_agg(x, "count")
+            key = ("batch_mean", id(x), name)
+            if key not in self._reduced:
+                self._reduced[key] = (x, self.batch_agg(x, "sum") / self.batch_agg(x, "count"))
+            return self._reduced[key][1]
         if name == "var":
             squares = (x - self.batch_stat(x, "mean")) ** 2
             return self.batch_agg(squares, "sum") / (self.batch_agg(x, "count") - self.ddof)
@@ -493,18 +496,28 @@ class TorchContext(FormulaContext):
     def _nan_reduce(self, per: Callable[[Any, str], Any], x: Value, op: str) -> Any:
         """The reduction ``op`` of ``x`` by ``per`` with NaN left out: ``sum`` (0 when all
         are NaN), ``nonzero``, ``count``, ``max`` or ``min`` (NaN when all are NaN)."""
-        torch = self.torch
-        x = self.to_float(x)
+        torch, y = self.torch, self.to_float(x)
         if op == "sum":
-            return per(x, "nansum")
-        valid = ~torch.isnan(x)
-        if op == "nonzero":
-            return per(valid & (x != 0), "sum")
-        count = per(valid, "sum")
-        if op == "count":
-            return count
-        reduced = per(self.fill_null(x, -torch.inf if op == "max" else torch.inf), op)
-        return torch.where(count > 0, reduced, float("nan"))
+            return per(y, "nansum")
+        key = (per.__name__, id(x), op)  # x held below: its id is not reused meanwhile
+        if key not in self._reduced:
+            valid = ~torch.isnan(y)
+            if op == "nonzero":
+                reduced = per(valid & (y != 0), "sum")
+            elif op == "count":
+                reduced = per(valid, "sum")
+            else:
+                extreme = per(self.fill_null(y, -torch.inf if op == "max" else torch.inf), op)
+                count = self._nan_reduce(per, x, "count")
+                reduced = torch.where(count > 0, extreme, float("nan"))
+            self._reduced[key] = (x, reduced)
+        return self._reduced[key][1]
+
+    @cached_property
+    def _reduced(self) -> dict[tuple[str, int, str], tuple[Any, Any]]:
+        """:meth:`_nan_reduce`'s counts and extrema (and batch means), once each a context
+        (:meth:`batch_zscore` asks for a count five times)."""
+        return {}
 
 
 @dataclass(frozen=True)
