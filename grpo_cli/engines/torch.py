@@ -579,26 +579,27 @@ class FixedGroupContext(TorchContext):
     def reward_stat(self, name: str) -> Any:
         """:meth:`TorchContext.reward_stat`; on the CPU a rule (``constant``, ``singleton``)
         that holds in no group is one False broadcast to the rows (:meth:`where` skips it);
-        the count of finite rewards is G broadcast."""
+        the count of finite rewards is G, one value (0-dim: it broadcasts)."""
         rule = name in ("constant", "singleton") and self.device.type == "cpu"
         if rule and not bool(self._reward_stats[name].any()):
-            return self._everywhere(False)
-        if name == "count" and self.finite:
-            return self._everywhere(float(self.size))
+            return self._nowhere()
+        if name == "count" and self.finite:  # one value: n - 1 is computed once
+            return self.torch.full(
+                (), float(self.size), dtype=self.torch.float64, device=self.device
+            )
         return super().reward_stat(name)
 
     def is_null(self, x: Value) -> Any:
         """:meth:`TorchContext.is_null`; the reward's, when it is :attr:`finite`, one False
         broadcast to the rows."""
         if x is self.reward and self.finite:
-            return self._everywhere(False)
+            return self._nowhere()
         return super().is_null(x)
 
-    def _everywhere(self, value: bool | float) -> Any:
-        """``value`` (bool, or float64) on every row: one value broadcast (no memory)."""
-        dtype = self.torch.bool if isinstance(value, bool) else self.torch.float64
-        one = self.torch.full((), value, dtype=dtype, device=self.device)
-        return one.expand(self.reward.shape)
+    def _nowhere(self) -> Any:
+        """False on every row: one value broadcast (no memory, no pass)."""
+        false = self.torch.zeros((), dtype=self.torch.bool, device=self.device)
+        return false.expand(self.reward.shape)
 
     def _per_group(self, x: Any, op: str) -> Any:
         return REDUCE[op](self.torch, x.reshape(-1, self.size), 1)
