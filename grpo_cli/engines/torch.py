@@ -525,7 +525,9 @@ class TorchContext(FormulaContext):
 class FixedGroupContext(TorchContext):
     """:class:`TorchContext` over groups of ``size`` consecutive rows (``group``, ``groups``
     unused): a group's reduction is along dim 1 of the ``(N / size, size)`` view, expanded
-    back to the rows; no sort, no scatter."""
+    back to the rows; no sort, no scatter. On the CPU, rewards known finite (:attr:`finite`)
+    skip what cannot change a number: the NaN and singleton rules, the infinity check, the
+    zero-variance rule where no group is constant."""
 
     size: int = 1
 
