@@ -466,6 +466,17 @@ def test_equal_rewards_beside_a_nan_give_exactly_0() -> None:
             assert got[:3].tolist() == [0.0, 0.0, 0.0], (options, layout)
 
 
+def test_the_advantages_never_share_the_rewards_memory() -> None:
+    """A rule that holds everywhere (the one row of a one-response group, ``singleton="raw"``)
+    still gives a new tensor: writing to the advantages leaves the rewards as they were."""
+    layouts: list[dict[str, Any]] = [{"group_size": 1}, {"groups": torch.tensor([0])}]
+    for layout in layouts:
+        rewards = torch.tensor([0.5], dtype=torch.float64)
+        got = group_advantages(rewards, **layout, singleton="raw", nulls="exclude")
+        got.add_(1.0)
+        assert (got.tolist(), rewards.tolist()) == ([1.5], [0.5]), layout
+
+
 @pytest.mark.parametrize("estimator", RESPONSE_ESTIMATORS)
 def test_no_rows_give_no_advantages(estimator: str) -> None:
     """Empty rewards: an empty result on either path (batch statistics of nothing too)."""

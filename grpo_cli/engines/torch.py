@@ -388,13 +388,15 @@ class TorchContext(FormulaContext):
     ) -> Any:
         """``torch.where``; on the CPU a ``cond`` of one value (one element, or one broadcast:
         every stride 0) picks its side whole when that side has the result's shape and dtype
-        (no pass over the rows; the side itself is returned, not a copy)."""
+        (no pass over the rows; the side itself is returned, never the reward: the caller's
+        tensor)."""
         torch, yes, no = self.torch, self._tensor(then), self._tensor(otherwise)
         one = cond.numel() == 1 or (cond.numel() > 1 and not any(cond.stride()))
         if one and cond.device.type == "cpu":
             picked = yes if bool(cond[(0,) * cond.dim()]) else no
             shape = torch.broadcast_shapes(cond.shape, yes.shape, no.shape)
-            if picked.shape == shape and picked.dtype == torch.result_type(yes, no):
+            same = picked.shape == shape and picked.dtype == torch.result_type(yes, no)
+            if same and picked is not self.reward:
                 return picked
         return torch.where(cond, yes, no)
 
