@@ -428,6 +428,16 @@ def test_fixed_groups_give_the_general_paths_numbers(estimator: str) -> None:
         assert_fast_is_general(tensor_call(fixed_log(), estimator, policy))
 
 
+@pytest.mark.parametrize("estimator", RESPONSE_ESTIMATORS)
+def test_fixed_groups_of_finite_rewards_give_the_general_paths_numbers(estimator: str) -> None:
+    """Without a NaN or an infinity the fast path takes its statistics from the group sums
+    and skips the rules that hold nowhere; the numbers stay the general path's, with a
+    zero-variance group whose mean rounds off its value (0.1) and a tie for the maximum."""
+    log = fixed_log().with_columns(pl.col("reward").fill_null(0.1))
+    for policy in POLICIES:
+        assert_fast_is_general(tensor_call(log, estimator, policy))
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_fixed_groups_give_every_presets_numbers(preset: str) -> None:
     """``preset=`` on the fast path (two reward columns for GDPO)."""
@@ -439,18 +449,32 @@ def test_fixed_groups_give_every_presets_numbers(preset: str) -> None:
 
 
 def test_equal_rewards_beside_a_nan_give_exactly_0() -> None:
-    """A group whose valid rewards are equal (0.1: its mean rounds off it) and one NaN:
-    exactly 0, on either path, under every eps_mode that divides."""
+    """A group whose valid rewards are equal (0.1: its mean rounds off it), beside one NaN
+    or not: exactly 0, on either path, under every eps_mode that divides."""
     r = torch.tensor([0.1, 0.1, 0.1, math.nan, 0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
-    layouts: list[dict[str, Any]] = [
-        {"group_size": 4},
-        {"groups": torch.tensor([1, 1, 1, 1, 0, 0, 0, 0])},
+    finite = torch.tensor([0.1, 0.1, 0.1, 0.0, 1.0, 0.5], dtype=torch.float64)
+    layouts: list[tuple[Any, dict[str, Any]]] = [
+        (r, {"group_size": 4}),
+        (r, {"groups": torch.tensor([1, 1, 1, 1, 0, 0, 0, 0])}),
+        (finite, {"group_size": 3}),  # every reward finite: from the group sums
+        (finite, {"groups": torch.tensor([1, 1, 1, 0, 0, 0])}),
     ]
     divides: list[dict[str, Any]] = [{}, {"eps_mode": "positive_std", "eps": 0.0, "ddof": 0}]
     for options in divides:
-        for layout in layouts:
-            got = group_advantages(r, **layout, **options, nulls="exclude")
+        for rewards, layout in layouts:
+            got = group_advantages(rewards, **layout, **options, nulls="exclude")
             assert got[:3].tolist() == [0.0, 0.0, 0.0], (options, layout)
+
+
+def test_the_advantages_never_share_the_rewards_memory() -> None:
+    """A rule that holds everywhere (the one row of a one-response group, ``singleton="raw"``)
+    still gives a new tensor: writing to the advantages leaves the rewards as they were."""
+    layouts: list[dict[str, Any]] = [{"group_size": 1}, {"groups": torch.tensor([0])}]
+    for layout in layouts:
+        rewards = torch.tensor([0.5], dtype=torch.float64)
+        got = group_advantages(rewards, **layout, singleton="raw", nulls="exclude")
+        got.add_(1.0)
+        assert (got.tolist(), rewards.tolist()) == ([1.5], [0.5]), layout
 
 
 @pytest.mark.parametrize("estimator", RESPONSE_ESTIMATORS)

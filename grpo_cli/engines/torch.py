@@ -15,6 +15,7 @@ is read (:func:`start_import`).
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -385,7 +386,19 @@ class TorchContext(FormulaContext):
     def where(
         self, cond: Value, then: Value | float | None, otherwise: Value | float | None = None
     ) -> Any:
-        return self.torch.where(cond, self._tensor(then), self._tensor(otherwise))
+        """``torch.where``; on the CPU a ``cond`` of one value (one element, or one broadcast:
+        every stride 0) picks its side whole when that side has the result's shape and dtype
+        (no pass over the rows; the side itself is returned, never the reward: the caller's
+        tensor)."""
+        torch, yes, no = self.torch, self._tensor(then), self._tensor(otherwise)
+        one = cond.numel() == 1 or (cond.numel() > 1 and not any(cond.stride()))
+        if one and cond.device.type == "cpu":
+            picked = yes if bool(cond[(0,) * cond.dim()]) else no
+            shape = torch.broadcast_shapes(cond.shape, yes.shape, no.shape)
+            same = picked.shape == shape and picked.dtype == torch.result_type(yes, no)
+            if same and picked is not self.reward:
+                return picked
+        return torch.where(cond, yes, no)
 
     def is_null(self, x: Value) -> Any:
         return self.torch.isnan(x)
@@ -400,6 +413,12 @@ class TorchContext(FormulaContext):
 
     def to_float(self, x: Value) -> Any:
         return x.to(self.torch.float64)
+
+    @property
+    def finite(self) -> bool:
+        """Whether every reward is known valid and finite without a device sync (never
+        here: :class:`FixedGroupContext` knows it on the CPU)."""
+        return False
 
     @cached_property
     def _reward_stats(self) -> dict[str, Any]:
@@ -438,6 +457,23 @@ class TorchContext(FormulaContext):
     def group_agg(self, x: Value, op: str) -> Any:
         return self._group_rows(self._nan_reduce(self._per_group, x, op))
 
+    def batch_stat(self, x: Value, name: str) -> Value:
+        """:meth:`FormulaContext.batch_stat`; without token weights a weight is 1 (NaN for
+        null), so ``sum w x`` is ``sum x`` and ``sum w`` the count, exactly: two passes
+        fewer, and no ``where``."""
+        if self.token_weighted and self.length is not None:
+            return super().batch_stat(x, name)
+        if name == "mean":
+            key = ("batch_mean", id(x), name)
+            if key not in self._reduced:
+                self._reduced[key] = (x, self.batch_agg(x, "sum") / self.batch_agg(x, "count"))
+            return self._reduced[key][1]
+        if name == "var":
+            centred = x - self.batch_stat(x, "mean")
+            squares = centred.mul_(centred)  # ** 2 (torch's pow: slower), on the temporary
+            return self.batch_agg(squares, "sum") / (self.batch_agg(x, "count") - self.ddof)
+        return self.batch_agg(x, name)
+
     def batch_agg(self, x: Value, op: str) -> Any:
         return self._batch_rows(self._nan_reduce(self._per_batch, x, op))
 
@@ -463,27 +499,111 @@ class TorchContext(FormulaContext):
     def _nan_reduce(self, per: Callable[[Any, str], Any], x: Value, op: str) -> Any:
         """The reduction ``op`` of ``x`` by ``per`` with NaN left out: ``sum`` (0 when all
         are NaN), ``nonzero``, ``count``, ``max`` or ``min`` (NaN when all are NaN)."""
-        torch = self.torch
-        x = self.to_float(x)
+        torch, y = self.torch, self.to_float(x)
         if op == "sum":
-            return per(x, "nansum")
-        valid = ~torch.isnan(x)
-        if op == "nonzero":
-            return per(valid & (x != 0), "sum")
-        count = per(valid, "sum")
-        if op == "count":
-            return count
-        reduced = per(self.fill_null(x, -torch.inf if op == "max" else torch.inf), op)
-        return torch.where(count > 0, reduced, float("nan"))
+            return per(y, "nansum")
+        key = (per.__name__, id(x), op)  # x held below: its id is not reused meanwhile
+        if key not in self._reduced:
+            valid = ~torch.isnan(y)
+            if op == "nonzero":
+                reduced = per(valid & (y != 0), "sum")
+            elif op == "count":
+                reduced = per(valid, "sum")
+            else:
+                extreme = per(self.fill_null(y, -torch.inf if op == "max" else torch.inf), op)
+                count = self._nan_reduce(per, x, "count")
+                reduced = torch.where(count > 0, extreme, float("nan"))
+            self._reduced[key] = (x, reduced)
+        return self._reduced[key][1]
+
+    @cached_property
+    def _reduced(self) -> dict[tuple[str, int, str], tuple[Any, Any]]:
+        """:meth:`_nan_reduce`'s counts and extrema (and batch means), once each a context
+        (:meth:`batch_zscore` asks for a count five times)."""
+        return {}
 
 
 @dataclass(frozen=True)
 class FixedGroupContext(TorchContext):
     """:class:`TorchContext` over groups of ``size`` consecutive rows (``group``, ``groups``
     unused): a group's reduction is along dim 1 of the ``(N / size, size)`` view, expanded
-    back to the rows; no sort, no scatter."""
+    back to the rows; no sort, no scatter. On the CPU, rewards known finite (:attr:`finite`)
+    skip what cannot change a number: the NaN and singleton rules, the infinity check, the
+    zero-variance rule where no group is constant."""
 
     size: int = 1
+
+    @cached_property
+    def finite(self) -> bool:
+        """On the CPU, whether the rewards' sum is finite: a NaN or an infinity makes it NaN
+        or infinite (a sum that overflows only sends to the general path)."""
+        cpu = self.device.type == "cpu" and self.reward.numel() > 0
+        return cpu and math.isfinite(float(self.reward.sum()))
+
+    @cached_property
+    def _sums(self) -> Any:
+        """The group sums, as :meth:`group_agg` takes them."""
+        return self._per_group(self.reward, "nansum")
+
+    def group_agg(self, x: Value, op: str) -> Any:
+        if op == "sum" and x is self.reward and self.finite:
+            return self._group_rows(self._sums)
+        return super().group_agg(x, op)
+
+    @cached_property
+    def _reward_stats(self) -> dict[str, Any]:
+        """:class:`TorchContext`'s statistics; when every reward is valid and finite
+        (:attr:`finite`) from the group sums, with every count G: no NaN to leave out, all
+        equal where the maximum is the minimum, compared only where the variance allows it:
+        G equal values x leave ``|r - mean| <= G u |x|`` (u = 2^-53, any summation order),
+        so a variance above ``G / (G - ddof) (4 G u |mean|)^2 + 2^-1000`` (a margin of 16,
+        and the subnormals') proves its group unequal."""
+        if not self.finite:
+            return super()._reward_stats
+        torch, view, g = self.torch, self.reward.reshape(-1, self.size), self.size
+        n = torch.full_like(self._sums, float(g))
+        mean = self._sums / n
+        var = torch.empty_like(mean)
+        step = max(1, 2**16 // g)  # groups a block: the squares in one small buffer
+        squares = torch.empty((min(step, mean.shape[0]), g), dtype=torch.float64)
+        for start in range(0, mean.shape[0], step):
+            rows = slice(start, start + step)
+            block = torch.sub(view[rows], mean[rows], out=squares[: view[rows].shape[0]])
+            torch.sum(block.mul_(block), 1, keepdim=True, dtype=torch.float64, out=var[rows])
+        var = var.div_(n - self.ddof)
+        if g > self.ddof:
+            bound = (4 * g * 2.0**-53 * mean.abs()).square_().mul_(g / (g - self.ddof))
+            if bool((var <= bound.add_(2.0**-1000)).any()):
+                equal = view.amax(1, keepdim=True) == view.amin(1, keepdim=True)
+                var = torch.where(equal, 0.0, var)
+        var = torch.where(n > self.ddof, var, float("nan"))
+        constant = zero_spread(n, var)
+        return {"count": n, "mean": mean, "var": var, "constant": constant, "singleton": n == 1}
+
+    def reward_stat(self, name: str) -> Any:
+        """:meth:`TorchContext.reward_stat`; on the CPU a rule (``constant``, ``singleton``)
+        that holds in no group is one False broadcast to the rows (:meth:`where` skips it);
+        the count of finite rewards is G, one value (0-dim: it broadcasts)."""
+        rule = name in ("constant", "singleton") and self.device.type == "cpu"
+        if rule and not bool(self._reward_stats[name].any()):
+            return self._nowhere()
+        if name == "count" and self.finite:  # one value: n - 1 is computed once
+            return self.torch.full(
+                (), float(self.size), dtype=self.torch.float64, device=self.device
+            )
+        return super().reward_stat(name)
+
+    def is_null(self, x: Value) -> Any:
+        """:meth:`TorchContext.is_null`; the reward's, when it is :attr:`finite`, one False
+        broadcast to the rows."""
+        if x is self.reward and self.finite:
+            return self._nowhere()
+        return super().is_null(x)
+
+    def _nowhere(self) -> Any:
+        """False on every row: one value broadcast (no memory, no pass)."""
+        false = self.torch.zeros((), dtype=self.torch.bool, device=self.device)
+        return false.expand(self.reward.shape)
 
     def _per_group(self, x: Any, op: str) -> Any:
         return REDUCE[op](self.torch, x.reshape(-1, self.size), 1)

@@ -249,9 +249,20 @@ def _infinite_rewards(
       there, which its sum counts as 0, as TRL's ``nansum`` does.
     - otherwise NaN: else the NaN of ``inf - inf`` would pass for a null reward and leave
       advantages of 0.
+
+    Nothing to do when the one reward is known finite (``ctx.finite``), unless a batch sum
+    of ``nulls="zero"`` could overflow.
     """
     torch = ctx.torch
-    agg = ctx.batch_agg if reads_batch(options, estimator) else ctx.group_agg
+    batch = reads_batch(options, estimator)
+    if (
+        ctx.finite
+        and len(parts) == 1
+        and parts[0] is ctx.reward
+        and not (batch and options.nulls == "zero")
+    ):
+        return value.to(dtype)
+    agg = ctx.batch_agg if batch else ctx.group_agg
     if options.nulls != "zero":
         spoiled = agg(_any(torch, parts, torch.isinf).to(torch.float64), "sum") > 0
         return torch.where(spoiled, float("nan"), value).to(dtype)
