@@ -1,7 +1,9 @@
 """Progress of a run: the engines say which pass runs (:func:`stage`) and how many rows it
 has done (:func:`advance`, or :func:`counted` on a streaming query); whoever runs the job
 installs a display for the run (:func:`reporting`): the command line's Rich display, the
-``--low-memory`` worker's pipe to the command. Without one, nothing is shown or kept.
+``--low-memory`` worker's pipe to the command (so an engine function that runs in the
+worker calls :func:`stage` and :func:`advance` and needs no other wiring). Without one,
+nothing is shown or kept. Rows a second and the time left are :class:`Pace`'s.
 
 One run at a time in a process: the display is module state, not a context variable,
 because Polars calls :func:`counted`'s function from its own threads.
