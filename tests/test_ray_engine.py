@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 from grpo_cli.cli import app
 from grpo_cli.core.errors import Message
 from grpo_cli.jobs.pipeline import annotate
+from tests.bad_inputs.corpus import _cut_with_footer
 from tests.conftest import ROOT, import_or_skip
 from tests.test_group_spans import WRONG_GROUPINGS
 from tests.test_group_spans import log as group_log
@@ -899,18 +900,23 @@ def test_leftovers_of_a_killed_watcher_are_reaped(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("local_ray")
-@pytest.mark.parametrize("damage", ["truncated", "corrupt_pages", "empty", "csv"])
+@pytest.mark.parametrize("shard", [0, 2])
+@pytest.mark.parametrize(
+    "damage", ["truncated", "corrupt_pages", "empty", "csv", "cut_footer_kept"]
+)
 def test_unreadable_parquet_shard_is_an_input_error(
-    runner: CliRunner, tmp_path: Path, damage: str
+    runner: CliRunner, tmp_path: Path, damage: str, shard: int
 ) -> None:
-    """A damaged Parquet shard (not the first): exit 3 naming it with the default engine's
-    very message (the cause in plain text, no colour codes), no internal error, nothing
-    written."""
+    """A damaged Parquet shard, the first (checked before Ray starts) or not (read by a
+    task): exit 3 naming it with the default engine's very message and hint (the cause in
+    plain text, no colour codes), no internal error, nothing written."""
     write_shards(reward_log(rows=300), tmp_path / "in", shards=3)
-    bad = tmp_path / "in" / "shard-2.parquet"
+    bad = tmp_path / "in" / f"shard-{shard}.parquet"
     data = bad.read_bytes()
     if damage == "truncated":
         bad.write_bytes(data[: len(data) // 2])
+    elif damage == "cut_footer_kept":
+        bad.write_bytes(_cut_with_footer(data))
     elif damage == "corrupt_pages":
         pages = bytearray(data)
         for i in range(100, len(pages) - 600):
@@ -926,8 +932,9 @@ def test_unreadable_parquet_shard_is_an_input_error(
         "corrupt_pages": f"cannot read {bad} as parquet: its footer is not Parquet metadata",
         "empty": f"{bad} is empty",
         "csv": f"{bad} is not Parquet (it looks like CSV text)",
+        "cut_footer_kept": f"cannot read {bad} as parquet: row group 0, column ",
     }
-    assert result.output.splitlines()[0] == "error: " + expected[damage]
+    assert result.output.splitlines()[0].startswith("error: " + expected[damage])
     default = run_cli(runner, "compute", str(tmp_path / "in"), "-o", out)
     assert (default.exit_code, default.output) == (3, result.output)
     assert "\x1b" not in result.output and "internal error" not in result.output
