@@ -855,6 +855,65 @@ def test_a_run_stuck_in_ray_after_its_head_died_is_ended_with_one_line(tmp_path:
     shutil.rmtree(temp)
 
 
+HEAD_LOST_SCRIPT = """
+import os, subprocess, sys, time, types
+from pathlib import Path
+from grpo_cli.engines import ray_cluster as rc
+staging, said = Path(sys.argv[1]), Path(sys.argv[2])
+staging.mkdir()
+
+
+def init(**kwargs):  # Ray's start, waiting for its head's port (the interpreter free)
+    head = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gcs_server"])
+    time.sleep(1)  # the head runs a second (the watcher looks 4 times a second)
+    said.write_text(f"{head.pid} {os.environ[rc.OWNER_ENV]}")
+    time.sleep(60)
+
+
+fake = types.ModuleType("ray")
+fake.is_initialized, fake.init, fake.shutdown = (lambda: False), init, (lambda: None)
+sys.modules["ray"] = fake
+with rc.session(None, notes=lambda note: None, staging=[staging]):
+    pass
+"""
+
+
+def test_a_private_ray_whose_head_died_while_it_starts_is_ended_at_once(tmp_path: Path) -> None:
+    """The private Ray's head process (GCS) gone while Ray's start waits for it (Ray
+    waited 30 s for its port, then blamed the machine's memory): 2 s later, the one
+    error line, the staging folder removed, exit 4, the Ray folder removed."""
+    temp, staging, said = _short_temp(), tmp_path / ".out.part", tmp_path / "head"
+    run = subprocess.Popen(
+        [sys.executable, "-c", HEAD_LOST_SCRIPT, str(staging), str(said)],
+        stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        env={**ENV, "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not said.exists() or not said.read_text():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.05)
+    pid, folder = said.read_text().split()
+    killed = time.monotonic()
+    os.kill(int(pid), signal.SIGKILL)
+    _, stderr = run.communicate(timeout=60)
+    assert (run.returncode, stderr.splitlines()) == (
+        4,
+        [
+            "error: lost a private local Ray: its head stopped answering for 2 s; nothing "
+            "was written",
+            "hint: run again (its head process was killed or ran out of memory), or use the "
+            "default engine",
+        ],
+    )
+    assert time.monotonic() - killed < 10
+    assert not staging.exists()
+    deadline = time.monotonic() + 10
+    while Path(folder).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(folder).exists()
+    shutil.rmtree(temp)
+
+
 def test_leftovers_of_a_killed_watcher_are_reaped(tmp_path: Path) -> None:
     """The next run reaps a private Ray whose command and watcher were both killed: its
     processes (found by the folder in their environment) and its folder; a live owner's
