@@ -136,6 +136,11 @@ class FormulaContext(ABC):
         """The group has exactly one valid reward."""
         return self.count() == 1
 
+    def unless_singleton(self, value: Value, singleton: Callable[[], Value]) -> Value:
+        """``value``, but ``singleton()`` in a group with one valid reward (made only where
+        an engine cannot rule such groups out)."""
+        return self.where(self.is_singleton(), singleton(), value)
+
     def _unit_for_singletons(self, value: Value, unit: float) -> Value:
         if not self.singleton_unit:
             return value
@@ -397,7 +402,7 @@ def rloo(ctx: FormulaContext) -> Value:
     group); a one-response group gets the singleton policy's value (verl: the raw reward)."""
     n = ctx.to_float(ctx.count())
     loo = ctx.reward - (ctx.group_agg(ctx.reward, "sum") - ctx.reward) / (n - 1.0)
-    return ctx.where(ctx.is_singleton(), ctx.reward - ctx.group_mean(), ctx.zero_if_constant(loo))
+    return ctx.unless_singleton(ctx.zero_if_constant(loo), lambda: ctx.reward - ctx.group_mean())
 
 
 @register_estimator(
@@ -516,8 +521,9 @@ def loo_grpo(ctx: FormulaContext) -> Value:
     equal = ((r == top) & (at_bottom >= n - 1.0)) | ((r == bottom) & (at_top >= n - 1.0))
     var = ctx.where(n - 1.0 > ddof, ctx.where(equal, 0.0, others / (n - 1.0 - ddof)))
     value = ctx.norm(loo, ctx.named("var_-i", var))
-    singleton = ctx.norm(r - ctx.group_mean(), ctx.group_var())
-    return ctx.where(ctx.is_singleton(), singleton, ctx.zero_if_constant(value))
+    return ctx.unless_singleton(
+        ctx.zero_if_constant(value), lambda: ctx.norm(r - ctx.group_mean(), ctx.group_var())
+    )
 
 
 @register_estimator(

@@ -526,28 +526,55 @@ class TorchContext(FormulaContext):
 @dataclass(frozen=True)
 class FixedGroupContext(TorchContext):
     """:class:`TorchContext` over groups of ``size`` consecutive rows (``group``, ``groups``
-    unused): a group's reduction is along dim 1 of the ``(N / size, size)`` view, expanded
-    back to the rows; no sort, no scatter. On the CPU, rewards known finite (:attr:`finite`)
-    skip what cannot change a number: the NaN and singleton rules, the infinity check, the
-    zero-variance rule where no group is constant."""
+    unused) whose per-row values (``reward``, ``length``, ``baseline`` and what a formula
+    makes of them) are ``(N / size, size)`` views of the rows: a group's statistic is a
+    reduction along dim 1, one value a group, ``(N / size, 1)``, which broadcasts over the
+    view (never expanded to the rows); a batch's one value ``(1,)``, or gathered to the view
+    by ``batch``'s codes. No sort, no scatter; the caller takes the rows back with
+    ``reshape(-1)``.
+
+    On the CPU, rewards known finite (:attr:`finite`) skip what cannot change a number: the
+    NaN and singleton rules (a group of G >= 2 finite rewards is no singleton), the
+    infinity check, the variance where only the mean is read, the zero-variance rule where
+    no group can have one (:attr:`_may_be_constant`); a value whose sum over the one batch
+    is finite, the NaN handling of its batch statistics (:meth:`batch_agg`)."""
 
     size: int = 1
 
     @cached_property
-    def finite(self) -> bool:
-        """On the CPU, whether the rewards' sum is finite: a NaN or an infinity makes it NaN
-        or infinite (a sum that overflows only sends to the general path)."""
-        cpu = self.device.type == "cpu" and self.reward.numel() > 0
-        return cpu and math.isfinite(float(self.reward.sum()))
+    def _sums(self) -> Any:
+        """The group sums of the reward: NaN or infinite where a reward is (:attr:`finite`
+        reads them); elsewhere ``nansum``'s, bit for bit (torch sums both by one kernel)."""
+        return self._per_group(self.reward, "sum")
 
     @cached_property
-    def _sums(self) -> Any:
-        """The group sums, as :meth:`group_agg` takes them."""
-        return self._per_group(self.reward, "nansum")
+    def finite(self) -> bool:
+        """On the CPU, whether the group sums add up to a finite number: a NaN or an
+        infinity makes its group's sum NaN or infinite (sums that overflow only send to the
+        general path)."""
+        cpu = self.device.type == "cpu" and self.reward.numel() > 0
+        return cpu and math.isfinite(float(self._sums.sum()))
+
+    @cached_property
+    def _mean(self) -> Any:
+        """The group means of finite rewards: the sums over G."""
+        return self._sums / float(self.size)
+
+    @cached_property
+    def _may_be_constant(self) -> bool:
+        """Whether a group of finite rewards may have a variance of exactly 0: not when the
+        first two rewards of every group differ by more than 2^-500 (one of them is then
+        more than 2^-501 from any mean, and its square, 2^-1002 at least, keeps the
+        variance above 0: :attr:`_reward_stats`). One pass over two columns, not the
+        variance's."""
+        if self.size < 2:
+            return True
+        gap = (self.reward[:, 0] - self.reward[:, 1]).abs_()
+        return not bool((gap > 2.0**-500).all())
 
     def group_agg(self, x: Value, op: str) -> Any:
         if op == "sum" and x is self.reward and self.finite:
-            return self._group_rows(self._sums)
+            return self._sums
         return super().group_agg(x, op)
 
     @cached_property
@@ -560,9 +587,8 @@ class FixedGroupContext(TorchContext):
         and the subnormals') proves its group unequal."""
         if not self.finite:
             return super()._reward_stats
-        torch, view, g = self.torch, self.reward.reshape(-1, self.size), self.size
-        n = torch.full_like(self._sums, float(g))
-        mean = self._sums / n
+        torch, view, g, mean = self.torch, self.reward, self.size, self._mean
+        n = torch.full_like(mean, float(g))
         var = torch.empty_like(mean)
         step = max(1, 2**16 // g)  # groups a block: the squares in one small buffer
         squares = torch.empty((min(step, mean.shape[0]), g), dtype=torch.float64)
@@ -581,21 +607,34 @@ class FixedGroupContext(TorchContext):
         return {"count": n, "mean": mean, "var": var, "constant": constant, "singleton": n == 1}
 
     def reward_stat(self, name: str) -> Any:
-        """:meth:`TorchContext.reward_stat`; on the CPU a rule (``constant``, ``singleton``)
-        that holds in no group is one False broadcast to the rows (:meth:`where` skips it);
-        the count of finite rewards is G, one value (0-dim: it broadcasts)."""
+        """:meth:`TorchContext.reward_stat`; of finite rewards the count is G (0-dim: it
+        broadcasts), the mean the sums over G (no variance); on the CPU a rule
+        (``constant``, ``singleton``) that holds in no group is one False broadcast to the
+        view (:meth:`where` skips it), known without the statistics where it can be."""
+        if self.finite:
+            if name == "count":  # one value: n - 1 is computed once
+                return self.torch.full((), float(self.size), dtype=self.torch.float64)
+            if name == "mean":
+                return self._mean
+            if (name == "singleton" and self.size > 1) or (
+                name == "constant" and not self._may_be_constant
+            ):
+                return self._nowhere()
         rule = name in ("constant", "singleton") and self.device.type == "cpu"
         if rule and not bool(self._reward_stats[name].any()):
             return self._nowhere()
-        if name == "count" and self.finite:  # one value: n - 1 is computed once
-            return self.torch.full(
-                (), float(self.size), dtype=self.torch.float64, device=self.device
-            )
         return super().reward_stat(name)
+
+    def unless_singleton(self, value: Value, singleton: Callable[[], Value]) -> Value:
+        """``value`` itself where no group can be a singleton (:meth:`reward_stat`):
+        ``singleton()`` is not made."""
+        if self.finite and self.size > 1:
+            return value
+        return super().unless_singleton(value, singleton)
 
     def is_null(self, x: Value) -> Any:
         """:meth:`TorchContext.is_null`; the reward's, when it is :attr:`finite`, one False
-        broadcast to the rows."""
+        broadcast to the view."""
         if x is self.reward and self.finite:
             return self._nowhere()
         return super().is_null(x)
@@ -605,11 +644,50 @@ class FixedGroupContext(TorchContext):
         false = self.torch.zeros((), dtype=self.torch.bool, device=self.device)
         return false.expand(self.reward.shape)
 
+    def batch_agg(self, x: Value, op: str) -> Any:
+        """:meth:`TorchContext.batch_agg`; one batch on the CPU, of a value whose sum is
+        finite (no NaN, no infinity; :meth:`_finite_sum`): the sum is that sum (``nansum``'s,
+        bit for bit), the count the rows, the maximum and minimum plain reductions."""
+        total = None
+        if op in ("sum", "count", "max", "min") and self.batch is None:
+            total = self._finite_sum(x)
+        if total is None:
+            return super().batch_agg(x, op)
+        if op == "sum":
+            return total
+        if op == "count":
+            return self.torch.full_like(total, float(self.reward.numel()))
+        return REDUCE[op](self.torch, self._flat(x), 0)
+
+    def _finite_sum(self, x: Value) -> Any:
+        """The sum of ``x`` over the rows, on the CPU, when it is finite; else None (once
+        per value: kept with the other reductions)."""
+        key = ("finite_sum", id(x), "sum")  # x held below: its id is not reused meanwhile
+        if key not in self._reduced:
+            total = None
+            if self.device.type == "cpu" and self.reward.numel():
+                total = REDUCE["sum"](self.torch, self._flat(x), 0)
+                total = total if math.isfinite(float(total)) else None
+            self._reduced[key] = (x, total)
+        return self._reduced[key][1]
+
+    def _flat(self, x: Value) -> Any:
+        """``x`` (a view, or one value a group or batch) as float64 rows."""
+        return self.torch.broadcast_to(self.to_float(x), self.reward.shape).reshape(-1)
+
     def _per_group(self, x: Any, op: str) -> Any:
-        return REDUCE[op](self.torch, x.reshape(-1, self.size), 1)
+        return REDUCE[op](self.torch, self.torch.broadcast_to(x, self.reward.shape), 1)
 
     def _group_rows(self, per_group: Any) -> Any:
-        return per_group.expand(-1, self.size).reshape(-1)
+        return per_group
+
+    def _per_batch(self, x: Any, op: str) -> Any:
+        return super()._per_batch(self.torch.broadcast_to(x, self.reward.shape).reshape(-1), op)
+
+    def _batch_rows(self, per_batch: Any) -> Any:
+        if self.batch is None:
+            return per_batch
+        return per_batch.index_select(0, self.batch).view(self.reward.shape)
 
 
 # Reductions along a dim, kept (size 1), in float64: ``sum`` (of floats or bools), ``nansum``

@@ -191,7 +191,7 @@ def group_advantages(
                 estimator,
                 batch=None if batch is None else (batch_codes, batch),
             )
-        parts = _reward_parts(torch, rewards, chosen.nulls)
+        parts = [_view(p, size) for p in _reward_parts(torch, rewards, chosen.nulls)]
         reward = combined(torch, parts, chosen.weights)
         if chosen.reward_clip is not None:  # as grpo_cli.core.rewards: each part for GDPO
             parts = [part.clamp(*chosen.reward_clip) for part in parts]
@@ -204,8 +204,12 @@ def group_advantages(
             batch=batch_codes,
             batches=segments(batch_codes, n),
             reward=reward,
-            length=None if lengths is None else _column(torch, rewards, lengths, "lengths"),
-            baseline=None if baseline is None else _column(torch, rewards, baseline, "baseline"),
+            length=None
+            if lengths is None
+            else _view(_column(torch, rewards, lengths, "lengths"), size),
+            baseline=None
+            if baseline is None
+            else _view(_column(torch, rewards, baseline, "baseline"), size),
             **context_settings(chosen),
         )
         if chosen.nulls == "error" or (
@@ -220,12 +224,12 @@ def group_advantages(
         raw = formula(ctx, chosen, estimator, lambda: [ctx.with_reward(p) for p in parts])
         singleton = ctx.is_singleton() if estimator.uses_groups else None
         value = policy_value(
-            ctx, torch.broadcast_to(raw, (n,)), chosen, estimator, singleton=singleton
+            ctx, torch.broadcast_to(raw, ctx.reward.shape), chosen, estimator, singleton=singleton
         )
         if dropped is not None:
             value = torch.where(dropped, float("nan"), value)
         dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
-        return _infinite_rewards(ctx, parts, value, dtype, chosen, estimator)
+        return _infinite_rewards(ctx, parts, value, dtype, chosen, estimator).reshape(n)
 
 
 def _infinite_rewards(
@@ -657,6 +661,12 @@ def _code_prompts(torch: Any, rewards: Any, prompt_ids: Collection[Hashable]) ->
             hint="every response needs the id of its prompt",
         )
     return torch.tensor(index, dtype=torch.int64)
+
+
+def _view(tensor: Any, size: int | None) -> Any:
+    """The ``(N / size, size)`` view of ``tensor``'s rows, the layout of
+    :class:`grpo_cli.engines.torch.FixedGroupContext`; without a size ``tensor`` itself."""
+    return tensor if size is None else tensor.reshape(-1, size)
 
 
 def _reward_parts(torch: Any, rewards: Any, nulls: str) -> list[Any]:
