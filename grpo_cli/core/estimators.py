@@ -194,11 +194,14 @@ class FormulaContext(ABC):
         if name == "mean":
             return self.batch_agg(x * w, "sum") / self.batch_agg(w, "sum")
         if name == "var":
-            mean = self.batch_stat(x, "mean")
-            return self.batch_agg(w * (x - mean) ** 2, "sum") / (
+            return self.batch_agg(w * self.batch_centred(x) ** 2, "sum") / (
                 self.batch_agg(w, "sum") - self.ddof
             )
         return self.batch_agg(x, name)
+
+    def batch_centred(self, x: Value) -> Value:
+        """``x - mean_b(x)``, as the batch variance and :meth:`batch_zscore` read it."""
+        return x - self.batch_stat(x, "mean")
 
     def batch_zscore(self, x: Value) -> Value:
         """``norm(x - mean_b(x), var_b(x))`` (``x`` clipped to ``shaped_clip`` first, when
@@ -208,7 +211,7 @@ class FormulaContext(ABC):
         flat = (self.batch_stat(x, "count") <= self.ddof) | (
             self.batch_stat(x, "max") == self.batch_stat(x, "min")
         )
-        whitened = self.norm(x - self.batch_stat(x, "mean"), self.batch_stat(x, "var"))
+        whitened = self.norm(self.batch_centred(x), self.batch_stat(x, "var"))
         return self.where(flat, 0.0, whitened)
 
 

@@ -469,10 +469,18 @@ class TorchContext(FormulaContext):
                 self._reduced[key] = (x, self.batch_agg(x, "sum") / self.batch_agg(x, "count"))
             return self._reduced[key][1]
         if name == "var":
-            centred = x - self.batch_stat(x, "mean")
-            squares = centred.mul_(centred)  # ** 2 (torch's pow: slower), on the temporary
+            centred = self.batch_centred(x)
+            squares = centred * centred  # ** 2 (torch's pow: slower)
             return self.batch_agg(squares, "sum") / (self.batch_agg(x, "count") - self.ddof)
         return self.batch_agg(x, name)
+
+    def batch_centred(self, x: Value) -> Any:
+        """:meth:`FormulaContext.batch_centred`, made once per value (the variance and
+        :meth:`batch_zscore` read it)."""
+        key = ("batch_centred", id(x), "")
+        if key not in self._reduced:
+            self._reduced[key] = (x, super().batch_centred(x))
+        return self._reduced[key][1]
 
     def batch_agg(self, x: Value, op: str) -> Any:
         return self._batch_rows(self._nan_reduce(self._per_batch, x, op))
@@ -518,8 +526,8 @@ class TorchContext(FormulaContext):
 
     @cached_property
     def _reduced(self) -> dict[tuple[str, int, str], tuple[Any, Any]]:
-        """:meth:`_nan_reduce`'s counts and extrema (and batch means), once each a context
-        (:meth:`batch_zscore` asks for a count five times)."""
+        """:meth:`_nan_reduce`'s counts and extrema (and batch means, centred values, finite
+        sums), once each a context (:meth:`batch_zscore` asks for a count five times)."""
         return {}
 
 
@@ -647,7 +655,7 @@ class FixedGroupContext(TorchContext):
     def batch_agg(self, x: Value, op: str) -> Any:
         """:meth:`TorchContext.batch_agg`; one batch on the CPU, of a value whose sum is
         finite (no NaN, no infinity; :meth:`_finite_sum`): the sum is that sum (``nansum``'s,
-        bit for bit), the count the rows, the maximum and minimum plain reductions."""
+        bit for bit), the count the rows, the maximum and minimum one plain pass."""
         total = None
         if op in ("sum", "count", "max", "min") and self.batch is None:
             total = self._finite_sum(x)
@@ -657,7 +665,11 @@ class FixedGroupContext(TorchContext):
             return total
         if op == "count":
             return self.torch.full_like(total, float(self.reward.numel()))
-        return REDUCE[op](self.torch, self._flat(x), 0)
+        key = ("aminmax", id(x), "")  # both in one pass: batch_zscore reads both
+        if key not in self._reduced:
+            self._reduced[key] = (x, self.torch.aminmax(self._flat(x), dim=0, keepdim=True))
+        low, high = self._reduced[key][1]
+        return high if op == "max" else low
 
     def _finite_sum(self, x: Value) -> Any:
         """The sum of ``x`` over the rows, on the CPU, when it is finite; else None (once
