@@ -34,7 +34,7 @@ import inspect
 import warnings
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import fields
-from functools import partial
+from functools import lru_cache, partial
 from numbers import Integral, Real
 from typing import Any, Final
 
@@ -304,7 +304,22 @@ def tensor_options(
             f"options must be an AdvantageOptions, got {type(options).__name__}",
             hint="or pass the fields as keywords: group_advantages(rewards, groups, **fields)",
         )
-    merged = merge_options(preset, explicit)
+    return _merged(k, preset, options, tuple(explicit.items()), lengths, baseline, batch)
+
+
+@lru_cache(maxsize=64)
+def _merged(
+    k: int,
+    preset: str | None,
+    options: AdvantageOptions | None,
+    explicit: tuple[tuple[str, Any], ...],
+    lengths: bool,
+    baseline: bool,
+    batch: bool,
+) -> AdvantageOptions:
+    """The rest of :func:`tensor_options`, once for each distinct call (a trainer passes the
+    same options every step; the options are frozen): merged and checked."""
+    merged = merge_options(preset, dict(explicit))
     base = options or AdvantageOptions()
     given = merged.get("reward_weights", base.reward_weights)
     if given is not None and len(tuple(given)) != k:
