@@ -452,7 +452,8 @@ class TorchContext(FormulaContext):
         if self.finite:
             n = self._counts()
             mean = self._sums / n
-            var = self._squares(mean) / (n - self.ddof)
+            self._reward_rows["mean"] = self._group_rows(mean)
+            var = self._squares(self._reward_rows["mean"]) / (n - self.ddof)
             bound = (4 * 2.0**-53 * n * mean.abs()).square_().mul_(n / (n - self.ddof))
             if bool((var <= bound.add_(2.0**-1000)).any()):
                 var = torch.where(self._all_equal(n), 0.0, var)
@@ -476,9 +477,9 @@ class TorchContext(FormulaContext):
         return counts.to(self.torch.float64)
 
     def _squares(self, mean: Any) -> Any:
-        """``sum_g (r - mean_g)^2`` of finite rewards, in place on the temporary (a fresh
-        tensor of N rows costs more than the arithmetic)."""
-        centred = self.reward - self._group_rows(mean)
+        """``sum_g (r - mean_g)^2`` of finite rewards (``mean``: the group means' rows), in
+        place on the temporary (a fresh tensor of N rows costs more than the arithmetic)."""
+        centred = self.reward - mean
         return self._per_group(centred.mul_(centred), "sum")
 
     def _all_equal(self, n: Any) -> Any:
