@@ -538,15 +538,19 @@ class TorchContext(FormulaContext):
             if key not in self._reduced:
                 self._reduced[key] = (x, self.batch_agg(x, "sum") / self.batch_agg(x, "count"))
             return self._reduced[key][1]
-        if name == "var":
-            centred = self.batch_centred(x)
-            squares = centred * centred  # ** 2 (torch's pow: slower)
+        if name == "var":  # ** 2 is torch's pow: slower
+            held = self._reduced.get(("batch_centred", id(x), ""))
+            if held is None:  # read by nothing else: squared in place
+                centred = super().batch_centred(x)
+                squares = centred.mul_(centred)
+            else:
+                squares = held[1] * held[1]
             return self.batch_agg(squares, "sum") / (self.batch_agg(x, "count") - self.ddof)
         return self.batch_agg(x, name)
 
     def batch_centred(self, x: Value) -> Any:
-        """:meth:`FormulaContext.batch_centred`, made once per value (the variance and
-        :meth:`batch_zscore` read it)."""
+        """:meth:`FormulaContext.batch_centred`, made once per value (:meth:`batch_zscore`
+        reads it, then the variance)."""
         key = ("batch_centred", id(x), "")
         if key not in self._reduced:
             self._reduced[key] = (x, super().batch_centred(x))
