@@ -682,7 +682,7 @@ class FixedGroupContext(TorchContext):
     def batch_agg(self, x: Value, op: str) -> Any:
         """:meth:`TorchContext.batch_agg`; one batch on the CPU, of a value whose sum is
         finite (no NaN, no infinity; :meth:`_finite_sum`): the sum is that sum (``nansum``'s,
-        bit for bit), the count the rows, the maximum and minimum one plain pass."""
+        bit for bit), the count the rows, the maximum and minimum plain reductions."""
         total = None
         if op in ("sum", "count", "max", "min") and self.batch is None:
             total = self._finite_sum(x)
@@ -692,11 +692,7 @@ class FixedGroupContext(TorchContext):
             return total
         if op == "count":
             return self.torch.full_like(total, float(self.reward.numel()))
-        key = ("aminmax", id(x), "")  # both in one pass: batch_zscore reads both
-        if key not in self._reduced:
-            self._reduced[key] = (x, self.torch.aminmax(self._flat(x), dim=0, keepdim=True))
-        low, high = self._reduced[key][1]
-        return high if op == "max" else low
+        return REDUCE[op](self.torch, self._flat(x), 0)  # aminmax along a dim: 10x slower
 
     def _finite_sum(self, x: Value) -> Any:
         """The sum of ``x`` over the rows, on the CPU, when it is finite; else None (once
