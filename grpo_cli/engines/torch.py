@@ -351,7 +351,10 @@ class TorchContext(FormulaContext):
     """The formula context on torch: every value a float64 tensor (NaN for null), every
     statistic a segment reduction over dense codes (``group``, ``batch``: 0..k-1, k
     ``groups``, ``batches``) gathered back to the rows; ``batch`` None: one batch, its
-    statistics reductions of the whole tensor."""
+    statistics reductions of the whole tensor. On the CPU (host syncs there are free),
+    rewards known finite (:attr:`finite`) skip what cannot change a number: the NaN
+    handling, the infinity check, the equality check where the variance rules it out, and
+    the rules (``constant``, ``singleton``) that hold in no group."""
 
     torch: Any
     group: Any
