@@ -204,12 +204,8 @@ def group_advantages(
             batch=batch_codes,
             batches=segments(batch_codes, n),
             reward=reward,
-            length=None
-            if lengths is None
-            else _view(_column(torch, rewards, lengths, "lengths"), size),
-            baseline=None
-            if baseline is None
-            else _view(_column(torch, rewards, baseline, "baseline"), size),
+            length=_column(torch, rewards, lengths, "lengths", size),
+            baseline=_column(torch, rewards, baseline, "baseline", size),
             **context_settings(chosen),
         )
         if chosen.nulls == "error" or (
@@ -462,14 +458,17 @@ def _index(torch: Any, rewards: Any, index: Any, name: str) -> Any:
     return _same_rows(rewards, index, name)
 
 
-def _column(torch: Any, rewards: Any, values: Any, name: str) -> Any:
-    """A per-response float64 column (lengths, baseline), NaN for null."""
+def _column(torch: Any, rewards: Any, values: Any, name: str, size: int | None) -> Any:
+    """A per-response float64 column (lengths, baseline), NaN for null, in the layout of
+    the rewards (:func:`_view`); None when not given."""
+    if values is None:
+        return None
     if not isinstance(values, torch.Tensor):
         raise InputError(
             f"{name} must be a tensor, got {type(values).__name__}",
             hint="pass torch.as_tensor(...)",
         )
-    return _same_rows(rewards, values, name).to(torch.float64)
+    return _view(_same_rows(rewards, values, name).to(torch.float64), size)
 
 
 def _same_rows(rewards: Any, tensor: Any, name: str) -> Any:
