@@ -27,9 +27,11 @@ singleton and none has zero variance (fixed groups: from the first two rewards o
 others: from the variance), and skips those rules; fixed groups' statistics broadcast over
 the ``(N / G, G)`` view as the plain versions' do. What is left: about 0.1 ms a call of
 argument checks, that proof, and for variable groups the codes' checks and the singleton
-warning's ``bincount``. At 10M rows a fresh tensor's page faults cost more than
-its arithmetic: PyTorch's ``THP_MEM_ALLOC_ENABLE=1`` (huge pages for CPU tensors) narrows
-the gaps.
+warning's ``bincount``. A fresh tensor's page faults can cost more than its arithmetic,
+and whether glibc returns freed memory (to fault again) depends on the call's history: the
+times scatter 2-4x from run to run. ``MALLOC_TRIM_THRESHOLD_=4294967295
+MALLOC_MMAP_THRESHOLD_=4294967295`` (glibc keeps what is freed) with ``--cpu-time`` gives
+steady figures; PyTorch's ``THP_MEM_ALLOC_ENABLE=1`` (huge pages) narrows the gaps.
 """
 
 from __future__ import annotations
