@@ -429,7 +429,7 @@ def _spill(folder: Path) -> list[Path]:
 
 
 def _partitions_written(folder: Path) -> bool:
-    return any(any(s.glob("hashed.*/in/*/*.ipc")) for s in _spill(folder))
+    return any(any(s.glob("hashed.*/in/*.arrow")) for s in _spill(folder))
 
 
 def _output_started(folder: Path) -> bool:

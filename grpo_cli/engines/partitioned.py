@@ -91,6 +91,8 @@ PARTITION_ROWS: Final = 2_000_000  # rows a partition holds, about (its memory: 
 MIN_PARTITIONS: Final = 8
 CHUNK_ROWS: Final = 1_000_000
 MERGE_EVERY: Final = 64  # partitions whose partials are kept before merging them
+BATCH_ROWS: Final = 500_000  # rows read at a time by the partition pass
+UNCOVERED: Final = "the spilled advantages do not cover the input rows"
 
 if TYPE_CHECKING:
     from grpo_cli.core.resolve import Request
@@ -274,13 +276,38 @@ def _partition(
         )
         .select(ROW, (pl.col(GROUP) % partitions).alias(PART), *spilled)
     )
-    sink = pl.PartitionBy(folder, key=PART, include_key=False, approximate_bytes_per_file=None)
-    rows.sink_ipc(sink, compression="uncompressed", mkdir=True)
+    folder.mkdir()
+    with _writers() as write:
+        for batch in rows.collect_batches(chunk_size=BATCH_ROWS):
+            for (index,), part in batch.partition_by(PART, as_dict=True, include_key=False).items():
+                write(folder / f"{index}.arrow", part)
 
 
-def _partition_files(folder: Path) -> list[list[Path]]:
-    """The spill files of each partition (a folder per partition value), in order."""
-    return [sorted(part.glob("*.ipc")) for part in sorted(folder.iterdir()) if part.is_dir()]
+@contextlib.contextmanager
+def _writers() -> Iterator[Callable[[Path, pl.DataFrame], None]]:
+    """A function appending a frame to the Arrow IPC file at a path (uncompressed: lz4
+    cost 10% of the run), each file opened at its first frame and all closed at the end:
+    nothing is buffered here, whatever the count of files."""
+    from pyarrow import ipc
+
+    writers: dict[Path, ipc.RecordBatchFileWriter] = {}
+
+    def write(path: Path, frame: pl.DataFrame) -> None:
+        table = frame.to_arrow()
+        if path not in writers:
+            writers[path] = ipc.new_file(path, table.schema)
+        writers[path].write_table(table)
+
+    try:
+        yield write
+    finally:
+        for writer in writers.values():
+            writer.close()
+
+
+def _partition_files(folder: Path) -> list[Path]:
+    """The spill file of each partition, in order of name."""
+    return sorted(folder.glob("*.arrow"))
 
 
 def _compute_partitions(
@@ -299,8 +326,6 @@ def _compute_partitions(
     only counted) and refused, then a group spanning batches, as the in-memory path does.
     With ``response``, also the rows repeating a response id and the first one's row; with
     ``step``, the groups spanning it (:func:`grpo_cli.core.run_summary.spanning_groups`)."""
-    from pyarrow import ipc
-
     options = plan.options
     uses_groups = plan.estimator.uses_groups
     totals: dict[str, int] = {}
@@ -312,14 +337,12 @@ def _compute_partitions(
     keys = inner.keys
     stats = _batch_stats(spill / "in", inner) if needs_batch_stats(inner) else None
     computed = inner if stats is None else applied(inner)
-    writers: dict[int, ipc.RecordBatchFileWriter] = {}
     repeats: list[tuple[int, int] | None] = []
     spanned: list[Spanning | None] = []
-    try:
-        for paths in _partition_files(spill / "in"):
-            frame = pl.concat([pl.read_ipc(path) for path in paths])
-            for path in paths:  # the spill shrinks as it goes: disk peaks at the first pass's
-                path.unlink()
+    with _writers() as write:
+        for path in _partition_files(spill / "in"):
+            frame = pl.read_ipc(path)
+            path.unlink()  # the spill shrinks as it goes: disk peaks at the first pass's
             null_key = pl.col(CHECK).is_null() if check_hash else None
             checks = value_checks(options, uses_groups, frame.schema, group_key_null=null_key)
             if checks:
@@ -340,18 +363,12 @@ def _compute_partitions(
             chunk = (pl.col(ROW) // chunk_rows).alias(PART)
             added = full.select(ROW, *options.added_columns(), chunk)
             for (index,), rows in added.partition_by(PART, as_dict=True, include_key=False).items():
-                table = rows.to_arrow()
-                if index not in writers:  # uncompressed: lz4 cost 10% of the run
-                    writers[index] = ipc.new_file(out / f"{index:08d}.arrow", table.schema)
-                writers[index].write_table(table)
+                write(out / f"{index:08d}.arrow", rows)
             _keep(parts, piece_run_partials(full, options, group), metrics.merge)
             if response:
                 repeats.append(piece_repeats(full, group, ROW))
             if step:
                 spanned.append(spanning_groups(full, group, step, ROW))
-    finally:
-        for writer in writers.values():
-            writer.close()
     refuse_values(totals, options, uses_groups)
     if spans is not None:
         raise spans
@@ -363,8 +380,8 @@ def _batch_stats(folder: Path, plan: Plan) -> pl.DataFrame:
     partition's partials (:mod:`grpo_cli.engines.batch_partials`); the spills stay. The
     values are checked in the compute pass."""
     parts: list[pl.DataFrame] = []
-    for paths in _partition_files(folder):
-        frame = pl.concat([pl.read_ipc(path) for path in paths])
+    for path in _partition_files(folder):
+        frame = pl.read_ipc(path)
         grouped = with_group_stats(frame, plan).collect()
         if hash_collision(grouped, plan.keys):
             raise _Collision()
@@ -386,36 +403,43 @@ def _keep(
 def _merge(
     source: Path, spill: Path, output: Path, columns: tuple[str, ...], chunk_rows: int
 ) -> None:
-    """The input with its advantages to one Parquet file: each range's advantages put in
-    input order by inverting their row index, into a file per range, then concatenated
-    horizontally with the input, streaming."""
-    import numpy as np
+    """The input with its advantages to one Parquet file, streaming: the input concatenated
+    horizontally with the ranges' advantages, each range read when the sink asks for it
+    and put in input order by inverting its row index (never mapped: the pages of mapped
+    spills stayed counted in the peak RSS, about 8 bytes a row)."""
+    from polars.io.plugins import register_io_source
 
-    rows = scan_file(source).select(pl.len()).collect().item()
-    ordered = spill / "ordered"
-    ordered.mkdir()
-    written = 0
-    for path in sorted((spill / "adv").glob("*.arrow")):
-        lo = int(path.stem) * chunk_rows
-        merged = pl.read_ipc(path)
-        path.unlink()
-        index = merged.get_column(ROW).to_numpy()
-        if lo != written or len(index) != min(chunk_rows, rows - lo):
-            break  # a range missing or short: reported below
-        position = np.empty(len(index), dtype=np.int64)
-        position[index - lo] = np.arange(len(index))
-        merged.select(columns)[position].write_ipc(ordered / path.name)
-        written += len(index)
-    if written != rows or not rows:
-        raise _internal("the spilled advantages do not cover the input rows")
     from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL
 
-    # One file per range: a single file's pages stayed mapped until the end, all counted in
-    # the peak RSS (2.19 GiB on 200M rows, against 1.00 GiB with one file per range).
-    added = pl.scan_ipc(sorted(ordered.glob("*.arrow")))
+    rows = scan_file(source).select(pl.len()).collect().item()
+    paths = sorted((spill / "adv").glob("*.arrow"))
+    if not rows or [int(path.stem) for path in paths] != list(range(-(-rows // chunk_rows))):
+        raise _internal(UNCOVERED)
+    schema = pl.read_ipc_schema(paths[0])
+
+    def ordered(*_: object) -> Iterator[pl.DataFrame]:
+        for lo, path in zip(range(0, rows, chunk_rows), paths, strict=True):
+            yield _in_order(path, lo, min(chunk_rows, rows - lo), columns)
+
+    added = register_io_source(ordered, schema={c: schema[c] for c in columns})
     both = pl.concat([scan_file(source), added], how="horizontal")
     with _reading(source):  # the columns not read before are read here
         both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
+
+
+def _in_order(path: Path, lo: int, rows: int, columns: tuple[str, ...]) -> pl.DataFrame:
+    """The ``columns`` of the spilled range at ``path`` (``rows`` rows from row ``lo``) in
+    row order (removed once read), by inverting their row index: no sort."""
+    import numpy as np
+
+    spilled = pl.read_ipc(path)
+    path.unlink()
+    index = spilled.get_column(ROW).to_numpy()
+    if len(index) != rows:
+        raise _internal(UNCOVERED)
+    position = np.empty(rows, dtype=np.int64)
+    position[index - lo] = np.arange(rows)
+    return spilled.select(columns)[position]
 
 
 def _internal(what: str) -> GrpoAdvError:
