@@ -95,6 +95,8 @@ BATCH_ROWS: Final = 500_000  # rows read at a time by the partition pass
 UNCOVERED: Final = "the spilled advantages do not cover the input rows"
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from grpo_cli.core.resolve import Request
 
 
@@ -360,10 +362,9 @@ def _compute_partitions(
             except InputError as exc:
                 spans = exc
                 continue
-            chunk = (pl.col(ROW) // chunk_rows).alias(PART)
-            added = full.select(ROW, *options.added_columns(), chunk)
-            for (index,), rows in added.partition_by(PART, as_dict=True, include_key=False).items():
-                write(out / f"{index:08d}.arrow", rows)
+            added = full.select(ROW, *options.added_columns())
+            for index, lo, hi in _ranges(added.get_column(ROW).to_numpy(), chunk_rows):
+                write(out / f"{index:08d}.arrow", added.slice(lo, hi - lo))
             _keep(parts, piece_run_partials(full, options, group), metrics.merge)
             if response:
                 repeats.append(piece_repeats(full, group, ROW))
@@ -373,6 +374,21 @@ def _compute_partitions(
     if spans is not None:
         raise spans
     return parts, merge_repeats(repeats), merge_spans(spanned)
+
+
+def _ranges(row: NDArray[Any], chunk_rows: int) -> Iterator[tuple[int, int, int]]:
+    """For ascending row indices ``row`` (a partition keeps the input order), each range
+    ``index`` (rows ``index * chunk_rows`` on) they reach, with its positions ``lo:hi``
+    (a search, not a division and a split: that cost 15% of the pass)."""
+    import numpy as np
+
+    if not len(row):
+        return
+    first, last = int(row[0]) // chunk_rows, int(row[-1]) // chunk_rows
+    cuts = np.searchsorted(row, np.arange(first + 1, last + 1) * chunk_rows).tolist()
+    for index, lo, hi in zip(range(first, last + 1), [0, *cuts], [*cuts, len(row)], strict=True):
+        if hi > lo:
+            yield index, lo, hi
 
 
 def _batch_stats(folder: Path, plan: Plan) -> pl.DataFrame:
