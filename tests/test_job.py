@@ -166,7 +166,7 @@ def test_progress_of_the_partitioned_passes(tmp_path: Path, estimator: str) -> N
         progress=lambda: contextlib.nullcontext(Recorder(seen)),
     )
     batch = ("batch statistics",) if estimator == "batch_std" else ()
-    stages = ("partitioning", *batch, "computing", "ordering", "writing")
+    stages = ("partitioning", *batch, "computing", "writing")
     assert seen == {
         **{stage: 11_000 for stage in stages},
         **{f"{stage}/total": "11000 rows" for stage in stages},

@@ -93,8 +93,12 @@ PARTITION_ROWS: Final = 2_000_000  # rows a partition holds, about (its memory: 
 MIN_PARTITIONS: Final = 8
 CHUNK_ROWS: Final = 1_000_000
 MERGE_EVERY: Final = 64  # partitions whose partials are kept before merging them
+BATCH_ROWS: Final = 500_000  # rows read at a time by the partition pass
+UNCOVERED: Final = "the spilled advantages do not cover the input rows"
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from grpo_cli.core.resolve import Request
 
 
@@ -281,9 +285,10 @@ def _partition(
     *,
     exact: bool,
 ) -> None:
-    """Stream ``source`` into spill files, a folder per partition (Polars' partitioned
-    sink: input order kept within a partition). The key goes as its two hashes (the second
-    null for a null key), or ``exact`` as its columns; the ``response`` id as its hash."""
+    """Stream ``source`` into a spill file per partition, BATCH_ROWS rows at a time (input
+    order kept within a partition; Polars' partitioned sink buffered about 3 MB for each
+    partition: 2.2 GiB at 500). The key goes as its two hashes (the second null for a null
+    key), or ``exact`` as its columns; the ``response`` id as its hash."""
     key_cols = plan.keys.exact
     group_hash, check_hash = hashed_key(key_cols)
     ids = [] if response is None else [response]
@@ -304,13 +309,46 @@ def _partition(
         )
         .select(ROW, (pl.col(GROUP) % partitions).alias(PART), *spilled)
     )
-    sink = pl.PartitionBy(folder, key=PART, include_key=False, approximate_bytes_per_file=None)
-    progress.counted(rows).sink_ipc(sink, compression="uncompressed", mkdir=True)
+    folder.mkdir()
+    with _writers() as write:
+        for batch in rows.collect_batches(chunk_size=BATCH_ROWS):
+            for (index,), part in batch.partition_by(PART, as_dict=True, include_key=False).items():
+                write(folder / f"{index}.arrow", part)
+            progress.advance(batch.height)
 
 
-def _partition_files(folder: Path) -> list[list[Path]]:
-    """The spill files of each partition (a folder per partition value), in order."""
-    return [sorted(part.glob("*.ipc")) for part in sorted(folder.iterdir()) if part.is_dir()]
+@contextlib.contextmanager
+def _writers() -> Iterator[Callable[[Path, pl.DataFrame], None]]:
+    """A function appending a frame to the Arrow IPC file at a path (uncompressed: lz4
+    cost 10% of the run), each file opened at its first frame and all closed at the end:
+    nothing is buffered here, whatever the count of files."""
+    from pyarrow import ipc
+
+    writers: dict[Path, ipc.RecordBatchFileWriter] = {}
+
+    def write(path: Path, frame: pl.DataFrame) -> None:
+        table = frame.to_arrow()
+        if path not in writers:
+            writers[path] = ipc.new_file(path, table.schema)
+        writers[path].write_table(table)
+
+    try:
+        yield write
+    finally:
+        for writer in writers.values():
+            writer.close()
+
+
+def _partition_files(folder: Path) -> list[Path]:
+    """The spill file of each partition, in order of name."""
+    return sorted(folder.glob("*.arrow"))
+
+
+def _read_partition(path: Path) -> pl.DataFrame:
+    """A partition's spill file in one chunk: it holds a record batch per batch of the
+    partition pass (rows / BATCH_ROWS), and annotating 250 chunks of 2M rows peaked
+    200 MB higher than one."""
+    return pl.read_ipc(path).rechunk()
 
 
 def _compute_partitions(
@@ -331,8 +369,6 @@ def _compute_partitions(
     With ``response``, also the rows repeating a response id and the first one's row; with
     ``step``, the groups spanning it (:func:`grpo_cli.core.run_summary.spanning_groups`).
     Progress: the rows of each partition read, of ``total_rows`` in all."""
-    from pyarrow import ipc
-
     options = plan.options
     uses_groups = plan.estimator.uses_groups
     totals: dict[str, int] = {}
@@ -345,14 +381,12 @@ def _compute_partitions(
     stats = _batch_stats(spill / "in", inner, total_rows) if needs_batch_stats(inner) else None
     progress.stage("computing", total_rows)
     computed = inner if stats is None else applied(inner)
-    writers: dict[int, ipc.RecordBatchFileWriter] = {}
     repeats: list[tuple[int, int] | None] = []
     spanned: list[Spanning | None] = []
-    try:
-        for paths in _partition_files(spill / "in"):
-            frame = pl.concat([pl.read_ipc(path) for path in paths])
-            for path in paths:  # the spill shrinks as it goes: disk peaks at the first pass's
-                path.unlink()
+    with _writers() as write:
+        for path in _partition_files(spill / "in"):
+            frame = _read_partition(path)
+            path.unlink()  # the spill shrinks as it goes: disk peaks at the first pass's
             progress.advance(frame.height)
             null_key = pl.col(CHECK).is_null() if check_hash else None
             checks = value_checks(options, uses_groups, frame.schema, group_key_null=null_key)
@@ -371,25 +405,33 @@ def _compute_partitions(
             except InputError as exc:
                 spans = exc
                 continue
-            chunk = (pl.col(ROW) // chunk_rows).alias(PART)
-            added = full.select(ROW, *options.added_columns(), chunk)
-            for (index,), rows in added.partition_by(PART, as_dict=True, include_key=False).items():
-                table = rows.to_arrow()
-                if index not in writers:  # uncompressed: lz4 cost 10% of the run
-                    writers[index] = ipc.new_file(out / f"{index:08d}.arrow", table.schema)
-                writers[index].write_table(table)
+            added = full.select(ROW, *options.added_columns())
+            for index, lo, hi in _ranges(added.get_column(ROW).to_numpy(), chunk_rows):
+                write(out / f"{index:08d}.arrow", added.slice(lo, hi - lo))
             _keep(parts, piece_run_partials(full, options, group), metrics.merge)
             if response:
                 repeats.append(piece_repeats(full, group, ROW))
             if step:
                 spanned.append(spanning_groups(full, group, step, ROW))
-    finally:
-        for writer in writers.values():
-            writer.close()
     refuse_values(totals, options, uses_groups)
     if spans is not None:
         raise spans
     return parts, merge_repeats(repeats), merge_spans(spanned)
+
+
+def _ranges(row: NDArray[Any], chunk_rows: int) -> Iterator[tuple[int, int, int]]:
+    """For ascending row indices ``row`` (a partition keeps the input order), each range
+    ``index`` (rows ``index * chunk_rows`` on) they reach, with its positions ``lo:hi``
+    (a search, not a division and a split: that cost 15% of the pass)."""
+    import numpy as np
+
+    if not len(row):
+        return
+    first, last = int(row[0]) // chunk_rows, int(row[-1]) // chunk_rows
+    cuts = np.searchsorted(row, np.arange(first + 1, last + 1) * chunk_rows).tolist()
+    for index, lo, hi in zip(range(first, last + 1), [0, *cuts], [*cuts, len(row)], strict=True):
+        if hi > lo:
+            yield index, lo, hi
 
 
 def _batch_stats(folder: Path, plan: Plan, rows: int | None) -> pl.DataFrame:
@@ -398,8 +440,8 @@ def _batch_stats(folder: Path, plan: Plan, rows: int | None) -> pl.DataFrame:
     values are checked in the compute pass. Progress: the rows of each partition read."""
     progress.stage("batch statistics", rows)
     parts: list[pl.DataFrame] = []
-    for paths in _partition_files(folder):
-        frame = pl.concat([pl.read_ipc(path) for path in paths])
+    for path in _partition_files(folder):
+        frame = _read_partition(path)
         progress.advance(frame.height)
         grouped = with_group_stats(frame, plan).collect()
         if hash_collision(grouped, plan.keys):
@@ -422,38 +464,43 @@ def _keep(
 def _merge(
     source: Path, spill: Path, output: Path, columns: tuple[str, ...], chunk_rows: int, rows: int
 ) -> None:
-    """The input (``rows`` rows) with its advantages to one Parquet file: each range's
-    advantages put in input order by inverting their row index, into a file per range,
-    then concatenated horizontally with the input, streaming."""
-    import numpy as np
+    """The input (``rows`` rows) with its advantages to one Parquet file, streaming: the
+    input concatenated horizontally with the ranges' advantages, each range read when the
+    sink asks for it and put in input order by inverting its row index (never mapped: the
+    pages of mapped spills stayed counted in the peak RSS, about 8 bytes a row)."""
+    from polars.io.plugins import register_io_source
 
-    progress.stage("ordering", rows)
-    ordered = spill / "ordered"
-    ordered.mkdir()
-    written = 0
-    for path in sorted((spill / "adv").glob("*.arrow")):
-        lo = int(path.stem) * chunk_rows
-        merged = pl.read_ipc(path)
-        path.unlink()
-        index = merged.get_column(ROW).to_numpy()
-        if lo != written or len(index) != min(chunk_rows, rows - lo):
-            break  # a range missing or short: reported below
-        position = np.empty(len(index), dtype=np.int64)
-        position[index - lo] = np.arange(len(index))
-        merged.select(columns)[position].write_ipc(ordered / path.name)
-        written += len(index)
-        progress.advance(len(index))
-    if written != rows or not rows:
-        raise _internal("the spilled advantages do not cover the input rows")
     from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL
 
-    # One file per range: a single file's pages stayed mapped until the end, all counted in
-    # the peak RSS (2.19 GiB on 200M rows, against 1.00 GiB with one file per range).
-    added = pl.scan_ipc(sorted(ordered.glob("*.arrow")))
+    paths = sorted((spill / "adv").glob("*.arrow"))
+    if not rows or [int(path.stem) for path in paths] != list(range(-(-rows // chunk_rows))):
+        raise _internal(UNCOVERED)
+    schema = pl.read_ipc_schema(paths[0])
+
+    def ordered(*_: object) -> Iterator[pl.DataFrame]:
+        for lo, path in zip(range(0, rows, chunk_rows), paths, strict=True):
+            yield _in_order(path, lo, min(chunk_rows, rows - lo), columns)
+
+    added = register_io_source(ordered, schema={c: schema[c] for c in columns})
     both = progress.counted(pl.concat([scan_file(source), added], how="horizontal"))
     progress.stage("writing", rows)
     with _reading(source):  # the columns not read before are read here
         both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
+
+
+def _in_order(path: Path, lo: int, rows: int, columns: tuple[str, ...]) -> pl.DataFrame:
+    """The ``columns`` of the spilled range at ``path`` (``rows`` rows from row ``lo``) in
+    row order (removed once read), by inverting their row index: no sort."""
+    import numpy as np
+
+    spilled = pl.read_ipc(path)
+    path.unlink()
+    index = spilled.get_column(ROW).to_numpy()
+    if len(index) != rows:
+        raise _internal(UNCOVERED)
+    position = np.empty(rows, dtype=np.int64)
+    position[index - lo] = np.arange(rows)
+    return spilled.select(columns)[position]
 
 
 def _internal(what: str) -> GrpoAdvError:
