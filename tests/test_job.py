@@ -128,17 +128,49 @@ def test_progress_stages_on_the_in_memory_engines(tmp_path: Path) -> None:
     source = tmp_path / "log.parquet"
     reward_log().write_parquet(source)
     seen: dict[str, int] = {}
-
-    class Recorder:
-        def add(self, description: str, total: int) -> str:
-            seen[description] = 0
-            return description
-
-        def advance(self, task: Any, steps: int = 1) -> None:
-            seen[task] += steps
-
-    run_job([source], tmp_path / "o.csv", progress=lambda: contextlib.nullcontext(Recorder()))
+    run_job([source], tmp_path / "o.csv", progress=lambda: contextlib.nullcontext(Recorder(seen)))
     assert seen == {"reading": 1, "computing": 1, "writing": 1}
+
+
+class Recorder:
+    """A progress display keeping each line's done count (and total and unit, in ``seen``
+    under ``description/total``)."""
+
+    def __init__(self, seen: dict[str, Any]) -> None:
+        self.seen = seen
+
+    def add(self, description: str, total: int | None, unit: str | None = None) -> str:
+        self.seen[description] = 0
+        if unit is not None:
+            self.seen[f"{description}/total"] = f"{total} {unit}"
+        return description
+
+    def advance(self, task: Any, steps: int = 1) -> None:
+        self.seen[task] += steps
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "batch_std"])
+def test_progress_of_the_partitioned_passes(tmp_path: Path, estimator: str) -> None:
+    """The partitioned engine's passes, from its worker process: each counts every row of
+    the footer's total (a batch-level estimator's batch statistics too)."""
+    import contextlib
+
+    source = tmp_path / "log.parquet"
+    pl.concat([reward_log()] * 1000).write_parquet(source)
+    seen: dict[str, Any] = {}
+    run_job(
+        [source],
+        tmp_path / "o.parquet",
+        options={"estimator": estimator},
+        engine={"backend": "partitioned"},
+        progress=lambda: contextlib.nullcontext(Recorder(seen)),
+    )
+    batch = ("batch statistics",) if estimator == "batch_std" else ()
+    stages = ("partitioning", *batch, "computing", "ordering", "writing")
+    assert seen == {
+        **{stage: 11_000 for stage in stages},
+        **{f"{stage}/total": "11000 rows" for stage in stages},
+    }
 
 
 @pytest.mark.slow

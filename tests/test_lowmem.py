@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -262,6 +263,66 @@ def test_cli_low_memory(runner: CliRunner, sample_copy: dict[str, Path]) -> None
     )
     assert csv.exit_code == 2
     assert csv.stderr.startswith("error: --low-memory needs a parquet or arrow input;")
+
+
+def _on_a_terminal(args: list[str], *, stderr_tty: bool = True) -> tuple[int, str]:
+    """``grpo-adv ARGS`` with stderr on a pseudo-terminal (or a pipe) and the progress
+    display's delay 0; its exit code and what it wrote on stderr, escape codes removed."""
+    import pty
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPO_ADV_PROGRESS_DELAY": "0", "COLUMNS": "200"}
+    command = [sys.executable, "-m", "grpo_cli", *args]
+    if not stderr_tty:
+        done = subprocess.run(command, env=env, capture_output=True, timeout=300)
+        assert done.stdout == b""
+        return done.returncode, done.stderr.decode()
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=follower
+    )
+    os.close(follower)
+    shown = b""
+    with contextlib.suppress(OSError):  # EIO: the command has ended
+        while chunk := os.read(leader, 65536):
+            shown += chunk
+    os.close(leader)
+    assert process.communicate(timeout=300)[0] == b""  # never on stdout
+    return process.returncode, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode())
+
+
+@pytest.fixture(scope="module")
+def rows_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("rows") / "log.parquet"
+    n = 300_000
+    pl.DataFrame({"prompt_id": [i % 9_000 for i in range(n)], "reward": [i % 7 for i in range(n)]})\
+        .write_parquet(path)  # fmt: skip
+    return path
+
+
+def test_progress_of_each_pass_on_a_terminal(rows_log: Path, tmp_path: Path) -> None:
+    """On a terminal, each pass shows its rows done of the footer's count, its rows per
+    second and the time left; the display is removed before the summary."""
+    out = tmp_path / "out.parquet"
+    code, shown = _on_a_terminal(["compute", str(rows_log), "--low-memory", "-o", str(out)])
+    assert code == 0, shown
+    for stage in ("partitioning", "computing", "ordering", "writing"):
+        *_, line = (line for line in shown.splitlines() if line.startswith(stage))  # the last
+        assert re.search(r"300,000/300,000 rows  [\d,]+ rows/s  0:00:00 left", line), line
+    assert "rows                          │ 300,000" in shown  # the summary, as before
+    assert pl.read_parquet(out).height == 300_000
+
+
+@pytest.mark.parametrize("where", ["-q", "stderr not a terminal"])
+def test_no_progress_quiet_or_off_a_terminal(rows_log: Path, tmp_path: Path, where: str) -> None:
+    args = ["compute", str(rows_log), "--low-memory", "-o", str(tmp_path / "out.parquet")]
+    if where == "-q":
+        assert _on_a_terminal([*args, "-q"]) == (0, "")
+    else:
+        code, shown = _on_a_terminal(args, stderr_tty=False)
+        assert code == 0
+        assert "rows                          │ 300,000" in shown
+        assert "rows/s" not in shown
+        assert "partitioning" not in shown
 
 
 def lying_footer(path: Path, column: str, truth: float, claim: float) -> None:

@@ -10,10 +10,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 from rich.console import Console
+from rich.progress import TaskID
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
 from grpo_cli.cli.render import DelayedProgress
+from grpo_cli.core.progress import Pace
 from grpo_cli.jobs.pipeline import annotate
 from tests.conftest import SAMPLE_DIR, SAMPLE_FILES
 
@@ -226,3 +228,44 @@ def test_progress_appears_only_after_the_delay() -> None:
         p.add("reading", total=1)
     assert off.getvalue() == ""
     assert not p.progress.live.is_started
+
+
+@pytest.mark.parametrize(
+    ("pace", "rate", "left"),
+    [
+        (Pace(done=3_000_000, total=12_000_000, seconds=1.5), 2_000_000.0, 4.5),
+        (Pace(done=12_000_000, total=12_000_000, seconds=6.0), 2_000_000.0, 0.0),
+        (Pace(done=500, total=None, seconds=0.25), 2_000.0, None),  # no total: no time left
+        (Pace(done=0, total=100, seconds=3.0), None, None),  # no row yet: no rate
+        (Pace(done=10, total=100, seconds=0.0), None, None),
+    ],
+)
+def test_pace_rate_and_time_left(pace: Pace, rate: float | None, left: float | None) -> None:
+    assert pace.rate == pytest.approx(rate)
+    assert pace.left == pytest.approx(left)
+
+
+def test_a_line_of_rows_shows_its_rate_and_time_left() -> None:
+    """A line with a unit: done of total, the rate and the time left; a finished line keeps
+    the rate it finished with; a line without a unit: done of total only."""
+    from rich.progress import Task
+
+    from grpo_cli.cli.render import _PaceColumn
+
+    def shown(task: Task) -> str:
+        return _PaceColumn().render(task).plain
+
+    def task(completed: float, total: float | None, unit: str | None) -> Task:
+        return Task(TaskID(0), "x", total, completed, _get_time=lambda: 14.0, fields={"unit": unit})
+
+    running = task(3_000_000, 12_000_000, "rows")
+    running.start_time = 12.5  # 1.5 s ago
+    assert shown(running) == "3,000,000/12,000,000 rows  2,000,000 rows/s  0:00:04 left"
+    done = task(12_000_000, 12_000_000, "rows")
+    done.start_time, done.finished_time = 0.0, 4.0
+    assert shown(done) == "12,000,000/12,000,000 rows  3,000,000 rows/s  0:00:00 left"
+    unknown = task(500, None, "rows")
+    unknown.start_time = 13.75
+    assert shown(unknown) == "500/? rows  2,000 rows/s"
+    assert shown(task(0, 100, "rows")) == "0/100 rows  ? rows/s"  # not started
+    assert shown(task(1, 2, None)) == "1/2"

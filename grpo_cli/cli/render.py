@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import TaskID
+from rich.progress import ProgressColumn, Task, TaskID
 from rich.table import Table
+from rich.text import Text
 
 from grpo_cli.core.columns import readable
 from grpo_cli.core.errors import as_text, one_line, option
@@ -440,21 +441,32 @@ def render_presets(console: Console) -> None:
     )
 
 
+PROGRESS_DELAY_ENV = "GRPO_ADV_PROGRESS_DELAY"  # seconds before the display shows (tests)
+
+
 class DelayedProgress:
     """A transient Rich progress display on stderr that appears only when the work lasts
-    longer than ``delay`` seconds, and only when ``enabled`` (stderr is a terminal)."""
+    longer than ``delay`` seconds (default: 1.5, or the seconds in the environment variable
+    GRPO_ADV_PROGRESS_DELAY), and only when ``enabled`` (stderr is a terminal). A line
+    with a unit reads ``12,000,000/200,000,000 rows  2,104,000 rows/s  0:01:30 left``
+    (:class:`grpo_cli.core.progress.Pace`); one without, ``1/2``."""
 
-    def __init__(self, console: Console, *, enabled: bool, delay: float = 1.5) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    def __init__(self, console: Console, *, enabled: bool, delay: float | None = None) -> None:
+        import os
+
+        from rich.progress import BarColumn, Progress, TextColumn
 
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            _PaceColumn(),
             console=console,
             transient=True,
         )
+        if delay is None:
+            delay = float(os.environ.get(PROGRESS_DELAY_ENV) or 1.5)
         self._timer = threading.Timer(delay, self.progress.start) if enabled else None
+        self._last: TaskID | None = None
 
     def __enter__(self) -> DelayedProgress:
         if self._timer is not None:
@@ -468,12 +480,34 @@ class DelayedProgress:
             self._timer.join()
             self.progress.stop()
 
-    def add(self, description: str, total: int) -> TaskID:
-        """A new line of the display."""
-        return self.progress.add_task(description, total=total)
+    def add(self, description: str, total: int | None, unit: str | None = None) -> TaskID:
+        """A new line of the display; the one before it stops (its rate and time kept)."""
+        if self._last is not None:
+            self.progress.stop_task(self._last)
+        self._last = self.progress.add_task(description, total=total, unit=unit)
+        return self._last
 
     def advance(self, task: TaskID, steps: int = 1) -> None:
         self.progress.advance(task, steps)
+
+
+class _PaceColumn(ProgressColumn):
+    """Done of total, then with a unit its rate and the time left."""
+
+    def render(self, task: Task) -> Text:
+        from datetime import timedelta
+
+        from grpo_cli.core.progress import Pace
+
+        total = "?" if task.total is None else f"{task.total:,.0f}"
+        unit = task.fields.get("unit")
+        if unit is None:
+            return Text(f"{task.completed:,.0f}/{total}")
+        seconds = task.finished_time if task.finished_time is not None else task.elapsed
+        pace = Pace(task.completed, task.total, seconds or 0.0)
+        rate = "?" if pace.rate is None else f"{pace.rate:,.0f}"
+        left = "" if pace.left is None else f"  {timedelta(seconds=round(pace.left))} left"
+        return Text(f"{task.completed:,.0f}/{total} {unit}  {rate} {unit}/s{left}")
 
 
 # --------------------------------------------------------------------------- summarize

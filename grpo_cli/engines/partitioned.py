@@ -29,6 +29,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
-from grpo_cli.core import metrics
+from grpo_cli.core import metrics, progress
 from grpo_cli.core.columns import PART_INDEX, PART_ROW, RESPONSE_HASH
 from grpo_cli.core.engine_options import ENGINES, EngineInfo, EngineOptions
 from grpo_cli.core.errors import (
@@ -193,9 +194,7 @@ def _partitioned(
     from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
 
     if partitions is None:
-        with _reading(source):
-            rows = scan_file(source).select(pl.len()).collect().item()
-        partitions = max(MIN_PARTITIONS, -(-rows // PARTITION_ROWS))
+        partitions = max(MIN_PARTITIONS, -(-_row_count(source) // PARTITION_ROWS))
     root = spill_root or make_spill_folder(spill_parent(output))
     try:
         try:
@@ -205,6 +204,13 @@ def _partitioned(
     finally:
         if spill_root is None:
             remove_spill_folder(root, after_error=sys.exc_info()[0] is not None)
+
+
+def _row_count(source: Path) -> int:
+    """The rows of ``source``, as its footer says (the merge checks that the advantages
+    cover them)."""
+    with _reading(source):
+        return int(scan_file(source).select(pl.len()).collect().item())
 
 
 @contextlib.contextmanager
@@ -247,14 +253,23 @@ def _run(
     response = response_id(schema, options)
     key_cols = plan.keys.exact
     spill = Path(tempfile.mkdtemp(dir=spill_root, prefix="exact." if exact else "hashed."))
+    rows = _row_count(source)  # the passes' progress
     try:
+        progress.stage("partitioning", rows)
         with _reading(source):
             _partition(source, spill / "in", needed, key_cols, partitions, response, exact=exact)
         group = key_cols if exact else (GROUP,)
         parts, repeats, spanned = _compute_partitions(
-            spill, plan, group, chunk_rows, check_hash=not exact, response=response, step=step
+            spill,
+            plan,
+            group,
+            chunk_rows,
+            check_hash=not exact,
+            response=response,
+            step=step,
+            total_rows=rows,
         )
-        _merge(source, spill, output, options.added_columns(), chunk_rows)
+        _merge(source, spill, output, options.added_columns(), chunk_rows, rows)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
     if not parts:
@@ -303,7 +318,7 @@ def _partition(
         .select(ROW, (pl.col(GROUP) % partitions).alias(PART), *spilled)
     )
     sink = pl.PartitionBy(folder, key=PART, include_key=False, approximate_bytes_per_file=None)
-    rows.sink_ipc(sink, compression="uncompressed", mkdir=True)
+    progress.counted(rows).sink_ipc(sink, compression="uncompressed", mkdir=True)
 
 
 def _partition_files(folder: Path) -> list[list[Path]]:
@@ -320,13 +335,15 @@ def _compute_partitions(
     check_hash: bool,
     response: str | None = None,
     step: str | None = None,
+    total_rows: int | None = None,
 ) -> tuple[list[pl.DataFrame], tuple[int, int] | None, Spanning | None]:
     """Annotate every partition (its group key ``group``), spill the advantages by range of
     ``chunk_rows`` row indices, keep the partials. The values are counted over every
     partition (:func:`grpo_cli.core.schema.value_checks`; after one to refuse, the rest are
     only counted) and refused, then a group spanning batches, as the in-memory path does.
     With ``response``, also the rows repeating a response id and the first one's row; with
-    ``step``, the groups spanning it (:func:`grpo_cli.core.run_summary.spanning_groups`)."""
+    ``step``, the groups spanning it (:func:`grpo_cli.core.run_summary.spanning_groups`).
+    Progress: the rows of each partition read, of ``total_rows`` in all."""
     from pyarrow import ipc
 
     options = plan.options
@@ -338,7 +355,8 @@ def _compute_partitions(
     out.mkdir()
     inner = inner_plan(plan, group, check_hash=check_hash)
     keys = inner.keys
-    stats = _batch_stats(spill / "in", inner) if needs_batch_stats(inner) else None
+    stats = _batch_stats(spill / "in", inner, total_rows) if needs_batch_stats(inner) else None
+    progress.stage("computing", total_rows)
     computed = inner if stats is None else applied(inner)
     writers: dict[int, ipc.RecordBatchFileWriter] = {}
     repeats: list[tuple[int, int] | None] = []
@@ -348,6 +366,7 @@ def _compute_partitions(
             frame = pl.concat([pl.read_ipc(path) for path in paths])
             for path in paths:  # the spill shrinks as it goes: disk peaks at the first pass's
                 path.unlink()
+            progress.advance(frame.height)
             null_key = pl.col(CHECK).is_null() if check_hash else None
             checks = value_checks(options, uses_groups, frame.schema, group_key_null=null_key)
             if checks:
@@ -386,13 +405,15 @@ def _compute_partitions(
     return parts, merge_repeats(repeats), merge_spans(spanned)
 
 
-def _batch_stats(folder: Path, plan: Plan) -> pl.DataFrame:
+def _batch_stats(folder: Path, plan: Plan, rows: int | None) -> pl.DataFrame:
     """The batch statistics the formula reads, one row per batch value, from each
     partition's partials (:mod:`grpo_cli.engines.batch_partials`); the spills stay. The
-    values are checked in the compute pass."""
+    values are checked in the compute pass. Progress: the rows of each partition read."""
+    progress.stage("batch statistics", rows)
     parts: list[pl.DataFrame] = []
     for paths in _partition_files(folder):
         frame = pl.concat([pl.read_ipc(path) for path in paths])
+        progress.advance(frame.height)
         grouped = with_group_stats(frame, plan).collect()
         if hash_collision(grouped, plan.keys):
             raise _Collision()
@@ -412,14 +433,14 @@ def _keep(
 
 
 def _merge(
-    source: Path, spill: Path, output: Path, columns: tuple[str, ...], chunk_rows: int
+    source: Path, spill: Path, output: Path, columns: tuple[str, ...], chunk_rows: int, rows: int
 ) -> None:
-    """The input with its advantages to one Parquet file: each range's advantages put in
-    input order by inverting their row index, into a file per range, then concatenated
-    horizontally with the input, streaming."""
+    """The input (``rows`` rows) with its advantages to one Parquet file: each range's
+    advantages put in input order by inverting their row index, into a file per range,
+    then concatenated horizontally with the input, streaming."""
     import numpy as np
 
-    rows = scan_file(source).select(pl.len()).collect().item()
+    progress.stage("ordering", rows)
     ordered = spill / "ordered"
     ordered.mkdir()
     written = 0
@@ -434,6 +455,7 @@ def _merge(
         position[index - lo] = np.arange(len(index))
         merged.select(columns)[position].write_ipc(ordered / path.name)
         written += len(index)
+        progress.advance(len(index))
     if written != rows or not rows:
         raise _internal("the spilled advantages do not cover the input rows")
     from grpo_cli.io.formats import PARQUET_ZSTD_LEVEL
@@ -441,7 +463,8 @@ def _merge(
     # One file per range: a single file's pages stayed mapped until the end, all counted in
     # the peak RSS (2.19 GiB on 200M rows, against 1.00 GiB with one file per range).
     added = pl.scan_ipc(sorted(ordered.glob("*.arrow")))
-    both = pl.concat([scan_file(source), added], how="horizontal")
+    both = progress.counted(pl.concat([scan_file(source), added], how="horizontal"))
+    progress.stage("writing", rows)
     with _reading(source):  # the columns not read before are read here
         both.sink_parquet(output, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL)
 
@@ -458,6 +481,7 @@ def _internal(what: str) -> GrpoAdvError:
 # --------------------------------------------------------------------------- the worker
 
 POLL_S: Final = 0.05  # how often the command looks for a signal while the worker runs
+FORWARD_S: Final = 0.2  # how often, at most, the worker sends the rows done
 SIGNALS: Final = {signal.SIGINT, signal.SIGTERM}
 
 
@@ -465,7 +489,8 @@ def run_isolated(source: Path, output: Path, plan: Plan) -> RunSummary:
     """:func:`run` in a spawned worker process, signals deferred here: on Ctrl-C or
     SIGTERM the worker is killed, the spill folder removed and the signal raised here
     within about POLL_S seconds. The worker's errors are raised here as raised there (a
-    full disk as an OSError, for the caller to name its path)."""
+    full disk as an OSError, for the caller to name its path); its progress is shown on
+    the display installed here (:mod:`grpo_cli.core.progress`)."""
     from multiprocessing import get_context, resource_tracker
     from multiprocessing.connection import wait
 
@@ -489,12 +514,19 @@ def run_isolated(source: Path, output: Path, plan: Plan) -> RunSummary:
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
                 send.close()
-            while not wait([receive, worker.sentinel], timeout=POLL_S):
+            reply = None
+            while reply is None:
+                ready = wait([receive, worker.sentinel], timeout=POLL_S)
                 interrupts.check()  # raises the recorded signal, if any
-            try:
-                reply = receive.recv() if receive.poll() else None
-            except EOFError:
-                reply = None
+                if not ready:
+                    continue
+                try:
+                    message = receive.recv() if receive.poll() else None
+                except EOFError:
+                    message = None
+                if message is None:
+                    break  # the worker ended without a word
+                reply = _progress(message)
             worker.join()
             outcome = _outcome(spill, worker.exitcode or 0, reply)
         finally:
@@ -503,6 +535,41 @@ def run_isolated(source: Path, output: Path, plan: Plan) -> RunSummary:
                 worker.join()
             remove_spill_folder(spill)  # the worker, and its Polars threads, are gone
     return outcome
+
+
+def _progress(message: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A message of the worker's :class:`_Forward` shown here (None), or its outcome."""
+    kind, *values = message
+    if kind == "stage":
+        progress.stage(*values)
+    elif kind == "rows":
+        progress.advance(*values)
+    else:
+        return message
+    return None
+
+
+class _Forward:
+    """The worker's progress display: each stage sent to the command at once, the rows
+    done at most every FORWARD_S seconds (and before the next stage or the outcome)."""
+
+    def __init__(self, pipe: Connection) -> None:
+        self.pipe, self.rows, self.sent = pipe, 0, 0.0
+
+    def add(self, description: str, total: int | None, unit: str | None = None) -> None:
+        self.flush()
+        self.pipe.send(("stage", description, total))
+
+    def advance(self, task: Any, steps: int = 1) -> None:
+        self.rows += steps
+        if time.monotonic() - self.sent >= FORWARD_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            self.pipe.send(("rows", self.rows))
+            self.rows = 0
+        self.sent = time.monotonic()
 
 
 def _outcome(spill: Path, code: int, reply: tuple[Any, ...] | None) -> RunSummary:
@@ -540,8 +607,11 @@ def _worker(
     with (spill / "worker.log").open("wb") as log:
         os.dup2(log.fileno(), 2)
     outcome: tuple[str, Any]
+    forward = _Forward(reply)
     try:
-        outcome = ("ok", run(source, output, plan, spill_root=spill))
+        with progress.reporting(forward):
+            outcome = ("ok", run(source, output, plan, spill_root=spill))
+        forward.flush()
     except GrpoAdvError as exc:
         outcome = ("raised", exc)  # pickled whole: its options stay structure
     except BaseException as exc:

@@ -18,12 +18,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from grpo_cli.core.columns import SOURCE_KEY, user_columns
 from grpo_cli.core.engine_options import EngineOptions
 from grpo_cli.core.errors import GrpoAdvError, Message, OptionsError, Verbatim, option
 from grpo_cli.core.options import AdvantageOptions
+from grpo_cli.core.progress import NoProgress, Progress, reporting
 from grpo_cli.jobs.outputs import Job, Targets
 
 if TYPE_CHECKING:
@@ -34,24 +35,6 @@ if TYPE_CHECKING:
 
 
 __all__ = ["EngineOptions", "JobResult", "run_job"]
-
-
-class Progress(Protocol):
-    """A progress display: one line per stage (reading, computing, writing)."""
-
-    def add(self, description: str, total: int) -> Any:
-        """A new line of the display; its handle."""
-
-    def advance(self, task: Any, steps: int = 1) -> None:
-        """``steps`` more done on ``task``."""
-
-
-class _NoProgress:
-    def add(self, description: str, total: int) -> None:
-        return None
-
-    def advance(self, task: Any, steps: int = 1) -> None:
-        return None
 
 
 @dataclass
@@ -121,7 +104,9 @@ def run_job(
         summary_format: its format when the suffix does not say.
         force: overwrite existing outputs (never an input).
         span_check: warn about groups spread over several steps.
-        progress: a factory of the progress display the in-memory engines advance.
+        progress: a factory of the progress display: the in-memory engines' stages
+            (files read, computing, outputs written), the ``partitioned`` engine's passes
+            (rows done; :mod:`grpo_cli.core.progress`); Ray's shows nothing.
         notes: where a dataset engine says which cluster it runs on, or None.
         warn: where removed leftovers of killed runs are reported, or None.
         fatal: where a dataset engine says why it ends the process at once, or None
@@ -187,9 +172,12 @@ def run_job(
         fatal=fatal,
     )
     targets = plan_targets(job, io)  # once, before any engine reads
-    if io != "frame":
+    if io == "dataset":  # Ray reports no progress: its cluster's messages have stderr
         return _run_files(job, targets)
-    with (progress or (lambda: contextlib.nullcontext(_NoProgress())))() as shown:
+    with (progress or (lambda: contextlib.nullcontext(NoProgress())))() as shown:
+        if io == "file":
+            with reporting(shown):  # the engine's passes, as their rows are done
+                return _run_files(job, targets)
         return _run_frame(job, targets, shown)
 
 
