@@ -172,7 +172,11 @@ def run(
         try:
             with _reading(source):
                 summary = steps.run_steps(
-                    source, output, plan, batch_rows=chunk_rows, compute_rows=2 * chunk_rows
+                    source,
+                    output,
+                    plan,
+                    batch_rows=min(chunk_rows, steps.BATCH_ROWS),
+                    compute_rows=min(2 * chunk_rows, steps.COMPUTE_ROWS),
                 )
             return replace(summary, route=f"one pass: the log is in {plan.step_col} order")
         except steps.NotStepOrdered as exc:

@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
-from grpo_cli.core import metrics
+from grpo_cli.core import metrics, progress
 from grpo_cli.core.columns import PART_ROW
 from grpo_cli.core.errors import InputError
 from grpo_cli.core.plan import Plan
@@ -56,8 +56,8 @@ from grpo_cli.io.read import scan_file
 if TYPE_CHECKING:
     import pyarrow as pa
 
-BATCH_ROWS: Final = 1_000_000  # rows a read batch holds
-COMPUTE_ROWS: Final = 2_000_000  # complete steps gathered before one compute (at least)
+BATCH_ROWS: Final = 500_000  # rows a read batch holds
+COMPUTE_ROWS: Final = 1_000_000  # complete steps gathered before one compute (at least)
 MAX_STEP_BYTES: Final = 512 * 2**20  # one step's rows held at most (Polars' estimate)
 MERGE_EVERY: Final = 64  # chunks whose run partials are kept before merging them
 ROW: Final = PART_ROW
@@ -101,10 +101,9 @@ def run_steps(
     batch_rows: int = BATCH_ROWS,
     compute_rows: int = COMPUTE_ROWS,
     max_step_bytes: int | None = None,
-    progress: Callable[[int], None] | None = None,
 ) -> RunSummary:
     """Annotate the step-ordered Parquet log ``source`` into ``output`` in one pass (see the
-    module docstring); ``progress(rows)``: called with the rows written so far. Raises
+    module docstring), its rows reported to :mod:`grpo_cli.core.progress`. Raises
     :class:`NotStepOrdered` (``output`` removed) when the log turns out not to be, and the
     input errors of the in-memory path."""
     step = plan.step_col
@@ -112,17 +111,19 @@ def run_steps(
     options = plan.options
     response = response_id(scan_file(source).collect_schema(), options)
     totals = _Totals({}, [], [])
+    rows = scan_file(source).select(pl.len()).collect().item()
     writer = _Writer(output)
     try:
-        done = 0
         limit = MAX_STEP_BYTES if max_step_bytes is None else max_step_bytes
-        for chunk in _complete_steps(source, step, batch_rows, compute_rows, limit):
+        for index, chunk in enumerate(
+            _complete_steps(source, step, batch_rows, compute_rows, limit)
+        ):
+            if index == 0:  # not before: a log out of step order may show in its first batch
+                progress.stage("computing in one pass", rows)
             table = _compute(chunk, plan, response, totals)
             if table is not None:
                 writer.put(table)
-            done += chunk.height
-            if progress is not None:
-                progress(done)
+            progress.advance(chunk.height)
         writer.close()
         refuse_values(totals.counts, options, plan.estimator.uses_groups)
         if totals.refused is not None:
@@ -184,12 +185,12 @@ def _complete_steps(
                 "step may hold in the one-pass route"
             )
         if held_rows >= compute_rows:
-            yield pl.concat(held, rechunk=True)
+            yield pl.concat(held, rechunk=False)
             held, held_rows = [], 0
     if tail is not None:
         held.append(tail)
     if held:
-        yield pl.concat(held, rechunk=True)
+        yield pl.concat(held, rechunk=False)
 
 
 def _backwards(step: str, value: Any, before: Any, row: int) -> str:
