@@ -115,9 +115,8 @@ def run_steps(
     writer = _Writer(output)
     try:
         limit = MAX_STEP_BYTES if max_step_bytes is None else max_step_bytes
-        for index, chunk in enumerate(
-            _complete_steps(source, step, batch_rows, compute_rows, limit)
-        ):
+        chunks = _complete_steps(source, rows, step, batch_rows, compute_rows, limit)
+        for index, chunk in enumerate(chunks):
             if index == 0:  # not before: a log out of step order may show in its first batch
                 progress.stage("computing in one pass", rows)
             table = _compute(chunk, plan, response, totals)
@@ -146,16 +145,20 @@ def run_steps(
 
 
 def _complete_steps(
-    source: Path, step: str, batch_rows: int, compute_rows: int, max_step_bytes: int
+    source: Path, rows: int, step: str, batch_rows: int, compute_rows: int, max_step_bytes: int
 ) -> Iterator[pl.DataFrame]:
-    """The rows of ``source`` in chunks of whole steps (at least ``compute_rows`` rows, the
-    last one excepted), each with its row index (ROW); raises :class:`NotStepOrdered`."""
+    """The ``rows`` rows of ``source`` in chunks of whole steps (at least ``compute_rows``
+    rows, the last one excepted), each with its row index (ROW); raises
+    :class:`NotStepOrdered`. Each batch is a slice of the scan collected on its own: only
+    the row groups it covers are read, with no read-ahead (Polars' streaming batches held
+    twice the memory of the whole pass)."""
     held: list[pl.DataFrame] = []  # complete steps not yet given
     held_rows = 0
     tail: pl.DataFrame | None = None  # the last step seen, maybe not complete
     last: Any = None
-    batches = scan_file(source).with_row_index(ROW).collect_batches(chunk_size=batch_rows)
-    for batch in batches:
+    scan = scan_file(source)
+    for start in range(0, rows, batch_rows):
+        batch = scan.slice(start, batch_rows).collect().with_row_index(ROW, offset=start)
         if not batch.height:
             continue
         steps = batch.get_column(step)
