@@ -17,14 +17,21 @@ For each size, on seeded float64 rewards in [0, 1):
   inside would gain (grpo-adv computes in float64 and casts the result).
 
 Each time is the best of ``--rounds`` interleaved runs after a warm-up (the least disturbed
-on a shared machine); the ratio is grpo-adv's time over the plain one's. The plain versions
-skip what grpo-adv does besides: NaN rewards left out, exact 0 in zero-variance groups, the
-singleton policy, infinite rewards spoiling their group. On the CPU, with fixed groups of
-finite rewards (these), grpo-adv skips the rules that hold nowhere, known from the group
-statistics; what is left is its formulas' row-level passes (a group statistic expanded to
-the rows, ``r - mean`` computed twice) and about 0.3 ms a call of argument checks. At 10M
-rows a fresh tensor's page faults cost more than its arithmetic: PyTorch's
-``THP_MEM_ALLOC_ENABLE=1`` (huge pages for CPU tensors) narrows the gaps.
+on a shared machine); the ratio is grpo-adv's time over the plain one's. On a loaded
+machine, ``--cpu-time`` runs one thread and times its CPU time (waits for the other
+processes left out; memory and cache contention stays). The plain versions skip what
+grpo-adv does besides: NaN rewards left out, exact 0 in zero-variance groups, the singleton
+policy, infinite rewards spoiling their group. On the CPU, with finite rewards (these),
+grpo-adv proves that no reward is NaN or infinite (from the group sums), that no group is a
+singleton and none has zero variance (fixed groups: from the first two rewards of each;
+others: from the variance), and skips those rules; fixed groups' statistics broadcast over
+the ``(N / G, G)`` view as the plain versions' do. What is left: about 0.1 ms a call of
+argument checks, that proof, and for variable groups the codes' checks and the singleton
+warning's ``bincount``. A fresh tensor's page faults can cost more than its arithmetic,
+and whether glibc returns freed memory (to fault again) depends on the call's history: the
+times scatter 2-4x from run to run. ``MALLOC_TRIM_THRESHOLD_=4294967295
+MALLOC_MMAP_THRESHOLD_=4294967295`` (glibc keeps what is freed) with ``--cpu-time`` gives
+steady figures; PyTorch's ``THP_MEM_ALLOC_ENABLE=1`` (huge pages) narrows the gaps.
 """
 
 from __future__ import annotations
@@ -86,15 +93,18 @@ def scatter_grpo(r: Any, codes: Any, k: int) -> Any:
     return d / ((var / (count - 1)).sqrt()[codes] + EPS)
 
 
-def best_seconds(runs: dict[str, Callable[[], Any]], rounds: int, device: Any) -> dict[str, float]:
-    """The least seconds of each run over ``rounds`` interleaved rounds after a warm-up."""
+def best_seconds(
+    runs: dict[str, Callable[[], Any]], rounds: int, device: Any, clock: Callable[[], float]
+) -> dict[str, float]:
+    """The least seconds (by ``clock``) of each run over ``rounds`` interleaved rounds after
+    a warm-up."""
 
     def timed(run: Callable[[], Any]) -> float:
-        start = time.perf_counter()
+        start = clock()
         run()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - start
+        return clock() - start
 
     for run in runs.values():
         timed(run)
@@ -113,7 +123,9 @@ def variable_groups(n: int, g: int, generator: Any) -> tuple[Any, int]:
     return codes[torch.randperm(n, generator=generator)], k
 
 
-def measure(n: int, g: int, rounds: int, device: Any) -> list[tuple[str, float, float]]:
+def measure(
+    n: int, g: int, rounds: int, device: Any, clock: Callable[[], float]
+) -> list[tuple[str, float, float]]:
     """(case, plain seconds, grpo-adv seconds) for ``n`` rows."""
     generator = torch.Generator().manual_seed(0)
     r = torch.rand(n, dtype=torch.float64, generator=generator).to(device)
@@ -136,7 +148,7 @@ def measure(n: int, g: int, rounds: int, device: Any) -> list[tuple[str, float, 
     single = r.float()
     runs["plain grpo float32"] = lambda: trl_grpo(single, g)
     cases.append(("plain grpo: float32 / float64", "plain grpo", "plain grpo float32"))
-    seconds = best_seconds(runs, rounds, device)
+    seconds = best_seconds(runs, rounds, device, clock)
     return [(case, seconds[plain], seconds[ours]) for case, plain, ours in cases]
 
 
@@ -146,12 +158,24 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="one thread, timed by its CPU time: a loaded machine's waits left out",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
-    print(f"device {device}, {torch.get_num_threads()} threads, G={args.group_size}")
+    clock = time.perf_counter
+    if args.cpu_time:
+        if device.type != "cpu":
+            parser.error("--cpu-time times the CPU: leave --device out")
+        torch.set_num_threads(1)
+        clock = time.thread_time
+    timing = "CPU time" if args.cpu_time else "wall clock"
+    print(f"device {device}, {torch.get_num_threads()} threads, {timing}, G={args.group_size}")
     print(f"{'rows':>11} | {'case':<30} | {'plain s':>8} | {'ours s':>8} | ratio")
     for n in args.rows:
-        for case, plain, ours in measure(n, args.group_size, args.rounds, device):
+        for case, plain, ours in measure(n, args.group_size, args.rounds, device, clock):
             print(f"{n:>11,} | {case:<30} | {plain:8.4f} | {ours:8.4f} | {ours / plain:5.2f}")
 
 

@@ -226,6 +226,37 @@ def test_a_trl_dump_is_refused_with_the_route_that_works(runner: CliRunner, tmp_
     assert not out.exists()
 
 
+def test_a_verl_dump_groups_by_its_uid_prefix(runner: CliRunner, tmp_path: Path) -> None:
+    """A verl dump's groups are its uids without ``_session_index`` (a key the layout
+    derives): the default engine's groups, advantages and repeat warning (it was an
+    internal error, the derived key not found)."""
+    dump = [pl.read_ndjson(p) for p in sorted((ROOT / "sample_data" / "verl_dump").iterdir())]
+    log = pl.concat(dump).drop("advantage")
+    source = tmp_path / "verl.parquet"
+    pl.concat([log, log.head(8)]).write_parquet(source)
+    outs = [tmp_path / "low.parquet", tmp_path / "default.parquet"]
+    said = []
+    for out, engine in zip(outs, (["--low-memory"], []), strict=True):
+        args = ["compute", str(source), "--preset", "verl", "-o", str(out), *engine]
+        result = runner.invoke(app, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        said.append(result.stderr)
+    assert "groups                        │ 18  (by step, uid (verl))" in said[0]
+    assert (
+        said[0].splitlines()[0]
+        == said[1].splitlines()[0]
+        == (
+            "warning: 8 rows repeat a uid within their group (e.g. "
+            "uid='6720cfef-42b4-f91e-f326-15b7f933ba25_0_0' in the group step=1, "
+            "group='6720cfef-42b4-f91e-f326-15b7f933ba25'): duplicated rows count twice in the "
+            "group's mean and std"
+        )
+    )
+    low, default = (pl.read_parquet(out) for out in outs)
+    assert low.drop("advantage").equals(default.drop("advantage"))
+    assert (low["advantage"] - default["advantage"]).abs().max() < 1e-12  # type: ignore[operator]
+
+
 def test_a_file_named_with_glob_characters_is_read_as_named(
     runner: CliRunner, tmp_path: Path
 ) -> None:

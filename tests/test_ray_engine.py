@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 from grpo_cli.cli import app
 from grpo_cli.core.errors import Message
 from grpo_cli.jobs.pipeline import annotate
+from tests.bad_inputs.corpus import _cut_with_footer
 from tests.conftest import ROOT, import_or_skip
 from tests.test_group_spans import WRONG_GROUPINGS
 from tests.test_group_spans import log as group_log
@@ -854,6 +855,65 @@ def test_a_run_stuck_in_ray_after_its_head_died_is_ended_with_one_line(tmp_path:
     shutil.rmtree(temp)
 
 
+HEAD_LOST_SCRIPT = """
+import os, subprocess, sys, time, types
+from pathlib import Path
+from grpo_cli.engines import ray_cluster as rc
+staging, said = Path(sys.argv[1]), Path(sys.argv[2])
+staging.mkdir()
+
+
+def init(**kwargs):  # Ray's start, waiting for its head's port (the interpreter free)
+    head = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gcs_server"])
+    time.sleep(1)  # the head runs a second (the watcher looks 4 times a second)
+    said.write_text(f"{head.pid} {os.environ[rc.OWNER_ENV]}")
+    time.sleep(60)
+
+
+fake = types.ModuleType("ray")
+fake.is_initialized, fake.init, fake.shutdown = (lambda: False), init, (lambda: None)
+sys.modules["ray"] = fake
+with rc.session(None, notes=lambda note: None, staging=[staging]):
+    pass
+"""
+
+
+def test_a_private_ray_whose_head_died_while_it_starts_is_ended_at_once(tmp_path: Path) -> None:
+    """The private Ray's head process (GCS) gone while Ray's start waits for it (Ray
+    waited 30 s for its port, then blamed the machine's memory): 2 s later, the one
+    error line, the staging folder removed, exit 4, the Ray folder removed."""
+    temp, staging, said = _short_temp(), tmp_path / ".out.part", tmp_path / "head"
+    run = subprocess.Popen(
+        [sys.executable, "-c", HEAD_LOST_SCRIPT, str(staging), str(said)],
+        stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        env={**ENV, "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not said.exists() or not said.read_text():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.05)
+    pid, folder = said.read_text().split()
+    killed = time.monotonic()
+    os.kill(int(pid), signal.SIGKILL)
+    _, stderr = run.communicate(timeout=60)
+    assert (run.returncode, stderr.splitlines()) == (
+        4,
+        [
+            "error: lost a private local Ray: its head stopped answering for 2 s; nothing "
+            "was written",
+            "hint: run again (its head process was killed or ran out of memory), or use the "
+            "default engine",
+        ],
+    )
+    assert time.monotonic() - killed < 10
+    assert not staging.exists()
+    deadline = time.monotonic() + 10
+    while Path(folder).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(folder).exists()
+    shutil.rmtree(temp)
+
+
 def test_leftovers_of_a_killed_watcher_are_reaped(tmp_path: Path) -> None:
     """The next run reaps a private Ray whose command and watcher were both killed: its
     processes (found by the folder in their environment) and its folder; a live owner's
@@ -899,18 +959,23 @@ def test_leftovers_of_a_killed_watcher_are_reaped(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("local_ray")
-@pytest.mark.parametrize("damage", ["truncated", "corrupt_pages", "empty", "csv"])
+@pytest.mark.parametrize("shard", [0, 2])
+@pytest.mark.parametrize(
+    "damage", ["truncated", "corrupt_pages", "empty", "csv", "cut_footer_kept"]
+)
 def test_unreadable_parquet_shard_is_an_input_error(
-    runner: CliRunner, tmp_path: Path, damage: str
+    runner: CliRunner, tmp_path: Path, damage: str, shard: int
 ) -> None:
-    """A damaged Parquet shard (not the first): exit 3 naming it with the default engine's
-    very message (the cause in plain text, no colour codes), no internal error, nothing
-    written."""
+    """A damaged Parquet shard, the first (checked before Ray starts) or not (read by a
+    task): exit 3 naming it with the default engine's very message and hint (the cause in
+    plain text, no colour codes), no internal error, nothing written."""
     write_shards(reward_log(rows=300), tmp_path / "in", shards=3)
-    bad = tmp_path / "in" / "shard-2.parquet"
+    bad = tmp_path / "in" / f"shard-{shard}.parquet"
     data = bad.read_bytes()
     if damage == "truncated":
         bad.write_bytes(data[: len(data) // 2])
+    elif damage == "cut_footer_kept":
+        bad.write_bytes(_cut_with_footer(data))
     elif damage == "corrupt_pages":
         pages = bytearray(data)
         for i in range(100, len(pages) - 600):
@@ -926,8 +991,9 @@ def test_unreadable_parquet_shard_is_an_input_error(
         "corrupt_pages": f"cannot read {bad} as parquet: its footer is not Parquet metadata",
         "empty": f"{bad} is empty",
         "csv": f"{bad} is not Parquet (it looks like CSV text)",
+        "cut_footer_kept": f"cannot read {bad} as parquet: row group 0, column ",
     }
-    assert result.output.splitlines()[0] == "error: " + expected[damage]
+    assert result.output.splitlines()[0].startswith("error: " + expected[damage])
     default = run_cli(runner, "compute", str(tmp_path / "in"), "-o", out)
     assert (default.exit_code, default.output) == (3, result.output)
     assert "\x1b" not in result.output and "internal error" not in result.output

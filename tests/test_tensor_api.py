@@ -466,6 +466,21 @@ def test_equal_rewards_beside_a_nan_give_exactly_0() -> None:
             assert got[:3].tolist() == [0.0, 0.0, 0.0], (options, layout)
 
 
+@pytest.mark.parametrize("estimator", ["dr_grpo", "rloo", "grpo"])
+def test_rewards_whose_squared_differences_underflow_are_equal_on_the_fast_path(
+    estimator: str,
+) -> None:
+    """Fixed groups of finite rewards skip the variance when every group's first two
+    rewards differ by more than 2^-500; closer ones (1e-170: squares under the subnormals)
+    count as equal, as on the general path: exactly 0. 2^-499 apart, the values stay."""
+    r = torch.tensor([0.0, 1e-170, 0.0, 0.0, 0.0, 2.0**-499, 0.0, 0.0], dtype=torch.float64)
+    fast = group_advantages(r, group_size=4, estimator=estimator, nulls="exclude")
+    general = group_advantages(r, torch.tensor([1, 1, 1, 1, 0, 0, 0, 0]), estimator=estimator)
+    assert fast[:4].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert (fast[4:] != 0.0).all()
+    assert_same(fast, general, tol=0.0)
+
+
 def test_the_advantages_never_share_the_rewards_memory() -> None:
     """A rule that holds everywhere (the one row of a one-response group, ``singleton="raw"``)
     still gives a new tensor: writing to the advantages leaves the rewards as they were."""

@@ -136,6 +136,11 @@ class FormulaContext(ABC):
         """The group has exactly one valid reward."""
         return self.count() == 1
 
+    def unless_singleton(self, value: Value, singleton: Callable[[], Value]) -> Value:
+        """``value``, but ``singleton()`` in a group with one valid reward (made only where
+        an engine cannot rule such groups out)."""
+        return self.where(self.is_singleton(), singleton(), value)
+
     def _unit_for_singletons(self, value: Value, unit: float) -> Value:
         if not self.singleton_unit:
             return value
@@ -189,11 +194,14 @@ class FormulaContext(ABC):
         if name == "mean":
             return self.batch_agg(x * w, "sum") / self.batch_agg(w, "sum")
         if name == "var":
-            mean = self.batch_stat(x, "mean")
-            return self.batch_agg(w * (x - mean) ** 2, "sum") / (
+            return self.batch_agg(w * self.batch_centred(x) ** 2, "sum") / (
                 self.batch_agg(w, "sum") - self.ddof
             )
         return self.batch_agg(x, name)
+
+    def batch_centred(self, x: Value) -> Value:
+        """``x - mean_b(x)``, as the batch variance and :meth:`batch_zscore` read it."""
+        return x - self.batch_stat(x, "mean")
 
     def batch_zscore(self, x: Value) -> Value:
         """``norm(x - mean_b(x), var_b(x))`` (``x`` clipped to ``shaped_clip`` first, when
@@ -203,7 +211,7 @@ class FormulaContext(ABC):
         flat = (self.batch_stat(x, "count") <= self.ddof) | (
             self.batch_stat(x, "max") == self.batch_stat(x, "min")
         )
-        whitened = self.norm(x - self.batch_stat(x, "mean"), self.batch_stat(x, "var"))
+        whitened = self.norm(self.batch_centred(x), self.batch_stat(x, "var"))
         return self.where(flat, 0.0, whitened)
 
 
@@ -397,7 +405,7 @@ def rloo(ctx: FormulaContext) -> Value:
     group); a one-response group gets the singleton policy's value (verl: the raw reward)."""
     n = ctx.to_float(ctx.count())
     loo = ctx.reward - (ctx.group_agg(ctx.reward, "sum") - ctx.reward) / (n - 1.0)
-    return ctx.where(ctx.is_singleton(), ctx.reward - ctx.group_mean(), ctx.zero_if_constant(loo))
+    return ctx.unless_singleton(ctx.zero_if_constant(loo), lambda: ctx.reward - ctx.group_mean())
 
 
 @register_estimator(
@@ -516,8 +524,9 @@ def loo_grpo(ctx: FormulaContext) -> Value:
     equal = ((r == top) & (at_bottom >= n - 1.0)) | ((r == bottom) & (at_top >= n - 1.0))
     var = ctx.where(n - 1.0 > ddof, ctx.where(equal, 0.0, others / (n - 1.0 - ddof)))
     value = ctx.norm(loo, ctx.named("var_-i", var))
-    singleton = ctx.norm(r - ctx.group_mean(), ctx.group_var())
-    return ctx.where(ctx.is_singleton(), singleton, ctx.zero_if_constant(value))
+    return ctx.unless_singleton(
+        ctx.zero_if_constant(value), lambda: ctx.norm(r - ctx.group_mean(), ctx.group_var())
+    )
 
 
 @register_estimator(

@@ -30,7 +30,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -50,6 +50,7 @@ from grpo_cli.core.errors import (
     option,
 )
 from grpo_cli.core.expressions import with_group_stats
+from grpo_cli.core.layouts import derived_column
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.core.plan import Plan, hash_collision, step_column
 from grpo_cli.core.run_summary import (
@@ -261,7 +262,7 @@ def _run(
     try:
         progress.stage("partitioning", rows)
         with _reading(source):
-            _partition(source, spill / "in", needed, key_cols, partitions, response, exact=exact)
+            _partition(source, plan, spill / "in", needed, partitions, response, exact=exact)
         group = key_cols if exact else (GROUP,)
         parts, repeats, spanned = _compute_partitions(
             spill,
@@ -283,17 +284,30 @@ def _run(
 
     def row(index: int) -> dict[str, Any]:
         with _reading(source):
-            return scan_file(source).slice(index, 1).select(columns).collect().row(0, named=True)
+            return (
+                _scan(source, plan.derived)
+                .slice(index, 1)
+                .select(columns)
+                .collect()
+                .row(0, named=True)
+            )
 
     notices = piece_warnings(plan, merged, spanned, repeats, response, row)
     return replace(RunSummary.from_partials(merged), notices=notices)
 
 
+def _scan(source: Path, derived: Sequence[str]) -> pl.LazyFrame:
+    """``source`` lazily, with the key columns its dump layout derives (a verl dump's uid
+    group; never written: :func:`_merge` reads the file itself)."""
+    frame = scan_file(source)
+    return frame.with_columns([derived_column(n) for n in derived]) if derived else frame
+
+
 def _partition(
     source: Path,
+    plan: Plan,
     folder: Path,
     needed: list[str],
-    key_cols: tuple[str, ...],
     partitions: int,
     response: str | None,
     *,
@@ -302,6 +316,7 @@ def _partition(
     """Stream ``source`` into spill files, a folder per partition (Polars' partitioned
     sink: input order kept within a partition). The key goes as its two hashes (the second
     null for a null key), or ``exact`` as its columns; the ``response`` id as its hash."""
+    key_cols = plan.keys.exact
     group_hash, check_hash = hashed_key(key_cols)
     ids = [] if response is None else [response]
     columns = list(dict.fromkeys([*needed, *key_cols, *ids]))
@@ -310,7 +325,7 @@ def _partition(
     spilled += [RESPONSE_HASH for _ in ids]
     null_key = pl.any_horizontal(*(pl.col(c).is_null() for c in key_cols))
     rows = (
-        scan_file(source)
+        _scan(source, plan.derived)
         .select(columns)
         .with_row_index(ROW)
         .with_columns(

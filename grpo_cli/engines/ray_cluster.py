@@ -13,8 +13,9 @@
   (nothing listening: exit 4 at once). Ray's refusals are exit 4 with one line
   (:func:`_refused`).
 - While Ray runs, standard output and error go to ``/dev/null`` (only data may reach
-  standard output). A head unanswered for :data:`LOST_AFTER_S` seconds ends the run with
-  exit 4, one ``error:`` line, the staging folders removed. SIGTERM keeps grpo-adv's
+  standard output). A head unanswered for :data:`LOST_AFTER_S` seconds (a private Ray's
+  head process gone for :data:`HEAD_GONE_S` while Ray starts) ends the run with exit 4,
+  one ``error:`` line, the staging folders removed. SIGTERM keeps grpo-adv's
   handler (``ray.init`` installs its own).
 
 This module imports only the standard library at the top (the reaper runs it).
@@ -83,11 +84,13 @@ def import_ray() -> Any:
 @dataclass
 class _Where:
     """The cluster of a run: what messages call it, the ``HOST:PORT`` probed while the run
-    lasts (None: not known yet), and the address given to ``ray.init``."""
+    lasts (None: not known yet), the address given to ``ray.init``, and a private Ray's
+    folder (its head process is watched while Ray starts)."""
 
     name: str
     probe: str | None
     init_address: str
+    folder: Path | None = None
 
 
 @contextlib.contextmanager
@@ -147,7 +150,8 @@ def _init(
     fatal: Fatal | None,
 ) -> None:
     """``ray.init``, quiet; a watchdog ends the process when Ray does not answer in time
-    (``ray.init`` cannot be interrupted). A SIGINT is deferred until it returns; a SIGTERM
+    (``ray.init`` cannot be interrupted), and a private Ray's head watched
+    (:func:`_watch_head_process`). A SIGINT is deferred until it returns; a SIGTERM
     meets the handler ``ray.init`` installs (``sys.exit(15)``), whose exit is handed to
     grpo-adv's handler, which is put back. Ray's refusal is one line (:func:`_refused`)."""
     sigterm = signal.getsignal(signal.SIGTERM)
@@ -158,6 +162,9 @@ def _init(
     )
     watchdog.daemon = True
     watchdog.start()
+    started = threading.Event()
+    if where.folder is not None:
+        _watch_head_process(where.folder, real_stderr, staging, fatal, started)
     try:
         with interrupts.deferred():  # SIGINT; ray.init replaces SIGTERM's handler
             ray.init(
@@ -178,6 +185,7 @@ def _init(
         raise
     finally:
         watchdog.cancel()
+        started.set()
         if threading.current_thread() is threading.main_thread() and sigterm is not None:
             signal.signal(signal.SIGTERM, sigterm)
     if where.probe is None:
@@ -249,7 +257,7 @@ def _private(notes: Notes, staging: Sequence[Path]) -> Iterator[_Where]:
             else auto + " joins this machine's cluster"
         )
         notes("running on a private local Ray, started for this run (" + aside + ")")
-        yield _Where(PRIVATE_NAME, None, "local")
+        yield _Where(PRIVATE_NAME, None, "local", folder)
     finally:
         beating.set()
         shutil.rmtree(folder, ignore_errors=True)
@@ -542,6 +550,35 @@ def _watch(
                 _end_now(real_stderr, lost(where.name), staging, fatal)
 
     threading.Thread(target=watch, name="grpo-adv-ray-watch", daemon=True).start()
+
+
+HEAD_GONE_S: Final = 2.0  # a private Ray's head process gone this long while Ray starts
+
+
+def _watch_head_process(
+    folder: Path,
+    real_stderr: int,
+    staging: Sequence[Path],
+    fatal: Fatal | None,
+    started: threading.Event,
+) -> None:
+    """A thread that looks for the head process (GCS) of the private Ray of ``folder``
+    four times a second until ``started``: seen, then gone for HEAD_GONE_S, the run ends
+    at once (Ray's start would wait 30 s for the head's port, then blame the machine).
+    Where Ray's start holds the interpreter, this thread cannot run: the reaper ends the
+    run (:func:`_reaper_main`)."""
+
+    def watch() -> None:
+        seen, gone_since = False, None
+        while not started.wait(PROBE_EVERY_S / 4):
+            if _marked(folder, GCS_COMMAND):
+                seen, gone_since = True, None
+            elif seen:
+                gone_since = gone_since or time.monotonic()
+                if time.monotonic() - gone_since >= HEAD_GONE_S and not started.is_set():
+                    _end_now(real_stderr, lost(PRIVATE_NAME, HEAD_GONE_S), staging, fatal)
+
+    threading.Thread(target=watch, name="grpo-adv-ray-head", daemon=True).start()
 
 
 def lost(name: str, after_s: float = LOST_AFTER_S) -> ClusterError:

@@ -351,7 +351,10 @@ class TorchContext(FormulaContext):
     """The formula context on torch: every value a float64 tensor (NaN for null), every
     statistic a segment reduction over dense codes (``group``, ``batch``: 0..k-1, k
     ``groups``, ``batches``) gathered back to the rows; ``batch`` None: one batch, its
-    statistics reductions of the whole tensor."""
+    statistics reductions of the whole tensor. On the CPU (host syncs there are free),
+    rewards known finite (:attr:`finite`) skip what cannot change a number: the NaN
+    handling, the infinity check, the equality check where the variance rules it out, and
+    the rules (``constant``, ``singleton``) that hold in no group."""
 
     torch: Any
     group: Any
@@ -391,16 +394,25 @@ class TorchContext(FormulaContext):
         (no pass over the rows; the side itself is returned, never the reward: the caller's
         tensor)."""
         torch, yes, no = self.torch, self._tensor(then), self._tensor(otherwise)
-        one = cond.numel() == 1 or (cond.numel() > 1 and not any(cond.stride()))
-        if one and cond.device.type == "cpu":
-            picked = yes if bool(cond[(0,) * cond.dim()]) else no
-            shape = torch.broadcast_shapes(cond.shape, yes.shape, no.shape)
-            same = picked.shape == shape and picked.dtype == torch.result_type(yes, no)
+        one = self._one_value(cond)
+        if one is not None:
+            picked = yes if one else no
+            whole = all(_covers(picked.shape, side.shape) for side in (cond, yes, no))
+            same = whole and picked.dtype == torch.result_type(yes, no)
             if same and picked is not self.reward:
                 return picked
         return torch.where(cond, yes, no)
 
+    def _one_value(self, cond: Any) -> bool | None:
+        """On the CPU, the value of a ``cond`` of one value (one element, or one broadcast:
+        every stride 0); else None."""
+        one = cond.numel() == 1 or (cond.numel() > 1 and not any(cond.stride()))
+        return bool(cond[(0,) * cond.dim()]) if one and cond.device.type == "cpu" else None
+
     def is_null(self, x: Value) -> Any:
+        """``isnan``; the reward's, when it is :attr:`finite`, one False broadcast."""
+        if x is self.reward and self.finite:
+            return self._nowhere()
         return self.torch.isnan(x)
 
     def fill_null(self, x: Value, value: float) -> Any:
@@ -414,35 +426,81 @@ class TorchContext(FormulaContext):
     def to_float(self, x: Value) -> Any:
         return x.to(self.torch.float64)
 
-    @property
+    @cached_property
+    def _sums(self) -> Any:
+        """The group sums of the reward: NaN or infinite where a reward is (:attr:`finite`
+        reads them); elsewhere ``nansum``'s, bit for bit (the same additions: torch sums
+        both by one kernel, ``index_add_`` with the NaN zeroed first)."""
+        return self._per_group(self.reward, "sum")
+
+    @cached_property
     def finite(self) -> bool:
-        """Whether every reward is known valid and finite without a device sync (never
-        here: :class:`FixedGroupContext` knows it on the CPU)."""
-        return False
+        """Whether every reward is known valid and finite: on the CPU (a host sync there is
+        free), the group sums add up to a finite number (a NaN or an infinity makes its
+        group's sum NaN or infinite; sums that overflow only take the general way); never
+        on an accelerator."""
+        cpu = self.device.type == "cpu" and self.reward.numel() > 0
+        return cpu and math.isfinite(float(self._sums.sum()))
 
     @cached_property
     def _reward_stats(self) -> dict[str, Any]:
         """Per group: ``count``, ``mean``, ``var``, ``constant``
-        (:func:`grpo_cli.core.grouping.zero_spread`) and ``singleton`` (one valid reward)."""
+        (:func:`grpo_cli.core.grouping.zero_spread`) and ``singleton`` (one valid reward).
+        Rewards known :attr:`finite` have no NaN to leave out, and their groups are compared
+        (all equal: var exactly 0) only where the variance allows it: n equal values x leave
+        ``|r - mean| <= n u |x|`` (u = 2^-53, any summation order), so a variance above
+        ``n / (n - ddof) (4 n u |mean|)^2 + 2^-1000`` (a margin of 16, and the subnormals')
+        proves its group unequal."""
         torch, r = self.torch, self.reward
+        if self.finite:
+            n = self._counts()
+            mean = self._sums / n
+            self._reward_rows["mean"] = self._group_rows(mean)
+            var = self._squares(self._reward_rows["mean"]) / (n - self.ddof)
+            bound = (4 * 2.0**-53 * n * mean.abs()).square_().mul_(n / (n - self.ddof))
+            if bool((var <= bound.add_(2.0**-1000)).any()):
+                var = torch.where(self._all_equal(n), 0.0, var)
+            var = torch.where(n > self.ddof, var, float("nan"))
+            constant = zero_spread(n, var)
+            stats = {"count": n, "mean": mean, "var": var, "constant": constant}
+            return {**stats, "singleton": n == 1}
         n = self._per_group(torch.isnan(r).logical_not_(), "sum")
         mean = self._per_group(r, "nansum") / n
         self._reward_rows["mean"] = self._group_rows(mean)
         # in place on the temporary (a fresh tensor of N rows costs more than the arithmetic)
         centred = (r - self._reward_rows["mean"]).nan_to_num_(0.0, torch.inf, -torch.inf)
         var = self._per_group(centred.mul_(centred), "sum") / (n - self.ddof)
-        # all valid rewards equal: all at the maximum (no valid reward: var is NaN anyway)
-        top = self._group_rows(self._per_group(self.fill_null(r, -torch.inf), "max"))
-        equal = self._per_group(r == top, "sum") == n
-        var = torch.where(n > self.ddof, torch.where(equal, 0.0, var), float("nan"))
+        var = torch.where(n > self.ddof, torch.where(self._all_equal(n), 0.0, var), float("nan"))
         constant = zero_spread(n, var)
         return {"count": n, "mean": mean, "var": var, "constant": constant, "singleton": n == 1}
+
+    def _counts(self) -> Any:
+        """The rows of each group (its valid rewards when :attr:`finite`)."""
+        counts = self.torch.bincount(self.group, minlength=self.groups)
+        return counts.to(self.torch.float64)
+
+    def _squares(self, mean: Any) -> Any:
+        """``sum_g (r - mean_g)^2`` of finite rewards (``mean``: the group means' rows), in
+        place on the temporary (a fresh tensor of N rows costs more than the arithmetic)."""
+        centred = self.reward - mean
+        return self._per_group(centred.mul_(centred), "sum")
+
+    def _all_equal(self, n: Any) -> Any:
+        """Per group, whether its ``n`` valid rewards are all equal: all at the maximum."""
+        r = self.reward
+        top = self._group_rows(self._per_group(self.fill_null(r, -self.torch.inf), "max"))
+        return self._per_group(r == top, "sum") == n
 
     @cached_property
     def _reward_rows(self) -> dict[str, Any]:
         return {}  # the rows of _reward_stats, gathered once each
 
     def reward_stat(self, name: str) -> Any:
+        """The statistic's rows; on the CPU a rule (``constant``, ``singleton``) that holds
+        in no group is one False broadcast to the rows (:meth:`where` skips it)."""
+        rule = name in ("constant", "singleton") and self.device.type == "cpu"
+        if rule and not bool(self._reward_stats[name].any()):
+            return self._nowhere()
         stats = self._reward_stats  # fills the mean's rows
         if name not in self._reward_rows:
             self._reward_rows[name] = self._group_rows(stats[name])
@@ -454,7 +512,22 @@ class TorchContext(FormulaContext):
     def is_singleton(self) -> Any:
         return self.reward_stat("singleton")
 
+    def unless_singleton(self, value: Value, singleton: Callable[[], Value]) -> Value:
+        """:meth:`FormulaContext.unless_singleton`; ``value`` itself, ``singleton()`` not
+        made, where no group is one (:meth:`reward_stat`)."""
+        holds = self.is_singleton()
+        if self._one_value(holds) is False:
+            return value
+        return self.where(holds, singleton(), value)
+
+    def _nowhere(self) -> Any:
+        """False on every row: one value broadcast (no memory, no pass)."""
+        false = self.torch.zeros((), dtype=self.torch.bool, device=self.device)
+        return false.expand(self.reward.shape)
+
     def group_agg(self, x: Value, op: str) -> Any:
+        if op == "sum" and x is self.reward and self.finite:
+            return self._group_rows(self._sums)
         return self._group_rows(self._nan_reduce(self._per_group, x, op))
 
     def batch_stat(self, x: Value, name: str) -> Value:
@@ -468,11 +541,23 @@ class TorchContext(FormulaContext):
             if key not in self._reduced:
                 self._reduced[key] = (x, self.batch_agg(x, "sum") / self.batch_agg(x, "count"))
             return self._reduced[key][1]
-        if name == "var":
-            centred = x - self.batch_stat(x, "mean")
-            squares = centred.mul_(centred)  # ** 2 (torch's pow: slower), on the temporary
+        if name == "var":  # ** 2 is torch's pow: slower
+            held = self._reduced.get(("batch_centred", id(x), ""))
+            if held is None:  # read by nothing else: squared in place
+                centred = super().batch_centred(x)
+                squares = centred.mul_(centred)
+            else:
+                squares = held[1] * held[1]
             return self.batch_agg(squares, "sum") / (self.batch_agg(x, "count") - self.ddof)
         return self.batch_agg(x, name)
+
+    def batch_centred(self, x: Value) -> Any:
+        """:meth:`FormulaContext.batch_centred`, made once per value (:meth:`batch_zscore`
+        reads it, then the variance)."""
+        key = ("batch_centred", id(x), "")
+        if key not in self._reduced:
+            self._reduced[key] = (x, super().batch_centred(x))
+        return self._reduced[key][1]
 
     def batch_agg(self, x: Value, op: str) -> Any:
         return self._batch_rows(self._nan_reduce(self._per_batch, x, op))
@@ -518,98 +603,136 @@ class TorchContext(FormulaContext):
 
     @cached_property
     def _reduced(self) -> dict[tuple[str, int, str], tuple[Any, Any]]:
-        """:meth:`_nan_reduce`'s counts and extrema (and batch means), once each a context
-        (:meth:`batch_zscore` asks for a count five times)."""
+        """:meth:`_nan_reduce`'s counts and extrema (and batch means, centred values, finite
+        sums), once each a context (:meth:`batch_zscore` asks for a count five times)."""
         return {}
 
 
 @dataclass(frozen=True)
 class FixedGroupContext(TorchContext):
     """:class:`TorchContext` over groups of ``size`` consecutive rows (``group``, ``groups``
-    unused): a group's reduction is along dim 1 of the ``(N / size, size)`` view, expanded
-    back to the rows; no sort, no scatter. On the CPU, rewards known finite (:attr:`finite`)
-    skip what cannot change a number: the NaN and singleton rules, the infinity check, the
-    zero-variance rule where no group is constant."""
+    unused) whose per-row values (``reward``, ``length``, ``baseline`` and what a formula
+    makes of them) are ``(N / size, size)`` views of the rows: a group's statistic is a
+    reduction along dim 1, one value a group, ``(N / size, 1)``, which broadcasts over the
+    view (never expanded to the rows); a batch's one value ``(1,)``, or gathered to the view
+    by ``batch``'s codes. No sort, no scatter; the caller takes the rows back with
+    ``reshape(-1)``.
+
+    On the CPU, rewards known finite (:attr:`finite`) skip what cannot change a number: the
+    NaN and singleton rules (a group of G >= 2 finite rewards is no singleton), the
+    infinity check, the variance where only the mean is read, the zero-variance rule where
+    no group can have one (:attr:`_may_be_constant`); a value whose sum over the one batch
+    is finite, the NaN handling of its batch statistics (:meth:`batch_agg`)."""
 
     size: int = 1
 
     @cached_property
-    def finite(self) -> bool:
-        """On the CPU, whether the rewards' sum is finite: a NaN or an infinity makes it NaN
-        or infinite (a sum that overflows only sends to the general path)."""
-        cpu = self.device.type == "cpu" and self.reward.numel() > 0
-        return cpu and math.isfinite(float(self.reward.sum()))
+    def _mean(self) -> Any:
+        """The group means of finite rewards: the sums over G."""
+        return self._sums / float(self.size)
 
     @cached_property
-    def _sums(self) -> Any:
-        """The group sums, as :meth:`group_agg` takes them."""
-        return self._per_group(self.reward, "nansum")
+    def _may_be_constant(self) -> bool:
+        """Whether a group of finite rewards may have a variance of exactly 0: not when the
+        first two rewards of every group differ by more than 2^-500 (one of them is then
+        more than 2^-501 from any mean, and its square, 2^-1002 at least, keeps the
+        variance above 0: :attr:`_reward_stats`). One pass over two columns, not the
+        variance's."""
+        if self.size < 2:
+            return True
+        gap = (self.reward[:, 0] - self.reward[:, 1]).abs_()
+        return not bool((gap > 2.0**-500).all())
 
-    def group_agg(self, x: Value, op: str) -> Any:
-        if op == "sum" and x is self.reward and self.finite:
-            return self._group_rows(self._sums)
-        return super().group_agg(x, op)
+    def _counts(self) -> Any:
+        return self.torch.full_like(self._sums, float(self.size))
 
-    @cached_property
-    def _reward_stats(self) -> dict[str, Any]:
-        """:class:`TorchContext`'s statistics; when every reward is valid and finite
-        (:attr:`finite`) from the group sums, with every count G: no NaN to leave out, all
-        equal where the maximum is the minimum, compared only where the variance allows it:
-        G equal values x leave ``|r - mean| <= G u |x|`` (u = 2^-53, any summation order),
-        so a variance above ``G / (G - ddof) (4 G u |mean|)^2 + 2^-1000`` (a margin of 16,
-        and the subnormals') proves its group unequal."""
-        if not self.finite:
-            return super()._reward_stats
-        torch, view, g = self.torch, self.reward.reshape(-1, self.size), self.size
-        n = torch.full_like(self._sums, float(g))
-        mean = self._sums / n
-        var = torch.empty_like(mean)
-        step = max(1, 2**16 // g)  # groups a block: the squares in one small buffer
+    def _squares(self, mean: Any) -> Any:
+        """:meth:`TorchContext._squares` by blocks of groups: the squares in one small
+        buffer."""
+        torch, view, g = self.torch, self.reward, self.size
+        total = torch.empty_like(mean)
+        step = max(1, 2**16 // g)
         squares = torch.empty((min(step, mean.shape[0]), g), dtype=torch.float64)
         for start in range(0, mean.shape[0], step):
             rows = slice(start, start + step)
             block = torch.sub(view[rows], mean[rows], out=squares[: view[rows].shape[0]])
-            torch.sum(block.mul_(block), 1, keepdim=True, dtype=torch.float64, out=var[rows])
-        var = var.div_(n - self.ddof)
-        if g > self.ddof:
-            bound = (4 * g * 2.0**-53 * mean.abs()).square_().mul_(g / (g - self.ddof))
-            if bool((var <= bound.add_(2.0**-1000)).any()):
-                equal = view.amax(1, keepdim=True) == view.amin(1, keepdim=True)
-                var = torch.where(equal, 0.0, var)
-        var = torch.where(n > self.ddof, var, float("nan"))
-        constant = zero_spread(n, var)
-        return {"count": n, "mean": mean, "var": var, "constant": constant, "singleton": n == 1}
+            torch.sum(block.mul_(block), 1, keepdim=True, dtype=torch.float64, out=total[rows])
+        return total
+
+    def _all_equal(self, n: Any) -> Any:
+        """Per group, whether its maximum is its minimum (every reward valid: NaN makes
+        them unequal, where :meth:`TorchContext._all_equal` leaves NaN out)."""
+        if not self.finite:
+            return super()._all_equal(n)
+        return self.reward.amax(1, keepdim=True) == self.reward.amin(1, keepdim=True)
 
     def reward_stat(self, name: str) -> Any:
-        """:meth:`TorchContext.reward_stat`; on the CPU a rule (``constant``, ``singleton``)
-        that holds in no group is one False broadcast to the rows (:meth:`where` skips it);
-        the count of finite rewards is G, one value (0-dim: it broadcasts)."""
-        rule = name in ("constant", "singleton") and self.device.type == "cpu"
-        if rule and not bool(self._reward_stats[name].any()):
-            return self._nowhere()
-        if name == "count" and self.finite:  # one value: n - 1 is computed once
-            return self.torch.full(
-                (), float(self.size), dtype=self.torch.float64, device=self.device
-            )
+        """:meth:`TorchContext.reward_stat`; of finite rewards the count is G (0-dim: it
+        broadcasts), the mean the sums over G (no variance); on the CPU a rule
+        (``constant``, ``singleton``) that holds in no group is one False broadcast to the
+        view (:meth:`where` skips it), known without the statistics where it can be."""
+        if self.finite:
+            if name == "count":  # one value: n - 1 is computed once
+                return self.torch.full((), float(self.size), dtype=self.torch.float64)
+            if name == "mean":
+                return self._mean
+            if (name == "singleton" and self.size > 1) or (
+                name == "constant" and not self._may_be_constant
+            ):
+                return self._nowhere()
         return super().reward_stat(name)
 
-    def is_null(self, x: Value) -> Any:
-        """:meth:`TorchContext.is_null`; the reward's, when it is :attr:`finite`, one False
-        broadcast to the rows."""
-        if x is self.reward and self.finite:
-            return self._nowhere()
-        return super().is_null(x)
+    def batch_agg(self, x: Value, op: str) -> Any:
+        """:meth:`TorchContext.batch_agg`; one batch on the CPU, of a value whose sum is
+        finite (no NaN, no infinity; :meth:`_finite_sum`): the sum is that sum (``nansum``'s,
+        bit for bit), the count the rows, the maximum and minimum plain reductions."""
+        total = None
+        if op in ("sum", "count", "max", "min") and self.batch is None:
+            total = self._finite_sum(x)
+        if total is None:
+            return super().batch_agg(x, op)
+        if op == "sum":
+            return total
+        if op == "count":
+            return self.torch.full_like(total, float(self.reward.numel()))
+        return REDUCE[op](self.torch, self._flat(x), 0)  # aminmax along a dim: 10x slower
 
-    def _nowhere(self) -> Any:
-        """False on every row: one value broadcast (no memory, no pass)."""
-        false = self.torch.zeros((), dtype=self.torch.bool, device=self.device)
-        return false.expand(self.reward.shape)
+    def _finite_sum(self, x: Value) -> Any:
+        """The sum of ``x`` over the rows, on the CPU, when it is finite; else None (once
+        per value: kept with the other reductions)."""
+        key = ("finite_sum", id(x), "sum")  # x held below: its id is not reused meanwhile
+        if key not in self._reduced:
+            total = None
+            if self.device.type == "cpu" and self.reward.numel():
+                total = REDUCE["sum"](self.torch, self._flat(x), 0)
+                total = total if math.isfinite(float(total)) else None
+            self._reduced[key] = (x, total)
+        return self._reduced[key][1]
+
+    def _flat(self, x: Value) -> Any:
+        """``x`` (a view, or one value a group or batch) as float64 rows."""
+        return self.torch.broadcast_to(self.to_float(x), self.reward.shape).reshape(-1)
 
     def _per_group(self, x: Any, op: str) -> Any:
-        return REDUCE[op](self.torch, x.reshape(-1, self.size), 1)
+        return REDUCE[op](self.torch, self.torch.broadcast_to(x, self.reward.shape), 1)
 
     def _group_rows(self, per_group: Any) -> Any:
-        return per_group.expand(-1, self.size).reshape(-1)
+        return per_group
+
+    def _per_batch(self, x: Any, op: str) -> Any:
+        return super()._per_batch(self.torch.broadcast_to(x, self.reward.shape).reshape(-1), op)
+
+    def _batch_rows(self, per_batch: Any) -> Any:
+        if self.batch is None:
+            return per_batch
+        return per_batch.index_select(0, self.batch).view(self.reward.shape)
+
+
+def _covers(shape: tuple[int, ...], other: tuple[int, ...]) -> bool:
+    """Whether broadcasting ``other`` against ``shape`` leaves ``shape``: what
+    ``torch.broadcast_shapes`` says, without its 10-odd microseconds a call."""
+    pairs = zip(shape[::-1], other[::-1], strict=False)
+    return len(other) <= len(shape) and all(o in (1, s) for s, o in pairs)
 
 
 # Reductions along a dim, kept (size 1), in float64: ``sum`` (of floats or bools), ``nansum``

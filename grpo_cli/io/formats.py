@@ -81,7 +81,7 @@ class Format:
         scan: path -> LazyFrame, for a file starting with ``scan_magic`` (the file engines
             read it lazily; None: read whole).
         rows: (path, name, hint) -> the row count of such a file (from its footer), an
-            InputError with ``hint`` when it is damaged.
+            InputError with ``hint`` (None: ``parse_hint``) when it is damaged.
         by_suffix: its suffix names it (False: ``.json``, always sniffed).
         nested: writes list and struct columns (not CSV).
         parse_hint: the hint of an error parsing it.
@@ -96,7 +96,7 @@ class Format:
     magic: tuple[bytes, ...] = ()
     starts: bytes = b""
     scan: Callable[[Path], pl.LazyFrame] | None = None
-    rows: Callable[[Path, str, Message], int] | None = None
+    rows: Callable[[Path, str, Message | None], int] | None = None
     by_suffix: bool = True
     nested: bool = True
     parse_hint: Message = ""
@@ -136,7 +136,7 @@ def _scan_arrow(path: Path) -> pl.LazyFrame:
     return pl.scan_ipc(path, glob=False)
 
 
-def _arrow_rows(path: Path, name: str, hint: Message) -> int:
+def _arrow_rows(path: Path, name: str, hint: Message | None) -> int:
     """The row count of an Arrow IPC file (its footer); a damaged file is an InputError."""
     import polars as pl
 
@@ -145,7 +145,9 @@ def _arrow_rows(path: Path, name: str, hint: Message) -> int:
     )
 
 
-def _arrow_errors(read: Callable[[], pl.DataFrame], name: str, hint: Message) -> pl.DataFrame:
+def _arrow_errors(
+    read: Callable[[], pl.DataFrame], name: str, hint: Message | None
+) -> pl.DataFrame:
     """``read()``, whose failure (Polars' error, its panic, an OSError on a cut file) is an
     InputError naming ``name``."""
     import polars as pl

@@ -278,9 +278,13 @@ def scan_parquet_file(path: Path | str) -> pl.LazyFrame:
     return pl.scan_parquet(path, glob=False)
 
 
-def check_scanned_file(path: Path) -> int:
+PARQUET_DAMAGED_HINT: Final = "the file is truncated or damaged: write it again"
+
+
+def check_scanned_file(path: Path, hint: Message | None = PARQUET_DAMAGED_HINT) -> int:
     """Raise unless ``path`` is a file a format scans (OptionsError) and passes that
-    format's check (InputError); return its row count (from the footer)."""
+    format's check (InputError, with ``hint`` for a damaged file; None: the format's own,
+    the Polars engine's); return its row count (from the footer)."""
     fmt = scanned_format(path)
     if fmt is None or fmt.rows is None:
         low_memory = option("backend", "partitioned", alias="alone")
@@ -292,15 +296,13 @@ def check_scanned_file(path: Path) -> int:
             "pl.scan_csv('IN.csv').sink_parquet('IN.parquet')\"), or drop " + low_memory,
             path=path,
         )
-    return fmt.rows(path, str(path), PARQUET_DAMAGED_HINT)
+    return fmt.rows(path, str(path), hint)
 
 
 OUTPUT: Final = option("output", short=True)
 """The output option (``-o`` on the command line) named in messages."""
 FORCE: Final = option("force", True)
 """Overwriting allowed (``force=True``), named in messages."""
-
-PARQUET_DAMAGED_HINT: Final = "the file is truncated or damaged: write it again"
 
 
 def check_parquet_layout(source: Path | bytes, name: str, hint: Message | None = None) -> int:

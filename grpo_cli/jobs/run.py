@@ -294,7 +294,8 @@ def _first_schema(
 
     scanned = scanned_format(first)
     if not dataset or (scanned and (fmt or format_from_suffix(first)) == scanned.name):
-        rows = check_scanned_file(first)
+        # Ray reads other formats too: a damaged file gets the Polars engine's hint
+        rows = check_scanned_file(first, None) if dataset else check_scanned_file(first)
         schema = scan_file(first).collect_schema()
         if not rows and not dataset:
             raise no_rows(str(first), list(schema))

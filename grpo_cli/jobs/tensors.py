@@ -34,7 +34,7 @@ import inspect
 import warnings
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import fields
-from functools import partial
+from functools import lru_cache, partial
 from numbers import Integral, Real
 from typing import Any, Final
 
@@ -191,7 +191,7 @@ def group_advantages(
                 estimator,
                 batch=None if batch is None else (batch_codes, batch),
             )
-        parts = _reward_parts(torch, rewards, chosen.nulls)
+        parts = [_view(p, size) for p in _reward_parts(torch, rewards, chosen.nulls)]
         reward = combined(torch, parts, chosen.weights)
         if chosen.reward_clip is not None:  # as grpo_cli.core.rewards: each part for GDPO
             parts = [part.clamp(*chosen.reward_clip) for part in parts]
@@ -204,8 +204,8 @@ def group_advantages(
             batch=batch_codes,
             batches=segments(batch_codes, n),
             reward=reward,
-            length=None if lengths is None else _column(torch, rewards, lengths, "lengths"),
-            baseline=None if baseline is None else _column(torch, rewards, baseline, "baseline"),
+            length=_column(torch, rewards, lengths, "lengths", size),
+            baseline=_column(torch, rewards, baseline, "baseline", size),
             **context_settings(chosen),
         )
         if chosen.nulls == "error" or (
@@ -220,12 +220,12 @@ def group_advantages(
         raw = formula(ctx, chosen, estimator, lambda: [ctx.with_reward(p) for p in parts])
         singleton = ctx.is_singleton() if estimator.uses_groups else None
         value = policy_value(
-            ctx, torch.broadcast_to(raw, (n,)), chosen, estimator, singleton=singleton
+            ctx, torch.broadcast_to(raw, ctx.reward.shape), chosen, estimator, singleton=singleton
         )
         if dropped is not None:
             value = torch.where(dropped, float("nan"), value)
         dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
-        return _infinite_rewards(ctx, parts, value, dtype, chosen, estimator)
+        return _infinite_rewards(ctx, parts, value, dtype, chosen, estimator).reshape(n)
 
 
 def _infinite_rewards(
@@ -300,7 +300,22 @@ def tensor_options(
             f"options must be an AdvantageOptions, got {type(options).__name__}",
             hint="or pass the fields as keywords: group_advantages(rewards, groups, **fields)",
         )
-    merged = merge_options(preset, explicit)
+    return _merged(k, preset, options, tuple(explicit.items()), lengths, baseline, batch)
+
+
+@lru_cache(maxsize=64)
+def _merged(
+    k: int,
+    preset: str | None,
+    options: AdvantageOptions | None,
+    explicit: tuple[tuple[str, Any], ...],
+    lengths: bool,
+    baseline: bool,
+    batch: bool,
+) -> AdvantageOptions:
+    """The rest of :func:`tensor_options`, once for each distinct call (a trainer passes the
+    same options every step; the options are frozen): merged and checked."""
+    merged = merge_options(preset, dict(explicit))
     base = options or AdvantageOptions()
     given = merged.get("reward_weights", base.reward_weights)
     if given is not None and len(tuple(given)) != k:
@@ -443,14 +458,17 @@ def _index(torch: Any, rewards: Any, index: Any, name: str) -> Any:
     return _same_rows(rewards, index, name)
 
 
-def _column(torch: Any, rewards: Any, values: Any, name: str) -> Any:
-    """A per-response float64 column (lengths, baseline), NaN for null."""
+def _column(torch: Any, rewards: Any, values: Any, name: str, size: int | None) -> Any:
+    """A per-response float64 column (lengths, baseline), NaN for null, in the layout of
+    the rewards (:func:`_view`); None when not given."""
+    if values is None:
+        return None
     if not isinstance(values, torch.Tensor):
         raise InputError(
             f"{name} must be a tensor, got {type(values).__name__}",
             hint="pass torch.as_tensor(...)",
         )
-    return _same_rows(rewards, values, name).to(torch.float64)
+    return _view(_same_rows(rewards, values, name).to(torch.float64), size)
 
 
 def _same_rows(rewards: Any, tensor: Any, name: str) -> Any:
@@ -657,6 +675,12 @@ def _code_prompts(torch: Any, rewards: Any, prompt_ids: Collection[Hashable]) ->
             hint="every response needs the id of its prompt",
         )
     return torch.tensor(index, dtype=torch.int64)
+
+
+def _view(tensor: Any, size: int | None) -> Any:
+    """The ``(N / size, size)`` view of ``tensor``'s rows, the layout of
+    :class:`grpo_cli.engines.torch.FixedGroupContext`; without a size ``tensor`` itself."""
+    return tensor if size is None else tensor.reshape(-1, size)
 
 
 def _reward_parts(torch: Any, rewards: Any, nulls: str) -> list[Any]:
