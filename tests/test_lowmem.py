@@ -226,14 +226,22 @@ def test_a_trl_dump_is_refused_with_the_route_that_works(runner: CliRunner, tmp_
     assert not out.exists()
 
 
-def test_a_verl_dump_groups_by_its_uid_prefix(runner: CliRunner, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("in_step_order", "route"),
+    [(False, "partitioned: step 1 follows step 3"), (True, "one pass: the log is in step order")],
+    ids=["partitioned", "one pass"],
+)
+def test_a_verl_dump_groups_by_its_uid_prefix(
+    runner: CliRunner, tmp_path: Path, in_step_order: bool, route: str
+) -> None:
     """A verl dump's groups are its uids without ``_session_index`` (a key the layout
     derives): the default engine's groups, advantages and repeat warning (it was an
-    internal error, the derived key not found)."""
+    internal error, the derived key not found), on both routes."""
     dump = [pl.read_ndjson(p) for p in sorted((ROOT / "sample_data" / "verl_dump").iterdir())]
     log = pl.concat(dump).drop("advantage")
     source = tmp_path / "verl.parquet"
-    pl.concat([log, log.head(8)]).write_parquet(source)
+    doubled = pl.concat([log, log.head(8)])
+    (doubled.sort("step", maintain_order=True) if in_step_order else doubled).write_parquet(source)
     outs = [tmp_path / "low.parquet", tmp_path / "default.parquet"]
     said = []
     for out, engine in zip(outs, (["--low-memory"], []), strict=True):
@@ -242,6 +250,7 @@ def test_a_verl_dump_groups_by_its_uid_prefix(runner: CliRunner, tmp_path: Path)
         assert result.exit_code == 0, result.output
         said.append(result.stderr)
     assert "groups                        │ 18  (by step, uid (verl))" in said[0]
+    assert f"│ route                         │ {route}" in said[0]
     assert (
         said[0].splitlines()[0]
         == said[1].splitlines()[0]

@@ -39,7 +39,9 @@ import polars as pl
 from grpo_cli.core import metrics, progress
 from grpo_cli.core.columns import PART_ROW
 from grpo_cli.core.errors import InputError
+from grpo_cli.core.layouts import derived_column
 from grpo_cli.core.plan import Plan
+from grpo_cli.core.rewards import combined_reward
 from grpo_cli.core.run_summary import RunSummary, piece_warnings, response_id
 from grpo_cli.core.schema import refuse_values, value_checks
 from grpo_cli.engines.batch_partials import needs_batch_stats
@@ -137,7 +139,9 @@ def run_steps(
     key = [*plan.keys.exact, *([response] if response else [])]
 
     def row(index: int) -> dict[str, Any]:
-        return scan_file(source).slice(index, 1).select(key).collect().row(0, named=True)
+        found = scan_file(source).slice(index, 1)
+        found = found.with_columns(derived_column(name) for name in plan.derived)
+        return found.select(key).collect().row(0, named=True)
 
     repeats = merge_repeats(totals.repeats)
     notices = piece_warnings(plan, merged, None, repeats, response, row)
@@ -207,14 +211,19 @@ def _compute(
     the added ones), or None once a value is to be refused (the rest are only counted)."""
     options = plan.options
     uses_groups = plan.estimator.uses_groups
+    columns = [c for c in chunk.columns if c != ROW]
+    if plan.derived:  # a dump layout's key (verl's uid group), never written
+        chunk = chunk.with_columns(derived_column(name) for name in plan.derived)
     checks = value_checks(options, uses_groups, chunk.schema)
-    if checks:
-        for name, count in chunk.select(**checks).row(0, named=True).items():
-            totals.counts[name] = totals.counts.get(name, 0) + int(count or 0)
+    nulls = combined_reward(options).is_null().any()
+    found = chunk.select(**checks, __nulls=nulls).row(0, named=True)
+    for name in checks:
+        totals.counts[name] = totals.counts.get(name, 0) + int(found[name] or 0)
     if any(totals.counts.values()) or totals.refused is not None:
         return None
     group = plan.keys.exact
-    full = POLARS.annotate(chunk, plan)
+    # Without a null reward in the chunk, the one grouping pass needs no row count of its own.
+    full = POLARS.annotate(chunk, replace(plan, has_nulls=bool(found["__nulls"])))
     try:
         check_batch_spans(full, options, group, uses_groups=uses_groups)
     except InputError as exc:
@@ -226,7 +235,6 @@ def _compute(
     if response is not None:
         hashed = full.select(*group, ROW, response_hash(response))
         totals.repeats.append(piece_repeats(hashed, group, ROW))
-    columns = [c for c in chunk.columns if c != ROW]
     return full.select(*columns, *options.added_columns()).to_arrow()
 
 
