@@ -116,3 +116,43 @@ def write_big_log(path: Path, rows: int, *, seed: int = 42, chunk: int = 10_000_
         writer.close()
     tmp.rename(path)
     return path
+
+
+def write_step_log(
+    path: Path, rows: int, *, prompts_per_step: int = 256, seed: int = 42, chunk_steps: int = 4096
+) -> Path:
+    """A log written step by step, as trainers write them, too large to build in memory:
+    ``prompts_per_step`` groups a step (sizes as :func:`group_sizes`), the rows of each step
+    shuffled among themselves, steps in order; written in chunks of ``chunk_steps`` steps."""
+    if path.exists():
+        return path
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    sizes = group_sizes(rng, rows)
+    tmp = path.with_suffix(".part")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = None
+    per_chunk = prompts_per_step * chunk_steps
+    for first in range(0, len(sizes), per_chunk):
+        chunk = sizes[first : first + per_chunk]
+        group = np.repeat(np.arange(first, first + len(chunk), dtype=np.int64), chunk)
+        step = group // prompts_per_step
+        order = np.argsort(step + rng.random(len(group)), kind="stable")  # shuffled in steps
+        group, step = group[order], step[order]
+        binary = rng.random(len(chunk)) < 0.6
+        skill = rng.random(len(chunk))
+        noise = rng.random(len(group))
+        local = group - first
+        reward = np.where(binary[local], (noise < skill[local]).astype(np.float64), noise.round(4))
+        frame = pl.DataFrame({"step": step, "prompt_id": group, "reward": reward}).with_columns(
+            prompt_id=pl.format("p{}", pl.col("prompt_id").cast(pl.String).str.zfill(9))
+        )
+        table = frame.to_arrow()
+        if writer is None:
+            writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+        writer.write_table(table, row_group_size=1_000_000)
+    if writer is not None:
+        writer.close()
+    tmp.rename(path)
+    return path

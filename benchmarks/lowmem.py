@@ -1,7 +1,8 @@
 """Bounded memory on a huge log: ``grpo-adv compute --low-memory`` against the streaming
 I/O floor (Polars scan -> sink), with peak RSS, and a check of the result.
 
-    python benchmarks/lowmem.py --rows 200000000
+    python benchmarks/lowmem.py --rows 200000000                  # shuffled: partitioned
+    python benchmarks/lowmem.py --rows 1000000000 --order step    # step order: one pass
 
 The check recomputes, in memory, every group of a random sample of prompt ids from the
 input and compares with the low-memory output (same rows, same order, |difference| <= 1e-12).
@@ -21,12 +22,18 @@ from pathlib import Path
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_logs import write_big_log
+from bench_logs import write_big_log, write_step_log
 
 from grpo_cli.jobs.pipeline import annotate
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    seconds, gib, _ = timed_run(argv, env)
+    return seconds, gib
+
+
+def timed_run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """Run ``argv``: its seconds, peak RSS in GiB and standard error."""
     start = time.perf_counter()
     done = subprocess.run(
         ["/usr/bin/time", "-f", "%M", *argv], capture_output=True, text=True, check=False, env=env
@@ -34,7 +41,8 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, fl
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
-    return seconds, int(done.stderr.strip().splitlines()[-1]) / 1024 / 1024
+    lines = done.stderr.strip().splitlines()
+    return seconds, int(lines[-1]) / 1024 / 1024, "\n".join(lines[:-1])
 
 
 @dataclass
@@ -50,17 +58,26 @@ class LowMemResult:
     same_rows: bool
     diff: float
     against_seconds: float | None = None
+    route: str = ""
 
 
 def measure(
-    rows: int, data: Path, sample_groups: int = 2000, against: Path | None = None
+    rows: int,
+    data: Path,
+    sample_groups: int = 2000,
+    against: Path | None = None,
+    order: str = "shuffled",
 ) -> LowMemResult:
-    """Make (or reuse) the log of ``rows`` rows in ``data``, run the floor, grpo-adv
+    """Make (or reuse) the log of ``rows`` rows in ``data`` (``order``: ``shuffled``, rows
+    of a group anywhere; ``step``, written step by step), run the floor, grpo-adv
     --low-memory and the floor again (the floor's time: the mean of the two), and check a
     sample of groups against an in-memory computation. With ``against`` (another checkout),
     its ``grpo_cli`` runs the same command right after this one's."""
     start = time.perf_counter()
-    source = write_big_log(data / f"big_{rows}.parquet", rows)
+    if order == "step":
+        source = write_step_log(data / f"step_{rows}.parquet", rows)
+    else:
+        source = write_big_log(data / f"big_{rows}.parquet", rows)
     print(
         f"log: {source} ({source.stat().st_size / 2**30:.2f} GiB, ready in "
         f"{time.perf_counter() - start:.0f} s)",
@@ -77,7 +94,9 @@ def measure(
         before_s, before_gib = timed(floor)
         cli = str(Path(sys.executable).with_name("grpo-adv"))
         command = [cli, "compute", str(source), "-o", str(out), "-f", "--low-memory"]
-        low_s, low_gib = timed(command)
+        low_s, low_gib, said = timed_run(command, {**os.environ, "COLUMNS": "200"})
+        route = next((line for line in said.splitlines() if "│ route" in line), "")
+        route = route.split("│")[2].strip() if route else "(not said)"
         against_s = None
         if against is not None:
             against_s, _ = timed(command, {**os.environ, "PYTHONPATH": str(against)})
@@ -119,6 +138,7 @@ def measure(
         got["row"].equals(picked["row"]),
         diff,
         against_s,
+        route,
     )
 
 
@@ -127,12 +147,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000_000)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "grpo-bench")
     parser.add_argument("--sample-groups", type=int, default=2000)
+    parser.add_argument("--order", choices=("shuffled", "step"), default="shuffled")
     args = parser.parse_args()
-    r = measure(args.rows, args.data, args.sample_groups)
+    r = measure(args.rows, args.data, args.sample_groups, order=args.order)
     print(f"streaming floor (scan -> sink): {r.floor_seconds:.1f} s, peak {r.floor_gib:.2f} GiB")
     print(
         f"grpo-adv --low-memory: {r.seconds:.1f} s ({r.seconds / r.floor_seconds:.2f}x floor), "
-        f"peak {r.gib:.2f} GiB"
+        f"peak {r.gib:.2f} GiB; route: {r.route}"
     )
     print(
         f"check on {r.groups} groups ({r.rows:,} rows): rows and order equal: {r.same_rows}; "

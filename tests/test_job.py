@@ -152,7 +152,9 @@ class Recorder:
 @pytest.mark.parametrize("estimator", ["grpo", "batch_std"])
 def test_progress_of_the_partitioned_passes(tmp_path: Path, estimator: str) -> None:
     """The partitioned engine's passes, from its worker process: each counts every row of
-    the footer's total (a batch-level estimator's batch statistics too)."""
+    the footer's total (a batch-level estimator's batch statistics too). The log is not in
+    step order (its steps start again 1,000 times), and that shows before any row is
+    computed in one pass."""
     import contextlib
 
     source = tmp_path / "log.parquet"
@@ -218,3 +220,19 @@ def test_the_figures_are_computed_on_first_use(
     assert calls == []
     assert result.run.rows == 11
     assert calls == [1]
+
+
+def test_progress_of_the_one_pass_route(tmp_path: Path) -> None:
+    """A log in step order: one line, every row of the footer's total."""
+    import contextlib
+
+    source = tmp_path / "log.parquet"
+    pl.concat([reward_log()] * 1000).sort("step", maintain_order=True).write_parquet(source)
+    seen: dict[str, Any] = {}
+    run_job(
+        [source],
+        tmp_path / "o.parquet",
+        engine={"backend": "partitioned"},
+        progress=lambda: contextlib.nullcontext(Recorder(seen)),
+    )
+    assert seen == {"computing in one pass": 11_000, "computing in one pass/total": "11000 rows"}

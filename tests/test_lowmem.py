@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 import pytest
@@ -259,14 +259,22 @@ def test_a_trl_dump_is_refused_with_the_route_that_works(runner: CliRunner, tmp_
     assert not out.exists()
 
 
-def test_a_verl_dump_groups_by_its_uid_prefix(runner: CliRunner, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("in_step_order", "route"),
+    [(False, "partitioned: step 1 follows step 3"), (True, "one pass: the log is in step order")],
+    ids=["partitioned", "one pass"],
+)
+def test_a_verl_dump_groups_by_its_uid_prefix(
+    runner: CliRunner, tmp_path: Path, in_step_order: bool, route: str
+) -> None:
     """A verl dump's groups are its uids without ``_session_index`` (a key the layout
     derives): the default engine's groups, advantages and repeat warning (it was an
-    internal error, the derived key not found)."""
+    internal error, the derived key not found), on both routes."""
     dump = [pl.read_ndjson(p) for p in sorted((ROOT / "sample_data" / "verl_dump").iterdir())]
     log = pl.concat(dump).drop("advantage")
     source = tmp_path / "verl.parquet"
-    pl.concat([log, log.head(8)]).write_parquet(source)
+    doubled = pl.concat([log, log.head(8)])
+    (doubled.sort("step", maintain_order=True) if in_step_order else doubled).write_parquet(source)
     outs = [tmp_path / "low.parquet", tmp_path / "default.parquet"]
     said = []
     for out, engine in zip(outs, (["--low-memory"], []), strict=True):
@@ -275,6 +283,7 @@ def test_a_verl_dump_groups_by_its_uid_prefix(runner: CliRunner, tmp_path: Path)
         assert result.exit_code == 0, result.output
         said.append(result.stderr)
     assert "groups                        │ 18  (by step, uid (verl))" in said[0]
+    assert f"│ route                         │ {route}" in said[0]
     assert (
         said[0].splitlines()[0]
         == said[1].splitlines()[0]
@@ -678,3 +687,154 @@ def test_a_spill_folder_is_removed_at_once_and_watched_only_after_an_error(
     remove_spill_folder(failed, after_error=True)
     sink.join()
     assert list(tmp_path.iterdir()) == []
+
+
+class TestStepPass:
+    """A log in step order is computed in one pass (grpo_cli.engines.steps): the same
+    numbers as in memory, steps cut across read batches; anything else falls back to the
+    partitioned passes from the start of the file, and the run says which ran and why."""
+
+    WITHIN_STEPS: Final[dict[str, Any]] = {"group_cols": ("step", "prompt_id")}
+
+    @staticmethod
+    def by_step(seed: int = 7) -> pl.DataFrame:
+        """The hostile log with its rows in step order (input order kept within a step) and
+        more steps, so that read batches of 7 rows cut steps and groups."""
+        log = hostile_log(seed=seed, with_nulls=True)
+        later = log.with_columns(pl.col("step") + 2)
+        return pl.concat([log, later]).sort("step", maintain_order=True)
+
+    def run(
+        self, tmp_path: Path, log: pl.DataFrame, options: AdvantageOptions
+    ) -> tuple[pl.DataFrame, Any]:
+        source = tmp_path / "log.parquet"
+        log.write_parquet(source)
+        out = tmp_path / "out.parquet"
+        run = annotate_to_parquet(source, out, options, partitions=3, chunk_rows=7)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet", "out.parquet"]
+        return pl.read_parquet(out), run
+
+    @pytest.mark.parametrize(
+        "case", [*CASES[:6], CASES[7]], ids=lambda c: ",".join(c) or "defaults"
+    )
+    def test_same_result_as_in_memory(self, tmp_path: Path, case: dict[str, Any]) -> None:
+        log = self.by_step()
+        options = AdvantageOptions(deterministic=True, **{**self.WITHIN_STEPS, **case})
+        got, run = self.run(tmp_path, log, options)
+        expected = annotate(log, deterministic=True, **{**self.WITHIN_STEPS, **case})
+        assert run.route == "one pass: the log is in step order"
+        assert got.equals(expected.frame)
+        assert (run.rows, run.groups, run.singleton_groups, run.null_rewards) == (
+            expected.run.rows,
+            expected.run.groups,
+            expected.run.singleton_groups,
+            expected.run.null_rewards,
+        )
+        assert run.reward_std == pytest.approx(expected.run.reward_std, rel=1e-12)
+
+    @pytest.mark.parametrize(
+        "case",
+        [
+            {"estimator": "rloo", "batch_col": "step", "whiten": True},
+            {"estimator": "reinforce_pp_baseline", "batch_col": "step"},
+        ],
+        ids=lambda c: c["estimator"],
+    )
+    def test_a_batch_that_is_the_step(self, tmp_path: Path, case: dict[str, Any]) -> None:
+        log = self.by_step()
+        got, run = self.run(tmp_path, log, AdvantageOptions(**self.WITHIN_STEPS, **case))
+        assert run.route == "one pass: the log is in step order"
+        expected = annotate(log, deterministic=True, **self.WITHIN_STEPS, **case).frame
+        assert got.drop("advantage").equals(expected.drop("advantage"))
+        ours, theirs = got["advantage"].to_list(), expected["advantage"].to_list()
+        assert [a is None for a in ours] == [b is None for b in theirs]
+        assert [a for a in ours if a is not None] == pytest.approx(
+            [b for b in theirs if b is not None], rel=1e-12, abs=1e-12
+        )
+
+    def test_a_step_going_back_falls_back_to_the_partitioned_passes(self, tmp_path: Path) -> None:
+        """The last rows go back to step 1 after several batches were written: nothing of
+        the first pass is kept, every row comes once, in input order."""
+        log = self.by_step()
+        back = log.head(3).with_columns(prompt_id=pl.lit("late"))
+        log = pl.concat([log, back])
+        got, run = self.run(
+            tmp_path, log, AdvantageOptions(deterministic=True, **self.WITHIN_STEPS)
+        )
+        row = log.height - 3
+        assert run.route == (
+            f"partitioned: step 1 follows step 4 at row {row}: the log is not step-ordered"
+        )
+        assert got.equals(annotate(log, deterministic=True, **self.WITHIN_STEPS).frame)
+
+    @pytest.mark.parametrize(
+        ("case", "reason"),
+        [
+            ({"group_cols": ("prompt_id",)}, "groups are not formed within each step"),
+            (
+                {"estimator": "reinforce_pp_baseline", **WITHIN_STEPS},
+                "the formula's batch spans several values of step",
+            ),
+        ],
+        ids=["groups across steps", "batch across steps"],
+    )
+    def test_plans_it_cannot_compute_take_the_partitioned_passes(
+        self, tmp_path: Path, case: dict[str, Any], reason: str
+    ) -> None:
+        log = self.by_step()
+        got, run = self.run(tmp_path, log, AdvantageOptions(deterministic=True, **case))
+        assert run.route == f"partitioned: {reason}"
+        expected = annotate(log, deterministic=True, **case).frame
+        assert got.drop("advantage").equals(expected.drop("advantage"))
+        nan = float("nan")
+        assert got["advantage"].fill_null(nan).to_list() == pytest.approx(
+            expected["advantage"].fill_null(nan).to_list(), rel=1e-12, abs=1e-12, nan_ok=True
+        )
+
+    def test_a_step_larger_than_its_budget_takes_the_partitioned_passes(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from grpo_cli.engines import steps
+
+        monkeypatch.setattr(steps, "MAX_STEP_BYTES", 64)
+        log = self.by_step()
+        got, run = self.run(
+            tmp_path, log, AdvantageOptions(deterministic=True, **self.WITHIN_STEPS)
+        )
+        assert run.route is not None
+        assert run.route.startswith("partitioned: step ")
+        assert "alone holds more than the 6.10352e-05 MiB a step may hold" in run.route
+        assert got.equals(annotate(log, deterministic=True, **self.WITHIN_STEPS).frame)
+
+    def test_refused_values_leave_no_output(self, runner: CliRunner, tmp_path: Path) -> None:
+        """A null key in the second step: refused with the in-memory message (exit 3),
+        after the first step was written, and nothing is left."""
+        log = self.by_step().with_columns(
+            prompt_id=pl.when(pl.int_range(pl.len()) == 40).then(None).otherwise("prompt_id")
+        )
+        source = tmp_path / "log.parquet"
+        log.write_parquet(source)
+        out = tmp_path / "out.parquet"
+        args = ["compute", str(source), "-o", str(out)]
+        result = runner.invoke(app, [*args, "--low-memory"])
+        assert result.exit_code == 3, result.stderr
+        assert result.stderr.startswith("error: 1 row(s) have a null group or batch key")
+        assert result.stderr == runner.invoke(app, args).stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
+
+    def test_the_summary_names_the_route(self, runner: CliRunner, tmp_path: Path) -> None:
+        """The sample log is in step order; with repeated rows, the repeat warning still
+        comes from the one pass."""
+        sample = pl.read_parquet(SAMPLE_FILES["parquet"])
+        source = tmp_path / "twice.parquet"
+        pl.concat([sample, sample.head(5)]).sort("step", maintain_order=True).write_parquet(source)
+        out = tmp_path / "out.parquet"
+        args = ["compute", str(source), "-o", str(out), "--low-memory"]
+        result = runner.invoke(app, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.stderr
+        assert "│ route " in result.stderr
+        assert "one pass: the log is in step order" in result.stderr
+        assert "warning: 5 rows repeat a completion_id within their group" in result.stderr
+        across = runner.invoke(app, [*args, "-f", "-g", "prompt_id"], env={"COLUMNS": "200"})
+        assert across.exit_code == 0, across.stderr
+        assert "partitioned: groups are not formed within each step" in across.stderr

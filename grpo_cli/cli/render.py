@@ -295,6 +295,8 @@ def render_run_summary(console: Console, result: JobResult, *, preset: str | Non
     if preset is not None:
         layout = f" (read as a {result.layout} dump)" if result.layout else ""
         rows.append(("preset", preset + layout))
+    if summary.route is not None:
+        rows.append(("route", escape(summary.route)))
     rows.append(("output", escape(result.output)))
     if result.summary_path is not None:
         rows.append(("group table", escape(str(result.summary_path))))

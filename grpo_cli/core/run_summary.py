@@ -118,6 +118,7 @@ class RunSummary:
     advantage_min: float | None
     advantage_max: float | None
     notices: tuple[Message, ...] = ()  # a file engine's warnings (see piece_warnings)
+    route: str | None = None  # how a file engine went through the log, and why
 
     def engine_warnings(self) -> tuple[Message, ...]:
         """The warnings a file engine found while computing."""

@@ -164,10 +164,42 @@ def run(
     chunk_rows: int = CHUNK_ROWS,
     spill_root: Path | None = None,
 ) -> RunSummary:
-    """The three passes for a checked ``plan``, in this process (again with the exact key
-    on a hash collision). ``partitions``: one per PARTITION_ROWS rows, at least
-    MIN_PARTITIONS, by default. Spills go to ``spill_root`` (default: a tagged spill folder
-    beside ``output``, removed at the end)."""
+    """A checked ``plan``, in this process: the step pass (:mod:`grpo_cli.engines.steps`)
+    when the plan allows it and the log turns out step-ordered, else the three passes (again
+    with the exact key on a hash collision); the summary's ``route`` says which, and why.
+    ``partitions``: one per PARTITION_ROWS rows, at least MIN_PARTITIONS, by default. Spills
+    go to ``spill_root`` (default: a tagged spill folder beside ``output``, removed at the
+    end)."""
+    from grpo_cli.engines import steps
+
+    reason = steps.why_not(plan)
+    if reason is None:
+        try:
+            with _reading(source):
+                summary = steps.run_steps(
+                    source,
+                    output,
+                    plan,
+                    batch_rows=min(chunk_rows, steps.BATCH_ROWS),
+                    compute_rows=min(2 * chunk_rows, steps.COMPUTE_ROWS),
+                )
+            return replace(summary, route=f"one pass: the log is in {plan.step_col} order")
+        except steps.NotStepOrdered as exc:
+            reason = exc.reason
+    return replace(
+        _partitioned(source, output, plan, partitions, chunk_rows, spill_root),
+        route=f"partitioned: {reason}",
+    )
+
+
+def _partitioned(
+    source: Path,
+    output: Path,
+    plan: Plan,
+    partitions: int | None,
+    chunk_rows: int,
+    spill_root: Path | None,
+) -> RunSummary:
     from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
 
     if partitions is None:
