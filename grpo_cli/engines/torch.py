@@ -547,6 +547,13 @@ class TorchContext(FormulaContext):
                 centred = super().batch_centred(x)
                 squares = centred.mul_(centred)
             else:
+                # One batch on the CPU: sum x^2 with no temporary, kept when finite (a NaN
+                # to leave out, or an overflow, takes the general way).
+                if self.batch is None and self.device.type == "cpu":
+                    flat = held[1].reshape(-1)
+                    total = self.torch.dot(flat, flat).reshape(1)
+                    if math.isfinite(float(total)):
+                        return total / (self.batch_agg(x, "count") - self.ddof)
                 squares = held[1] * held[1]
             return self.batch_agg(squares, "sum") / (self.batch_agg(x, "count") - self.ddof)
         return self.batch_agg(x, name)
