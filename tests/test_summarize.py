@@ -395,3 +395,89 @@ class TestTrainerNames:
         pl.read_ndjson(f"{folder}/*.jsonl").with_columns(advantage=pl.lit(0.0)).write_csv(both)
         row = _overall(runner, str(both), "-r", "score", "-g", "uid")
         assert row["advantage_max"] == 0.0
+
+
+def annotated_log(rows: int, *, seed: int = 3, binary: bool = False) -> pl.DataFrame:
+    """An annotated log of ``rows`` rows over 4 steps: groups of 1 to 12 prompts' rows
+    shuffled within the log, rewards binary (``binary``) or in [0, 1] with nulls, a
+    ``length`` column and compute's advantages."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, rows // 6, rows)
+    reward = rng.integers(0, 2, rows).astype(float) if binary else rng.random(rows).round(2)
+    frame = pl.DataFrame(
+        {
+            "step": prompt % 4,
+            "prompt_id": [f"p{p}" for p in prompt],
+            "reward": pl.Series(reward).scatter(rng.integers(0, rows, 0 if binary else 9), None),
+            "length": rng.integers(10, 500, rows),
+        }
+    )
+    return compute_advantages(frame)
+
+
+def with_damaged_column(frame: pl.DataFrame, path: Path) -> Path:
+    """``frame`` written to ``path`` with a text column ``note`` whose pages' headers are
+    overwritten: a reader that loads every column fails; one that reads only the others
+    does not (the footer is intact)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    note = pa.array([f"note {i}" for i in range(frame.height)])
+    table = frame.to_arrow().append_column("note", note)
+    pq.write_table(table, path, compression="none", use_dictionary=False)
+    data = bytearray(path.read_bytes())
+    meta = pq.ParquetFile(path).metadata
+    for group in range(meta.num_row_groups):
+        chunk = meta.row_group(group).column(table.num_columns - 1)
+        data[chunk.data_page_offset : chunk.data_page_offset + 24] = b"\xff" * 24
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _assert_same_table(got: pl.DataFrame, expected: pl.DataFrame) -> None:
+    assert got.columns == expected.columns
+    assert got.height == expected.height
+    for column in expected.columns:
+        a, b = got[column], expected[column]
+        if b.dtype.is_float():
+            assert a.to_numpy() == pytest.approx(b.to_numpy(), rel=1e-12, abs=1e-12, nan_ok=True)
+        else:
+            assert a.to_list() == b.to_list(), column
+
+
+class TestBigLogsInPieces:
+    """A Parquet log over PIECE_ROWS rows is summarized in pieces of whole groups, reading
+    only the columns it needs: the same tables as the log loaded whole."""
+
+    @pytest.mark.parametrize("binary", [False, True])
+    @pytest.mark.parametrize("by", [None, ("step",)])
+    def test_pieces_give_the_in_memory_figures(
+        self,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        binary: bool,
+        by: tuple[str, ...] | None,
+    ) -> None:
+        from grpo_cli.report import pieces
+        from grpo_cli.report.summarize import read_report
+
+        frame = annotated_log(4000, binary=binary)
+        path = with_damaged_column(frame, tmp_path / "log.parquet")
+        expected = summarize(frame, AdvantageOptions(), by)
+        monkeypatch.setattr(pieces, "PIECE_ROWS", 900)  # 5 pieces
+        report = read_report([path], None, {}, None, by)
+        _assert_same_table(report.overall, expected.overall)
+        _assert_same_table(report.steps, expected.steps)
+        assert report.binary is binary
+        assert report.overall["responses"][0] == 4000
+        assert report.overall["completions/mean_length"][0] == pytest.approx(
+            frame["length"].mean(), rel=1e-12
+        )
+        assert not list(tmp_path.glob(".*spill"))  # the spill folder is gone
+
+    def test_a_small_log_is_read_whole(self, tmp_path: Path) -> None:
+        from grpo_cli.report.summarize import read_report
+
+        path = with_damaged_column(annotated_log(400), tmp_path / "log.parquet")
+        with pytest.raises(InputError, match="cannot read"):
+            read_report([path], None, {}, None, None)

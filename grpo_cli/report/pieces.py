@@ -1,0 +1,79 @@
+"""A big Parquet log read by the report commands (``summarize``, ``plot``, ``verify``) in
+pieces of whole groups, so that their memory is set by PIECE_ROWS, not by the log.
+
+One streaming pass reads only the columns a command needs, with each row's input index
+(``ROW``), and spills them (uncompressed Arrow IPC, in a hidden folder beside the log or in
+the system's temporary folder) into about ``rows / PIECE_ROWS`` pieces by a hash of the
+group key: every group whole in one piece, rows in input order within a piece. Each piece
+is then read into memory and handed to the command's own in-memory computation, whose
+partial results merge (:mod:`grpo_cli.core.metrics`). A log of at most PIECE_ROWS rows is one
+piece, read as a whole: the same code, the same figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+import polars as pl
+
+from grpo_cli.core.columns import PART_INDEX, PART_ROW
+
+PIECE_ROWS: Final = 2_000_000  # rows a piece holds, about (summarize: ~0.3 GB)
+ROW: Final = PART_ROW  # each row's input index (from 0), carried by every piece
+
+
+def big_log(paths: Sequence[Path], fmt: str | None) -> tuple[Path, int] | None:
+    """The one file of ``paths`` and its row count (its footer's) when a format scans it
+    (Parquet) and it holds more than PIECE_ROWS rows; else None (several files, standard
+    input, a text or compressed file: read into memory as before)."""
+    from grpo_cli.io.formats import scanned_format
+    from grpo_cli.io.read import check_scanned_file
+
+    if len(paths) != 1:
+        return None
+    path = paths[0]
+    scanned = scanned_format(path)
+    if scanned is None or scanned.rows is None or fmt not in (None, scanned.name):
+        return None
+    rows = check_scanned_file(path)
+    return (path, rows) if rows > PIECE_ROWS else None
+
+
+def read_pieces(
+    source: Path, rows: int, columns: Sequence[str], key_cols: Sequence[str]
+) -> Iterator[pl.DataFrame]:
+    """``columns`` of ``source`` (``rows`` rows) and ``ROW``, in pieces of whole groups of
+    ``key_cols`` (about PIECE_ROWS rows each; rows in input order within a piece). The
+    spill folder is removed when the iteration ends, by exhaustion or not."""
+    from grpo_cli.engines.narrow import hashed_key
+    from grpo_cli.io.read import scan_file
+    from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
+
+    count = -(-rows // PIECE_ROWS)
+    group_hash = hashed_key(key_cols)[0]
+    folder = make_spill_folder(spill_parent(source))
+    failed = True
+    try:
+        lazy = (
+            scan_file(source)
+            .select(list(dict.fromkeys(columns)))
+            .with_row_index(ROW)
+            .with_columns((group_hash % count).alias(PART_INDEX))
+        )
+        sink = pl.PartitionBy(
+            folder, key=PART_INDEX, include_key=False, approximate_bytes_per_file=None
+        )
+        lazy.sink_ipc(sink, compression="uncompressed", mkdir=True)
+        for part in sorted(p for p in folder.iterdir() if p.is_dir()):
+            files = sorted(part.glob("*.ipc"))
+            piece = pl.concat([pl.read_ipc(f) for f in files])
+            for file in files:
+                with contextlib.suppress(OSError):
+                    file.unlink()
+            yield piece
+        failed = False
+    finally:
+        remove_spill_folder(folder, after_error=failed)
