@@ -19,7 +19,7 @@ from grpo_cli.cli import app
 from grpo_cli.core.errors import InputError, OptionsError
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.report.summarize import histogram, summarize
-from tests.conftest import SAMPLE_FILES, token_dump
+from tests.conftest import SAMPLE_FILES, annotated_log, token_dump, with_damaged_column
 
 
 def two_step_log() -> pl.DataFrame:
@@ -397,43 +397,6 @@ class TestTrainerNames:
         assert row["advantage_max"] == 0.0
 
 
-def annotated_log(rows: int, *, seed: int = 3, binary: bool = False) -> pl.DataFrame:
-    """An annotated log of ``rows`` rows over 4 steps: groups of 1 to 12 prompts' rows
-    shuffled within the log, rewards binary (``binary``) or in [0, 1] with nulls, a
-    ``length`` column and compute's advantages."""
-    rng = np.random.default_rng(seed)
-    prompt = rng.integers(0, rows // 6, rows)
-    reward = rng.integers(0, 2, rows).astype(float) if binary else rng.random(rows).round(2)
-    frame = pl.DataFrame(
-        {
-            "step": prompt % 4,
-            "prompt_id": [f"p{p}" for p in prompt],
-            "reward": pl.Series(reward).scatter(rng.integers(0, rows, 0 if binary else 9), None),
-            "length": rng.integers(10, 500, rows),
-        }
-    )
-    return compute_advantages(frame)
-
-
-def with_damaged_column(frame: pl.DataFrame, path: Path) -> Path:
-    """``frame`` written to ``path`` with a text column ``note`` whose pages' headers are
-    overwritten: a reader that loads every column fails; one that reads only the others
-    does not (the footer is intact)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    note = pa.array([f"note {i}" for i in range(frame.height)])
-    table = frame.to_arrow().append_column("note", note)
-    pq.write_table(table, path, compression="none", use_dictionary=False)
-    data = bytearray(path.read_bytes())
-    meta = pq.ParquetFile(path).metadata
-    for group in range(meta.num_row_groups):
-        chunk = meta.row_group(group).column(table.num_columns - 1)
-        data[chunk.data_page_offset : chunk.data_page_offset + 24] = b"\xff" * 24
-    path.write_bytes(bytes(data))
-    return path
-
-
 def _assert_same_table(got: pl.DataFrame, expected: pl.DataFrame) -> None:
     assert got.columns == expected.columns
     assert got.height == expected.height
@@ -462,12 +425,14 @@ class TestBigLogsInPieces:
         from grpo_cli.report.summarize import read_report
 
         frame = annotated_log(4000, binary=binary)
+        frame.write_parquet(tmp_path / "whole.parquet")
+        expected = read_report([tmp_path / "whole.parquet"], None, {}, None, by)  # in memory
         path = with_damaged_column(frame, tmp_path / "log.parquet")
-        expected = summarize(frame, AdvantageOptions(), by)
         monkeypatch.setattr(pieces, "PIECE_ROWS", 900)  # 5 pieces
         report = read_report([path], None, {}, None, by)
         _assert_same_table(report.overall, expected.overall)
         _assert_same_table(report.steps, expected.steps)
+        _assert_same_table(report.groups, expected.groups)  # read again, in input order
         assert report.binary is binary
         assert report.overall["responses"][0] == 4000
         assert report.overall["completions/mean_length"][0] == pytest.approx(

@@ -11,7 +11,7 @@ step column give a warning (:func:`grpo_cli.core.run_summary.span_warnings`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -239,13 +239,27 @@ def _read_pieces(
     optional = [step_column(plan), response_id(names, options), options.length_col, column]
     wanted = [*plan.keys.exact, *needed_columns(options), *by, *optional, *LENGTH_COLUMNS]
     columns = [c for c in dict.fromkeys([*wanted, *methods]) if c is not None and c in schema]
+
+    def summaries() -> Iterator[tuple[_PieceSummary, tuple[Message, ...]]]:
+        for piece in read_pieces(path, rows, columns, plan.keys.exact):
+            piece_plan = resolve(request, piece.drop(ROW))  # its values checked
+            summary = _piece_summary(
+                piece, options, by, plan=piece_plan, pass_rates=True, order=ROW
+            )
+            yield summary, piece_plan.notes
+
+    def group_rows() -> pl.DataFrame:  # read again, only when asked
+        tables = [summary.report.groups for summary, _ in summaries() if summary.report]
+        return pl.concat(tables).sort(ROW).drop(ROW)
+
     pieces: list[_PieceSummary] = []
     notes: list[Message] = []
-    for piece in read_pieces(path, rows, columns, plan.keys.exact):
-        frame = piece.drop(ROW)
-        piece_plan = resolve(request, frame)
-        notes += piece_plan.notes
-        pieces.append(_piece_summary(frame, options, by, plan=piece_plan, pass_rates=True))
+    for summary, piece_notes in summaries():
+        notes += piece_notes
+        kept = (
+            None if pieces or not summary.report else replace(summary.report, group_rows=group_rows)
+        )
+        pieces.append(replace(summary, report=kept))  # the first's values, not its rows
     adv = column if column in schema else None
     aggs = metrics.trainer_aggs(columns, options.reward_cols, options.length_col, adv)
     report = _report(pieces, _trainer_figures(scan_file(path), aggs, by, "streaming"))
@@ -272,12 +286,17 @@ class _PieceSummary:
     partials per value of ``by`` (``per_by``; one row without ``by``) and, with ``by``,
     those counted once per group (``groups``), the trainers' figures (``extra``: plain
     aggregations, not partials: a piece is the whole log or they come from a streaming
-    pass over it), and the rest of a :class:`Report`."""
+    pass over it), whether it has a valid reward (``scored``), and the rest of a
+    :class:`Report` (None: kept for the first piece only, its values and group table
+    being a piece's size)."""
 
     per_by: pl.DataFrame
     groups: pl.DataFrame | None
     extra: tuple[pl.DataFrame, pl.DataFrame] | None
-    report: Report
+    binary: bool
+    scored: bool
+    warnings: tuple[Message, ...]
+    report: Report | None
 
 
 # The partials only binary rewards have (dropped where a piece has other rewards).
@@ -297,9 +316,11 @@ def _piece_summary(
     *,
     plan: Plan | None = None,
     pass_rates: bool | None = None,
+    order: str | None = None,
 ) -> _PieceSummary:
     """The :class:`_PieceSummary` of ``frame``; ``pass_rates``: compute the pass partials
-    (None: when its rewards are binary)."""
+    (None: when its rewards are binary); ``order``: a column of ``frame`` the group table
+    keeps (each group's first value) to order the groups of several pieces by."""
     if options.aggregation != "sum_then_normalize" or options.step_rewards_col is not None:
         raise OptionsError(
             "summarize works on outcome rewards combined by a weighted sum",
@@ -334,7 +355,7 @@ def _piece_summary(
     report = Report(
         overall=pl.DataFrame(),
         steps=pl.DataFrame(),
-        group_rows=lambda: _group_rows(prepared, used, by, adv),
+        group_rows=lambda: _group_rows(prepared, used, by, adv, order),
         group_sizes=_sizes_and_stds(profiles, options.ddof),
         by=by,
         binary=binary,
@@ -345,7 +366,7 @@ def _piece_summary(
         methods=compared_advantages(frame),
     )
     extra = _trainer_figures(prepared.lazy(), aggs, by, "in-memory")
-    return _PieceSummary(per_by, groups, extra, report)
+    return _PieceSummary(per_by, groups, extra, binary, rewards.len() > 0, report.warnings, report)
 
 
 def _summary_by(
@@ -387,10 +408,9 @@ def _report(
     and finished; the group table, sizes, histograms' values and compared methods are the
     first piece's (the log's, or a sample of its whole groups)."""
     first = pieces[0].report
+    assert first is not None  # the first piece's is kept
     by = first.by
-    binary = all(p.report.binary or not p.report.rewards.len() for p in pieces) and any(
-        p.report.binary for p in pieces
-    )
+    binary = all(p.binary or not p.scored for p in pieces) and any(p.binary for p in pieces)
 
     def merged(frames: list[pl.DataFrame], keys: tuple[str, ...]) -> pl.DataFrame:
         frames = [f.drop(_PASS_PARTIALS, strict=False) if not binary else f for f in frames]
@@ -408,7 +428,7 @@ def _report(
         overall = pl.concat([overall, extra[0]], how="horizontal")
         if by:
             steps = steps.join(extra[1], on=list(by), how="left", maintain_order="left")
-    warnings = tuple(dict.fromkeys(w for p in pieces for w in p.report.warnings))
+    warnings = tuple(dict.fromkeys(w for p in pieces for w in p.warnings))
     return replace(first, overall=overall, steps=steps, binary=binary, warnings=warnings)
 
 
@@ -487,18 +507,23 @@ def _sizes_and_stds(profiles: pl.DataFrame, ddof: int) -> pl.DataFrame:
 
 
 def _group_rows(
-    prepared: pl.DataFrame, plan: Plan, by: tuple[str, ...], adv: str | None
+    prepared: pl.DataFrame,
+    plan: Plan,
+    by: tuple[str, ...],
+    adv: str | None,
+    order: str | None = None,
 ) -> pl.DataFrame:
-    """The group table, with each group's batch values (first seen) and mean advantage."""
+    """The group table, with each group's batch values (first seen), mean advantage and
+    first ``order`` value (last, if given)."""
     exact = list(plan.keys.exact)
     batch = [c for c in by if c not in exact]
-    extra = [pl.col(c).first() for c in batch]
+    extra = [pl.col(c).first() for c in [*batch, *([order] if order else [])]]
     if adv is not None:
         extra.append(pl.col(adv).cast(pl.Float64).mean().alias("advantage_mean"))
     table = group_table(prepared.lazy(), plan, extra)
     shown = [DISPLAY_NAMES.get(k, k) for k in exact]
-    rest = [c for c in table.columns if c not in shown and c not in batch]
-    return table.select(*shown, *batch, *rest)
+    rest = [c for c in table.columns if c not in shown and c not in batch and c != order]
+    return table.select(*shown, *batch, *rest, *([order] if order else []))
 
 
 def _partials(
