@@ -772,7 +772,11 @@ class TestBigLogsInPieces:
         assert (report.rows_over, report.groups_over) == (expected.rows_over, expected.groups_over)
         assert report.max_abs_diff == pytest.approx(expected.max_abs_diff, rel=1e-12)
         assert report.differing["row"].to_list() == [5, 700, 701, 3999]
-        assert report.differing.equals(expected.differing)
+        numbers = ["logged", "recomputed", "difference"]
+        assert report.differing.drop(numbers).equals(expected.differing.drop(numbers))
+        for column in numbers:
+            got, want = report.differing[column].to_numpy(), expected.differing[column].to_numpy()
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
         assert report.worst.sort("prompt_id").equals(expected.worst.sort("prompt_id"))
 
     def test_the_command_reads_only_the_columns_it_needs(

@@ -21,7 +21,7 @@ import polars as pl
 
 from grpo_cli.core.columns import PART_INDEX, PART_ROW
 
-PIECE_ROWS: Final = 2_000_000  # rows a piece holds, about (summarize: ~0.3 GB)
+PIECE_ROWS: Final = 1_000_000  # rows a piece holds, about (peak RSS ~0.6 GB)
 ROW: Final = PART_ROW  # each row's input index (from 0), carried by every piece
 
 
