@@ -434,6 +434,7 @@ class TestBigLogsInPieces:
         _assert_same_table(report.steps, expected.steps)
         _assert_same_table(report.groups, expected.groups)  # read again, in input order
         assert report.binary is binary
+        assert report.sampled and not expected.sampled  # histograms: the first piece's
         assert report.overall["responses"][0] == 4000
         assert report.overall["completions/mean_length"][0] == pytest.approx(
             frame["length"].mean(), rel=1e-12

@@ -60,6 +60,8 @@ class Report:
         annotated: the input has the advantage column (the advantage metrics are present).
         rewards, advantages: the valid values, for histograms (advantages: None if absent).
         methods: a ``compare`` output's advantages by method (:func:`compared_advantages`).
+        sampled: ``rewards``, ``advantages``, ``group_sizes`` and ``methods`` are a sample
+            of whole groups (a big log's first piece: :mod:`grpo_cli.report.pieces`).
     """
 
     overall: pl.DataFrame
@@ -73,6 +75,13 @@ class Report:
     advantages: pl.Series | None
     warnings: tuple[Message, ...] = ()
     methods: dict[str, pl.Series] = field(default_factory=dict)
+    sampled: bool = False
+
+    @property
+    def sample_note(self) -> str:
+        """What a count of the sampled values adds: ``, a sample of whole groups`` or
+        nothing."""
+        return ", a sample of whole groups" if self.sampled else ""
 
     @cached_property
     def groups(self) -> pl.DataFrame:
@@ -429,7 +438,14 @@ def _report(
         if by:
             steps = steps.join(extra[1], on=list(by), how="left", maintain_order="left")
     warnings = tuple(dict.fromkeys(w for p in pieces for w in p.warnings))
-    return replace(first, overall=overall, steps=steps, binary=binary, warnings=warnings)
+    return replace(
+        first,
+        overall=overall,
+        steps=steps,
+        binary=binary,
+        warnings=warnings,
+        sampled=len(pieces) > 1,
+    )
 
 
 def compared_advantages(frame: pl.DataFrame) -> dict[str, pl.Series]:
