@@ -7,6 +7,11 @@ NaN as null), with groups as ``compute`` forms them: the figures of
 annotated input. A group is counted in every batch value where it has rows, its statistics
 over all its rows. Groups that span the batch column are refused; groups that span the
 step column give a warning (:func:`grpo_cli.core.run_summary.span_warnings`).
+
+A Parquet log over PIECE_ROWS rows is read in pieces of whole groups, only the columns the
+report needs (:mod:`grpo_cli.report.pieces`): each piece summarized by the same code, the
+partials merged, the trainers' figures in one streaming pass; the histograms' values and
+the group sizes drawn are then those of the first piece, a sample of whole groups.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ tensor, one value per token) it is read as one value per response
 When rows differ the report carries hints (:func:`_hints`, :func:`_matching_route`).
 ``preset="auto"`` tries every preset the log has the inputs of and names those that match
 (:func:`_verify_auto`).
+
+A Parquet log over PIECE_ROWS rows is verified in pieces of whole groups, only the columns
+the recomputation reads (:func:`_verify_pieces`), unless a piece cannot stand for its
+groups (``auto``, a dump layout, a batch-level formula): then it is read whole.
 """
 
 from __future__ import annotations
