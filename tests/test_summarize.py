@@ -441,6 +441,30 @@ class TestBigLogsInPieces:
         )
         assert not list(tmp_path.glob(".*spill"))  # the spill folder is gone
 
+    def test_a_group_larger_than_a_piece_is_one_piece(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from grpo_cli import compute_advantages
+        from grpo_cli.report import pieces
+        from grpo_cli.report.summarize import read_report
+
+        raw = annotated_log(3000).drop("advantage")
+        big = pl.int_range(pl.len()) < 1200  # 1,200 rows in one group of step 0
+        raw = raw.with_columns(
+            prompt_id=pl.when(big).then(pl.lit("big")).otherwise("prompt_id"),
+            step=pl.when(big).then(0).otherwise("step"),
+        )
+        frame = compute_advantages(raw)
+        frame.write_parquet(tmp_path / "whole.parquet")
+        expected = read_report([tmp_path / "whole.parquet"], None, {}, None, None)
+        path = with_damaged_column(frame, tmp_path / "log.parquet")
+        monkeypatch.setattr(pieces, "PIECE_ROWS", 500)
+        monkeypatch.setattr(pieces, "FANOUT", 2)
+        report = read_report([path], None, {}, None, None)
+        _assert_same_table(report.overall, expected.overall)
+        _assert_same_table(report.steps, expected.steps)
+        assert report.overall["group_size_max"][0] == 1200
+
     def test_a_small_log_is_read_whole(self, tmp_path: Path) -> None:
         from grpo_cli.report.summarize import read_report
 
