@@ -2,7 +2,7 @@
 pieces of whole groups, so that their memory is set by PIECE_ROWS, not by the log.
 
 One streaming pass reads only the columns a command needs, with each row's input index
-(``ROW``), and spills them (uncompressed Arrow IPC, in a hidden folder beside the log or in
+(``ROW``), and spills them (LZ4 Arrow IPC, in a hidden folder beside the log or in
 the system's temporary folder) into at most FANOUT parts by a hash of the group key, each
 part split again the same way until it holds at most PIECE_ROWS rows (a larger group: one
 piece): every group whole in one piece, rows in input order within a piece. Each piece is
@@ -24,6 +24,7 @@ from grpo_cli.core.columns import PART_INDEX, PART_ROW
 
 PIECE_ROWS: Final = 1_000_000  # rows a piece holds, at most about (peak RSS ~0.6 GB)
 FANOUT: Final = 16  # parts one spilling pass writes at most
+SPILL_COMPRESSION: Final = "lz4"  # read back in buffers, never mapped (uncompressed: +0.5 GB)
 ROW: Final = PART_ROW  # each row's input index (from 0), carried by every piece
 
 
@@ -81,7 +82,7 @@ def _split(
     sink = pl.PartitionBy(
         target, key=PART_INDEX, include_key=False, approximate_bytes_per_file=None
     )
-    spilled.sink_ipc(sink, compression="uncompressed", mkdir=True)
+    spilled.sink_ipc(sink, compression=SPILL_COMPRESSION, mkdir=True)
     found = sorted(p for p in target.iterdir() if p.is_dir())
     for part in found:
         files = sorted(part.glob("*.ipc"))
