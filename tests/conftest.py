@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import settings
@@ -167,3 +168,42 @@ def token_dump(folder: Path, column: str = "advantages", differ: int | None = No
         frame.rename({"tokens": column}).write_ndjson(folder / path.name)
         offset += frame.height
     return folder
+
+
+def annotated_log(rows: int, *, seed: int = 3, binary: bool = False) -> pl.DataFrame:
+    """An annotated log of ``rows`` rows over 4 steps: prompts of about 6 rows (some of
+    one) in random order, rewards binary (``binary``) or in [0, 1] with nulls, a
+    ``length`` column and compute's advantages."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, rows // 6, rows)
+    reward = rng.integers(0, 2, rows).astype(float) if binary else rng.random(rows).round(2)
+    frame = pl.DataFrame(
+        {
+            "step": prompt % 4,
+            "prompt_id": [f"p{p}" for p in prompt],
+            "reward": pl.Series(reward).scatter(rng.integers(0, rows, 0 if binary else 9), None),
+            "length": rng.integers(10, 500, rows),
+        }
+    )
+    from grpo_cli import compute_advantages
+
+    return compute_advantages(frame)
+
+
+def with_damaged_column(frame: pl.DataFrame, path: Path) -> Path:
+    """``frame`` written to ``path`` with a text column ``note`` whose pages' headers are
+    overwritten: a reader that loads every column fails; one that reads only the others
+    does not (the footer is intact)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    note = pa.array([f"note {i}" for i in range(frame.height)])
+    table = frame.to_arrow().append_column("note", note)
+    pq.write_table(table, path, compression="none", use_dictionary=False)
+    data = bytearray(path.read_bytes())
+    meta = pq.ParquetFile(path).metadata
+    for group in range(meta.num_row_groups):
+        chunk = meta.row_group(group).column(table.num_columns - 1)
+        data[chunk.data_page_offset : chunk.data_page_offset + 24] = b"\xff" * 24
+    path.write_bytes(bytes(data))
+    return path

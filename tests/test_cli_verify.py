@@ -17,7 +17,15 @@ from grpo_cli.core.layouts import apply_layout
 from grpo_cli.core.presets import PRESETS
 from grpo_cli.jobs.pipeline import annotate
 from grpo_cli.report.verify import beyond_float32, verify_advantages
-from tests.conftest import SAMPLE_DIR, cli_error, cli_text, load_script, token_dump
+from tests.conftest import (
+    SAMPLE_DIR,
+    annotated_log,
+    cli_error,
+    cli_text,
+    load_script,
+    token_dump,
+    with_damaged_column,
+)
 
 TRL_DIR = SAMPLE_DIR / "trl_completions"
 VERL_DIR = SAMPLE_DIR / "verl_dump"
@@ -733,3 +741,55 @@ class TestFloat32Honesty:
         small = pl.DataFrame({"prompt_id": ["p", "p"], "reward": [0.0, 1.0]})
         near_zero = small.with_columns(advantage=pl.Series([-0.5, 0.5 + 2e-5]))
         assert verify_advantages(near_zero, estimator="dr_grpo").rows_over == 1  # |A| < 1
+
+
+class TestBigLogsInPieces:
+    """A Parquet log over PIECE_ROWS rows is verified in pieces of whole groups, reading
+    only the columns the recomputation needs: the report of the log loaded whole."""
+
+    def test_pieces_give_the_in_memory_report(
+        self, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from grpo_cli.report import pieces
+        from grpo_cli.report.verify import run_verify
+
+        frame = annotated_log(4000)
+        off = pl.int_range(pl.len()).is_in([5, 700, 701, 3999])  # 4 rows of 3 or 4 groups
+        frame = frame.with_columns(
+            pl.when(off)
+            .then(pl.col("advantage") + 0.25 * pl.int_range(pl.len()) / 4000)
+            .otherwise("advantage")
+        )
+        path = with_damaged_column(frame, tmp_path / "log.parquet")
+        expected = verify_advantages(frame, estimator="grpo", top=3)
+        monkeypatch.setattr(pieces, "PIECE_ROWS", 900)
+        monkeypatch.setattr(pieces, "FANOUT", 2)  # 2 parts, each split again
+        report = run_verify([path], options={"estimator": "grpo"}, top=3).report
+        assert (
+            (report.rows, report.groups)
+            == (expected.rows, expected.groups)
+            == (4000, frame["prompt_id"].n_unique())
+        )
+        assert (report.rows_over, report.groups_over) == (expected.rows_over, expected.groups_over)
+        assert report.max_abs_diff == pytest.approx(expected.max_abs_diff, rel=1e-12)
+        assert report.differing["row"].to_list() == [5, 700, 701, 3999]
+        numbers = ["logged", "recomputed", "difference"]
+        assert report.differing.drop(numbers).equals(expected.differing.drop(numbers))
+        for column in numbers:
+            got, want = report.differing[column].to_numpy(), expected.differing[column].to_numpy()
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+        assert report.worst.sort("prompt_id").equals(expected.worst.sort("prompt_id"))
+
+    def test_the_command_reads_only_the_columns_it_needs(
+        self, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from grpo_cli.report import pieces
+
+        path = with_damaged_column(annotated_log(2000), tmp_path / "log.parquet")
+        args = ["verify", str(path), "--estimator", "grpo"]
+        whole = runner.invoke(app, args)  # one piece: read whole, the damaged column too
+        assert whole.exit_code == 3 and "cannot read" in whole.output
+        monkeypatch.setattr(pieces, "PIECE_ROWS", 500)
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert "rows compared" in result.output and "2,000" in result.output

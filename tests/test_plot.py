@@ -30,7 +30,13 @@ from grpo_cli.report.plot import (
     zero_std_top,
 )
 from grpo_cli.report.summarize import Report, compared_advantages, summarize
-from tests.conftest import SAMPLE_DIR, SAMPLE_FILES, import_or_skip
+from tests.conftest import (
+    SAMPLE_DIR,
+    SAMPLE_FILES,
+    annotated_log,
+    import_or_skip,
+    with_damaged_column,
+)
 
 FLAT_SHARE = 4 / 1000  # one flat group of 4 among the 1000 responses of step 3
 
@@ -420,3 +426,30 @@ class TestPlot:
         result = runner.invoke(app, ["plot", str(SAMPLE_FILES["csv"]), "-o", str(out)])
         assert result.exit_code == 4
         assert out.read_text() == "mine"
+
+
+def test_a_big_log_is_drawn_from_its_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plt: Any
+) -> None:
+    """A Parquet log over PIECE_ROWS rows, read in pieces (only the columns plot needs: a
+    damaged one is never read): the figures of the log drawn whole; the histograms say
+    they are of a sample."""
+    from grpo_cli.report import pieces
+    from grpo_cli.report.plot import run_plot
+
+    frame = annotated_log(3000)
+    frame.write_parquet(tmp_path / "whole.parquet")
+    with_damaged_column(frame, tmp_path / "log.parquet")
+    whole = run_plot([tmp_path / "whole.parquet"], tmp_path / "whole.svg")
+    monkeypatch.setattr(pieces, "PIECE_ROWS", 700)  # 5 pieces
+    pieced = run_plot([tmp_path / "log.parquet"], tmp_path / "log.svg")
+    for level in ("overall", "steps"):
+        got, want = getattr(pieced.report, level), getattr(whole.report, level)
+        assert got.columns == want.columns and got.height == want.height
+        for column in want.columns:
+            assert got[column].to_numpy() == pytest.approx(
+                want[column].to_numpy(), rel=1e-12, abs=1e-12
+            )
+    assert pieced.report.overall["responses"][0] == 3000
+    drawn = [(tmp_path / f"{name}.svg").read_text() for name in ("whole", "log")]
+    assert "a sample of whole groups" in drawn[1] and "a sample" not in drawn[0]

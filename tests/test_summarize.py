@@ -19,7 +19,7 @@ from grpo_cli.cli import app
 from grpo_cli.core.errors import InputError, OptionsError
 from grpo_cli.core.options import AdvantageOptions
 from grpo_cli.report.summarize import histogram, summarize
-from tests.conftest import SAMPLE_FILES, token_dump
+from tests.conftest import SAMPLE_FILES, annotated_log, token_dump, with_damaged_column
 
 
 def two_step_log() -> pl.DataFrame:
@@ -395,3 +395,79 @@ class TestTrainerNames:
         pl.read_ndjson(f"{folder}/*.jsonl").with_columns(advantage=pl.lit(0.0)).write_csv(both)
         row = _overall(runner, str(both), "-r", "score", "-g", "uid")
         assert row["advantage_max"] == 0.0
+
+
+def _assert_same_table(got: pl.DataFrame, expected: pl.DataFrame) -> None:
+    assert got.columns == expected.columns
+    assert got.height == expected.height
+    for column in expected.columns:
+        a, b = got[column], expected[column]
+        if b.dtype.is_float():
+            assert a.to_numpy() == pytest.approx(b.to_numpy(), rel=1e-12, abs=1e-12, nan_ok=True)
+        else:
+            assert a.to_list() == b.to_list(), column
+
+
+class TestBigLogsInPieces:
+    """A Parquet log over PIECE_ROWS rows is summarized in pieces of whole groups, reading
+    only the columns it needs: the same tables as the log loaded whole."""
+
+    @pytest.mark.parametrize("binary", [False, True])
+    @pytest.mark.parametrize("by", [None, ("step",)])
+    def test_pieces_give_the_in_memory_figures(
+        self,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        binary: bool,
+        by: tuple[str, ...] | None,
+    ) -> None:
+        from grpo_cli.report import pieces
+        from grpo_cli.report.summarize import read_report
+
+        frame = annotated_log(4000, binary=binary)
+        frame.write_parquet(tmp_path / "whole.parquet")
+        expected = read_report([tmp_path / "whole.parquet"], None, {}, None, by)  # in memory
+        path = with_damaged_column(frame, tmp_path / "log.parquet")
+        monkeypatch.setattr(pieces, "PIECE_ROWS", 900)  # 5 pieces
+        report = read_report([path], None, {}, None, by)
+        _assert_same_table(report.overall, expected.overall)
+        _assert_same_table(report.steps, expected.steps)
+        _assert_same_table(report.groups, expected.groups)  # read again, in input order
+        assert report.binary is binary
+        assert report.sampled and not expected.sampled  # histograms: the first piece's
+        assert report.overall["responses"][0] == 4000
+        assert report.overall["completions/mean_length"][0] == pytest.approx(
+            frame["length"].mean(), rel=1e-12
+        )
+        assert not list(tmp_path.glob(".*spill"))  # the spill folder is gone
+
+    def test_a_group_larger_than_a_piece_is_one_piece(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from grpo_cli import compute_advantages
+        from grpo_cli.report import pieces
+        from grpo_cli.report.summarize import read_report
+
+        raw = annotated_log(3000).drop("advantage")
+        big = pl.int_range(pl.len()) < 1200  # 1,200 rows in one group of step 0
+        raw = raw.with_columns(
+            prompt_id=pl.when(big).then(pl.lit("big")).otherwise("prompt_id"),
+            step=pl.when(big).then(0).otherwise("step"),
+        )
+        frame = compute_advantages(raw)
+        frame.write_parquet(tmp_path / "whole.parquet")
+        expected = read_report([tmp_path / "whole.parquet"], None, {}, None, None)
+        path = with_damaged_column(frame, tmp_path / "log.parquet")
+        monkeypatch.setattr(pieces, "PIECE_ROWS", 500)
+        monkeypatch.setattr(pieces, "FANOUT", 2)
+        report = read_report([path], None, {}, None, None)
+        _assert_same_table(report.overall, expected.overall)
+        _assert_same_table(report.steps, expected.steps)
+        assert report.overall["group_size_max"][0] == 1200
+
+    def test_a_small_log_is_read_whole(self, tmp_path: Path) -> None:
+        from grpo_cli.report.summarize import read_report
+
+        path = with_damaged_column(annotated_log(400), tmp_path / "log.parquet")
+        with pytest.raises(InputError, match="cannot read"):
+            read_report([path], None, {}, None, None)

@@ -617,7 +617,8 @@ def render_report(console: Console, report: Report, *, rows: int = 20, bins: int
         if values is None:
             continue
         edges, counts = histogram(values, bins)
-        console.print(f"\n[bold]{title} histogram[/] ({values.len():,} values)")
+        counted = f"{values.len():,} values{report.sample_note}"
+        console.print(f"\n[bold]{title} histogram[/] ({counted})")
         bar_width = max(1, min(HISTOGRAM_BAR_WIDTH, console.width - HISTOGRAM_LABEL_WIDTH))
         for line in histogram_lines(edges, counts, bar_width):
             console.print(line, emoji=False, markup=False)

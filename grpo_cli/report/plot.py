@@ -253,15 +253,18 @@ def _histograms(report: Report, ax_adv: Any, ax_reward: Any) -> None:
         _method_histograms(report.methods, ax_adv)
     elif report.advantages is not None and report.advantages.len():
         _hist(ax_adv, report.advantages, 50, _BLUE)
-        ax_adv.set(title=f"advantage ({report.advantages.len():,} responses)", xlabel="advantage")
+        shown = f"{report.advantages.len():,} responses{report.sample_note}"
+        ax_adv.set(title=f"advantage ({shown})", xlabel="advantage")
     else:
         stds = report.group_sizes["std"].drop_nulls().drop_nans().to_numpy()
         ax_adv.hist(stds, bins=30, color=_PURPLE)
-        ax_adv.set_title(f"group reward std ({len(stds):,} groups; the log has no advantage)")
+        shown = f"{len(stds):,} groups{report.sample_note}"
+        ax_adv.set_title(f"group reward std ({shown}; the log has no advantage)")
         ax_adv.set_xlabel("std of the group's rewards")
     ax_adv.set_ylabel("count")
     _hist(ax_reward, report.rewards, 50, _GREEN)
-    ax_reward.set(title=f"reward ({report.rewards.len():,} valid)", xlabel="reward", ylabel="count")
+    shown = f"{report.rewards.len():,} valid{report.sample_note}"
+    ax_reward.set(title=f"reward ({shown})", xlabel="reward", ylabel="count")
 
 
 def _method_histograms(methods: Mapping[str, Any], ax: Any) -> None:
@@ -368,7 +371,8 @@ def _size_histogram(report: Report, ax: Any) -> None:
     bins: Any = [v - 0.5 for v in range(lo, hi + 2)] if hi - lo <= 60 else 50
     ax.hist(sizes, bins=bins, color=_BLUE, edgecolor="white", linewidth=0.5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(f"group sizes ({len(sizes):,} groups)", loc="left", fontsize=10)
+    shown = f"{len(sizes):,} groups{report.sample_note}"
+    ax.set_title(f"group sizes ({shown})", loc="left", fontsize=10)
     ax.set(xlabel="responses per group", ylabel="groups")
 
 

@@ -7,15 +7,20 @@ NaN as null), with groups as ``compute`` forms them: the figures of
 annotated input. A group is counted in every batch value where it has rows, its statistics
 over all its rows. Groups that span the batch column are refused; groups that span the
 step column give a warning (:func:`grpo_cli.core.run_summary.span_warnings`).
+
+A Parquet log over PIECE_ROWS rows is read in pieces of whole groups, only the columns the
+report needs (:mod:`grpo_cli.report.pieces`): each piece summarized by the same code, the
+partials merged, the trainers' figures in one streaming pass; the histograms' values and
+the group sizes drawn are then those of the first piece, a sample of whole groups.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import polars as pl
 
@@ -37,6 +42,9 @@ from grpo_cli.core.presets import get_preset
 from grpo_cli.core.rewards import combined_reward
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, group_table, span_warnings
 
+if TYPE_CHECKING:
+    from grpo_cli.core.resolve import Request
+
 LEVELS: Final = ("step", "group", "overall")
 # The tables' columns after ``by``: the metrics' figures but two only compute's summary shows.
 TABLE_COLUMNS: Final = tuple(
@@ -57,6 +65,8 @@ class Report:
         annotated: the input has the advantage column (the advantage metrics are present).
         rewards, advantages: the valid values, for histograms (advantages: None if absent).
         methods: a ``compare`` output's advantages by method (:func:`compared_advantages`).
+        sampled: ``rewards``, ``advantages``, ``group_sizes`` and ``methods`` are a sample
+            of whole groups (a big log's first piece: :mod:`grpo_cli.report.pieces`).
     """
 
     overall: pl.DataFrame
@@ -70,6 +80,13 @@ class Report:
     advantages: pl.Series | None
     warnings: tuple[Message, ...] = ()
     methods: dict[str, pl.Series] = field(default_factory=dict)
+    sampled: bool = False
+
+    @property
+    def sample_note(self) -> str:
+        """What a count of the sampled values adds: ``, a sample of whole groups`` or
+        nothing."""
+        return ", a sample of whole groups" if self.sampled else ""
 
     @cached_property
     def groups(self) -> pl.DataFrame:
@@ -183,9 +200,15 @@ def read_report(
     from grpo_cli.core.columns import logged_advantage
     from grpo_cli.core.layouts import once_per_generation, per_response
     from grpo_cli.core.resolve import derive, make_request, resolve
-    from grpo_cli.jobs.outputs import read_input
+    from grpo_cli.jobs.outputs import normalized_format, read_input
+    from grpo_cli.report.pieces import big_log
 
     request = make_request(preset, {**explicit, "advantage_col": UNUSED_OUTPUT})
+    big = big_log(paths, normalized_format(input_format))
+    if big is not None and request.layout is None:
+        report = _read_pieces(*big, request, explicit, tuple(by) if by else None)
+        if report is not None:
+            return report
     log = read_input(paths, input_format, request.key_cols)
     column = logged_advantage(log.frame.columns, explicit.get("advantage_col"))
     frame, tokens = per_response(log.frame, column)
@@ -195,6 +218,66 @@ def read_report(
     report = summarize(derive(frame, plan), options, tuple(by) if by else None, plan=plan)
     once = [note for note in (tokens, repeated) if note]
     return replace(report, warnings=(*log.warnings, *plan.notes, *once, *report.warnings))
+
+
+def _read_pieces(
+    path: Path,
+    rows: int,
+    request: Request,
+    explicit: Mapping[str, Any],
+    by: tuple[str, ...] | None,
+) -> Report | None:
+    """The report of the big Parquet log ``path`` (``rows`` rows) in bounded memory: only
+    the columns it reads, in pieces of whole groups (:mod:`grpo_cli.report.pieces`), each
+    summarized in memory by :func:`summarize`'s own code, their partials merged; the
+    trainers' figures in one streaming pass. None when its groups are not formed by its
+    columns alone (a derived key) or its advantage column holds lists: read whole."""
+    from grpo_cli.core.columns import logged_advantage
+    from grpo_cli.core.metrics import LENGTH_COLUMNS
+    from grpo_cli.core.plan import step_column
+    from grpo_cli.core.resolve import resolve
+    from grpo_cli.core.run_summary import response_id
+    from grpo_cli.engines.narrow import needed_columns
+    from grpo_cli.io.read import scan_file
+    from grpo_cli.report.pieces import ROW, read_pieces
+
+    schema = scan_file(path).collect_schema()
+    column = logged_advantage(schema.names(), explicit.get("advantage_col"))
+    plan = resolve(request, schema)
+    if plan.derived or isinstance(schema.get(column), pl.List):
+        return None
+    options = plan.options.with_overrides(advantage_col=column)
+    by = _summary_by(schema.names(), options, by)
+    names = schema.names()
+    methods = [c for c in names if c.startswith("advantage_")]  # a compare output's
+    optional = [step_column(plan), response_id(names, options), options.length_col, column]
+    wanted = [*plan.keys.exact, *needed_columns(options), *by, *optional, *LENGTH_COLUMNS]
+    columns = [c for c in dict.fromkeys([*wanted, *methods]) if c is not None and c in schema]
+
+    def summaries() -> Iterator[tuple[_PieceSummary, tuple[Message, ...]]]:
+        for piece in read_pieces(path, rows, columns, plan.keys.exact):
+            piece_plan = resolve(request, piece.drop(ROW))  # its values checked
+            summary = _piece_summary(
+                piece, options, by, plan=piece_plan, pass_rates=True, order=ROW
+            )
+            yield summary, piece_plan.notes
+
+    def group_rows() -> pl.DataFrame:  # read again, only when asked
+        tables = [summary.report.groups for summary, _ in summaries() if summary.report]
+        return pl.concat(tables).sort(ROW).drop(ROW)
+
+    pieces: list[_PieceSummary] = []
+    notes: list[Message] = []
+    for summary, piece_notes in summaries():
+        notes += piece_notes
+        kept = (
+            None if pieces or not summary.report else replace(summary.report, group_rows=group_rows)
+        )
+        pieces.append(replace(summary, report=kept))  # the first's values, not its rows
+    adv = column if column in schema else None
+    aggs = metrics.trainer_aggs(columns, options.reward_cols, options.length_col, adv)
+    report = _report(pieces, _trainer_figures(scan_file(path), aggs, by, "streaming"))
+    return replace(report, warnings=(*dict.fromkeys(notes), *report.warnings))
 
 
 def summarize(
@@ -207,6 +290,51 @@ def summarize(
     """The :class:`Report` of a raw or annotated reward log (see the module docstring);
     ``by``: None is the batch column, else ``step`` if present; ``plan``: the options
     resolved on ``frame`` with no advantage column written, if the caller has them."""
+    piece = _piece_summary(frame, options, by, plan=plan)
+    return _report([piece], piece.extra)
+
+
+@dataclass(frozen=True)
+class _PieceSummary:
+    """What :func:`summarize` reads off one piece of a log (every group whole in it): the
+    partials per value of ``by`` (``per_by``; one row without ``by``) and, with ``by``,
+    those counted once per group (``groups``), the trainers' figures (``extra``: plain
+    aggregations, not partials: a piece is the whole log or they come from a streaming
+    pass over it), whether it has a valid reward (``scored``), and the rest of a
+    :class:`Report` (None: kept for the first piece only, its values and group table
+    being a piece's size)."""
+
+    per_by: pl.DataFrame
+    groups: pl.DataFrame | None
+    extra: tuple[pl.DataFrame, pl.DataFrame] | None
+    binary: bool
+    scored: bool
+    warnings: tuple[Message, ...]
+    report: Report | None
+
+
+# The partials only binary rewards have (dropped where a piece has other rewards).
+_PASS_PARTIALS: Final = (
+    metrics.SCORED_GROUPS,
+    metrics.PASSING_GROUPS,
+    metrics.SOLVED_GROUPS,
+    metrics.FAILED_GROUPS,
+    metrics.GROUP_MEAN_SUM,
+)
+
+
+def _piece_summary(
+    frame: pl.DataFrame,
+    options: AdvantageOptions,
+    by: tuple[str, ...] | None,
+    *,
+    plan: Plan | None = None,
+    pass_rates: bool | None = None,
+    order: str | None = None,
+) -> _PieceSummary:
+    """The :class:`_PieceSummary` of ``frame``; ``pass_rates``: compute the pass partials
+    (None: when its rewards are binary); ``order``: a column of ``frame`` the group table
+    keeps (each group's first value) to order the groups of several pieces by."""
     if options.aggregation != "sum_then_normalize" or options.step_rewards_col is not None:
         raise OptionsError(
             "summarize works on outcome rewards combined by a weighted sum",
@@ -215,15 +343,7 @@ def summarize(
             + " / "
             + option("aggregation", "normalize_then_sum"),
         )
-    if by is None:
-        step = ("step",) if "step" in frame.columns else ()
-        by = (options.batch_col,) if options.batch_col else step
-    missing = [c for c in by if c not in frame.columns]
-    if missing:
-        raise InputError(
-            f"no column {missing[0]!r} to summarize by",
-            hint=f"columns are: {', '.join(frame.columns[:12])}",
-        )
+    by = _summary_by(frame.columns, options, by)
     annotated = options.advantage_col in frame.columns
     if plan is None:
         from grpo_cli.core.resolve import make_request, resolve
@@ -243,17 +363,13 @@ def summarize(
             hint=option("advantage_col") + " names the logged advantage column",
             column=adv,
         )
-    overall, steps, profiles = _tables(prepared, keys, by, binary, adv, options.deterministic)
-    extra = metrics.trainer_aggs(frame.columns, options.reward_cols, options.length_col, adv)
-    if extra:
-        overall = pl.concat([overall, prepared.select(extra)], how="horizontal")
-        if by:
-            per_step = prepared.group_by(list(by)).agg(extra)
-            steps = steps.join(per_step, on=list(by), how="left", maintain_order="left")
-    return Report(
-        overall=overall,
-        steps=steps,
-        group_rows=lambda: _group_rows(prepared, used, by, adv),
+    passes = binary if pass_rates is None else pass_rates
+    per_by, groups, profiles = _partials(prepared, keys, by, passes, adv, options.deterministic)
+    aggs = metrics.trainer_aggs(frame.columns, options.reward_cols, options.length_col, adv)
+    report = Report(
+        overall=pl.DataFrame(),
+        steps=pl.DataFrame(),
+        group_rows=lambda: _group_rows(prepared, used, by, adv, order),
         group_sizes=_sizes_and_stds(profiles, options.ddof),
         by=by,
         binary=binary,
@@ -262,6 +378,78 @@ def summarize(
         advantages=prepared[adv].cast(pl.Float64).drop_nulls().drop_nans() if adv else None,
         warnings=span_warnings(prepared, used),
         methods=compared_advantages(frame),
+    )
+    extra = _trainer_figures(prepared.lazy(), aggs, by, "in-memory")
+    return _PieceSummary(per_by, groups, extra, binary, rewards.len() > 0, report.warnings, report)
+
+
+def _summary_by(
+    columns: Sequence[str], options: AdvantageOptions, by: tuple[str, ...] | None
+) -> tuple[str, ...]:
+    """The per-step columns: ``by``; None: the batch column, else ``step`` if present."""
+    if by is None:
+        step = ("step",) if "step" in columns else ()
+        by = (options.batch_col,) if options.batch_col else step
+    missing = [c for c in by if c not in columns]
+    if missing:
+        raise InputError(
+            f"no column {missing[0]!r} to summarize by",
+            hint=f"columns are: {', '.join(columns[:12])}",
+        )
+    return by
+
+
+def _trainer_figures(
+    rows: pl.LazyFrame,
+    aggs: list[pl.Expr],
+    by: tuple[str, ...],
+    engine: Literal["in-memory", "streaming"],
+) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """The trainers' figures (:func:`metrics.trainer_aggs`) of ``rows`` overall and per
+    value of ``by`` (empty without ``by``), collected by ``engine``; None without any."""
+    if not aggs:
+        return None
+    overall = rows.select(aggs).collect(engine=engine)
+    steps = rows.group_by(list(by)).agg(aggs).collect(engine=engine) if by else pl.DataFrame()
+    return overall, steps
+
+
+def _report(
+    pieces: Sequence[_PieceSummary], extra: tuple[pl.DataFrame, pl.DataFrame] | None
+) -> Report:
+    """The :class:`Report` of a log from its pieces' summaries (each group whole in one
+    piece; one piece: the log) and its trainers' figures (``extra``): the partials merged
+    and finished; the group table, sizes, histograms' values and compared methods are the
+    first piece's (the log's, or a sample of its whole groups)."""
+    first = pieces[0].report
+    assert first is not None  # the first piece's is kept
+    by = first.by
+    binary = all(p.binary or not p.scored for p in pieces) and any(p.binary for p in pieces)
+
+    def merged(frames: list[pl.DataFrame], keys: tuple[str, ...]) -> pl.DataFrame:
+        frames = [f.drop(_PASS_PARTIALS, strict=False) if not binary else f for f in frames]
+        return frames[0] if len(frames) == 1 else metrics.merge(frames, keys)
+
+    per_by = [p.per_by for p in pieces]
+    if by:
+        rows = metrics.merge(merged(per_by, by).drop(metrics.GROUP_PARTIALS, strict=False))
+        groups = merged([p.groups for p in pieces if p.groups is not None], ())
+        overall = _table(pl.concat([rows, groups], how="horizontal"), ())
+        steps = _table(merged(per_by, by), by)
+    else:
+        overall, steps = _table(merged(per_by, ()), ()), pl.DataFrame()
+    if extra is not None:
+        overall = pl.concat([overall, extra[0]], how="horizontal")
+        if by:
+            steps = steps.join(extra[1], on=list(by), how="left", maintain_order="left")
+    warnings = tuple(dict.fromkeys(w for p in pieces for w in p.warnings))
+    return replace(
+        first,
+        overall=overall,
+        steps=steps,
+        binary=binary,
+        warnings=warnings,
+        sampled=len(pieces) > 1,
     )
 
 
@@ -340,31 +528,36 @@ def _sizes_and_stds(profiles: pl.DataFrame, ddof: int) -> pl.DataFrame:
 
 
 def _group_rows(
-    prepared: pl.DataFrame, plan: Plan, by: tuple[str, ...], adv: str | None
+    prepared: pl.DataFrame,
+    plan: Plan,
+    by: tuple[str, ...],
+    adv: str | None,
+    order: str | None = None,
 ) -> pl.DataFrame:
-    """The group table, with each group's batch values (first seen) and mean advantage."""
+    """The group table, with each group's batch values (first seen), mean advantage and
+    first ``order`` value (last, if given)."""
     exact = list(plan.keys.exact)
     batch = [c for c in by if c not in exact]
-    extra = [pl.col(c).first() for c in batch]
+    extra = [pl.col(c).first() for c in [*batch, *([order] if order else [])]]
     if adv is not None:
         extra.append(pl.col(adv).cast(pl.Float64).mean().alias("advantage_mean"))
     table = group_table(prepared.lazy(), plan, extra)
     shown = [DISPLAY_NAMES.get(k, k) for k in exact]
-    rest = [c for c in table.columns if c not in shown and c not in batch]
-    return table.select(*shown, *batch, *rest)
+    rest = [c for c in table.columns if c not in shown and c not in batch and c != order]
+    return table.select(*shown, *batch, *rest, *([order] if order else []))
 
 
-def _tables(
+def _partials(
     prepared: pl.DataFrame,
     keys: Keys,
     by: tuple[str, ...],
     binary: bool,
     adv: str | None,
     deterministic: bool,
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The overall table, the per-``by`` table (empty without ``by``) and one row per
-    group with its profile. A group counts in every value of ``by`` where it has rows and
-    once overall; the overall row figures merge those of the ``by`` values."""
+) -> tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame]:
+    """The partials per value of ``by`` (one row without ``by``), with ``by`` the partials
+    counted once per group (the overall row's: a group counts in every value of ``by``
+    where it has rows and once overall), and one row per group with its profile."""
     group = [g for g in keys.group if g not in by]
     per_group = _one_row_per_group(prepared, keys, by, list(PROFILE_COLUMNS))
     if per_group is None:
@@ -381,12 +574,9 @@ def _tables(
         deterministic=deterministic,
     )
     if not by:
-        return _table(per_by, ()), pl.DataFrame(), per_group
+        return per_by, None, per_group
     one_per_group = per_group.unique(subset=list(keys.group), keep="first")
-    rows = metrics.merge(per_by.drop(metrics.GROUP_PARTIALS, strict=False))
-    groups = metrics.group_partials(one_per_group, pass_rates=binary)
-    overall = pl.concat([rows, groups], how="horizontal")
-    return _table(overall, ()), _table(per_by, by), one_per_group
+    return per_by, metrics.group_partials(one_per_group, pass_rates=binary), one_per_group
 
 
 def _table(merged: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:

@@ -11,6 +11,10 @@ tensor, one value per token) it is read as one value per response
 When rows differ the report carries hints (:func:`_hints`, :func:`_matching_route`).
 ``preset="auto"`` tries every preset the log has the inputs of and names those that match
 (:func:`_verify_auto`).
+
+A Parquet log over PIECE_ROWS rows is verified in pieces of whole groups, only the columns
+the recomputation reads (:func:`_verify_pieces`), unless a piece cannot stand for its
+groups (``auto``, a dump layout, a batch-level formula): then it is read whole.
 """
 
 from __future__ import annotations
@@ -133,7 +137,14 @@ def run_verify(
     """
     from grpo_cli.io.formats import table_format
     from grpo_cli.io.write import write_table
-    from grpo_cli.jobs.outputs import input_paths, read_input, remove_leftovers, sources_or_stdin
+    from grpo_cli.jobs.outputs import (
+        input_paths,
+        normalized_format,
+        read_input,
+        remove_leftovers,
+        sources_or_stdin,
+    )
+    from grpo_cli.report.pieces import big_log
 
     sources = sources_or_stdin([str(source) for source in inputs])
     diff_path = None if diff_out is None else Path(diff_out)
@@ -143,20 +154,108 @@ def run_verify(
     refuse_file_engines(explicit.get("backend"), "verify")
     key_cols = tuple(explicit.get("group_cols", DEFAULT_GROUP_COLS))
     paths = input_paths(sources)
-    log = read_input(paths, input_format, key_cols)
     if preset is None and not PRESET_FIELDS & explicit.keys():
         preset = AUTO  # nothing asks for a method: name the trainer
-    report = verify_advantages(
-        log.frame, preset, advantage_col=advantage_col, tol=tol, top=top, warn=warnings, **explicit
+
+    def verify(frame: pl.DataFrame, search: bool = True) -> VerifyReport:
+        return verify_advantages(
+            frame,
+            preset,
+            advantage_col=advantage_col,
+            tol=tol,
+            top=top,
+            warn=warnings,
+            search=search,
+            **explicit,
+        )
+
+    big = big_log(paths, normalized_format(input_format))
+    report = (
+        None if big is None else _verify_pieces(*big, preset, explicit, advantage_col, top, verify)
     )
-    report = replace(report, warnings=(*log.warnings, *report.warnings))
+    if report is not None:
+        source = str(paths[0])
+    else:
+        log = read_input(paths, input_format, key_cols)
+        report = verify(log.frame)
+        report, source = replace(report, warnings=(*log.warnings, *report.warnings)), log.source
     if diff_path is None:
-        return VerifyResult(report, log.source)
+        return VerifyResult(report, source)
     to_stdout = str(diff_path) == "-"
     if not to_stdout:
         remove_leftovers([diff_path], warn)
     write_table(report.differing, diff_path, force=force, protected=paths)
-    return VerifyResult(report, log.source, "standard output" if to_stdout else str(diff_path))
+    return VerifyResult(report, source, "standard output" if to_stdout else str(diff_path))
+
+
+def _verify_pieces(
+    path: Path,
+    rows: int,
+    preset: str | None,
+    explicit: dict[str, Any],
+    advantage_col: str | None,
+    top: int,
+    verify: Callable[[pl.DataFrame, bool], VerifyReport],
+) -> VerifyReport | None:
+    """The report of the big Parquet log ``path`` (``rows`` rows) in bounded memory: only
+    the columns the recomputation reads, in pieces of whole groups
+    (:mod:`grpo_cli.report.pieces`), each verified in memory by ``verify``
+    (:func:`verify_advantages` with the command's options; ``True``: search for a route,
+    done until a piece finds hints), their reports merged (:func:`_merged_reports`). None
+    where a piece cannot stand for its groups: ``auto`` (it compares presets on the whole
+    log), a dump layout or a derived key, a formula that reads batch statistics, a
+    list-valued or missing advantage column: read whole."""
+    from grpo_cli.core.plan import step_column
+    from grpo_cli.core.run_summary import response_id
+    from grpo_cli.engines.batch_partials import needs_batch_stats
+    from grpo_cli.engines.narrow import needed_columns
+    from grpo_cli.io.read import scan_file
+    from grpo_cli.report.pieces import ROW, read_pieces
+
+    schema = scan_file(path).collect_schema()
+    column = logged_advantage(schema.names(), advantage_col)
+    if preset == AUTO or column not in schema or isinstance(schema[column], pl.List):
+        return None
+    request = make_request(preset, {**explicit, "advantage_col": RECOMPUTED})
+    if request.layout is not None:
+        return None
+    plan = resolve(request, pl.Schema({k: v for k, v in schema.items() if k != column}))
+    if plan.derived or needs_batch_stats(plan):
+        return None
+    names = schema.names()
+    optional = [step_column(plan), response_id(names, plan.options), column]
+    wanted = [*plan.keys.exact, *needed_columns(plan.options), *optional]
+    columns = [c for c in dict.fromkeys(wanted) if c is not None and c in schema]
+    reports: list[VerifyReport] = []
+    for piece in read_pieces(path, rows, columns, plan.keys.exact):
+        report = verify(piece.drop(ROW), not any(r.hints for r in reports))
+        rows_at = piece[ROW].gather(report.differing["row"])  # input rows
+        differing = report.differing.with_columns(row=rows_at)
+        reports.append(replace(report, differing=differing))
+    return _merged_reports(reports, top)
+
+
+def _merged_reports(reports: Sequence[VerifyReport], top: int) -> VerifyReport:
+    """The report of a log from those of its pieces (every group whole in one): counts
+    added, the largest difference, the ``top`` worst groups of all, the differing rows in
+    input order; the first piece's hints that has any, every distinct warning."""
+    first = reports[0]
+    if len(reports) == 1:
+        return first
+    worst = pl.concat([r.worst for r in reports], how="diagonal_relaxed")
+    differing = pl.concat([r.differing for r in reports], how="diagonal_relaxed")
+    return replace(
+        first,
+        rows=sum(r.rows for r in reports),
+        groups=sum(r.groups for r in reports),
+        max_abs_diff=max(r.max_abs_diff for r in reports),
+        rows_over=sum(r.rows_over for r in reports),
+        groups_over=sum(r.groups_over for r in reports),
+        worst=worst.sort("max_abs_diff", descending=True, maintain_order=True).head(top),
+        differing=differing.sort("row"),
+        warnings=tuple(dict.fromkeys(w for r in reports for w in r.warnings)),
+        hints=next((r.hints for r in reports if r.hints), ()),
+    )
 
 
 def _no_logged_advantages(
