@@ -763,7 +763,6 @@ class TestBigLogsInPieces:
         path = with_damaged_column(frame, tmp_path / "log.parquet")
         expected = verify_advantages(frame, estimator="grpo", top=3)
         monkeypatch.setattr(pieces, "PIECE_ROWS", 900)
-        monkeypatch.setattr(pieces, "FANOUT", 2)  # 2 parts, each split again
         report = run_verify([path], options={"estimator": "grpo"}, top=3).report
         assert (
             (report.rows, report.groups)

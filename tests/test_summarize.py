@@ -459,7 +459,6 @@ class TestBigLogsInPieces:
         expected = read_report([tmp_path / "whole.parquet"], None, {}, None, None)
         path = with_damaged_column(frame, tmp_path / "log.parquet")
         monkeypatch.setattr(pieces, "PIECE_ROWS", 500)
-        monkeypatch.setattr(pieces, "FANOUT", 2)
         report = read_report([path], None, {}, None, None)
         _assert_same_table(report.overall, expected.overall)
         _assert_same_table(report.steps, expected.steps)

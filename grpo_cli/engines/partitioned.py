@@ -73,6 +73,7 @@ from grpo_cli.engines.batch_partials import (
 from grpo_cli.engines.narrow import (
     CHECK,
     GROUP,
+    appending_writers,
     check_batch_spans,
     hashed_key,
     inner_plan,
@@ -83,6 +84,7 @@ from grpo_cli.engines.narrow import (
     piece_run_partials,
     response_hash,
     span_plan,
+    spill_parts,
 )
 from grpo_cli.engines.polars import ENGINE as POLARS
 from grpo_cli.io.read import scan_file
@@ -341,34 +343,7 @@ def _partition(
         )
         .select(ROW, (pl.col(GROUP) % partitions).alias(PART), *spilled)
     )
-    folder.mkdir()
-    with _writers() as write:
-        for batch in rows.collect_batches(chunk_size=BATCH_ROWS):
-            for (index,), part in batch.partition_by(PART, as_dict=True, include_key=False).items():
-                write(folder / f"{index}.arrow", part)
-            progress.advance(batch.height)
-
-
-@contextlib.contextmanager
-def _writers() -> Iterator[Callable[[Path, pl.DataFrame], None]]:
-    """A function appending a frame to the Arrow IPC file at a path (uncompressed: lz4
-    cost 10% of the run), each file opened at its first frame and all closed at the end:
-    nothing is buffered here, whatever the count of files."""
-    from pyarrow import ipc
-
-    writers: dict[Path, ipc.RecordBatchFileWriter] = {}
-
-    def write(path: Path, frame: pl.DataFrame) -> None:
-        table = frame.to_arrow()
-        if path not in writers:
-            writers[path] = ipc.new_file(path, table.schema)
-        writers[path].write_table(table)
-
-    try:
-        yield write
-    finally:
-        for writer in writers.values():
-            writer.close()
+    spill_parts(rows, folder, BATCH_ROWS)
 
 
 def _partition_files(folder: Path) -> list[Path]:
@@ -415,7 +390,7 @@ def _compute_partitions(
     computed = inner if stats is None else applied(inner)
     repeats: list[tuple[int, int] | None] = []
     spanned: list[Spanning | None] = []
-    with _writers() as write:
+    with appending_writers() as write:
         for path in _partition_files(spill / "in"):
             frame = _read_partition(path)
             path.unlink()  # the spill shrinks as it goes: disk peaks at the first pass's

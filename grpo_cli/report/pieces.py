@@ -2,18 +2,18 @@
 pieces of whole groups, so that their memory is set by PIECE_ROWS, not by the log.
 
 One streaming pass reads only the columns a command needs, with each row's input index
-(``ROW``), and spills them (LZ4 Arrow IPC, in a hidden folder beside the log or in
-the system's temporary folder) into at most FANOUT parts by a hash of the group key, each
-part split again the same way until it holds at most PIECE_ROWS rows (a larger group: one
-piece): every group whole in one piece, rows in input order within a piece. Each piece is
-then read into memory and handed to the command's own in-memory computation, whose
+(``ROW``), and spills them (uncompressed Arrow IPC, in a hidden folder beside the log or in
+the system's temporary folder) into rows / PIECE_ROWS parts by a hash of the group key, as
+the partitioned engine spills its partitions (:func:`grpo_cli.engines.narrow.spill_parts`:
+one batch in memory whatever the count of parts). Every group lies whole in one piece (a
+group larger than PIECE_ROWS is one piece), rows in input order within a piece. Each piece
+is then read into memory and handed to the command's own in-memory computation, whose
 partial results merge (:mod:`grpo_cli.core.metrics`). A log of at most PIECE_ROWS rows is one
 piece, read as a whole: the same code, the same figures.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
@@ -22,9 +22,8 @@ import polars as pl
 
 from grpo_cli.core.columns import PART_INDEX, PART_ROW
 
-PIECE_ROWS: Final = 1_000_000  # rows a piece holds, at most about (peak RSS ~0.6 GB)
-FANOUT: Final = 16  # parts one spilling pass writes at most
-SPILL_COMPRESSION: Final = "lz4"  # read back in buffers, never mapped (uncompressed: +0.5 GB)
+PIECE_ROWS: Final = 1_000_000  # rows a piece holds, about (peak RSS ~0.6 GB)
+SPILL_BATCH_ROWS: Final = 500_000  # rows the spilling pass reads at a time
 ROW: Final = PART_ROW  # each row's input index (from 0), carried by every piece
 
 
@@ -51,46 +50,25 @@ def read_pieces(
     """``columns`` of ``source`` (``rows`` rows) and ``ROW``, in pieces of whole groups of
     ``key_cols`` (about PIECE_ROWS rows each; rows in input order within a piece). The
     spill folder is removed when the iteration ends, by exhaustion or not."""
+    from grpo_cli.engines.narrow import hashed_key, spill_parts
     from grpo_cli.io.read import scan_file
     from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
 
+    lazy = scan_file(source).select(list(dict.fromkeys(columns))).with_row_index(ROW)
+    parts = -(-rows // PIECE_ROWS)
+    if parts <= 1:
+        yield lazy.collect()
+        return
     folder = make_spill_folder(spill_parent(source))
     failed = True
     try:
-        lazy = scan_file(source).select(list(dict.fromkeys(columns))).with_row_index(ROW)
-        yield from _split(lazy, rows, key_cols, folder, 0)
+        group_hash = hashed_key(key_cols)[0]
+        spilled = lazy.with_columns((group_hash % parts).alias(PART_INDEX))
+        spill_parts(spilled, folder / "parts", SPILL_BATCH_ROWS)
+        for path in sorted((folder / "parts").glob("*.arrow")):
+            piece = pl.read_ipc(path)
+            path.unlink()
+            yield piece
         failed = False
     finally:
         remove_spill_folder(folder, after_error=failed)
-
-
-def _split(
-    rows: pl.LazyFrame, count: int, key_cols: Sequence[str], folder: Path, level: int
-) -> Iterator[pl.DataFrame]:
-    """``rows`` (``count`` of them) in pieces of at most about PIECE_ROWS rows: whole when
-    they fit, else spilled into at most FANOUT parts by a hash of the key (seeded by the
-    ``level`` of splitting: parts of a part split again), each part split in turn and its
-    files removed once read. A sink's memory grows with the files it writes: FANOUT bounds
-    it."""
-    if count <= PIECE_ROWS:
-        yield rows.collect()
-        return
-    parts = min(FANOUT, -(-count // PIECE_ROWS))
-    key = pl.struct(list(key_cols)) if len(key_cols) > 1 else pl.col(key_cols[0])
-    spilled = rows.with_columns((key.hash(seed=level) % parts).alias(PART_INDEX))
-    target = folder / str(level)
-    sink = pl.PartitionBy(
-        target, key=PART_INDEX, include_key=False, approximate_bytes_per_file=None
-    )
-    spilled.sink_ipc(sink, compression=SPILL_COMPRESSION, mkdir=True)
-    found = sorted(p for p in target.iterdir() if p.is_dir())
-    for part in found:
-        files = sorted(part.glob("*.ipc"))
-        held = pl.scan_ipc(files).select(pl.len()).collect().item()
-        if len(found) == 1:  # one key (a group over PIECE_ROWS rows): no smaller piece
-            yield pl.scan_ipc(files).collect()
-        else:
-            yield from _split(pl.scan_ipc(files), held, key_cols, part, level + 1)
-        for file in files:
-            with contextlib.suppress(OSError):
-                file.unlink()
