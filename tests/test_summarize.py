@@ -412,6 +412,7 @@ class TestBigLogsInPieces:
     """A Parquet log over PIECE_ROWS rows is summarized in pieces of whole groups, reading
     only the columns it needs: the same tables as the log loaded whole."""
 
+    @pytest.mark.parametrize("fold_every", [16, 2], ids=["kept", "folded"])
     @pytest.mark.parametrize("binary", [False, True])
     @pytest.mark.parametrize("by", [None, ("step",)])
     def test_pieces_give_the_in_memory_figures(
@@ -420,8 +421,10 @@ class TestBigLogsInPieces:
         monkeypatch: pytest.MonkeyPatch,
         binary: bool,
         by: tuple[str, ...] | None,
+        fold_every: int,
     ) -> None:
-        from grpo_cli.report import pieces
+        """Also with the pieces' summaries merged as they come (``folded``: every 2)."""
+        from grpo_cli.report import pieces, summarize
         from grpo_cli.report.summarize import read_report
 
         frame = annotated_log(4000, binary=binary)
@@ -429,6 +432,7 @@ class TestBigLogsInPieces:
         expected = read_report([tmp_path / "whole.parquet"], None, {}, None, by)  # in memory
         path = with_damaged_column(frame, tmp_path / "log.parquet")
         monkeypatch.setattr(pieces, "PIECE_ROWS", 900)  # 5 pieces
+        monkeypatch.setattr(summarize, "FOLD_EVERY", fold_every)
         report = read_report([path], None, {}, None, by)
         _assert_same_table(report.overall, expected.overall)
         _assert_same_table(report.steps, expected.steps)

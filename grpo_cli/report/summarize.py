@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from grpo_cli.core.resolve import Request
 
 LEVELS: Final = ("step", "group", "overall")
+FOLD_EVERY: Final = 16  # pieces of a big log whose summaries are kept before merging them
 # The tables' columns after ``by``: the metrics' figures but two only compute's summary shows.
 TABLE_COLUMNS: Final = tuple(
     name for name in metrics.FIGURES if name not in ("zero_std_group_share", "batches")
@@ -274,6 +275,8 @@ def _read_pieces(
             None if pieces or not summary.report else replace(summary.report, group_rows=group_rows)
         )
         pieces.append(replace(summary, report=kept))  # the first's values, not its rows
+        if len(pieces) > FOLD_EVERY:  # per-step partials of every piece: bounded
+            pieces[1:] = [_fold(pieces[1:], by)]
     adv = column if column in schema else None
     aggs = metrics.trainer_aggs(columns, options.reward_cols, options.length_col, adv)
     report = _report(pieces, _trainer_figures(scan_file(path), aggs, by, "streaming"))
@@ -412,6 +415,28 @@ def _trainer_figures(
     overall = rows.select(aggs).collect(engine=engine)
     steps = rows.group_by(list(by)).agg(aggs).collect(engine=engine) if by else pl.DataFrame()
     return overall, steps
+
+
+def _fold(pieces: Sequence[_PieceSummary], by: tuple[str, ...]) -> _PieceSummary:
+    """Pieces' summaries as one, as :func:`_report` reads them (partials per value of
+    ``by`` merged; binary when every scored piece is): a log of many pieces holds two
+    pieces' partials per step, not one per piece and step."""
+    binary = all(p.binary or not p.scored for p in pieces)
+
+    def merged(frames: list[pl.DataFrame], keys: tuple[str, ...]) -> pl.DataFrame:
+        frames = [f if binary else f.drop(_PASS_PARTIALS, strict=False) for f in frames]
+        return metrics.merge(frames, keys)
+
+    first = pieces[0]
+    groups = [p.groups for p in pieces if p.groups is not None]
+    return replace(
+        first,
+        per_by=merged([p.per_by for p in pieces], by),
+        groups=merged(groups, ()) if groups else None,
+        binary=binary and any(p.binary for p in pieces),
+        scored=any(p.scored for p in pieces),
+        warnings=tuple(dict.fromkeys(w for p in pieces for w in p.warnings)),
+    )
 
 
 def _report(
