@@ -9,6 +9,7 @@ within each step (``"step"``) or left grouped (``"grouped"``). ``text=True`` add
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -85,37 +86,28 @@ def write_big_log(path: Path, rows: int, *, seed: int = 42, chunk: int = 10_000_
     of every row is a global permutation of the group sizes, so groups span the file."""
     if path.exists():
         return path
-    import pyarrow.parquet as pq
-
     rng = np.random.default_rng(seed)
     sizes = group_sizes(rng, rows)
     group = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
     rng.shuffle(group)
     binary = rng.random(len(sizes)) < 0.6
     skill = rng.random(len(sizes))
-    tmp = path.with_suffix(".part")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer = None
-    for lo in range(0, rows, chunk):
-        g = group[lo : lo + chunk]
-        noise = rng.random(len(g))
-        reward = np.where(binary[g], (noise < skill[g]).astype(np.float64), noise.round(4))
-        step = g.astype(np.int64) * STEPS // len(sizes)
-        frame = pl.DataFrame({"step": step, "prompt_id": g, "reward": reward}).with_columns(
-            prompt_id=pl.format(
-                "p{}-s{}",
-                pl.col("prompt_id").cast(pl.String).str.zfill(7),
-                pl.col("step").cast(pl.String).str.zfill(4),
+
+    def chunks() -> Iterator[pl.DataFrame]:
+        for lo in range(0, rows, chunk):
+            g = group[lo : lo + chunk]
+            reward = _rewards(rng, binary[g], skill[g])
+            step = g.astype(np.int64) * STEPS // len(sizes)
+            frame = pl.DataFrame({"step": step, "prompt_id": g, "reward": reward})
+            yield frame.with_columns(
+                prompt_id=pl.format(
+                    "p{}-s{}",
+                    pl.col("prompt_id").cast(pl.String).str.zfill(7),
+                    pl.col("step").cast(pl.String).str.zfill(4),
+                )
             )
-        )
-        table = frame.to_arrow()
-        if writer is None:
-            writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
-        writer.write_table(table, row_group_size=1_000_000)
-    if writer is not None:
-        writer.close()
-    tmp.rename(path)
-    return path
+
+    return _write_chunks(path, chunks())
 
 
 def write_step_log(
@@ -126,28 +118,46 @@ def write_step_log(
     shuffled among themselves, steps in order; written in chunks of ``chunk_steps`` steps."""
     if path.exists():
         return path
-    import pyarrow.parquet as pq
-
     rng = np.random.default_rng(seed)
     sizes = group_sizes(rng, rows)
+    per_chunk = prompts_per_step * chunk_steps
+
+    def chunks() -> Iterator[pl.DataFrame]:
+        for first in range(0, len(sizes), per_chunk):
+            chunk = sizes[first : first + per_chunk]
+            group = np.repeat(np.arange(first, first + len(chunk), dtype=np.int64), chunk)
+            step = group // prompts_per_step
+            order = np.argsort(step + rng.random(len(group)), kind="stable")  # within steps
+            group, step = group[order], step[order]
+            local = group - first
+            binary = rng.random(len(chunk)) < 0.6
+            skill = rng.random(len(chunk))
+            reward = _rewards(rng, binary[local], skill[local])
+            frame = pl.DataFrame({"step": step, "prompt_id": group, "reward": reward})
+            yield frame.with_columns(
+                prompt_id=pl.format("p{}", pl.col("prompt_id").cast(pl.String).str.zfill(9))
+            )
+
+    return _write_chunks(path, chunks())
+
+
+def _rewards(rng: np.random.Generator, binary: np.ndarray, skill: np.ndarray) -> np.ndarray:
+    """Per row: 0/1 with its group's success rate ``skill`` where its group is ``binary``,
+    else a uniform reward rounded to 4 digits."""
+    noise = rng.random(len(binary))
+    result: np.ndarray = np.where(binary, (noise < skill).astype(np.float64), noise.round(4))
+    return result
+
+
+def _write_chunks(path: Path, frames: Iterator[pl.DataFrame]) -> Path:
+    """``frames`` to one Parquet file (zstd, row groups of 1M rows) at ``path``, through a
+    ``.part`` file renamed at the end."""
+    import pyarrow.parquet as pq
+
     tmp = path.with_suffix(".part")
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = None
-    per_chunk = prompts_per_step * chunk_steps
-    for first in range(0, len(sizes), per_chunk):
-        chunk = sizes[first : first + per_chunk]
-        group = np.repeat(np.arange(first, first + len(chunk), dtype=np.int64), chunk)
-        step = group // prompts_per_step
-        order = np.argsort(step + rng.random(len(group)), kind="stable")  # shuffled in steps
-        group, step = group[order], step[order]
-        binary = rng.random(len(chunk)) < 0.6
-        skill = rng.random(len(chunk))
-        noise = rng.random(len(group))
-        local = group - first
-        reward = np.where(binary[local], (noise < skill[local]).astype(np.float64), noise.round(4))
-        frame = pl.DataFrame({"step": step, "prompt_id": group, "reward": reward}).with_columns(
-            prompt_id=pl.format("p{}", pl.col("prompt_id").cast(pl.String).str.zfill(9))
-        )
+    for frame in frames:
         table = frame.to_arrow()
         if writer is None:
             writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
