@@ -39,16 +39,21 @@ CASES: list[dict[str, Any]] = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(c) or "defaults")
-def test_same_result_as_in_memory(tmp_path: Path, case: dict[str, Any]) -> None:
-    log = hostile_log(with_nulls=True)
+def both_ways(tmp_path: Path, log: pl.DataFrame, case: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """``log`` with the options ``case`` by --low-memory (3 partitions, ranges of 7 rows) and
+    in memory: the output frame, its run summary, and the in-memory annotation."""
     source = tmp_path / "log.parquet"
     log.write_parquet(source)
     options = AdvantageOptions(deterministic=True, **case)
     out = tmp_path / "out.parquet"
     run = annotate_to_parquet(source, out, options, partitions=3, chunk_rows=7)
-    expected = annotate(log, deterministic=True, **case)
-    assert pl.read_parquet(out).equals(expected.frame)
+    return pl.read_parquet(out), run, annotate(log, deterministic=True, **case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(c) or "defaults")
+def test_same_result_as_in_memory(tmp_path: Path, case: dict[str, Any]) -> None:
+    got, run, expected = both_ways(tmp_path, hostile_log(with_nulls=True), case)
+    assert got.equals(expected.frame)
     for name in (
         "rows",
         "groups",
@@ -87,14 +92,8 @@ def test_same_result_when_the_log_is_read_in_batches(
 
     monkeypatch.setattr(partitioned, "BATCH_ROWS", 5)
     log = hostile_log(with_nulls=True).sample(fraction=1.0, shuffle=True, seed=3)
-    source = tmp_path / "log.parquet"
-    log.write_parquet(source)
-    options = AdvantageOptions(deterministic=True, **case)
-    out = tmp_path / "out.parquet"
-    run = annotate_to_parquet(source, out, options, partitions=3, chunk_rows=7)
-    expected = annotate(log, deterministic=True, **case)
+    got, run, expected = both_ways(tmp_path, log, case)
     assert log.height > 40
-    got = pl.read_parquet(out)
     assert_frame_equal(got, expected.frame, check_exact=not rtol, rel_tol=rtol, abs_tol=rtol)
     assert (run.rows, run.groups) == (expected.run.rows, expected.run.groups)
 
