@@ -97,9 +97,9 @@ class TestTrlEverywhere:
         assert "1 (25.0%); frac_reward_zero_std 0.6250" in result.stderr
 
     def test_low_memory_partitions(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        import grpo_cli.engines.partitioned
+        import grpo_cli.engines.narrow
 
-        monkeypatch.setattr(grpo_cli.engines.partitioned, "MERGE_EVERY", 2)  # merged on the way
+        monkeypatch.setattr(grpo_cli.engines.narrow, "MERGE_EVERY", 2)  # merged on the way
         source = tmp_path / "log.parquet"
         case_log().write_parquet(source)
         for partitions in (1, 2, 5):

@@ -29,6 +29,7 @@ from grpo_cli.core.plan import Plan, resolve_keys, step_column
 from grpo_cli.core.run_summary import Spanning, repeated_rows, response_expr
 
 GROUP: Final = PART_GROUP
+MERGE_EVERY: Final = 64  # pieces whose partials are kept before merging them
 CHECK: Final = PART_CHECK
 
 
@@ -186,3 +187,15 @@ def appending_writers() -> Iterator[Callable[[Path, pl.DataFrame], None]]:
     finally:
         for writer in writers.values():
             writer.close()
+
+
+def keep_merging(
+    parts: list[pl.DataFrame],
+    part: pl.DataFrame,
+    merge: Callable[[list[pl.DataFrame]], pl.DataFrame],
+) -> None:
+    """Add a piece's partials ``part`` to ``parts``, merged into one every MERGE_EVERY
+    pieces: the partials held stay bounded however many pieces the log has."""
+    parts.append(part)
+    if len(parts) >= MERGE_EVERY:
+        parts[:] = [merge(parts)]

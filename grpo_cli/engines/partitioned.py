@@ -30,7 +30,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -77,6 +77,7 @@ from grpo_cli.engines.narrow import (
     check_batch_spans,
     hashed_key,
     inner_plan,
+    keep_merging,
     merge_repeats,
     merge_spans,
     needed_columns,
@@ -94,7 +95,6 @@ PART: Final = PART_INDEX
 PARTITION_ROWS: Final = 2_000_000  # rows a partition holds, about (its memory: ~0.5 GB)
 MIN_PARTITIONS: Final = 8
 CHUNK_ROWS: Final = 1_000_000
-MERGE_EVERY: Final = 64  # partitions whose partials are kept before merging them
 BATCH_ROWS: Final = 500_000  # rows read at a time by the partition pass
 UNCOVERED: Final = "the spilled advantages do not cover the input rows"
 
@@ -415,7 +415,7 @@ def _compute_partitions(
             added = full.select(ROW, *options.added_columns())
             for index, lo, hi in _ranges(added.get_column(ROW).to_numpy(), chunk_rows):
                 write(out / f"{index:08d}.arrow", added.slice(lo, hi - lo))
-            _keep(parts, piece_run_partials(full, options, group), metrics.merge)
+            keep_merging(parts, piece_run_partials(full, options, group), metrics.merge)
             if response:
                 repeats.append(piece_repeats(full, group, ROW))
             if step:
@@ -453,19 +453,10 @@ def _batch_stats(folder: Path, plan: Plan, rows: int | None) -> pl.DataFrame:
         grouped = with_group_stats(frame, plan).collect()
         if hash_collision(grouped, plan.keys):
             raise _Collision()
-        _keep(parts, grouped_partials(grouped, plan), lambda kept: merged_partials(kept, plan))
+        keep_merging(
+            parts, grouped_partials(grouped, plan), lambda kept: merged_partials(kept, plan)
+        )
     return merged_stats(parts, plan)
-
-
-def _keep(
-    parts: list[pl.DataFrame],
-    part: pl.DataFrame,
-    merge: Callable[[list[pl.DataFrame]], pl.DataFrame],
-) -> None:
-    """Add ``part`` to ``parts``, merged into one every MERGE_EVERY partitions."""
-    parts.append(part)
-    if len(parts) >= MERGE_EVERY:
-        parts[:] = [merge(parts)]
 
 
 def _merge(

@@ -47,6 +47,7 @@ from grpo_cli.core.schema import refuse_values, value_checks
 from grpo_cli.engines.batch_partials import needs_batch_stats
 from grpo_cli.engines.narrow import (
     check_batch_spans,
+    keep_merging,
     merge_repeats,
     piece_repeats,
     piece_run_partials,
@@ -61,7 +62,6 @@ if TYPE_CHECKING:
 BATCH_ROWS: Final = 500_000  # rows a read batch holds
 COMPUTE_ROWS: Final = 1_000_000  # complete steps gathered before one compute (at least)
 MAX_STEP_BYTES: Final = 512 * 2**20  # one step's rows held at most (Polars' estimate)
-MERGE_EVERY: Final = 64  # chunks whose run partials are kept before merging them
 ROW: Final = PART_ROW
 
 
@@ -229,9 +229,7 @@ def _compute(
     except InputError as exc:
         totals.refused = exc
         return None
-    totals.parts.append(piece_run_partials(full, options, group))
-    if len(totals.parts) >= MERGE_EVERY:
-        totals.parts[:] = [metrics.merge(totals.parts)]
+    keep_merging(totals.parts, piece_run_partials(full, options, group), metrics.merge)
     if response is not None:
         hashed = full.select(*group, ROW, response_hash(response))
         totals.repeats.append(piece_repeats(hashed, group, ROW))
