@@ -401,10 +401,12 @@ def batch_std(ctx: FormulaContext) -> Value:
     "TRL rloo_trainer.py",
 )
 def rloo(ctx: FormulaContext) -> Value:
-    """Leave-one-out baseline: ``A_i = r_i - (sum_g - r_i) / (n_g - 1)`` (sums to 0 in a
-    group); a one-response group gets the singleton policy's value (verl: the raw reward)."""
+    """Leave-one-out baseline: ``A_i = r_i - (sum_g - r_i) / (n_g - 1)``, computed as
+    ``(r_i - mean_g) * n_g / (n_g - 1)`` (the same number; verl's and SkyRL's form; one
+    full-size product fewer) (sums to 0 in a group); a one-response group gets the
+    singleton policy's value (verl: the raw reward)."""
     n = ctx.to_float(ctx.count())
-    loo = ctx.reward - (ctx.group_agg(ctx.reward, "sum") - ctx.reward) / (n - 1.0)
+    loo = (ctx.reward - ctx.group_mean()) * (n / (n - 1.0))
     return ctx.unless_singleton(ctx.zero_if_constant(loo), lambda: ctx.reward - ctx.group_mean())
 
 
