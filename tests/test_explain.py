@@ -146,8 +146,8 @@ class TestExplain:
         assert whitened.steps[-1].startswith("over the batch's 8 values of x: n_b = 8,")
         assert whitened.rows[0].formula.startswith("x = 1 - 0.625 = 0.375; (0.375 - 0) / (")
         rloo = explain_one(log, None, {"estimator": "rloo", "eps_mode": "var"}, "a")
-        assert rloo.formula == "A = r - (sum - r) / (n - 1)"
-        assert rloo.rows[1].formula == "0 - (2.5 - 0) / 3"
+        assert rloo.formula == "A = (r - mean) n / (n - 1)"
+        assert rloo.rows[1].formula == "(0 - 0.625) x 1.33333"
 
     def test_each_policy_is_named_once_for_engines_and_explain(self) -> None:
         """The policies name the rules that replace the formula's value; explain states
