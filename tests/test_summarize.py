@@ -412,7 +412,7 @@ class TestBigLogsInPieces:
     """A Parquet log over PIECE_ROWS rows is summarized in pieces of whole groups, reading
     only the columns it needs: the same tables as the log loaded whole."""
 
-    @pytest.mark.parametrize("fold_every", [16, 2], ids=["kept", "folded"])
+    @pytest.mark.parametrize("split_rows", [2_000_000, 900], ids=["whole steps", "split"])
     @pytest.mark.parametrize("binary", [False, True])
     @pytest.mark.parametrize("by", [None, ("step",)])
     def test_pieces_give_the_in_memory_figures(
@@ -421,10 +421,12 @@ class TestBigLogsInPieces:
         monkeypatch: pytest.MonkeyPatch,
         binary: bool,
         by: tuple[str, ...] | None,
-        fold_every: int,
+        split_rows: int,
     ) -> None:
-        """Also with the pieces' summaries merged as they come (``folded``: every 2)."""
-        from grpo_cli.report import pieces, summarize
+        """The pieces' summaries merged as they come (the first kept for its values); per
+        step, pieces of whole steps (disjoint partials), or with every step over
+        SPLIT_ROWS split again by group (``split``: each step's partials in several)."""
+        from grpo_cli.report import pieces
         from grpo_cli.report.summarize import read_report
 
         frame = annotated_log(4000, binary=binary)
@@ -432,7 +434,7 @@ class TestBigLogsInPieces:
         expected = read_report([tmp_path / "whole.parquet"], None, {}, None, by)  # in memory
         path = with_damaged_column(frame, tmp_path / "log.parquet")
         monkeypatch.setattr(pieces, "PIECE_ROWS", 900)  # 5 pieces
-        monkeypatch.setattr(summarize, "FOLD_EVERY", fold_every)
+        monkeypatch.setattr(pieces, "SPLIT_ROWS", split_rows)  # steps of 1,000 rows
         report = read_report([path], None, {}, None, by)
         _assert_same_table(report.overall, expected.overall)
         _assert_same_table(report.steps, expected.steps)
@@ -444,6 +446,46 @@ class TestBigLogsInPieces:
             frame["length"].mean(), rel=1e-12
         )
         assert not list(tmp_path.glob(".*spill"))  # the spill folder is gone
+
+    @pytest.mark.parametrize("split_rows", [2_000_000, 1500])
+    def test_pieces_of_whole_steps_hold_every_row_once(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split_rows: int
+    ) -> None:
+        """Spread by the step, each step lies whole in one piece, rows in input order;
+        a step over SPLIT_ROWS rows is split again by group (each group whole)."""
+        from grpo_cli.report import pieces
+
+        frame = annotated_log(4000).with_columns(  # step 0 holds 2,000 rows
+            step=pl.when(pl.int_range(pl.len()) < 2000).then(0).otherwise(pl.col("step") + 1)
+        )
+        frame.write_parquet(tmp_path / "log.parquet")
+        monkeypatch.setattr(pieces, "PIECE_ROWS", 700)
+        monkeypatch.setattr(pieces, "SPLIT_ROWS", split_rows)
+        read = list(
+            pieces.read_pieces(
+                tmp_path / "log.parquet",
+                4000,
+                ["step", "prompt_id"],
+                ["step", "prompt_id"],
+                ["step"],
+            )
+        )
+        rows = pl.concat(read)
+        assert sorted(rows[pieces.ROW].to_list()) == list(range(4000))
+        assert all(piece[pieces.ROW].is_sorted() for piece in read)
+        holding = rows.with_columns(
+            piece=pl.concat([pl.repeat(i, p.height) for i, p in enumerate(read)])
+        )
+        in_pieces = holding.group_by("step").agg(pl.col("piece").n_unique()).sort("step")
+        groups = holding.group_by("step", "prompt_id").agg(pl.col("piece").n_unique())
+        assert groups["piece"].max() == 1  # every group whole
+        if split_rows > 2000:
+            assert in_pieces["piece"].to_list() == [1] * in_pieces.height
+            assert max(p.height for p in read) >= 2000  # step 0's
+        else:  # step 0's part (and any step sharing it) split into parts of whole groups
+            assert in_pieces["piece"][0] > 1
+            assert max(p.height for p in read) < 1500
+        assert not list(tmp_path.glob(".*spill"))
 
     def test_a_group_larger_than_a_piece_is_one_piece(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -10,6 +10,14 @@ group larger than PIECE_ROWS is one piece), rows in input order within a piece. 
 is then read into memory and handed to the command's own in-memory computation, whose
 partial results merge (:mod:`grpo_cli.core.metrics`). A log of at most PIECE_ROWS rows is one
 piece, read as a whole: the same code, the same figures.
+
+A command whose partials are per step (summarize's per-step table) spreads the pieces by a
+hash of the step instead (``spread_cols``, columns of the group key): each step then lies
+whole in one piece, so that the pieces' per-step partials are disjoint and merge by
+concatenation, in time and memory linear in the steps (by the group key, every piece holds
+every step, and merging them costs pieces x steps). A part over SPLIT_ROWS rows (one step
+too large, or a few) is spilled again by the group key into parts of about PIECE_ROWS rows:
+memory stays set by PIECE_ROWS, and only that step's partials overlap.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from grpo_cli.core.columns import PART_INDEX, PART_ROW
 
 PIECE_ROWS: Final = 1_000_000  # rows a piece holds, about (peak RSS ~0.6 GB)
 SPILL_BATCH_ROWS: Final = 500_000  # rows the spilling pass reads at a time
+SPLIT_ROWS: Final = 2 * PIECE_ROWS  # a part spread by spread_cols is split above this
 ROW: Final = PART_ROW  # each row's input index (from 0), carried by every piece
 
 
@@ -45,12 +54,18 @@ def big_log(paths: Sequence[Path], fmt: str | None) -> tuple[Path, int] | None:
 
 
 def read_pieces(
-    source: Path, rows: int, columns: Sequence[str], key_cols: Sequence[str]
+    source: Path,
+    rows: int,
+    columns: Sequence[str],
+    key_cols: Sequence[str],
+    spread_cols: Sequence[str] | None = None,
 ) -> Iterator[pl.DataFrame]:
     """``columns`` of ``source`` (``rows`` rows) and ``ROW``, in pieces of whole groups of
-    ``key_cols`` (about PIECE_ROWS rows each; rows in input order within a piece). The
-    spill folder is removed when the iteration ends, by exhaustion or not."""
-    from grpo_cli.engines.narrow import hashed_key, spill_parts
+    ``key_cols`` (about PIECE_ROWS rows each; rows in input order within a piece), each
+    value of ``spread_cols`` (some of ``key_cols``) whole in one piece where it holds at
+    most SPLIT_ROWS rows. The spill folder is removed when the iteration ends, by
+    exhaustion or not."""
+    from grpo_cli.engines.narrow import spill_parts
     from grpo_cli.io.read import scan_file
     from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
 
@@ -62,13 +77,39 @@ def read_pieces(
     folder = make_spill_folder(spill_parent(source))
     failed = True
     try:
-        group_hash = hashed_key(key_cols)[0]
-        spilled = lazy.with_columns((group_hash % parts).alias(PART_INDEX))
-        spill_parts(spilled, folder / "parts", SPILL_BATCH_ROWS)
+        spill_parts(
+            _parted(lazy, spread_cols or key_cols, parts), folder / "parts", SPILL_BATCH_ROWS
+        )
         for path in sorted((folder / "parts").glob("*.arrow")):
+            if spread_cols and pl.scan_ipc(path).select(pl.len()).collect().item() > SPLIT_ROWS:
+                yield from _split(path, key_cols, folder / f"split-{path.stem}")
+                continue
             piece = pl.read_ipc(path)
             path.unlink()
             yield piece
         failed = False
     finally:
         remove_spill_folder(folder, after_error=failed)
+
+
+def _parted(rows: pl.LazyFrame, cols: Sequence[str], parts: int) -> pl.LazyFrame:
+    """``rows`` with PART_INDEX: a hash of ``cols`` modulo ``parts``."""
+    from grpo_cli.engines.narrow import hashed_key
+
+    return rows.with_columns((hashed_key(cols)[0] % parts).alias(PART_INDEX))
+
+
+def _split(path: Path, key_cols: Sequence[str], folder: Path) -> Iterator[pl.DataFrame]:
+    """The part at ``path`` (removed) in pieces of whole groups of ``key_cols``, about
+    PIECE_ROWS rows each, rows in input order within each."""
+    from grpo_cli.engines.narrow import spill_parts
+
+    rows = pl.scan_ipc(path).select(pl.len()).collect().item()
+    spill_parts(
+        _parted(pl.scan_ipc(path), key_cols, -(-rows // PIECE_ROWS)), folder, SPILL_BATCH_ROWS
+    )
+    path.unlink()
+    for part in sorted(folder.glob("*.arrow")):
+        piece = pl.read_ipc(part)
+        part.unlink()
+        yield piece

@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from grpo_cli.core.resolve import Request
 
 LEVELS: Final = ("step", "group", "overall")
-FOLD_EVERY: Final = 16  # pieces of a big log whose summaries are kept before merging them
 # The tables' columns after ``by``: the metrics' figures but two only compute's summary shows.
 TABLE_COLUMNS: Final = tuple(
     name for name in metrics.FIGURES if name not in ("zero_std_group_share", "batches")
@@ -256,10 +255,18 @@ def _read_pieces(
     columns = [c for c in dict.fromkeys([*wanted, *methods]) if c is not None and c in schema]
 
     def summaries() -> Iterator[tuple[_PieceSummary, tuple[Message, ...]]]:
-        for piece in read_pieces(path, rows, columns, plan.keys.exact):
+        # Each step whole in one piece where groups lie within steps: disjoint partials.
+        spread = by if by and set(by) <= set(plan.keys.exact) else None
+        for piece in read_pieces(path, rows, columns, plan.keys.exact, spread):
             piece_plan = resolve(request, piece.drop(ROW))  # its values checked
             summary = _piece_summary(
-                piece, options, by, plan=piece_plan, pass_rates=True, order=ROW
+                piece,
+                options,
+                by,
+                plan=piece_plan,
+                pass_rates=True,
+                order=ROW,
+                trainer_figures=False,
             )
             yield summary, piece_plan.notes
 
@@ -267,18 +274,26 @@ def _read_pieces(
         tables = [summary.report.groups for summary, _ in summaries() if summary.report]
         return pl.concat(tables).sort(ROW).drop(ROW)
 
-    pieces: list[_PieceSummary] = []
+    first: _PieceSummary | None = None  # its values kept, not its rows
+    merged: list[_PieceSummary] = []  # the others' summaries, merged as they come
+    pending: list[_PieceSummary] = []
     notes: list[Message] = []
     for summary, piece_notes in summaries():
         notes += piece_notes
-        kept = (
-            None if pieces or not summary.report else replace(summary.report, group_rows=group_rows)
-        )
-        pieces.append(replace(summary, report=kept))  # the first's values, not its rows
-        if len(pieces) > FOLD_EVERY:  # per-step partials of every piece: bounded
-            pieces[1:] = [_fold(pieces[1:], by)]
+        if first is None:
+            report = summary.report and replace(summary.report, group_rows=group_rows)
+            first = replace(summary, report=report)
+            continue
+        pending.append(replace(summary, report=None))
+        # Merged once the pending partials outnumber the merged ones: linear in the steps
+        # where pieces hold disjoint steps (the merged table doubles), every 2 pieces where
+        # each holds every step.
+        if sum(p.per_by.height for p in pending) > sum(p.per_by.height for p in merged):
+            merged, pending = [_fold([*merged, *pending], by)], []
+    assert first is not None  # a big log has pieces
     adv = column if column in schema else None
     aggs = metrics.trainer_aggs(columns, options.reward_cols, options.length_col, adv)
+    pieces = [first, *merged, *pending]
     report = _report(pieces, _trainer_figures(scan_file(path), aggs, by, "streaming"))
     return replace(report, warnings=(*dict.fromkeys(notes), *report.warnings))
 
@@ -334,10 +349,13 @@ def _piece_summary(
     plan: Plan | None = None,
     pass_rates: bool | None = None,
     order: str | None = None,
+    trainer_figures: bool = True,
 ) -> _PieceSummary:
     """The :class:`_PieceSummary` of ``frame``; ``pass_rates``: compute the pass partials
     (None: when its rewards are binary); ``order``: a column of ``frame`` the group table
-    keeps (each group's first value) to order the groups of several pieces by."""
+    keeps (each group's first value) to order the groups of several pieces by;
+    ``trainer_figures``: compute ``extra`` (not for a piece of a big log: its streaming
+    pass gives them, and a piece's would be one row per step held for nothing)."""
     if options.aggregation != "sum_then_normalize" or options.step_rewards_col is not None:
         raise OptionsError(
             "summarize works on outcome rewards combined by a weighted sum",
@@ -382,7 +400,7 @@ def _piece_summary(
         warnings=span_warnings(prepared, used),
         methods=compared_advantages(frame),
     )
-    extra = _trainer_figures(prepared.lazy(), aggs, by, "in-memory")
+    extra = _trainer_figures(prepared.lazy(), aggs, by, "in-memory") if trainer_figures else None
     return _PieceSummary(per_by, groups, extra, binary, rewards.len() > 0, report.warnings, report)
 
 
@@ -419,8 +437,7 @@ def _trainer_figures(
 
 def _fold(pieces: Sequence[_PieceSummary], by: tuple[str, ...]) -> _PieceSummary:
     """Pieces' summaries as one, as :func:`_report` reads them (partials per value of
-    ``by`` merged; binary when every scored piece is): a log of many pieces holds two
-    pieces' partials per step, not one per piece and step."""
+    ``by`` merged; binary when every scored piece is)."""
     binary = all(p.binary or not p.scored for p in pieces)
 
     def merged(frames: list[pl.DataFrame], keys: tuple[str, ...]) -> pl.DataFrame:
