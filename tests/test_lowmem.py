@@ -837,3 +837,26 @@ class TestStepPass:
         across = runner.invoke(app, [*args, "-f", "-g", "prompt_id"], env={"COLUMNS": "200"})
         assert across.exit_code == 0, across.stderr
         assert "partitioned: groups are not formed within each step" in across.stderr
+
+
+@pytest.mark.parametrize("command", ["summarize", "verify"])
+def test_report_commands_show_the_progress_of_their_pieces(
+    tmp_path: Path, command: str
+) -> None:
+    """A report command on a log over PIECE_ROWS rows shows, on a terminal, the spilling
+    pass and the pieces read, each with its rows, rate and time left; nothing with -q."""
+    from grpo_cli import compute_advantages
+    from grpo_cli.report.pieces import PIECE_ROWS
+
+    n = PIECE_ROWS + 100_000
+    ids = pl.int_range(n, eager=True)
+    raw = pl.DataFrame({"step": ids // 40_000, "prompt_id": ids % 5_000, "reward": ids % 7})
+    log = tmp_path / "log.parquet"
+    compute_advantages(raw.with_columns(pl.col("reward").cast(pl.Float64))).write_parquet(log)
+    args = [command, str(log), *(["-e", "grpo"] if command == "verify" else [])]  # not auto
+    code, shown = _on_a_terminal(args)
+    assert code == 0, shown
+    for stage in ("spilling the log in pieces", "reading the pieces"):
+        *_, line = (line for line in shown.splitlines() if line.startswith(stage))  # the last
+        assert re.search(rf"{n:,}/{n:,} rows  [\d,]+ rows/s  0:00:00 left", line), line
+    assert _on_a_terminal([*args, "-q"]) == (0, "")

@@ -69,21 +69,22 @@ def plot_cmd(
     PNG, SVG, PDF or HTML (the figure and the tables); without -o, <stem>.report.png
     beside the input. Needs matplotlib: .venv/bin/pip install -e '.[plot]' (make adds it).
     """
-    from grpo_cli.cli.render import print_warnings, stderr_console, warner
+    from grpo_cli.cli.render import print_warnings, progress_shown, stderr_console, warner
     from grpo_cli.report.plot import run_plot
 
-    result = run_plot(
-        sources or [],
-        output,
-        preset=preset,
-        options={**report_params.explicit(), "advantage_col": advantage_col},  # None: detected
-        by=by,
-        estimator=estimator,
-        input_format=input_format,
-        force=force,
-        warn=warner(quiet=quiet),
-        spell=flag_spelling,
-    )
+    with progress_shown(quiet=quiet):
+        result = run_plot(
+            sources or [],
+            output,
+            preset=preset,
+            options={**report_params.explicit(), "advantage_col": advantage_col},  # None: detected
+            by=by,
+            estimator=estimator,
+            input_format=input_format,
+            force=force,
+            warn=warner(quiet=quiet),
+            spell=flag_spelling,
+        )
     if not quiet:
         console = stderr_console()
         print_warnings(console, result.report.warnings)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -489,6 +490,19 @@ class DelayedProgress:
 
     def advance(self, task: TaskID, steps: int = 1) -> None:
         self.progress.advance(task, steps)
+
+
+@contextlib.contextmanager
+def progress_shown(*, quiet: bool) -> Iterator[None]:
+    """The stages the core reports (:mod:`grpo_cli.core.progress`) shown on stderr while
+    the block runs: a :class:`DelayedProgress`, when stderr is a terminal and not ``quiet``
+    (the report commands on a big log; compute passes its own to the job)."""
+    from grpo_cli.core.progress import reporting
+
+    console = stderr_console()
+    shown = DelayedProgress(console, enabled=console.is_terminal and not quiet)
+    with shown, reporting(shown):
+        yield
 
 
 class _PaceColumn(ProgressColumn):

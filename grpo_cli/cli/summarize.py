@@ -86,21 +86,28 @@ def summarize_cmd(
 
     Works on raw and annotated logs (the advantage metrics need the advantage column).
     """
-    from grpo_cli.cli.render import print_warnings, render_report, stderr_console, warner
+    from grpo_cli.cli.render import (
+        print_warnings,
+        progress_shown,
+        render_report,
+        stderr_console,
+        warner,
+    )
     from grpo_cli.report.summarize import run_summarize
 
-    result = run_summarize(
-        sources or [],
-        output,
-        preset=preset,
-        options={**report_params.explicit(), "advantage_col": advantage_col},
-        by=by,
-        level=level,
-        input_format=input_format,
-        output_format=output_format,
-        force=force,
-        warn=warner(quiet=quiet),
-    )
+    with progress_shown(quiet=quiet):
+        result = run_summarize(
+            sources or [],
+            output,
+            preset=preset,
+            options={**report_params.explicit(), "advantage_col": advantage_col},
+            by=by,
+            level=level,
+            input_format=input_format,
+            output_format=output_format,
+            force=force,
+            warn=warner(quiet=quiet),
+        )
     if not quiet:
         console = stderr_console()
         print_warnings(console, result.report.warnings)

@@ -92,22 +92,29 @@ def verify_cmd(
     Exits 0 when every row agrees within --tol (under --preset auto: when a preset
     matches), 1 when some do not.
     """
-    from grpo_cli.cli.render import print_warnings, render_verify_report, stderr_console, warner
+    from grpo_cli.cli.render import (
+        print_warnings,
+        progress_shown,
+        render_verify_report,
+        stderr_console,
+        warner,
+    )
     from grpo_cli.report.verify import run_verify
 
-    result = run_verify(
-        sources or [],
-        preset=preset,
-        options=policy.explicit(),
-        advantage_col=advantage_col,
-        tol=tol,
-        top=top,
-        input_format=input_format,
-        diff_out=diff_out,
-        force=force,
-        warnings=not quiet,
-        warn=warner(quiet=quiet),
-    )
+    with progress_shown(quiet=quiet):
+        result = run_verify(
+            sources or [],
+            preset=preset,
+            options=policy.explicit(),
+            advantage_col=advantage_col,
+            tol=tol,
+            top=top,
+            input_format=input_format,
+            diff_out=diff_out,
+            force=force,
+            warnings=not quiet,
+            warn=warner(quiet=quiet),
+        )
     report = result.report
     if not quiet:
         console = stderr_console()

@@ -64,7 +64,9 @@ def read_pieces(
     ``key_cols`` (about PIECE_ROWS rows each; rows in input order within a piece), each
     value of ``spread_cols`` (some of ``key_cols``) whole in one piece where it holds at
     most SPLIT_ROWS rows. The spill folder is removed when the iteration ends, by
-    exhaustion or not."""
+    exhaustion or not. Two stages are reported to :mod:`grpo_cli.core.progress`: the
+    spilling pass's rows, then the rows of the pieces the caller is done with."""
+    from grpo_cli.core import progress
     from grpo_cli.engines.narrow import spill_parts
     from grpo_cli.io.read import scan_file
     from grpo_cli.io.temporaries import make_spill_folder, remove_spill_folder, spill_parent
@@ -77,16 +79,19 @@ def read_pieces(
     folder = make_spill_folder(spill_parent(source))
     failed = True
     try:
-        spill_parts(
-            _parted(lazy, spread_cols or key_cols, parts), folder / "parts", SPILL_BATCH_ROWS
-        )
+        progress.stage("spilling the log in pieces", rows)
+        spilled = _parted(lazy, spread_cols or key_cols, parts)
+        spill_parts(spilled, folder / "parts", SPILL_BATCH_ROWS)
+        progress.stage("reading the pieces", rows)
         for path in sorted((folder / "parts").glob("*.arrow")):
             if spread_cols and pl.scan_ipc(path).select(pl.len()).collect().item() > SPLIT_ROWS:
-                yield from _split(path, key_cols, folder / f"split-{path.stem}")
-                continue
-            piece = pl.read_ipc(path)
-            path.unlink()
-            yield piece
+                pieces = _split(path, key_cols, folder / f"split-{path.stem}")
+            else:
+                pieces = iter([pl.read_ipc(path)])
+                path.unlink()
+            for piece in pieces:
+                yield piece
+                progress.advance(piece.height)
         failed = False
     finally:
         remove_spill_folder(folder, after_error=failed)
