@@ -840,9 +840,7 @@ class TestStepPass:
 
 
 @pytest.mark.parametrize("command", ["summarize", "verify"])
-def test_report_commands_show_the_progress_of_their_pieces(
-    tmp_path: Path, command: str
-) -> None:
+def test_report_commands_show_the_progress_of_their_pieces(tmp_path: Path, command: str) -> None:
     """A report command on a log over PIECE_ROWS rows shows, on a terminal, the spilling
     pass and the pieces read, each with its rows, rate and time left; nothing with -q."""
     from grpo_cli import compute_advantages
