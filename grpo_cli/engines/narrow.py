@@ -152,14 +152,17 @@ def merge_spans(found: Iterable[Spanning | None]) -> Spanning | None:
     return sum(f[0] for f in parts), first[1], first[2]
 
 
-def spill_parts(rows: pl.LazyFrame, folder: Path, batch_rows: int) -> None:
+def spill_parts(
+    rows: pl.LazyFrame, folder: Path, batch_rows: int, *, compression: str | None = None
+) -> None:
     """Stream ``rows`` into ``folder`` (made here), ``batch_rows`` rows at a time: the rows
     of each value of their PART_INDEX column appended to ``{value}.arrow`` (without that
     column), input order kept within a file; rows done reported to
     :mod:`grpo_cli.core.progress`. Memory: one batch, whatever the count of files (Polars'
-    partitioned sink buffered about 3 MB for each: 2.2 GiB at 500)."""
+    partitioned sink buffered about 3 MB for each: 2.2 GiB at 500). ``compression``: see
+    :func:`appending_writers`."""
     folder.mkdir()
-    with appending_writers() as write:
+    with appending_writers(compression) as write:
         for batch in rows.collect_batches(chunk_size=batch_rows):
             parts = batch.partition_by(PART_INDEX, as_dict=True, include_key=False)
             for (index,), part in parts.items():
@@ -168,18 +171,23 @@ def spill_parts(rows: pl.LazyFrame, folder: Path, batch_rows: int) -> None:
 
 
 @contextlib.contextmanager
-def appending_writers() -> Iterator[Callable[[Path, pl.DataFrame], None]]:
-    """A function appending a frame to the Arrow IPC file at a path (uncompressed: lz4
-    cost 10% of the run), each file opened at its first frame and all closed at the end:
-    nothing is buffered here, whatever the count of files."""
+def appending_writers(
+    compression: str | None = None,
+) -> Iterator[Callable[[Path, pl.DataFrame], None]]:
+    """A function appending a frame to the Arrow IPC file at a path, each file opened at
+    its first frame and all closed at the end: nothing is buffered here, whatever the count
+    of files. ``compression``: the IPC buffers' codec (``"lz4"``, ``"zstd"``); None
+    (``--low-memory``'s narrow rows: hashes and floats, which lz4 barely shrinks, at 10% of
+    the run)."""
     from pyarrow import ipc
 
     writers: dict[Path, ipc.RecordBatchFileWriter] = {}
+    options = ipc.IpcWriteOptions(compression=compression)
 
     def write(path: Path, frame: pl.DataFrame) -> None:
         table = frame.to_arrow()
         if path not in writers:
-            writers[path] = ipc.new_file(path, table.schema)
+            writers[path] = ipc.new_file(path, table.schema, options=options)
         writers[path].write_table(table)
 
     try:

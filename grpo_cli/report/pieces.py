@@ -2,7 +2,8 @@
 pieces of whole groups, so that their memory is set by PIECE_ROWS, not by the log.
 
 One streaming pass reads only the columns a command needs, with each row's input index
-(``ROW``), and spills them (uncompressed Arrow IPC, in a hidden folder beside the log or in
+(``ROW``), and spills them (Arrow IPC, lz4: about 19 bytes a row of the benchmark's four
+columns, where uncompressed took 46, in a hidden folder beside the log or in
 the system's temporary folder) into rows / PIECE_ROWS parts by a hash of the group key, as
 the partitioned engine spills its partitions (:func:`grpo_cli.engines.narrow.spill_parts`:
 one batch in memory whatever the count of parts). Every group lies whole in one piece (a
@@ -33,6 +34,7 @@ from grpo_cli.core.columns import PART_INDEX, PART_ROW
 PIECE_ROWS: Final = 1_000_000  # rows a piece holds, about (peak RSS ~0.6 GB)
 SPILL_BATCH_ROWS: Final = 500_000  # rows the spilling pass reads at a time
 SPLIT_ROWS: Final = 2 * PIECE_ROWS  # a part spread by spread_cols is split above this
+SPILL_COMPRESSION: Final = "lz4"  # 2.3x less disk on a 200M-row log (8.6 GiB to 3.7), +26% time
 ROW: Final = PART_ROW  # each row's input index (from 0), carried by every piece
 
 
@@ -81,7 +83,7 @@ def read_pieces(
     try:
         progress.stage("spilling the log in pieces", rows)
         spilled = _parted(lazy, spread_cols or key_cols, parts)
-        spill_parts(spilled, folder / "parts", SPILL_BATCH_ROWS)
+        spill_parts(spilled, folder / "parts", SPILL_BATCH_ROWS, compression=SPILL_COMPRESSION)
         progress.stage("reading the pieces", rows)
         for path in sorted((folder / "parts").glob("*.arrow")):
             if spread_cols and pl.scan_ipc(path).select(pl.len()).collect().item() > SPLIT_ROWS:
@@ -110,9 +112,8 @@ def _split(path: Path, key_cols: Sequence[str], folder: Path) -> Iterator[pl.Dat
     from grpo_cli.engines.narrow import spill_parts
 
     rows = pl.scan_ipc(path).select(pl.len()).collect().item()
-    spill_parts(
-        _parted(pl.scan_ipc(path), key_cols, -(-rows // PIECE_ROWS)), folder, SPILL_BATCH_ROWS
-    )
+    parted = _parted(pl.scan_ipc(path), key_cols, -(-rows // PIECE_ROWS))
+    spill_parts(parted, folder, SPILL_BATCH_ROWS, compression=SPILL_COMPRESSION)
     path.unlink()
     for part in sorted(folder.glob("*.arrow")):
         piece = pl.read_ipc(part)
