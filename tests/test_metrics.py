@@ -310,6 +310,17 @@ class TestMerge:
             # merged on the way, one part at a time (as the partitioned engine does)
             folded = functools.reduce(lambda a, b: metrics.merge([a, b], by), pieces)
             _assert_same(metrics.finish(folded, by), whole)
+        # split along steps (summarize's pieces of whole steps): each step's row passes
+        # through the merge as it is, or merges where the split put a step in two parts
+        for split, count in ((pl.col("step") % k, k), ((pl.col("step") + pl.col("part")) % 2, 2)):
+            by = ("step",)
+            whole = metrics.finish(metrics.partials(rows, by, **common), by)
+            split_rows = rows.with_columns(split.alias("by_step"))
+            pieces = [
+                metrics.partials(split_rows.filter(pl.col("by_step") == p), by, **common)
+                for p in range(count)
+            ]
+            _assert_same(metrics.finish(metrics.merge(pieces, by), by), whole)
 
 
 def trl_frac_reward_zero_std(groups: list[list[float | None]]) -> float:
