@@ -197,6 +197,10 @@ trained = [a.tolist() for a in trainer.trained]
 lengths = [n.tolist() for n in trainer.lengths]
 rows = json.dumps({"trained": trained, "lengths": lengths})
 (out / f"rank{os.environ['RANK']}.json").write_text(rows)
+import torch.distributed as dist
+if dist.is_initialized():  # torch's threads stopped before exit (else a SIGABRT at times)
+    dist.barrier()
+    dist.destroy_process_group()
 """
 
 
