@@ -800,3 +800,73 @@ class TestBigLogsInPieces:
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
         assert "rows compared" in result.output and "2,000" in result.output
+
+    def test_auto_compares_presets_on_a_sample_and_checks_the_whole_log(
+        self, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With no preset, a big log is not read whole: the presets are compared on the
+        first piece (whole steps), the closest checks every row, and the line says so."""
+        from grpo_cli.report import pieces
+        from grpo_cli.report.verify import run_verify
+
+        frame = annotated_log(4000)
+        path = with_damaged_column(frame, tmp_path / "log.parquet")  # read whole: fails
+        expected = verify_advantages(frame, "auto")
+        monkeypatch.setattr(pieces, "PIECE_ROWS", 900)
+        report = run_verify([path]).report
+        assert report.preset == expected.preset == "seed"
+        assert (report.rows, report.groups, report.rows_over) == (4000, expected.groups, 0)
+        found = str(report.found)
+        assert "match preset=seed, preset=openrlhf-group-norm" in found  # --preset on the CLI
+        sample = int(found.split("on a sample of ")[1].split(" rows")[0].replace(",", ""))
+        assert 0 < sample < 4000 and "whole steps" in found
+        assert found.endswith("the whole log checked with preset=seed)")
+
+        damaged = frame.with_columns(  # 3 rows off: the closest on the sample, over all rows
+            pl.when(pl.int_range(pl.len()).is_in([5, 2000, 3999]))
+            .then(pl.col("advantage") + 0.5)
+            .otherwise("advantage")
+        )
+        path = with_damaged_column(damaged, tmp_path / "damaged.parquet")
+        report = run_verify([path]).report
+        whole = verify_advantages(damaged, "auto")  # two presets identical on this log: the
+        closest = {"seed", "openrlhf-group-norm"}  # closest by their differences' last bit
+        assert {report.preset, whole.preset} <= closest
+        assert report.rows_over == 3
+        assert report.max_abs_diff == pytest.approx(whole.max_abs_diff)
+        assert report.differing["row"].to_list() == [5, 2000, 3999]
+        found = str(report.found)
+        assert found.startswith("no preset reproduces the logged advantages; the closest on a")
+        assert (
+            f"is preset={report.preset}: on the whole log, max |difference| 0.5, 3 of 4,000 rows"
+            in found
+        )
+        assert "18 preset(s) whose batch is the whole log" in found
+
+        result = runner.invoke(app, ["verify", str(path)])
+        assert result.exit_code == 1, result.output
+        assert "no preset reproduces" in result.output
+        assert f"is --preset {report.preset}: on the whole log" in " ".join(result.output.split())
+
+    def test_a_batch_formula_whose_batch_is_the_step_goes_by_pieces(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """TRL's scale_rewards="batch" with --batch-col step: each piece holds whole steps,
+        so the batch statistics are the whole log's; auto names the preset too."""
+        from grpo_cli.report import pieces
+        from grpo_cli.report.verify import run_verify
+
+        inputs = annotated_log(4000).drop("advantage")
+        frame = annotate(inputs, "trl-batch", batch_col="step").frame
+        path = with_damaged_column(frame, tmp_path / "log.parquet")
+        monkeypatch.setattr(pieces, "PIECE_ROWS", 900)
+        given = run_verify([path], preset="trl-batch", options={"batch_col": "step"}).report
+        assert (given.rows, given.rows_over, given.max_abs_diff) == (4000, 0, 0.0)
+        auto = run_verify([path], options={"batch_col": "step"}).report
+        assert auto.preset == "trl-batch" and auto.rows_over == 0
+        assert str(auto.found).startswith("the logged advantages match preset=trl-batch (")
+        off = frame.with_columns(advantage=pl.col("advantage") * 1.01)  # every row off by 1%
+        path = with_damaged_column(off, tmp_path / "off.parquet")
+        report = run_verify([path], preset="trl-batch", options={"batch_col": "step"}).report
+        assert report.rows_over == verify_advantages(off, "trl-batch", batch_col="step").rows_over
+        assert report.rows_over > 3000

@@ -453,3 +453,89 @@ def test_a_big_log_is_drawn_from_its_pieces(
     assert pieced.report.overall["responses"][0] == 3000
     drawn = [(tmp_path / f"{name}.svg").read_text() for name in ("whole", "log")]
     assert "a sample of whole groups" in drawn[1] and "a sample" not in drawn[0]
+
+
+class TestLongCurves:
+    """A per-step curve of more than 4 x CURVE_BINS steps is drawn from the points that show
+    at the figure's resolution: a subsequence keeping every run's extremes, and the band's."""
+
+    def test_thinned_keeps_the_ends_and_every_runs_extremes(self) -> None:
+        import numpy as np
+
+        from grpo_cli.report.plot import thinned
+
+        rng = np.random.default_rng(7)
+        for n, bins in ((1000, 250), (1001, 10), (4099, 37), (50_000, 100)):
+            x = np.arange(n) * 3 + 5
+            y = rng.normal(size=n)
+            y[rng.integers(0, n, n // 20)] = np.nan
+            y[n // 2 : n // 2 + 3 * (n // bins)] = np.nan  # whole runs of NaN: a gap
+            tx, ty = thinned(x, y, bins)
+            if n <= 4 * bins:
+                assert tx.tolist() == x.tolist()
+                continue
+            assert len(tx) <= 4 * bins and tx[0] == x[0] and tx[-1] == x[-1]
+            at = (tx - 5) // 3  # the kept points' indices: increasing, values unchanged
+            assert (np.diff(at) > 0).all()
+            assert np.array_equal(y[at], ty, equal_nan=True)
+            size = -(-n // bins)
+            for start in range(0, n, size):
+                run = y[start : start + size]
+                kept = ty[(at >= start) & (at < start + size)]
+                if np.isnan(run).all():
+                    assert np.isnan(kept).all() and len(kept) >= 1
+                else:
+                    assert np.nanmin(kept) == np.nanmin(run)
+                    assert np.nanmax(kept) == np.nanmax(run)
+
+    def test_thinned_band_covers_every_points_band(self) -> None:
+        import numpy as np
+
+        from grpo_cli.report.plot import thinned_band
+
+        rng = np.random.default_rng(8)
+        n, bins = 30_011, 200
+        x = np.arange(n, dtype=float)
+        lo = rng.normal(size=n)
+        hi = lo + rng.random(n)
+        lo[::97] = np.nan
+        bx, blo, bhi = thinned_band(x, lo, hi, bins)
+        assert len(bx) <= 2 * bins and bx[0] == x[0] and bx[-1] == x[-1]
+        inside_lo = np.interp(x, bx, blo)  # the drawn band at every point's x
+        inside_hi = np.interp(x, bx, bhi)
+        keep = ~np.isnan(lo)
+        assert (inside_lo[keep] <= lo[keep] + 1e-12).all()
+        assert (inside_hi >= hi - 1e-12).all()
+        small = thinned_band(x[:800], lo[:800], hi[:800], bins)  # short: as given
+        for got, given in zip(small, (x[:800], lo[:800], hi[:800]), strict=True):
+            assert np.array_equal(got, given, equal_nan=True)
+
+    def test_a_thinned_curve_draws_the_same_picture(self, plt: Any) -> None:
+        import io
+
+        import numpy as np
+
+        from grpo_cli.report.plot import DPI, WIDTH_IN, thinned, thinned_band
+
+        rng = np.random.default_rng(0)
+        n = 250_000  # a billion-row log's steps
+        x = np.arange(n) * 4
+        y = np.cumsum(rng.normal(size=n)) * 0.01 + rng.random(n) * 0.3
+
+        def drawn(curve: tuple[Any, Any], band: tuple[Any, Any, Any]) -> Any:
+            fig, ax = plt.subplots(figsize=(WIDTH_IN, 2.8), dpi=DPI)
+            ax.fill_between(*band, alpha=0.2, linewidth=0)
+            ax.plot(*curve)
+            ax.set_xlim(x[0], x[-1])
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", dpi=DPI)
+            plt.close(fig)
+            buffer.seek(0)
+            return plt.imread(buffer)
+
+        full = drawn((x, y), (x, y - 0.2, y + 0.2))
+        thin = drawn(thinned(x, y), thinned_band(x, y - 0.2, y + 0.2))
+        assert full.shape == thin.shape
+        off = np.abs(full - thin).max(axis=2)
+        assert (off > 0.2).mean() < 0.01  # antialiasing where segments overlap, no more
+        assert len(thinned(x, y)[0]) < n / 25

@@ -61,11 +61,14 @@ def read_pieces(
     columns: Sequence[str],
     key_cols: Sequence[str],
     spread_cols: Sequence[str] | None = None,
+    *,
+    split: bool = True,
 ) -> Iterator[pl.DataFrame]:
     """``columns`` of ``source`` (``rows`` rows) and ``ROW``, in pieces of whole groups of
     ``key_cols`` (about PIECE_ROWS rows each; rows in input order within a piece), each
     value of ``spread_cols`` (some of ``key_cols``) whole in one piece where it holds at
-    most SPLIT_ROWS rows. The spill folder is removed when the iteration ends, by
+    most SPLIT_ROWS rows, or always with ``split=False`` (a batch that a formula reads
+    whole: memory then set by the largest). The spill folder is removed when the iteration ends, by
     exhaustion or not. Two stages are reported to :mod:`grpo_cli.core.progress`: the
     spilling pass's rows, then the rows of the pieces the caller is done with."""
     from grpo_cli.core import progress
@@ -86,7 +89,8 @@ def read_pieces(
         spill_parts(spilled, folder / "parts", SPILL_BATCH_ROWS, compression=SPILL_COMPRESSION)
         progress.stage("reading the pieces", rows)
         for path in sorted((folder / "parts").glob("*.arrow")):
-            if spread_cols and pl.scan_ipc(path).select(pl.len()).collect().item() > SPLIT_ROWS:
+            big = split and spread_cols
+            if big and pl.scan_ipc(path).select(pl.len()).collect().item() > SPLIT_ROWS:
                 pieces = _split(path, key_cols, folder / f"split-{path.stem}")
             else:
                 pieces = iter([pl.read_ipc(path)])

@@ -5,7 +5,10 @@ method for a ``compare`` output; else the per-group reward std) beside the rewar
 histogram; then, with a per-step table, sharing the step axis: the reward mean with its
 std band, ``frac_reward_zero_std`` on its own axis scaled to its values, and the group
 size min / median / max. The group-size panel is drawn only when group sizes vary (a
-histogram of them without a per-step table). Legends sit right of their axes. HTML embeds
+histogram of them without a per-step table). A curve of more than 4 x CURVE_BINS steps is
+drawn from the points that show at the figure's resolution (:func:`thinned`,
+:func:`thinned_band`): the same picture, in memory and file size set by CURVE_BINS, not by
+the steps (a billion-row log has 248,820). Legends sit right of their axes. HTML embeds
 the SVG and the overall and per-step tables. matplotlib (the ``plot`` extra) is imported
 only to draw, with the Agg backend.
 """
@@ -293,13 +296,21 @@ def _per_step(report: Report, axes: list[Any]) -> None:
     mean = steps["reward"].cast(float).to_numpy()
     std = steps["reward_std"].cast(float).fill_null(0.0).to_numpy()
     ax_reward.fill_between(
-        x, mean - std, mean + std, color=_GREEN, alpha=0.2, linewidth=0, label="± reward_std"
+        *thinned_band(x, mean - std, mean + std),
+        color=_GREEN,
+        alpha=0.2,
+        linewidth=0,
+        label="± reward_std",
     )
-    ax_reward.plot(x, mean, color=_GREEN, marker=marker, markersize=3, label="reward (mean)")
+    ax_reward.plot(
+        *thinned(x, mean), color=_GREEN, marker=marker, markersize=3, label="reward (mean)"
+    )
     _panel(ax_reward, f"reward per {', '.join(report.by)}", "reward")
 
     zero = steps["frac_reward_zero_std"].cast(float).to_numpy()
-    ax_zero.plot(x, zero, color=_RED, marker=marker, markersize=3, label="frac_reward_zero_std")
+    ax_zero.plot(
+        *thinned(x, zero), color=_RED, marker=marker, markersize=3, label="frac_reward_zero_std"
+    )
     top = zero_std_top(zero)
     ax_zero.set_ylim(0.0, top)
     ax_zero.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v * 100:.3g}%"))
@@ -315,14 +326,15 @@ def _per_step(report: Report, axes: list[Any]) -> None:
         ax_sizes = axes[2]
         lo = steps["group_size_min"].cast(float).to_numpy()
         hi = steps["group_size_max"].cast(float).to_numpy()
-        ax_sizes.fill_between(x, lo, hi, color=_BLUE, alpha=0.15, linewidth=0, label="min to max")
+        band = thinned_band(x, lo, hi)
+        ax_sizes.fill_between(*band, color=_BLUE, alpha=0.15, linewidth=0, label="min to max")
         for name, color in (
             ("group_size_max", _ORANGE),
             ("group_size_median", _BLUE),
             ("group_size_min", _BROWN),
         ):
             values = steps[name].cast(float).to_numpy()
-            ax_sizes.plot(x, values, color=color, marker=marker, markersize=3, label=name)
+            ax_sizes.plot(*thinned(x, values), color=color, marker=marker, markersize=3, label=name)
         _panel(ax_sizes, f"group sizes per {', '.join(report.by)}", "responses per group")
 
     axes[-1].set_xlabel(label)
@@ -330,6 +342,58 @@ def _per_step(report: Report, axes: list[Any]) -> None:
         axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     elif steps.schema[report.by[0]].is_numeric():
         axes[-1].xaxis.set_major_locator(FixedLocator(step_ticks(x)))
+
+
+CURVE_BINS: Final = 2000  # runs of steps a long curve is drawn from (the figure: 1,320 px)
+
+
+def _runs(count: int, bins: int) -> tuple[Any, Any]:
+    """The first and last index of each of ``bins`` (or fewer) runs of consecutive points
+    that cut ``count`` points."""
+    import numpy as np
+
+    size = -(-count // bins)
+    starts = np.arange(0, count, size)
+    return starts, np.minimum(starts + size - 1, count - 1)
+
+
+def thinned(x: Any, y: Any, bins: int = CURVE_BINS) -> tuple[Any, Any]:
+    """The points of the curve ``(x, y)`` that draw it at the figure's resolution: with more
+    than 4 x ``bins`` points, in each of ``bins`` runs of consecutive points only the
+    first, the lowest, the highest and the last, in order (a run is narrower than a pixel
+    column, so the line covers the same pixels: every extreme is kept). NaN (a gap in the
+    line) is kept where a run's values are all NaN, else dropped from the run."""
+    import numpy as np
+
+    x, y = np.asarray(x), np.asarray(y, dtype=float)
+    if len(y) <= 4 * bins:
+        return x, y
+    starts, last = _runs(len(y), bins)
+    size = int(starts[1] - starts[0])
+    padded = len(starts) * size - len(y)
+    missing = np.isnan(y)
+    low = np.concatenate([np.where(missing, np.inf, y), np.full(padded, np.inf)])
+    high = np.concatenate([np.where(missing, -np.inf, y), np.full(padded, -np.inf)])
+    lowest = starts + low.reshape(-1, size).argmin(axis=1)
+    highest = starts + high.reshape(-1, size).argmax(axis=1)
+    keep = np.unique(np.concatenate([starts, lowest, highest, last]).clip(0, len(y) - 1))
+    return x[keep], y[keep]
+
+
+def thinned_band(x: Any, lo: Any, hi: Any, bins: int = CURVE_BINS) -> tuple[Any, Any, Any]:
+    """The band between ``lo`` and ``hi`` over ``x`` at the figure's resolution: with more
+    than 4 x ``bins`` points, each of ``bins`` runs of consecutive points drawn from its
+    first to its last x between the lowest ``lo`` and the highest ``hi`` of the run (NaN
+    left out), so the band covers every point's."""
+    import numpy as np
+
+    x, lo, hi = np.asarray(x), np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    if len(x) <= 4 * bins:
+        return x, lo, hi
+    starts, last = _runs(len(x), bins)
+    lows = np.fmin.reduceat(lo, starts)
+    highs = np.fmax.reduceat(hi, starts)
+    return np.column_stack([x[starts], x[last]]).ravel(), lows.repeat(2), highs.repeat(2)
 
 
 def _panel(ax: Any, title: str, ylabel: str) -> None:

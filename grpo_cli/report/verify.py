@@ -13,8 +13,9 @@ When rows differ the report carries hints (:func:`_hints`, :func:`_matching_rout
 (:func:`_verify_auto`).
 
 A Parquet log over PIECE_ROWS rows is verified in pieces of whole groups, only the columns
-the recomputation reads (:func:`_verify_pieces`), unless a piece cannot stand for its
-groups (``auto``, a dump layout, a batch-level formula): then it is read whole.
+the recomputation reads (:func:`_verify_pieces`; ``auto``: the presets compared on the
+first piece, the whole log checked with the closest), unless a piece cannot stand for its
+groups or batch (a dump layout, a batch that is the whole log): then it is read whole.
 """
 
 from __future__ import annotations
@@ -157,10 +158,16 @@ def run_verify(
     if preset is None and not PRESET_FIELDS & explicit.keys():
         preset = AUTO  # nothing asks for a method: name the trainer
 
-    def verify(frame: pl.DataFrame, search: bool = True) -> VerifyReport:
+    def verify(
+        frame: pl.DataFrame,
+        search: bool = True,
+        preset: str | None = preset,
+        presets: Sequence[str] | None = None,
+    ) -> VerifyReport:
         return verify_advantages(
             frame,
             preset,
+            presets=presets,
             advantage_col=advantage_col,
             tol=tol,
             top=top,
@@ -195,44 +202,168 @@ def _verify_pieces(
     explicit: dict[str, Any],
     advantage_col: str | None,
     top: int,
-    verify: Callable[[pl.DataFrame, bool], VerifyReport],
+    verify: Callable[[pl.DataFrame, bool, str | None, Sequence[str] | None], VerifyReport],
 ) -> VerifyReport | None:
     """The report of the big Parquet log ``path`` (``rows`` rows) in bounded memory: only
     the columns the recomputation reads, in pieces of whole groups
     (:mod:`grpo_cli.report.pieces`), each verified in memory by ``verify``
-    (:func:`verify_advantages` with the command's options; ``True``: search for a route,
-    done until a piece finds hints), their reports merged (:func:`_merged_reports`). None
-    where a piece cannot stand for its groups: ``auto`` (it compares presets on the whole
-    log), a dump layout or a derived key, a formula that reads batch statistics, a
-    list-valued or missing advantage column: read whole."""
-    from grpo_cli.core.plan import step_column
-    from grpo_cli.core.run_summary import response_id
+    (:func:`verify_advantages` with the command's options, given a piece, whether to search
+    for a route, the preset and under ``auto`` the presets to try), the reports merged
+    (:func:`_merged_reports`).
+
+    A formula that reads batch statistics goes by pieces when its batch is a column of the
+    log (``--batch-col step``): pieces are spread by it, each batch whole in one piece
+    (memory then set by the largest batch). ``auto`` compares the presets on the first
+    piece (whole steps where groups lie within steps, else whole groups), then verifies the
+    whole log with the closest (:func:`_auto_pieces`). None where a piece cannot stand for
+    its groups or its batch: a dump layout or a derived key, a batch that is the whole log
+    (no ``--batch-col``), a list-valued or missing advantage column: read whole."""
     from grpo_cli.engines.batch_partials import needs_batch_stats
-    from grpo_cli.engines.narrow import needed_columns
     from grpo_cli.io.read import scan_file
     from grpo_cli.report.pieces import ROW, read_pieces
 
     schema = scan_file(path).collect_schema()
     column = logged_advantage(schema.names(), advantage_col)
-    if preset == AUTO or column not in schema or isinstance(schema[column], pl.List):
+    if column not in schema or isinstance(schema[column], pl.List):
         return None
+    inputs = pl.Schema({k: v for k, v in schema.items() if k != column})
+    if preset == AUTO:
+        if _log_layout(pl.DataFrame(schema=schema)) is not None:
+            return None
+        return _auto_pieces(path, rows, schema, column, explicit, top, verify)
     request = make_request(preset, {**explicit, "advantage_col": RECOMPUTED})
-    if request.layout is not None:
+    plan = resolve(request, inputs)
+    if plan.layout is not None or plan.derived:
         return None
-    plan = resolve(request, pl.Schema({k: v for k, v in schema.items() if k != column}))
-    if plan.derived or needs_batch_stats(plan):
+    batch = plan.keys.batch if needs_batch_stats(plan) else ()
+    if not set(batch) <= set(plan.keys.exact):  # the whole log (or a column across groups)
         return None
-    names = schema.names()
-    optional = [step_column(plan), response_id(names, plan.options), column]
-    wanted = [*plan.keys.exact, *needed_columns(plan.options), *optional]
-    columns = [c for c in dict.fromkeys(wanted) if c is not None and c in schema]
+    columns = _piece_columns([plan], schema, column)
     reports: list[VerifyReport] = []
-    for piece in read_pieces(path, rows, columns, plan.keys.exact):
-        report = verify(piece.drop(ROW), not any(r.hints for r in reports))
-        rows_at = piece[ROW].gather(report.differing["row"])  # input rows
-        differing = report.differing.with_columns(row=rows_at)
-        reports.append(replace(report, differing=differing))
+    spread, split = (batch, False) if batch else (None, True)
+    for piece in read_pieces(path, rows, columns, plan.keys.exact, spread, split=split):
+        report = verify(piece.drop(ROW), not any(r.hints for r in reports), preset, None)
+        reports.append(_at_input_rows(report, piece))
     return _merged_reports(reports, top)
+
+
+def _auto_pieces(
+    path: Path,
+    rows: int,
+    schema: pl.Schema,
+    column: str,
+    explicit: dict[str, Any],
+    top: int,
+    verify: Callable[[pl.DataFrame, bool, str | None, Sequence[str] | None], VerifyReport],
+) -> VerifyReport | None:
+    """``auto`` on a big log: every preset whose inputs the log has is compared on the first
+    piece (a sample of whole steps where every preset groups within steps, else of whole
+    groups), and the whole log is verified, piece by piece, with the closest. Presets whose
+    batch is the whole log (none named with ``--batch-col``) are not tried: a piece cannot
+    stand for it (``found`` names them). None when the presets group by different keys."""
+    from grpo_cli.engines.batch_partials import needs_batch_stats
+    from grpo_cli.report.pieces import ROW, read_pieces
+
+    inputs = pl.Schema({k: v for k, v in schema.items() if k != column})
+    plans: dict[str, Any] = {}
+    for name in PRESETS:
+        try:
+            request = make_request(name, {**explicit, "advantage_col": RECOMPUTED})
+            plans[name] = resolve(request, inputs)
+        except GrpoAdvError:
+            continue  # the log lacks its inputs: _verify_auto leaves it out too
+    keys = {plan.keys.exact for plan in plans.values()}
+    if len(keys) != 1 or any(plan.derived for plan in plans.values()):
+        return None
+    (key,) = keys
+    whole_log = [n for n, p in plans.items() if needs_batch_stats(p) and not _batch_in(p, schema)]
+    tried = [name for name in plans if name not in whole_log]
+    if not tried:
+        return None
+    steps = {plan.step_col for plan in plans.values()}
+    step = steps.pop() if len(steps) == 1 else None
+    spread = (step,) if step is not None and step in key else None
+    batches = {c for n in tried if needs_batch_stats(plans[n]) for c in plans[n].keys.batch}
+    if batches and not batches <= set(spread or ()):
+        return None  # a batch column other than the step: read whole
+    columns = _piece_columns([plans[n] for n in tried], schema, column)
+    reports: list[VerifyReport] = []
+    found: Message | None = None
+    chosen: str | None = None
+    sample = 0
+    for piece in read_pieces(path, rows, columns, key, spread, split=not batches):
+        if chosen is None:
+            report = verify(piece.drop(ROW), False, AUTO, tried)
+            chosen, found, sample = report.preset, report.found, piece.height
+        else:
+            report = verify(piece.drop(ROW), False, chosen, None)
+        reports.append(_at_input_rows(report, piece))
+    merged = _merged_reports(reports, top)
+    unit = "whole steps" if spread else "whole groups"
+    left_out = (
+        f"; not tried: {len(whole_log)} preset(s) whose batch is the whole log, which a "
+        "sample cannot stand for (name one with "
+        + option("preset")
+        + ", and "
+        + option("batch_col")
+        + " if its batch is the step)"
+        if whole_log
+        else ""
+    )
+    if merged.agree and reports[0].agree and found is not None:
+        found = join(
+            "",
+            [
+                found,
+                f" (presets compared on a sample of {sample:,} rows, {unit}; the whole log "
+                "checked with ",
+                option("preset", Verbatim(str(chosen))),
+                ")",
+            ],
+        )
+    else:
+        share = 100 * merged.rows_over / max(merged.rows, 1)
+        found = join(
+            "",
+            [
+                "no preset reproduces the logged advantages; the closest on a sample of "
+                f"{sample:,} rows ({unit}) is ",
+                option("preset", Verbatim(str(chosen))),
+                f": on the whole log, max |difference| {merged.max_abs_diff:.3g}, "
+                f"{merged.rows_over:,} of {merged.rows:,} rows ({share:.0f}%) over tolerance",
+                left_out,
+            ],
+        )
+    return replace(merged, found=found)
+
+
+def _batch_in(plan: Any, schema: pl.Schema) -> bool:
+    """Whether the plan's batch is columns of the log within its group key (not the whole
+    log): each batch is then whole in a piece spread by them."""
+    return all(c in schema and c in plan.keys.exact for c in plan.keys.batch)
+
+
+def _piece_columns(plans: Sequence[Any], schema: pl.Schema, column: str) -> list[str]:
+    """The columns the pieces carry: what ``plans`` recompute with and check (keys, inputs,
+    batch, step, response id) and the logged ``column``."""
+    from grpo_cli.core.plan import step_column
+    from grpo_cli.core.run_summary import response_id
+    from grpo_cli.engines.narrow import needed_columns
+
+    names = schema.names()
+    wanted: list[str | None] = []
+    for plan in plans:
+        wanted += [*plan.keys.exact, *plan.keys.batch, *needed_columns(plan.options)]
+        wanted += [step_column(plan), response_id(names, plan.options)]
+    return [c for c in dict.fromkeys([*wanted, column]) if c is not None and c in schema]
+
+
+def _at_input_rows(report: VerifyReport, piece: pl.DataFrame) -> VerifyReport:
+    """``report`` of ``piece`` with its differing rows numbered as in the input (ROW)."""
+    from grpo_cli.report.pieces import ROW
+
+    rows_at = piece[ROW].gather(report.differing["row"])
+    return replace(report, differing=report.differing.with_columns(row=rows_at))
 
 
 def _merged_reports(reports: Sequence[VerifyReport], top: int) -> VerifyReport:
@@ -304,14 +435,15 @@ def verify_advantages(
     warn: bool = True,
     search: bool = True,
     layout: str | None = None,
+    presets: Sequence[str] | None = None,
     **explicit: Any,
 ) -> VerifyReport:
     """Recompute with ``preset`` and ``explicit`` options; compare with ``advantage_col``
     (None: ``advantage``, else verl's ``advantages``). Groups that span the batch column
     are refused; ``warn``: the warnings (span checks: one more grouping); ``search``: when
     rows differ, the hint names the options that reproduce the log (:func:`_matching_route`).
-    ``preset="auto"``: every preset, see :func:`_verify_auto`. ``layout``: the dump layout
-    to read the log in, when not the preset's."""
+    ``preset="auto"``: every preset (or those of ``presets``), see :func:`_verify_auto`.
+    ``layout``: the dump layout to read the log in, when not the preset's."""
     if not tol >= 0:
         raise OptionsError(
             option("tol") + f" must be >= 0, got {tol}",
@@ -331,7 +463,7 @@ def verify_advantages(
             column=advantage_col,
         )
     if preset == AUTO:
-        return _verify_auto(frame, advantage_col, tol, top, warn, explicit)
+        return _verify_auto(frame, advantage_col, tol, top, warn, explicit, presets)
     frame, repeated = once_per_generation(
         frame, layout or (get_preset(preset).layout if preset else None)
     )
@@ -473,9 +605,11 @@ def _verify_auto(
     top: int,
     warn: bool,
     explicit: dict[str, Any],
+    presets: Sequence[str] | None = None,
 ) -> VerifyReport:
-    """``preset="auto"``: every preset (in table order) whose inputs the log has, each
-    recomputed once on ``frame`` read in the log's own dump layout (:func:`_log_layout`).
+    """``preset="auto"``: every preset (in table order; only ``presets`` if given) whose
+    inputs the log has, each recomputed once on ``frame`` read in the log's own dump layout
+    (:func:`_log_layout`).
     The report is the closest preset's (fewest rows over tolerance, then the smallest
     largest difference; then table order): when it agrees, its ``found`` names every
     preset that matches, closest first; else it says by how much the closest differs. A
@@ -485,7 +619,7 @@ def _verify_auto(
     layout = _log_layout(frame)
     tried: list[tuple[str, VerifyReport]] = []
     first_error: GrpoAdvError | None = None
-    for name in PRESETS:
+    for name in PRESETS if presets is None else presets:
         try:
             report = _candidate(
                 frame,
