@@ -512,8 +512,12 @@ def lowmem_lines(
         "|---|---|---|",
         f"| streaming floor (scan -> sink; the mean of a run before and one after) | "
         f"{result.floor_seconds:.1f} | {result.floor_gib:.2f} |",
+        f"| output floor (grpo-adv's output copied the same way: its advantage column too) | "
+        f"{result.output_floor_seconds:.1f} | |",
         f"| grpo-adv --low-memory | {result.seconds:.1f} | {result.gib:.2f} |",
         "",
+        f"- the output floor alone is {result.output_floor_seconds / result.floor_seconds:.2f}x "
+        "the streaming floor: a target below it cannot be met by any computation",
         f"- {ratio:.2f}x the floor ({_verdict(ratio <= target)}), peak {result.gib:.2f} GiB "
         f"({_verdict(result.gib <= LOWMEM_GIB)}); route: {result.route}",
         f"- check on {result.groups} groups: rows and order equal: {result.same_rows}; "
