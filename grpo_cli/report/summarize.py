@@ -474,10 +474,11 @@ def _report(
 
     per_by = [p.per_by for p in pieces]
     if by:
-        rows = metrics.merge(merged(per_by, by).drop(metrics.GROUP_PARTIALS, strict=False))
+        per_step = merged(per_by, by)  # once: 248,820 rows at 1B rows
+        rows = metrics.merge(per_step.drop(metrics.GROUP_PARTIALS, strict=False))
         groups = merged([p.groups for p in pieces if p.groups is not None], ())
         overall = _table(pl.concat([rows, groups], how="horizontal"), ())
-        steps = _table(merged(per_by, by), by)
+        steps = _table(per_step, by)
     else:
         overall, steps = _table(merged(per_by, ()), ()), pl.DataFrame()
     if extra is not None:
