@@ -321,6 +321,9 @@ class TestMerge:
                 for p in range(count)
             ]
             _assert_same(metrics.finish(metrics.merge(pieces, by), by), whole)
+            # unsorted (summarize sorts the finished table): the same rows, sorted after
+            loose = metrics.finish(metrics.merge(pieces[::-1], by, sort=False), by)
+            _assert_same(loose.sort("step"), whole)
 
 
 def trl_frac_reward_zero_std(groups: list[list[float | None]]) -> float:

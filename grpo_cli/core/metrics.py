@@ -296,22 +296,27 @@ def _size_hist(frame: pl.LazyFrame, by: list[str], *, per_row: bool) -> pl.LazyF
 
 
 # ------------------------------------------------------------------ merge
-def merge(parts: pl.DataFrame | Iterable[pl.DataFrame], by: Sequence[str] = ()) -> pl.DataFrame:
+def merge(
+    parts: pl.DataFrame | Iterable[pl.DataFrame], by: Sequence[str] = (), *, sort: bool = True
+) -> pl.DataFrame:
     """The partials of the union of disjoint sets of rows (each group whole in one), one
-    row per value of ``by``, sorted by ``by``; a partial missing from a part (null) counts
-    as empty. A value of ``by`` found in one part only keeps that part's row as it is (the
-    partials of one part are already its merged partials: :func:`finish` reads either), so
-    that parts of disjoint ``by`` values (a big log's pieces of whole steps) are merged by
-    concatenation: the aggregation costs memory and time per row merged."""
+    row per value of ``by``, sorted by ``by`` (``sort=False``: in no stated order, for a
+    caller that sorts what it finishes from them, a narrower table); a partial missing from
+    a part (null) counts as empty. A value of ``by`` found in one part only keeps that
+    part's row as it is (the partials of one part are already its merged partials:
+    :func:`finish` reads either), so that parts of disjoint ``by`` values (a big log's
+    pieces of whole steps) are merged by concatenation: the aggregation costs memory and
+    time per row merged."""
     frame = parts if isinstance(parts, pl.DataFrame) else pl.concat(parts, how="diagonal")
     if not by:
         return _merge(frame.lazy(), []).collect()
     key = pl.col(by[0]) if len(by) == 1 else pl.struct(list(by))
     once = frame.select(key.is_unique()).to_series()
     if once.all():
-        return frame.sort(list(by))
+        return frame.sort(list(by)) if sort else frame
     merged = _merge(frame.filter(~once).lazy(), list(by)).collect()
-    return pl.concat([merged, frame.filter(once)], how="diagonal_relaxed").sort(list(by))
+    frame = pl.concat([merged, frame.filter(once)], how="diagonal_relaxed")
+    return frame.sort(list(by)) if sort else frame
 
 
 def _merge(frame: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
