@@ -861,7 +861,8 @@ class TestBigLogsInPieces:
         path = with_damaged_column(frame, tmp_path / "log.parquet")
         monkeypatch.setattr(pieces, "PIECE_ROWS", 900)
         given = run_verify([path], preset="trl-batch", options={"batch_col": "step"}).report
-        assert (given.rows, given.rows_over, given.max_abs_diff) == (4000, 0, 0.0)
+        assert (given.rows, given.rows_over) == (4000, 0)
+        assert given.max_abs_diff < 1e-12  # parallel sums: the last bit may differ
         auto = run_verify([path], options={"batch_col": "step"}).report
         assert auto.preset == "trl-batch" and auto.rows_over == 0
         assert str(auto.found).startswith("the logged advantages match preset=trl-batch (")
