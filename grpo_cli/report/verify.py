@@ -51,6 +51,7 @@ from grpo_cli.core.layouts import (
     runs_group_size,
 )
 from grpo_cli.core.options import DEFAULT_GROUP_COLS, AdvantageOptions, not_rewards_hint
+from grpo_cli.core.plan import Plan
 from grpo_cli.core.presets import FLOAT32_TOL, PRESET_FIELDS, PRESETS, get_preset
 from grpo_cli.core.resolve import derive, make_request, resolve
 from grpo_cli.core.run_summary import DISPLAY_NAMES, check_batch_spans, span_warnings
@@ -260,12 +261,13 @@ def _auto_pieces(
     piece (a sample of whole steps where every preset groups within steps, else of whole
     groups), and the whole log is verified, piece by piece, with the closest. Presets whose
     batch is the whole log (none named with ``--batch-col``) are not tried: a piece cannot
-    stand for it (``found`` names them). None when the presets group by different keys."""
+    stand for it (``found`` counts them when none matches). None when the presets group by
+    different keys or derive them, or read a batch column other than the step."""
     from grpo_cli.engines.batch_partials import needs_batch_stats
     from grpo_cli.report.pieces import ROW, read_pieces
 
     inputs = pl.Schema({k: v for k, v in schema.items() if k != column})
-    plans: dict[str, Any] = {}
+    plans: dict[str, Plan] = {}
     for name in PRESETS:
         try:
             request = make_request(name, {**explicit, "advantage_col": RECOMPUTED})
@@ -337,13 +339,13 @@ def _auto_pieces(
     return replace(merged, found=found)
 
 
-def _batch_in(plan: Any, schema: pl.Schema) -> bool:
+def _batch_in(plan: Plan, schema: pl.Schema) -> bool:
     """Whether the plan's batch is columns of the log within its group key (not the whole
     log): each batch is then whole in a piece spread by them."""
     return all(c in schema and c in plan.keys.exact for c in plan.keys.batch)
 
 
-def _piece_columns(plans: Sequence[Any], schema: pl.Schema, column: str) -> list[str]:
+def _piece_columns(plans: Sequence[Plan], schema: pl.Schema, column: str) -> list[str]:
     """The columns the pieces carry: what ``plans`` recompute with and check (keys, inputs,
     batch, step, response id) and the logged ``column``."""
     from grpo_cli.core.plan import step_column
