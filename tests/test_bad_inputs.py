@@ -257,6 +257,55 @@ def test_a_signal_at_any_moment_gives_its_one_line(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("out")] == []
 
 
+_SIGNAL_AFTER_THE_LOAD = """
+import os, signal, sys
+from grpo_cli.io.interrupts import SIGNALS
+signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # what grpo_cli.__main__ does first
+import grpo_cli.cli  # loaded: the handlers it found (the default ones) are back
+os.kill(os.getpid(), signal.SIG{name})  # the moment before the app installs its own
+from grpo_cli.cli.app import main
+sys.argv = ["grpo-adv", "compute", sys.argv[1], "-o", sys.argv[2], "-q"]
+main()
+"""
+
+
+@pytest.mark.parametrize("name", ["TERM", "INT"])
+def test_a_signal_between_the_load_and_the_handlers_gives_its_line(
+    tmp_path: Path, name: str
+) -> None:
+    """The package puts back the handlers it found once the app has loaded, a moment
+    before the app installs its own: a signal then waits, blocked by the launcher, and
+    ends the run with its line (it used to meet the default action: SIGTERM killed the
+    process without a word)."""
+    out = tmp_path / "out.parquet"
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_AFTER_THE_LOAD.replace("{name}", name),
+         str(SAMPLE_FILES["parquet"]), str(out)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=60,
+    )  # fmt: skip
+    word = "terminated" if name == "TERM" else "interrupted"
+    assert (done.returncode, done.stderr) == (
+        143 if name == "TERM" else 130,
+        f"error: {word}; no output was written\n",
+    )
+    assert not out.exists()
+
+
+def test_the_console_script_and_python_m_run_the_launcher() -> None:
+    """Both ways in go through :mod:`grpo_cli.__main__` (its blocked signals)."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["grpo-adv"] == "grpo_cli.__main__:main"
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_cli", "--version"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("grpo-adv ")
+
+
 _SIGNAL_IN_A_POLARS_CALLBACK = """
 import os, signal, sys, time
 import polars as pl

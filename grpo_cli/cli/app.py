@@ -287,11 +287,14 @@ for _name, _command in (
 
 
 def main() -> None:
-    """Console-script entry point: the app run in this process, signals answered as
-    :mod:`grpo_cli.cli.signals` says, and the process ended (:func:`_exit_now`)."""
+    """The app run in this process (the console script's :mod:`grpo_cli.__main__` calls
+    it), signals answered as :mod:`grpo_cli.cli.signals` says from here (a signal that
+    waited while the launcher blocked them is delivered now), and the process ended
+    (:func:`_exit_now`)."""
     _accept_click_completion_names()
     for sig in SIGNALS:
         signal.signal(sig, on_signal)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # blocked by grpo_cli.__main__
     try:
         app()
     except SystemExit as done:

@@ -2,7 +2,9 @@
 background job starts with SIGINT ignored):
 
 - while the app loads (nothing written yet): ``error: interrupted; no output was written``
-  (``terminated``) and exit 130 (143) at once (:func:`end_at_once`);
+  (``terminated``) and exit 130 (143) at once (:func:`end_at_once`); launched as
+  ``grpo-adv`` or ``python -m grpo_cli``, the signal waits, blocked, until the app's
+  handlers are in place (:mod:`grpo_cli.__main__`), then ends the process the same way;
 - while a command runs: the first signal raises KeyboardInterrupt or
   :class:`grpo_cli.core.errors.Terminated` where the command is, so that it unwinds (see
   :mod:`grpo_cli.io.interrupts`); later ones are ignored. Met in Polars' Python code (raised
@@ -10,7 +12,7 @@ background job starts with SIGINT ignored):
   signal is delivered again a few milliseconds later, until it meets code of ours;
 - once the command's exit is decided: ignored.
 
-No Polars, no typer: the console script loads it first (:mod:`grpo_cli.cli`).
+No Polars, no typer: :mod:`grpo_cli.cli` loads it first.
 """
 
 from __future__ import annotations
