@@ -255,6 +255,68 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
     assert info.value.message == f"{tmp_path} is a directory, not a file"
 
 
+def _claiming_rows(path: Path, rows: int) -> None:
+    """Rewrite the Parquet file ``path``'s footer to claim ``rows`` rows (FileMetaData's
+    field 3, after its version and schema, in Thrift's compact protocol)."""
+    from grpo_cli.io.read import _thrift
+
+    data = path.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    meta = data[-8 - length : -8]
+    assert meta[0] == 0x15  # field 1, i32: the version
+    pos = 1
+    while meta[pos] & 0x80:
+        pos += 1
+    assert meta[pos + 1] == 0x19  # field 2, a list: the schema
+    _, pos = _thrift(meta, pos + 2, 9)
+    assert meta[pos] == 0x16  # field 3, i64: the row count
+    end = pos + 1
+    while meta[end] & 0x80:
+        end += 1
+    value, varint = rows << 1, bytearray()  # zigzag, then 7 bits a byte
+    while value >= 0x80:
+        varint.append(value & 0x7F | 0x80)
+        value >>= 7
+    varint.append(value)
+    meta = meta[: pos + 1] + bytes(varint) + meta[end + 1 :]
+    path.write_bytes(data[: -8 - length] + meta + len(meta).to_bytes(4, "little") + b"PAR1")
+
+
+@pytest.mark.skipif(pl.get_index_type() != pl.UInt32, reason="Polars' 64-bit runtime")
+@pytest.mark.parametrize("low_memory", [False, True])
+def test_a_log_past_the_32_bit_row_index_is_refused_with_the_runtime_to_install(
+    runner: CliRunner, tmp_path: Path, low_memory: bool
+) -> None:
+    """Polars' default runtime indexes at most 2**32 - 1 rows; a log of more (its footer's
+    count) is refused before Polars reads it, naming the 64-bit runtime (Polars' own error
+    came out as a damaged file, or an internal error from summarize)."""
+    path = tmp_path / "huge.parquet"
+    pl.DataFrame({"prompt_id": ["a", "a"], "reward": [1.0, 0.0]}).write_parquet(path)
+    _claiming_rows(path, 2**32)
+    from grpo_cli.io.read import check_parquet_layout
+
+    with pytest.raises(InputError) as info:
+        check_parquet_layout(path, str(path))
+    assert cli_error(info.value) == (
+        f"{path} has 4,294,967,296 rows, more than the 4,294,967,295 that Polars' 32-bit "
+        "runtime can index",
+        "install Polars' 64-bit runtime beside grpo-adv: pip install 'polars[rt64]'",
+    )
+    out = tmp_path / "out.parquet"
+    for command in (
+        ["compute", str(path), "-o", str(out), *(["--low-memory"] if low_memory else [])],
+        ["summarize", str(path)],
+        ["verify", str(path)],
+    ):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 3, command
+        assert "has 4,294,967,296 rows" in result.stderr, command
+    assert not out.exists()
+    _claiming_rows(path, 2)  # the same file, its true count: read as before
+    assert check_parquet_layout(path, str(path)) == 2
+    assert read_rewards(path).frame.height == 2
+
+
 def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # CI runs as root, which reads any file: simulate the denial the OS gives a user.
     path = tmp_path / "secret.csv"

@@ -366,7 +366,26 @@ def check_parquet_layout(source: Path | bytes, name: str, hint: Message | None =
         if column in seen:
             raise duplicate_column(name, column)
         seen.add(column)
-    return int(fields.get(3, 0))
+    rows = int(fields.get(3, 0))
+    if rows > max_rows():
+        raise too_many_rows(name, rows)
+    return rows
+
+
+def max_rows() -> int:
+    """The most rows one file may hold for the Polars build installed: its row index is
+    32-bit (4,294,967,295) unless Polars' 64-bit runtime (``polars[rt64]``) is there."""
+    return 2**32 - 1 if pl.get_index_type() == pl.UInt32 else 2**64 - 1
+
+
+def too_many_rows(name: str, rows: int) -> InputError:
+    """The error for a log of more rows than :func:`max_rows` (Polars' own error would
+    come later, as an unreadable file)."""
+    return InputError(
+        f"{name} has {rows:,} rows, more than the {max_rows():,} that Polars' 32-bit "
+        "runtime can index",
+        hint="install Polars' 64-bit runtime beside grpo-adv: pip install 'polars[rt64]'",
+    )
 
 
 _STRUCT: Final = 12
